@@ -1,0 +1,221 @@
+//! Start-up and shutdown of the roles: `serve` (API and background work in
+//! one process), `api`, and `dispatcher`.
+//!
+//! Shutdown protocol: SIGTERM or Ctrl-C cancels one token; the API stops
+//! accepting connections and finishes in-flight requests; background loops
+//! finish their current step; the process exits 0 within 30 s.
+
+use crate::config::Config;
+use anyhow::Context;
+use control_api::state::{Probe, WebhookSettings};
+use control_api::{ApiSettings, AppState};
+use dispatcher::redis_schedule::RedisSchedule;
+use dispatcher::{DispatchSettings, Dispatcher};
+use domain::webhook::cipher::SecretCipher;
+use domain::webhook::retry::RetrySchedule;
+use std::sync::Arc;
+use std::time::Duration;
+use store::Store;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// How long shutdown may take before the process gives up waiting.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
+
+/// Which parts a process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// API and background work in one process (embedded default).
+    All,
+    Api,
+    Dispatcher,
+}
+
+/// Opens the store and applies pending migrations.
+pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
+    let store = Store::connect(&config.store.url).await.with_context(|| {
+        format!(
+            "failed to open the store at {}",
+            crate::config::redact_url(&config.store.url)
+        )
+    })?;
+    store
+        .migrate()
+        .await
+        .context("failed to migrate the store")?;
+    Ok(store)
+}
+
+pub fn api_settings(config: &Config) -> anyhow::Result<ApiSettings> {
+    let key = crate::secret_key::load(&config.secrets)?;
+    let webhooks = WebhookSettings {
+        allow_http: config.delivery.allow_http,
+        allow_private_networks: config.delivery.allow_private_networks,
+        secret_grace: Config::duration(&config.delivery.secret_grace),
+        body_retention: Config::duration(&config.delivery.body_retention),
+        ..WebhookSettings::with_cipher(SecretCipher::new(key))
+    };
+    Ok(ApiSettings {
+        idempotency_retention: config.idempotency_retention(),
+        ..ApiSettings::new(webhooks)
+    })
+}
+
+pub fn dispatch_settings(config: &Config) -> anyhow::Result<DispatchSettings> {
+    let schedule = RetrySchedule::parse(&config.delivery.retry_schedule)
+        .context("delivery.retry_schedule must be a list of durations")?;
+    let key = crate::secret_key::load(&config.secrets)?;
+    Ok(DispatchSettings {
+        timeout: Config::duration(&config.delivery.timeout),
+        allow_private_networks: config.delivery.allow_private_networks,
+        disable_after: Config::duration(&config.delivery.disable_after),
+        ..DispatchSettings::new(schedule, SecretCipher::new(key))
+    })
+}
+
+/// Runs `role` until `shutdown` is cancelled.
+pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let store = open_store(&config).await?;
+    let metrics_addr: std::net::SocketAddr = config.metrics.listen.parse()?;
+    dispatcher::metrics::install(metrics_addr)
+        .map_err(|e| anyhow::anyhow!("failed to serve metrics on {metrics_addr}: {e}"))?;
+    let redis = match config.redis_url() {
+        Some(url) => Some(Arc::new(
+            RedisSchedule::connect(url, "billing").await.map_err(|e| {
+                anyhow::anyhow!(
+                    "failed to reach Redis at {}: {e}",
+                    crate::config::redact_url(url)
+                )
+            })?,
+        )),
+        None => None,
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    if matches!(role, Role::All | Role::Api) {
+        let listener = TcpListener::bind(&config.api.listen)
+            .await
+            .with_context(|| format!("failed to listen on {}", config.api.listen))?;
+        let addr = listener.local_addr()?;
+        println!("billing API listening on http://{addr}/api/v1 (OpenAPI at http://{addr}/api/v1/openapi.json)");
+        println!("get an admin credential with: billing admin bootstrap --json");
+        println!("metrics at http://{metrics_addr}/metrics");
+        let mut state = AppState::new(store.clone(), api_settings(&config)?);
+        if let Some(url) = config.amqp_url() {
+            let url = url.to_owned();
+            let probe: Probe = Arc::new(move || {
+                let url = url.clone();
+                Box::pin(async move { dispatcher::amqp::reachable(&url).await })
+            });
+            state = state.with_probe("queue", probe);
+        }
+        if let Some(schedule) = &redis {
+            let schedule = schedule.clone();
+            let probe: Probe = Arc::new(move || {
+                let schedule = schedule.clone();
+                Box::pin(async move { schedule.ping().await.map_err(|e| e.to_string()) })
+            });
+            state = state.with_probe("scheduler", probe);
+        }
+        let token = shutdown.clone();
+        tasks.spawn(async move {
+            control_api::run(state, listener, async move { token.cancelled().await })
+                .await
+                .context("API server failed")
+                .map(|()| "api")
+        });
+    }
+    if matches!(role, Role::All | Role::Dispatcher) {
+        let token = shutdown.clone();
+        let upkeep_store = store.clone();
+        let retention = config.idempotency_retention();
+        tasks.spawn(async move {
+            maintenance(upkeep_store, retention, token).await;
+            Ok("maintenance")
+        });
+        let mut dispatcher = Dispatcher::new(store.clone(), dispatch_settings(&config)?);
+        if let Some(schedule) = &redis {
+            dispatcher = dispatcher.with_redis(schedule.clone());
+        }
+        if let Some(url) = config.amqp_url() {
+            let settings = dispatcher::amqp::AmqpSettings::new(url);
+            let (store, wake, token) = (store.clone(), dispatcher.intake_waker(), shutdown.clone());
+            tasks.spawn(async move {
+                dispatcher::amqp::consume(store, settings, wake, token).await;
+                Ok("amqp intake")
+            });
+        }
+        let token = shutdown.clone();
+        tasks.spawn(async move {
+            dispatcher.run(token).await;
+            Ok("dispatcher")
+        });
+    }
+    // The first task to end ends the process: a crash of one part must not
+    // leave the other running alone.
+    let first = tasks.join_next().await;
+    shutdown.cancel();
+    let rest = async {
+        while let Some(r) = tasks.join_next().await {
+            report(r);
+        }
+    };
+    if tokio::time::timeout(SHUTDOWN_GRACE, rest).await.is_err() {
+        tracing::warn!("shutdown grace elapsed; exiting with work in flight");
+    }
+    store.close().await;
+    match first {
+        Some(Ok(Err(e))) => Err(e),
+        Some(r) => {
+            report(r);
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+fn report(r: Result<anyhow::Result<&'static str>, tokio::task::JoinError>) {
+    match r {
+        Ok(Ok(name)) => tracing::info!(task = name, "stopped"),
+        Ok(Err(e)) => tracing::error!(error = format!("{e:#}"), "task failed"),
+        Err(e) => tracing::error!(error = %e, "task panicked"),
+    }
+}
+
+/// Background upkeep: deletes idempotency records past their retention.
+async fn maintenance(store: Store, retention: Duration, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(300));
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let cutoff = domain::Timestamp::now().plus_seconds(-(retention.as_secs() as i64));
+        match store.purge_idempotency_keys(cutoff).await {
+            Ok(n) if n > 0 => tracing::info!(purged = n, "expired idempotency records deleted"),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "idempotency purge failed"),
+        }
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn termination_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,345 @@
+//! The typed configuration tree: built-in defaults, then
+//! `config/default.toml` (if present), then `--config FILE`, then
+//! `BILLING_<SECTION>__<KEY>` variables. Validated once at start.
+
+use figment::providers::{Env, Format, Serialized, Toml};
+use figment::Figment;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub api: ApiConfig,
+    pub store: StoreConfig,
+    pub queue: UrlConfig,
+    pub scheduler: UrlConfig,
+    pub metrics: MetricsConfig,
+    pub delivery: DeliveryConfig,
+    pub idempotency: IdempotencyConfig,
+    pub secrets: SecretsConfig,
+    pub log: LogConfig,
+}
+
+/// The key that encrypts webhook signing secrets at rest.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretsConfig {
+    /// Base64 of 32 bytes. Every process of a fleet must share it.
+    pub key: String,
+    /// Used when `key` is empty: read, or created with a fresh key on first start.
+    pub key_file: String,
+}
+
+impl std::fmt::Debug for SecretsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretsConfig")
+            .field("key", &if self.key.is_empty() { "" } else { "***" })
+            .field("key_file", &self.key_file)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiConfig {
+    pub listen: String,
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    pub url: String,
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreConfig")
+            .field("url", &redact_url(&self.url))
+            .finish()
+    }
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UrlConfig {
+    pub url: String,
+}
+
+impl std::fmt::Debug for UrlConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlConfig")
+            .field("url", &redact_url(&self.url))
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    pub listen: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryConfig {
+    pub allow_private_networks: bool,
+    pub allow_http: bool,
+    pub retry_schedule: String,
+    pub timeout: String,
+    pub secret_grace: String,
+    pub disable_after: String,
+    pub body_retention: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdempotencyConfig {
+    pub retention: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// `text` or `json`.
+    pub format: String,
+    /// A tracing filter such as `info` or `billing=debug,info`.
+    pub level: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            api: ApiConfig {
+                listen: "127.0.0.1:8080".into(),
+            },
+            store: StoreConfig {
+                url: "sqlite://data/billing.db".into(),
+            },
+            queue: UrlConfig {
+                url: "embedded".into(),
+            },
+            scheduler: UrlConfig {
+                url: "embedded".into(),
+            },
+            metrics: MetricsConfig {
+                listen: "127.0.0.1:9464".into(),
+            },
+            delivery: DeliveryConfig {
+                allow_private_networks: false,
+                allow_http: false,
+                retry_schedule: "0s,5s,5m,30m,2h,5h,10h,10h".into(),
+                timeout: "15s".into(),
+                secret_grace: "24h".into(),
+                disable_after: "5d".into(),
+                body_retention: "30d".into(),
+            },
+            idempotency: IdempotencyConfig {
+                retention: "24h".into(),
+            },
+            secrets: SecretsConfig {
+                key: String::new(),
+                key_file: "data/secret.key".into(),
+            },
+            log: LogConfig {
+                format: "text".into(),
+                level: "info".into(),
+            },
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration could not be read: {0}")]
+    Load(#[from] Box<figment::Error>),
+    #[error("invalid configuration: {field}: {issue}")]
+    Invalid { field: &'static str, issue: String },
+}
+
+impl Config {
+    /// Loads the layers in order and validates the result.
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()))
+            .merge(Toml::file("config/default.toml"));
+        if let Some(f) = file {
+            figment = figment.merge(Toml::file_exact(f));
+        }
+        // Only `SECTION__KEY` variables are configuration; others that share
+        // the prefix (`BILLING_TEST_FLEET`) are not.
+        figment = figment.merge(
+            Env::prefixed("BILLING_")
+                .filter(|k| k.as_str().contains("__"))
+                .split("__"),
+        );
+        let config: Config = figment.extract().map_err(Box::new)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |field, issue: &str| ConfigError::Invalid {
+            field,
+            issue: issue.to_owned(),
+        };
+        let durations = [
+            ("delivery.timeout", &self.delivery.timeout),
+            ("delivery.secret_grace", &self.delivery.secret_grace),
+            ("delivery.disable_after", &self.delivery.disable_after),
+            ("delivery.body_retention", &self.delivery.body_retention),
+            ("idempotency.retention", &self.idempotency.retention),
+        ];
+        for (field, value) in durations {
+            domain::duration::parse(value)
+                .ok_or_else(|| invalid(field, "must be a duration such as 15s, 5m, 24h or 5d"))?;
+        }
+        let schedule =
+            domain::duration::parse_list(&self.delivery.retry_schedule).ok_or_else(|| {
+                invalid(
+                    "delivery.retry_schedule",
+                    "must be a comma-separated list of durations",
+                )
+            })?;
+        if schedule.is_empty() {
+            return Err(invalid("delivery.retry_schedule", "must not be empty"));
+        }
+        if self.idempotency_retention() < Duration::from_secs(3600) {
+            return Err(invalid("idempotency.retention", "must be at least 1h"));
+        }
+        let store_ok = ["sqlite://", "postgres://", "postgresql://"]
+            .iter()
+            .any(|p| self.store.url.starts_with(p));
+        if !store_ok {
+            return Err(invalid(
+                "store.url",
+                "must start with sqlite:// or postgres://",
+            ));
+        }
+        if self.queue.url != "embedded" {
+            dispatcher::amqp::parse_url(&self.queue.url).map_err(|e| ConfigError::Invalid {
+                field: "queue.url",
+                issue: format!(
+                    "must be `embedded` or an amqp:// or amqps:// URL ({})",
+                    e.replace(&self.queue.url, &redact_url(&self.queue.url))
+                ),
+            })?;
+        }
+        let scheduler_ok = self.scheduler.url == "embedded"
+            || self.scheduler.url.starts_with("redis://")
+            || self.scheduler.url.starts_with("rediss://");
+        if !scheduler_ok {
+            return Err(invalid(
+                "scheduler.url",
+                "must be `embedded` or a redis:// or rediss:// URL",
+            ));
+        }
+        for (field, addr) in [
+            ("api.listen", &self.api.listen),
+            ("metrics.listen", &self.metrics.listen),
+        ] {
+            addr.parse::<std::net::SocketAddr>()
+                .map_err(|_| invalid(field, "must be an address such as 127.0.0.1:8080"))?;
+        }
+        if !self.secrets.key.is_empty() && crate::secret_key::decode(&self.secrets.key).is_none() {
+            return Err(invalid("secrets.key", "must be base64 of 32 bytes"));
+        }
+        if self.secrets.key.is_empty() && self.secrets.key_file.is_empty() {
+            return Err(invalid(
+                "secrets.key_file",
+                "must be set when secrets.key is empty",
+            ));
+        }
+        if !["text", "json"].contains(&self.log.format.as_str()) {
+            return Err(invalid("log.format", "must be `text` or `json`"));
+        }
+        Ok(())
+    }
+
+    /// The Redis URL when `scheduler.url` names one (fleet mode).
+    pub fn redis_url(&self) -> Option<&str> {
+        (self.scheduler.url != "embedded").then_some(self.scheduler.url.as_str())
+    }
+
+    /// The RabbitMQ URL when `queue.url` names one (fleet mode).
+    pub fn amqp_url(&self) -> Option<&str> {
+        (self.queue.url != "embedded").then_some(self.queue.url.as_str())
+    }
+
+    /// A duration field already checked by `validate`.
+    pub fn duration(value: &str) -> Duration {
+        domain::duration::parse(value).unwrap_or_default()
+    }
+
+    pub fn idempotency_retention(&self) -> Duration {
+        domain::duration::parse(&self.idempotency.retention).unwrap_or(Duration::from_secs(86_400))
+    }
+}
+
+/// Hides the password of a URL such as `postgres://user:pw@host/db`.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid() {
+        Config::default().validate().unwrap();
+    }
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(
+            redact_url("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
+        assert_eq!(redact_url("sqlite://data/x.db"), "sqlite://data/x.db");
+    }
+
+    #[test]
+    fn the_queue_is_embedded_or_rabbitmq() {
+        let mut c = Config::default();
+        assert_eq!(c.amqp_url(), None);
+        c.queue.url = "amqp://guest:guest@127.0.0.1:5672/%2f".into();
+        c.validate().unwrap();
+        assert_eq!(c.amqp_url(), Some(c.queue.url.as_str()));
+        for bad in ["kafka://h", "amqp://h:port/", "rabbit"] {
+            c.queue.url = bad.into();
+            assert!(
+                matches!(
+                    c.validate(),
+                    Err(ConfigError::Invalid {
+                        field: "queue.url",
+                        ..
+                    })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let mut c = Config::default();
+        c.delivery.timeout = "soon".into();
+        assert!(matches!(
+            c.validate(),
+            Err(ConfigError::Invalid {
+                field: "delivery.timeout",
+                ..
+            })
+        ));
+    }
+}

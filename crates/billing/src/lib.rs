@@ -1,0 +1,10 @@
+//! The `billing` binary's library: configuration, start-up of each role,
+//! and administration commands. `main.rs` only parses the command line.
+
+pub mod app;
+pub mod bootstrap;
+pub mod config;
+pub mod events;
+pub mod secret_key;
+
+pub use config::Config;

@@ -1,0 +1,71 @@
+//! Authentication by bearer credential and the caller it yields.
+
+use crate::error::ApiError;
+use axum::http::{header, HeaderMap};
+use domain::principal::{CredentialStatus, Mode, ServiceAccountStatus};
+use domain::secret::CredentialSecret;
+use domain::{Ref, Timestamp};
+use store::Store;
+
+/// How stale `last_used_at` may get before a request refreshes it; keeps
+/// reads from turning into a write each.
+const LAST_USED_RESOLUTION_MS: i64 = 60_000;
+
+/// The authenticated principal of a request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub principal_ref: Ref,
+    pub credential_ref: Ref,
+    pub environment_ref: Ref,
+    pub mode: Mode,
+    pub permissions: Vec<String>,
+}
+
+impl Caller {
+    pub fn holds(&self, permission: &str) -> bool {
+        self.permissions.iter().any(|p| p == permission)
+    }
+}
+
+/// Resolves `Authorization: Bearer <secret>` to a caller. Every failure is
+/// the same `authentication_failed`, so a client learns nothing about which
+/// part was wrong.
+pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let mut presented = headers.get_all(header::AUTHORIZATION).iter();
+    let (first, second) = (presented.next(), presented.next());
+    if second.is_some() {
+        // Two credentials on one request are ambiguous: refuse both.
+        return Err(ApiError::AuthenticationFailed);
+    }
+    let secret = first
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|s| CredentialSecret::parse(s.trim()))
+        .ok_or(ApiError::AuthenticationFailed)?;
+    let now = Timestamp::now();
+    let record = store
+        .authenticate(&secret.digest(), now)
+        .await?
+        .ok_or(ApiError::AuthenticationFailed)?;
+    let usable = record.credential_status == CredentialStatus::Active
+        && record.principal_status == ServiceAccountStatus::Active
+        && record.mode == secret.mode();
+    if !usable {
+        return Err(ApiError::AuthenticationFailed);
+    }
+    let stale = record
+        .last_used_at
+        .is_none_or(|t| t.millis() < now.millis() - LAST_USED_RESOLUTION_MS);
+    if stale {
+        if let Err(e) = store.touch_credential(&record.credential_ref, now).await {
+            tracing::warn!(error = %e, "could not record credential use");
+        }
+    }
+    Ok(Caller {
+        principal_ref: record.principal_ref,
+        credential_ref: record.credential_ref,
+        environment_ref: record.environment_ref,
+        mode: record.mode,
+        permissions: record.permissions,
+    })
+}

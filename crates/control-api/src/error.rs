@@ -1,0 +1,193 @@
+//! `ApiError`: every failure an operation can answer, mapped to the
+//! contract's codes and statuses (contract section 2) in this one place.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use store::StoreError;
+
+/// One offending field of a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct Detail {
+    /// Dotted body path, query or path parameter name, or header name.
+    pub field: String,
+    pub issue: String,
+}
+
+impl Detail {
+    pub fn new(field: impl Into<String>, issue: impl Into<String>) -> Detail {
+        Detail {
+            field: field.into(),
+            issue: issue.into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 401: no, malformed, unknown, revoked or expired credential; suspended
+    /// or retired principal. One message for all of them.
+    #[error("authentication failed")]
+    AuthenticationFailed,
+    /// 403: the principal lacks the operation's permission.
+    #[error("the credential lacks the permission `{0}`")]
+    Forbidden(&'static str),
+    /// 404: unknown reference, one of another environment, or unknown route.
+    #[error("{0}")]
+    NotFound(String),
+    /// 400: malformed body, query, path reference or header.
+    #[error("the request is invalid")]
+    Validation(Vec<Detail>),
+    /// 413 with code `validation_failed`.
+    #[error("the request body is larger than 1 MiB")]
+    BodyTooLarge,
+    /// 400: an E3 operation without `Idempotency-Key`.
+    #[error("this operation requires an Idempotency-Key header")]
+    IdempotencyKeyRequired,
+    /// 422: the key was used with a different request.
+    #[error("this Idempotency-Key was used with a different request")]
+    IdempotencyMismatch,
+    /// 422: well-formed but not allowed now.
+    #[error("{0}")]
+    Semantic(String),
+    /// 428: an IfM operation without `If-Match`.
+    #[error("this operation requires an If-Match header")]
+    PreconditionRequired,
+    /// 412: `If-Match` does not match the current ETag.
+    #[error("the resource has changed: If-Match does not match its current ETag")]
+    PreconditionFailed,
+    /// 409: lost a race, or the same key is still executing.
+    #[error("{0}")]
+    VersionConflict(&'static str),
+    /// 503: a backing service is unreachable.
+    #[error("a backing service is unavailable; retry later")]
+    DependencyUnavailable,
+    /// 500: a defect. The source is logged, never sent.
+    #[error("internal error")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl ApiError {
+    pub fn validation(field: impl Into<String>, issue: impl Into<String>) -> ApiError {
+        ApiError::Validation(vec![Detail::new(field, issue)])
+    }
+
+    pub fn not_found(what: &str) -> ApiError {
+        ApiError::NotFound(format!("no such {what}"))
+    }
+
+    pub fn semantic(msg: impl Into<String>) -> ApiError {
+        ApiError::Semantic(msg.into())
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::AuthenticationFailed => "authentication_failed",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::Validation(_) | ApiError::BodyTooLarge => "validation_failed",
+            ApiError::IdempotencyKeyRequired => "idempotency_key_required",
+            ApiError::IdempotencyMismatch => "idempotency_mismatch",
+            ApiError::Semantic(_) => "semantic_error",
+            ApiError::PreconditionRequired => "precondition_required",
+            ApiError::PreconditionFailed => "precondition_failed",
+            ApiError::VersionConflict(_) => "version_conflict",
+            ApiError::DependencyUnavailable => "dependency_unavailable",
+            ApiError::Internal(_) => "internal_error",
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::AuthenticationFailed => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Validation(_) | ApiError::IdempotencyKeyRequired => StatusCode::BAD_REQUEST,
+            ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::IdempotencyMismatch | ApiError::Semantic(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            ApiError::PreconditionRequired => StatusCode::PRECONDITION_REQUIRED,
+            ApiError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            ApiError::VersionConflict(_) => StatusCode::CONFLICT,
+            ApiError::DependencyUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The error body of a request, as JSON text.
+    pub fn body_json(&self, request_id: &str) -> String {
+        let details = match self {
+            ApiError::Validation(d) => d.clone(),
+            ApiError::BodyTooLarge => vec![Detail::new("body", "larger than 1048576 bytes")],
+            _ => Vec::new(),
+        };
+        let body = ErrorBody {
+            error: ErrorObject {
+                code: self.code(),
+                message: self.to_string(),
+                request_id: request_id.to_owned(),
+                details,
+            },
+        };
+        serde_json::to_string(&body).unwrap_or_default()
+    }
+
+    /// The error body and headers for a request.
+    pub fn into_response_for(self, request_id: &str) -> Response {
+        if let ApiError::Internal(source) = &self {
+            tracing::error!(request.id = request_id, error = %source, "internal error");
+        }
+        let mut response = (
+            self.status(),
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            self.body_json(request_id),
+        )
+            .into_response();
+        let headers = response.headers_mut();
+        match self {
+            ApiError::AuthenticationFailed => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::VersionConflict(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            ApiError::DependencyUnavailable => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorObject,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorObject {
+    /// One of the contract's error codes; clients branch on it.
+    pub code: &'static str,
+    /// For humans.
+    pub message: String,
+    pub request_id: String,
+    pub details: Vec<Detail>,
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::NotFound => ApiError::NotFound("no such resource".into()),
+            StoreError::Conflict => {
+                ApiError::VersionConflict("the resource was changed by a concurrent request; retry")
+            }
+            e if e.is_unavailable() => ApiError::DependencyUnavailable,
+            e => ApiError::Internal(Box::new(e)),
+        }
+    }
+}

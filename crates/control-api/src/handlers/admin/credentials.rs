@@ -1,0 +1,186 @@
+//! Credentials of service accounts: list, issue, rotate (with a grace
+//! period for the old secret) and revoke. A secret appears only in the
+//! response that issues it.
+
+use super::service_accounts::{check_text, load};
+use super::{opt_ts, ts};
+use crate::error::ApiError;
+use crate::handlers::Ctx;
+use crate::input::Input;
+use crate::reply::Reply;
+use domain::etag::etag;
+use domain::principal::{
+    CredentialStatus, ServiceAccountStatus, DEFAULT_ROTATION_GRACE_SECONDS,
+    MAX_ROTATION_GRACE_SECONDS,
+};
+use domain::secret::CredentialSecret;
+use domain::{Prefix, Timestamp};
+use serde::{Deserialize, Serialize};
+use store::{CredentialRecord, NewCredential, StoreError};
+use utoipa::ToSchema;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CredentialDto {
+    pub credential_ref: String,
+    pub principal_ref: String,
+    pub name: Option<String>,
+    /// `active`, `revoked` or `expired`.
+    pub status: String,
+    /// Last four characters of the current secret.
+    pub secret_hint: String,
+    pub created_at: String,
+    pub expires_at: Option<String>,
+    pub last_used_at: Option<String>,
+    pub revoked_at: Option<String>,
+    pub previous_secret_expires_at: Option<String>,
+    pub etag: String,
+    /// Only in the response of issue and rotate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+fn dto(r: &CredentialRecord, secret: Option<&CredentialSecret>) -> CredentialDto {
+    CredentialDto {
+        credential_ref: r.credential_ref.to_string(),
+        principal_ref: r.principal_ref.to_string(),
+        name: r.name.clone(),
+        status: r.status.as_str().to_owned(),
+        secret_hint: r.secret_hint.clone(),
+        created_at: ts(r.created_at),
+        expires_at: opt_ts(r.expires_at),
+        last_used_at: opt_ts(r.last_used_at),
+        revoked_at: opt_ts(r.revoked_at),
+        previous_secret_expires_at: opt_ts(r.previous_secret_expires_at),
+        etag: credential_etag(r),
+        secret: secret.map(|s| s.reveal().to_owned()),
+    }
+}
+
+fn credential_etag(r: &CredentialRecord) -> String {
+    etag(r.credential_ref.as_str(), r.version)
+}
+
+fn reply(r: &CredentialRecord, secret: Option<&CredentialSecret>) -> Reply {
+    match secret {
+        Some(_) => Reply::revealing(dto(r, secret), dto(r, None), Some(credential_etag(r))),
+        None => Reply::one(dto(r, None), Some(credential_etag(r))),
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IssueCredential {
+    pub name: Option<String>,
+    /// RFC 3339; must be in the future.
+    pub expires_at: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RotateCredential {
+    /// 0 to 604800, default 86400.
+    pub grace_period_seconds: Option<i64>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RevokeCredential {
+    pub reason: String,
+}
+
+pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    input.query_params(&[])?;
+    let account = load(&ctx, &input).await?;
+    let rows = ctx
+        .store()
+        .list_credentials(ctx.env(), &account.principal_ref)
+        .await?;
+    Ok(Reply::all(rows.iter().map(|r| dto(r, None)).collect()))
+}
+
+pub async fn issue(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    let body: IssueCredential = input.body()?;
+    if let Some(n) = &body.name {
+        check_text("name", n, 1, 100)?;
+    }
+    let expires_at = match &body.expires_at {
+        None => None,
+        Some(s) => {
+            let t = Timestamp::parse(s).ok_or_else(|| {
+                ApiError::validation("expires_at", "must be an RFC 3339 timestamp")
+            })?;
+            if t <= Timestamp::now() {
+                return Err(ApiError::validation("expires_at", "must be in the future"));
+            }
+            Some(t)
+        }
+    };
+    let account = load(&ctx, &input).await?;
+    if account.status == ServiceAccountStatus::Retired {
+        return Err(ApiError::semantic(
+            "a retired service account cannot get credentials",
+        ));
+    }
+    let secret = CredentialSecret::generate(ctx.caller.mode);
+    let new = NewCredential {
+        name: body.name.as_deref(),
+        expires_at,
+    };
+    let row = ctx
+        .store()
+        .issue_credential(ctx.env(), &account.principal_ref, new, &secret)
+        .await?;
+    Ok(reply(&row, Some(&secret)))
+}
+
+async fn load_credential(ctx: &Ctx, input: &Input) -> Result<CredentialRecord, ApiError> {
+    let credential_ref = input.path_ref("credential_ref", Prefix::Credential)?;
+    match ctx.store().credential(ctx.env(), &credential_ref).await {
+        Err(StoreError::NotFound) => Err(ApiError::not_found("credential")),
+        other => Ok(other?),
+    }
+}
+
+pub async fn rotate(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    let body: RotateCredential = input.body()?;
+    let grace = body
+        .grace_period_seconds
+        .unwrap_or(DEFAULT_ROTATION_GRACE_SECONDS);
+    if !(0..=MAX_ROTATION_GRACE_SECONDS).contains(&grace) {
+        return Err(ApiError::validation(
+            "grace_period_seconds",
+            "must be from 0 to 604800",
+        ));
+    }
+    let current = load_credential(&ctx, &input).await?;
+    input.check_etag(&credential_etag(&current))?;
+    if current.status != CredentialStatus::Active {
+        return Err(ApiError::semantic(format!(
+            "a {} credential cannot be rotated",
+            current.status.as_str()
+        )));
+    }
+    let secret = CredentialSecret::generate(ctx.caller.mode);
+    let row = ctx
+        .store()
+        .rotate_credential(&current, &secret, grace)
+        .await?;
+    Ok(reply(&row, Some(&secret)))
+}
+
+pub async fn revoke(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    let body: RevokeCredential = input.body()?;
+    check_text("reason", &body.reason, 1, 500)?;
+    let current = load_credential(&ctx, &input).await?;
+    input.check_etag(&credential_etag(&current))?;
+    if current.status == CredentialStatus::Revoked {
+        return Err(ApiError::semantic("the credential is already revoked"));
+    }
+    if current.credential_ref == ctx.caller.credential_ref {
+        return Err(ApiError::semantic(
+            "a principal may not revoke the credential it is using",
+        ));
+    }
+    let row = ctx.store().revoke_credential(&current).await?;
+    Ok(reply(&row, None))
+}

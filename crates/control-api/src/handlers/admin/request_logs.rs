@@ -1,0 +1,91 @@
+//! `listPublicRequestLogs`: the caller's environment's request logs, newest
+//! first, filtered by `operation_id` and `status`.
+
+use super::ts;
+use crate::error::ApiError;
+use crate::handlers::Ctx;
+use crate::input::Input;
+use crate::operations;
+use crate::reply::Reply;
+use domain::cursor::scope;
+use serde::Serialize;
+use store::{RequestLogFilter, RequestLogRecord};
+use utoipa::ToSchema;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RequestLogDto {
+    pub request_log_ref: String,
+    pub operation_id: Option<String>,
+    pub method: String,
+    /// The concrete path, without the query.
+    pub path: String,
+    pub status: u16,
+    pub error_code: Option<String>,
+    pub principal_ref: Option<String>,
+    pub credential_ref: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub duration_ms: i64,
+    pub created_at: String,
+}
+
+impl From<&RequestLogRecord> for RequestLogDto {
+    fn from(r: &RequestLogRecord) -> Self {
+        RequestLogDto {
+            request_log_ref: r.request_log_ref.to_string(),
+            operation_id: r.operation_id.clone(),
+            method: r.method.clone(),
+            path: r.path.clone(),
+            status: r.status,
+            error_code: r.error_code.clone(),
+            principal_ref: r.principal_ref.as_ref().map(|p| p.to_string()),
+            credential_ref: r.credential_ref.as_ref().map(|p| p.to_string()),
+            idempotency_key: r.idempotency_key.clone(),
+            duration_ms: r.duration_ms,
+            created_at: ts(r.created_at),
+        }
+    }
+}
+
+pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    input.query_params(&["limit", "cursor", "operation_id", "status"])?;
+    let operation_id = input.query_value("operation_id");
+    if let Some(id) = operation_id {
+        if operations::by_id(id).is_none() {
+            return Err(ApiError::validation("operation_id", "unknown operation_id"));
+        }
+    }
+    let status = match input.query_value("status") {
+        None => None,
+        Some(s) => Some(
+            s.parse::<u16>()
+                .ok()
+                .filter(|s| (100..=599).contains(s))
+                .ok_or_else(|| {
+                    ApiError::validation("status", "must be an HTTP status from 100 to 599")
+                })?,
+        ),
+    };
+    let status_text = status.map(|s| s.to_string());
+    let list_scope = scope(
+        ctx.op.id,
+        &[
+            ("operation_id", operation_id),
+            ("status", status_text.as_deref()),
+        ],
+    );
+    let page_request = input.page(&list_scope)?;
+    let filter = RequestLogFilter {
+        operation_id: operation_id.map(str::to_owned),
+        status,
+    };
+    let page = ctx
+        .store()
+        .list_request_logs(ctx.env(), &filter, &page_request)
+        .await?;
+    Ok(Reply::page(
+        page,
+        &list_scope,
+        |l| (l.created_at.millis(), l.request_log_ref.to_string()),
+        |l| RequestLogDto::from(l),
+    ))
+}

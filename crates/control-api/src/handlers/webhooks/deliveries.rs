@@ -1,0 +1,180 @@
+//! Deliveries and attempts: retrieve, the stored body, attempts with a
+//! cursor, and an endpoint's deliveries with a cursor.
+
+use super::{load_delivery, load_endpoint};
+use crate::error::ApiError;
+use crate::handlers::admin::{opt_ts, ts};
+use crate::handlers::Ctx;
+use crate::input::Input;
+use crate::reply::Reply;
+use domain::cursor::scope;
+use domain::etag::etag;
+use domain::webhook::BodyStatus;
+use domain::Timestamp;
+use serde::Serialize;
+use store::{AttemptRecord, DeliveryRecord};
+use utoipa::ToSchema;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryDto {
+    pub delivery_ref: String,
+    pub endpoint_ref: String,
+    pub event_ref: String,
+    pub public_event_type: String,
+    /// `pending`, `held`, `succeeded` or `failed`.
+    pub status: String,
+    pub diagnostic: bool,
+    pub dto_version: u32,
+    pub generation: u32,
+    /// Attempts made in the current generation.
+    pub attempt_count: u32,
+    pub next_attempt_at: Option<String>,
+    pub last_attempt_at: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub etag: String,
+}
+
+pub(crate) fn delivery_etag(d: &DeliveryRecord) -> String {
+    etag(d.delivery_ref.as_str(), d.version)
+}
+
+pub(crate) fn dto(d: &DeliveryRecord) -> DeliveryDto {
+    DeliveryDto {
+        delivery_ref: d.delivery_ref.to_string(),
+        endpoint_ref: d.endpoint_ref.to_string(),
+        event_ref: d.event_ref.to_string(),
+        public_event_type: d.public_event_type.clone(),
+        status: d.status.as_str().to_owned(),
+        diagnostic: d.diagnostic,
+        dto_version: d.dto_version,
+        generation: d.generation,
+        attempt_count: d.attempt_count,
+        next_attempt_at: opt_ts(d.next_attempt_at),
+        last_attempt_at: opt_ts(d.last_attempt_at),
+        created_at: ts(d.created_at),
+        updated_at: ts(d.updated_at),
+        etag: delivery_etag(d),
+    }
+}
+
+pub(crate) fn reply(d: &DeliveryRecord) -> Reply {
+    Reply::one(dto(d), Some(delivery_etag(d)))
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryBodyDto {
+    pub delivery_ref: String,
+    /// `available`, `redacted` or `expired`.
+    pub body_status: String,
+    /// Every subscription that matched, or `{"kind": "test_send"}`.
+    pub match_reasons: serde_json::Value,
+    /// The JSON body exactly as last delivered (or as it will be), or null.
+    pub payload: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttemptDto {
+    pub attempt_ref: String,
+    pub delivery_ref: String,
+    pub generation: u32,
+    pub attempt_number: u32,
+    /// `succeeded` or `failed`.
+    pub status: String,
+    pub response_status: Option<u16>,
+    pub error: Option<String>,
+    /// The first 1 KiB of the response body.
+    pub response_body_excerpt: Option<String>,
+    pub duration_ms: i64,
+    pub started_at: String,
+    pub next_attempt_at: Option<String>,
+}
+
+impl From<&AttemptRecord> for AttemptDto {
+    fn from(a: &AttemptRecord) -> Self {
+        AttemptDto {
+            attempt_ref: a.attempt_ref.to_string(),
+            delivery_ref: a.delivery_ref.to_string(),
+            generation: a.generation,
+            attempt_number: a.attempt_number,
+            status: a.status.as_str().to_owned(),
+            response_status: a.response_status,
+            error: a.error.clone(),
+            response_body_excerpt: a.response_body_excerpt.clone(),
+            duration_ms: a.duration_ms,
+            started_at: ts(a.started_at),
+            next_attempt_at: opt_ts(a.next_attempt_at),
+        }
+    }
+}
+
+pub async fn retrieve(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    input.query_params(&[])?;
+    Ok(reply(&load_delivery(&ctx, &input).await?))
+}
+
+pub async fn body(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    input.query_params(&[])?;
+    let d = load_delivery(&ctx, &input).await?;
+    let retention = ctx.state.settings.webhooks.body_retention.as_millis() as i64;
+    let expired = d.created_at.millis() < Timestamp::now().millis() - retention;
+    let (body_status, payload) = match (d.body_status, expired) {
+        (BodyStatus::Available, true) => (BodyStatus::Expired, None),
+        (BodyStatus::Available, false) => (
+            BodyStatus::Available,
+            d.payload
+                .as_deref()
+                .and_then(|p| serde_json::from_str(p).ok()),
+        ),
+        (other, _) => (other, None),
+    };
+    Ok(Reply::one(
+        DeliveryBodyDto {
+            delivery_ref: d.delivery_ref.to_string(),
+            body_status: body_status.as_str().to_owned(),
+            match_reasons: d.match_reasons.clone(),
+            payload,
+        },
+        None,
+    ))
+}
+
+pub async fn attempts(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    input.query_params(&["limit", "cursor"])?;
+    let d = load_delivery(&ctx, &input).await?;
+    let list_scope = scope(
+        ctx.op.id,
+        &[("delivery_ref", Some(d.delivery_ref.as_str()))],
+    );
+    let page = input.page(&list_scope)?;
+    let page = ctx
+        .store()
+        .list_attempts(ctx.env(), &d.delivery_ref, &page)
+        .await?;
+    Ok(Reply::page(
+        page,
+        &list_scope,
+        |a| (a.created_at.millis(), a.attempt_ref.to_string()),
+        |a| AttemptDto::from(a),
+    ))
+}
+
+pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    input.query_params(&["limit", "cursor"])?;
+    let endpoint = load_endpoint(&ctx, &input).await?;
+    let list_scope = scope(
+        ctx.op.id,
+        &[("endpoint_ref", Some(endpoint.endpoint_ref.as_str()))],
+    );
+    let page = input.page(&list_scope)?;
+    let page = ctx
+        .store()
+        .list_deliveries(ctx.env(), &endpoint.endpoint_ref, &page)
+        .await?;
+    Ok(Reply::page(
+        page,
+        &list_scope,
+        |d| (d.created_at.millis(), d.delivery_ref.to_string()),
+        dto,
+    ))
+}

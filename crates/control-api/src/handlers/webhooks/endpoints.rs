@@ -1,0 +1,219 @@
+//! Endpoints: create (with destination checks), list, retrieve, pause and
+//! resume. Creating an endpoint creates secret version 1, whose secret
+//! appears in that response only.
+
+use super::load_endpoint;
+use crate::error::ApiError;
+use crate::handlers::admin::{opt_ts, ts};
+use crate::handlers::Ctx;
+use crate::input::Input;
+use crate::reply::Reply;
+use domain::cursor::scope;
+use domain::etag::etag;
+use domain::principal::Mode;
+use domain::webhook::secret_version::SecretVersion;
+use domain::webhook::signing::SigningSecret;
+use domain::webhook::url::{forbidden_ip, EndpointUrl};
+use domain::webhook::EndpointStatus;
+use domain::Timestamp;
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use store::{EndpointRecord, NewSecret, StoredSecretVersion};
+use utoipa::ToSchema;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SecretVersionDto {
+    pub version: u32,
+    /// `active`, `pending`, `retiring`, `revoked` or `expired`.
+    pub status: String,
+    pub created_at: String,
+    pub expires_at: Option<String>,
+    pub secret_hint: String,
+    /// Only in the response that created this version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointDto {
+    pub endpoint_ref: String,
+    pub environment_ref: String,
+    pub url: String,
+    pub description: Option<String>,
+    pub url_immutable: bool,
+    /// `active`, `paused` or `disabled`.
+    pub status: String,
+    pub secret_versions: Vec<SecretVersionDto>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub etag: String,
+}
+
+pub(crate) fn endpoint_etag(e: &EndpointRecord) -> String {
+    etag(e.endpoint_ref.as_str(), e.version)
+}
+
+fn version_dto(
+    v: &StoredSecretVersion,
+    now: Timestamp,
+    revealed: Option<(u32, &SigningSecret)>,
+) -> SecretVersionDto {
+    SecretVersionDto {
+        version: v.meta.version,
+        status: v.meta.effective_status(now).as_str().to_owned(),
+        created_at: ts(v.meta.created_at),
+        expires_at: opt_ts(v.meta.expires_at),
+        secret_hint: v.hint.clone(),
+        secret: revealed
+            .filter(|(n, _)| *n == v.meta.version)
+            .map(|(_, s)| s.to_wire()),
+    }
+}
+
+/// The endpoint's wire form; `revealed` shows one version's secret.
+pub(crate) fn dto(e: &EndpointRecord, revealed: Option<(u32, &SigningSecret)>) -> EndpointDto {
+    let now = Timestamp::now();
+    EndpointDto {
+        endpoint_ref: e.endpoint_ref.to_string(),
+        environment_ref: e.environment_ref.to_string(),
+        url: e.url.clone(),
+        description: e.description.clone(),
+        url_immutable: e.url_immutable,
+        status: e.status.as_str().to_owned(),
+        secret_versions: e
+            .secret_versions
+            .iter()
+            .map(|v| version_dto(v, now, revealed))
+            .collect(),
+        created_at: ts(e.created_at),
+        updated_at: ts(e.updated_at),
+        etag: endpoint_etag(e),
+    }
+}
+
+pub(crate) fn reply(e: &EndpointRecord, revealed: Option<(u32, &SigningSecret)>) -> Reply {
+    match revealed {
+        Some(_) => Reply::revealing(dto(e, revealed), dto(e, None), Some(endpoint_etag(e))),
+        None => Reply::one(dto(e, None), Some(endpoint_etag(e))),
+    }
+}
+
+/// Encrypts a new secret for the store.
+pub(crate) fn seal(ctx: &Ctx, secret: &SigningSecret) -> NewSecret {
+    NewSecret {
+        ciphertext: ctx
+            .state
+            .settings
+            .webhooks
+            .cipher
+            .encrypt(secret.as_bytes()),
+        hint: secret.hint(),
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateEndpoint {
+    /// Absolute `https` url (`http` in sandbox, or in live with `delivery.allow_http`).
+    pub url: String,
+    pub description: Option<String>,
+}
+
+/// Empty body of pause and resume.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmptyBody {}
+
+pub async fn create(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    let body: CreateEndpoint = input.body()?;
+    if let Some(d) = &body.description {
+        crate::handlers::admin::service_accounts::check_text("description", d, 0, 500)?;
+    }
+    let settings = &ctx.state.settings.webhooks;
+    let allow_http = ctx.caller.mode == Mode::Sandbox || settings.allow_http;
+    let url = EndpointUrl::parse(&body.url, allow_http, settings.allow_private_networks)
+        .map_err(|e| ApiError::validation("url", e.to_string()))?;
+    if !settings.allow_private_networks && !url.is_ip_literal() {
+        check_resolved(&url).await?;
+    }
+    let secret = SigningSecret::generate();
+    let row = ctx
+        .store()
+        .create_endpoint(
+            ctx.env(),
+            url.as_str(),
+            body.description.as_deref(),
+            seal(&ctx, &secret),
+        )
+        .await?;
+    Ok(reply(&row, Some((1, &secret))))
+}
+
+/// Refuses a name that resolves to a forbidden address. A name that does
+/// not resolve now is accepted: every connection re-checks the address.
+async fn check_resolved(url: &EndpointUrl) -> Result<(), ApiError> {
+    let lookup = tokio::net::lookup_host((url.host().to_owned(), url.port()));
+    let Ok(Ok(addrs)) = tokio::time::timeout(Duration::from_secs(2), lookup).await else {
+        return Ok(());
+    };
+    for addr in addrs {
+        if forbidden_ip(addr.ip()) {
+            return Err(ApiError::validation(
+                "url",
+                "the host resolves to a loopback, private, link-local, multicast or unspecified address",
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    input.query_params(&["limit", "cursor", "status"])?;
+    let status_text = input.query_value("status");
+    let status =
+        match status_text {
+            None => None,
+            Some(s) => Some(EndpointStatus::parse(s).ok_or_else(|| {
+                ApiError::validation("status", "must be active, paused or disabled")
+            })?),
+        };
+    let list_scope = scope(ctx.op.id, &[("status", status_text)]);
+    let page = input.page(&list_scope)?;
+    let page = ctx.store().list_endpoints(ctx.env(), status, &page).await?;
+    Ok(Reply::page(
+        page,
+        &list_scope,
+        |e| (e.created_at.millis(), e.endpoint_ref.to_string()),
+        |e| dto(e, None),
+    ))
+}
+
+pub async fn retrieve(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    input.query_params(&[])?;
+    Ok(reply(&load_endpoint(&ctx, &input).await?, None))
+}
+
+pub async fn pause(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    transition(ctx, input, EndpointStatus::pause).await
+}
+
+pub async fn resume(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    transition(ctx, input, EndpointStatus::resume).await
+}
+
+type Transition =
+    fn(EndpointStatus) -> Result<EndpointStatus, domain::webhook::EndpointTransitionError>;
+
+async fn transition(ctx: Ctx, input: Input, step: Transition) -> Result<Reply, ApiError> {
+    let _: EmptyBody = input.body()?;
+    let current = load_endpoint(&ctx, &input).await?;
+    input.check_etag(&endpoint_etag(&current))?;
+    let next = step(current.status).map_err(|e| ApiError::semantic(e.to_string()))?;
+    let row = ctx.store().set_endpoint_status(&current, next).await?;
+    Ok(reply(&row, None))
+}
+
+/// The secret versions' metadata, for the rotation rules.
+pub(crate) fn versions(e: &EndpointRecord) -> Vec<SecretVersion> {
+    e.secret_versions.iter().map(|v| v.meta.clone()).collect()
+}

@@ -1,0 +1,44 @@
+//! Endpoint health, computed from the endpoint's status and its newest
+//! attempts (contract section 9, "Health").
+
+use super::load_endpoint;
+use crate::error::ApiError;
+use crate::handlers::Ctx;
+use crate::input::Input;
+use crate::reply::Reply;
+use domain::webhook::health::health;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// How many of the newest attempts the health rule reads.
+const WINDOW: u32 = 100;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EndpointHealthDto {
+    pub endpoint_ref: String,
+    /// `healthy`, `degraded`, `failing`, `unknown`, `paused` or `disabled`.
+    pub health: String,
+    /// The status of the newest delivery, or null.
+    pub last_delivery_status: Option<String>,
+}
+
+pub async fn retrieve(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    input.query_params(&[])?;
+    let endpoint = load_endpoint(&ctx, &input).await?;
+    let recent = ctx
+        .store()
+        .recent_attempt_outcomes(&endpoint.endpoint_ref, WINDOW)
+        .await?;
+    let last = ctx
+        .store()
+        .latest_delivery_status(&endpoint.endpoint_ref)
+        .await?;
+    Ok(Reply::one(
+        EndpointHealthDto {
+            endpoint_ref: endpoint.endpoint_ref.to_string(),
+            health: health(endpoint.status, &recent).as_str().to_owned(),
+            last_delivery_status: last.map(|s| s.as_str().to_owned()),
+        },
+        None,
+    ))
+}

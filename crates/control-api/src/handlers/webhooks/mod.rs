@@ -1,0 +1,63 @@
+//! The webhook control surface (contract section 9): endpoints and their
+//! secrets, subscriptions, data profile grants, deliveries, redrive, health,
+//! test sends and the event catalogue.
+
+pub mod data_profiles;
+pub mod deliveries;
+pub mod endpoints;
+pub mod event_types;
+pub mod health;
+pub mod redrive;
+pub mod secrets;
+pub mod subscriptions;
+pub mod test_send;
+
+use crate::error::ApiError;
+use crate::handlers::Ctx;
+use crate::input::Input;
+use domain::{Prefix, Ref};
+use store::{DeliveryRecord, EndpointRecord, StoreError};
+
+/// The endpoint named by the `endpoint_ref` path parameter.
+pub(crate) async fn load_endpoint(ctx: &Ctx, input: &Input) -> Result<EndpointRecord, ApiError> {
+    let endpoint_ref = input.path_ref("endpoint_ref", Prefix::WebhookEndpoint)?;
+    endpoint_by_ref(ctx, &endpoint_ref).await
+}
+
+pub(crate) async fn endpoint_by_ref(
+    ctx: &Ctx,
+    endpoint_ref: &Ref,
+) -> Result<EndpointRecord, ApiError> {
+    match ctx.store().endpoint(ctx.env(), endpoint_ref).await {
+        Err(StoreError::NotFound) => Err(ApiError::not_found("webhook endpoint")),
+        other => Ok(other?),
+    }
+}
+
+/// The delivery named by the `delivery_ref` path parameter.
+pub(crate) async fn load_delivery(ctx: &Ctx, input: &Input) -> Result<DeliveryRecord, ApiError> {
+    let delivery_ref = input.path_ref("delivery_ref", Prefix::WebhookDelivery)?;
+    match ctx.store().delivery(ctx.env(), &delivery_ref).await {
+        Err(StoreError::NotFound) => Err(ApiError::not_found("webhook delivery")),
+        other => Ok(other?),
+    }
+}
+
+/// A required free-text `reason` of 1 to 500 characters.
+pub(crate) fn check_reason(reason: &str) -> Result<(), ApiError> {
+    crate::handlers::admin::service_accounts::check_text("reason", reason, 1, 500)
+}
+
+/// Parses a list of `cf_` references at `field`.
+pub(crate) fn custom_field_refs(field: &str, refs: &[String]) -> Result<Vec<String>, ApiError> {
+    let mut out: Vec<String> = Vec::with_capacity(refs.len());
+    for (i, r) in refs.iter().enumerate() {
+        Ref::parse(Prefix::CustomField, r)
+            .map_err(|e| ApiError::validation(format!("{field}.{i}"), e.to_string()))?;
+        if out.contains(r) {
+            return Err(ApiError::validation(format!("{field}.{i}"), "listed twice"));
+        }
+        out.push(r.clone());
+    }
+    Ok(out)
+}

@@ -1,0 +1,71 @@
+//! `sendWebhookTest`: a diagnostic delivery carrying the catalogue example
+//! of a type, with no subscription needed. Grants and pause apply; the
+//! delivery pipeline sends it like any other.
+
+use super::data_profiles::view;
+use super::deliveries::reply;
+use super::load_endpoint;
+use crate::error::ApiError;
+use crate::handlers::Ctx;
+use crate::input::Input;
+use crate::reply::Reply;
+use domain::webhook::body::DeliveredBody;
+use domain::webhook::{catalogue, shaping, DeliveryStatus};
+use domain::{Prefix, Ref, Timestamp};
+use serde::Deserialize;
+use store::NewDelivery;
+use utoipa::ToSchema;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendTest {
+    pub public_event_type: String,
+}
+
+pub async fn send(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+    let body: SendTest = input.body()?;
+    let event = catalogue::find(&body.public_event_type).ok_or_else(|| {
+        ApiError::validation("public_event_type", "not an event type of the catalogue")
+    })?;
+    let endpoint = load_endpoint(&ctx, &input).await?;
+    let dto_version = event.dto_versions.iter().copied().max().unwrap_or(1);
+    let example = catalogue::example(event.name, dto_version).unwrap_or_default();
+    let grant = ctx
+        .store()
+        .active_data_profile_grant(&endpoint.endpoint_ref)
+        .await?;
+    let data = shaping::shape(
+        event.name,
+        dto_version,
+        &example,
+        view(grant.as_ref()).as_ref(),
+    );
+    let event_ref = Ref::generate(Prefix::Event);
+    let occurred_at = Timestamp::now();
+    let payload = DeliveredBody::new(
+        event_ref.as_str(),
+        event.name,
+        dto_version,
+        occurred_at,
+        ctx.env().as_str(),
+        &data,
+    )
+    .to_json();
+    let delivery = ctx
+        .store()
+        .create_delivery(NewDelivery {
+            environment_ref: ctx.env().clone(),
+            endpoint_ref: endpoint.endpoint_ref.clone(),
+            event_ref,
+            public_event_type: event.name.to_owned(),
+            dto_version,
+            status: DeliveryStatus::initial(endpoint.status),
+            diagnostic: true,
+            occurred_at,
+            event_data: example,
+            match_reasons: serde_json::json!([{"kind": "test_send"}]),
+            payload,
+        })
+        .await?;
+    Ok(reply(&delivery))
+}

@@ -1,0 +1,37 @@
+//! The control API: the HTTP surface of the service under `/api/v1`.
+//!
+//! This is the only crate that knows HTTP status codes and wire DTOs. It
+//! owns the operation table (`operations`), the request pipeline that
+//! applies the cross-cutting contract to every operation once (`pipeline`),
+//! the mapping of every failure to the contract's codes (`error`) and the
+//! handlers. It must never write SQL (that is `store`) nor hold business
+//! rules that belong in `domain`.
+
+pub mod auth;
+pub mod error;
+pub mod handlers;
+pub mod input;
+pub mod openapi;
+pub mod operations;
+pub mod pipeline;
+pub mod reply;
+pub mod router;
+pub mod state;
+
+pub use router::router;
+pub use state::{ApiSettings, AppState};
+
+use std::future::Future;
+use tokio::net::TcpListener;
+
+/// Serves the API on `listener` until `shutdown` resolves, then finishes
+/// in-flight requests.
+pub async fn run(
+    state: AppState,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,257 @@
+//! The operation table of `interface.md`, as data.
+//!
+//! This is the one source of truth for each operation's method, path,
+//! permission, idempotency, precondition, paging and error set. Routing,
+//! authentication checks, the OpenAPI document and the tests all read it.
+//! Generated once from `interface.md`; edit it together with that file.
+
+/// HTTP method of an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+}
+
+/// The error sets of `interface.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorSet {
+    E1,
+    E2,
+    E3,
+    E4,
+    E5,
+}
+
+impl ErrorSet {
+    /// The error codes an operation of this set may answer.
+    pub fn codes(self) -> &'static [&'static str] {
+        const E1: &[&str] = &[
+            "authentication_failed",
+            "forbidden",
+            "not_found",
+            "validation_failed",
+        ];
+        const E2: &[&str] = &[
+            "authentication_failed",
+            "forbidden",
+            "not_found",
+            "validation_failed",
+            "dependency_unavailable",
+        ];
+        const E3: &[&str] = &[
+            "authentication_failed",
+            "dependency_unavailable",
+            "forbidden",
+            "idempotency_key_required",
+            "idempotency_mismatch",
+            "not_found",
+            "precondition_failed",
+            "precondition_required",
+            "semantic_error",
+            "validation_failed",
+            "version_conflict",
+        ];
+        const E4: &[&str] = &[
+            "authentication_failed",
+            "dependency_unavailable",
+            "forbidden",
+            "idempotency_mismatch",
+            "not_found",
+            "precondition_failed",
+            "precondition_required",
+            "semantic_error",
+            "validation_failed",
+            "version_conflict",
+        ];
+        const E5: &[&str] = &[
+            "authentication_failed",
+            "dependency_unavailable",
+            "forbidden",
+            "not_found",
+            "semantic_error",
+            "validation_failed",
+        ];
+        match self {
+            ErrorSet::E1 => E1,
+            ErrorSet::E2 => E2,
+            ErrorSet::E3 => E3,
+            ErrorSet::E4 => E4,
+            ErrorSet::E5 => E5,
+        }
+    }
+}
+
+/// One row of the operation table.
+#[derive(Debug, Clone, Copy)]
+pub struct Operation {
+    pub method: Method,
+    pub path: &'static str,
+    pub id: &'static str,
+    pub permission: &'static str,
+    /// Needs an `Idempotency-Key`.
+    pub idempotent: bool,
+    /// Needs an `If-Match`.
+    pub if_match: bool,
+    /// Pages with `limit` and `cursor`.
+    pub cursor: bool,
+    pub errors: ErrorSet,
+}
+
+impl Operation {
+    /// The status of a success: 201 for operations that create.
+    pub fn success_status(&self) -> u16 {
+        let creates = ["create", "issue", "grant"]
+            .iter()
+            .any(|p| self.id.starts_with(p))
+            || self.id == "sendWebhookTest";
+        if creates {
+            201
+        } else {
+            200
+        }
+    }
+}
+
+macro_rules! op {
+    ($m:ident $path:literal $id:literal $perm:literal $idem:literal $ifm:literal $cur:literal $e:ident) => {
+        Operation {
+            method: Method::$m,
+            path: $path,
+            id: $id,
+            permission: $perm,
+            idempotent: $idem,
+            if_match: $ifm,
+            cursor: $cur,
+            errors: ErrorSet::$e,
+        }
+    };
+}
+
+/// Every operation of `interface.md`, in its order.
+#[rustfmt::skip]
+pub static OPERATIONS: &[Operation] = &[
+    op!(Get "/api/v1/buyers" "listBuyers" "buyers:read_list" false false true E2),
+    op!(Get "/api/v1/buyers/{buyer_ref}" "retrieveBuyer" "buyers:read_retrieve" false false false E2),
+    op!(Get "/api/v1/captures" "listCaptures" "captures:read_list" false false true E2),
+    op!(Get "/api/v1/captures/{capture_ref}" "retrieveCapture" "captures:read_retrieve" false false false E2),
+    op!(Post "/api/v1/checkout-configs" "createCheckoutConfig" "checkout_configs:write_create" true false false E3),
+    op!(Get "/api/v1/checkout-configs/{config_ref}" "retrieveCheckoutConfig" "checkout_configs:read_retrieve" false false false E2),
+    op!(Post "/api/v1/checkout-configs/{config_ref}/publish" "publishCheckoutConfig" "checkout_configs:write_publish" true false false E3),
+    op!(Post "/api/v1/checkout-configs/{config_ref}/versions" "createCheckoutConfigVersion" "checkout_configs:write_create_version" true false false E3),
+    op!(Get "/api/v1/checkout-sessions" "listCheckoutSessions" "checkout_sessions:read_list" false false true E2),
+    op!(Post "/api/v1/checkout-sessions" "createCheckoutSession" "checkout_sessions:write_create" true false false E3),
+    op!(Get "/api/v1/checkout-sessions/{checkout_session_ref}" "retrieveCheckoutSession" "checkout_sessions:read_retrieve" false false false E2),
+    op!(Post "/api/v1/checkout-sessions/{checkout_session_ref}/pay" "payCheckoutSession" "checkout_sessions:write_pay" true false false E3),
+    op!(Post "/api/v1/credentials/{credential_ref}/revoke" "revokeServiceAccountCredential" "credentials:manage_revoke" true true false E4),
+    op!(Post "/api/v1/credentials/{credential_ref}/rotate" "rotateServiceAccountCredential" "credentials:manage_rotate" true true false E4),
+    op!(Get "/api/v1/disputes" "listDisputes" "disputes:read_list" false false true E1),
+    op!(Get "/api/v1/disputes/{dispute_ref}" "retrieveDispute" "disputes:read" false false false E1),
+    op!(Get "/api/v1/entitlements" "listEntitlements" "entitlements:read_list" false false true E2),
+    op!(Get "/api/v1/entitlements/{entitlement_ref}" "retrieveEntitlement" "entitlements:read_retrieve" false false false E2),
+    op!(Get "/api/v1/environments" "listEnvironments" "environments:read_list" false false false E2),
+    op!(Get "/api/v1/invoices" "listInvoices" "invoices:read_list" false false true E2),
+    op!(Get "/api/v1/invoices/{invoice_ref}" "retrieveInvoice" "invoices:read_retrieve" false false false E2),
+    op!(Get "/api/v1/journeys" "listJourneys" "journeys:read_list" false false true E2),
+    op!(Get "/api/v1/journeys/{journey_ref}" "retrieveJourney" "journeys:read_retrieve" false false false E2),
+    op!(Get "/api/v1/offers" "listOffers" "offers:read_list" false false true E2),
+    op!(Get "/api/v1/offers/{offer_ref}" "retrieveOffer" "offers:read_retrieve" false false false E2),
+    op!(Post "/api/v1/offers/{offer_ref}/reprice" "repriceOffer" "products:reprice" true false false E3),
+    op!(Get "/api/v1/orders" "listOrders" "orders:read_list" false false true E2),
+    op!(Get "/api/v1/orders/{order_ref}" "retrieveOrder" "orders:read_retrieve" false false false E2),
+    op!(Get "/api/v1/participations" "listParticipations" "participations:read_list" false false true E1),
+    op!(Get "/api/v1/participations/{participation_ref}" "retrieveParticipation" "participations:read" false false false E1),
+    op!(Get "/api/v1/payment_methods" "listStoredPaymentMethods" "payment_methods:read_list" false false true E2),
+    op!(Get "/api/v1/payment_methods/{stored_payment_method_ref}" "retrieveStoredPaymentMethod" "payment_methods:read_retrieve" false false false E2),
+    op!(Get "/api/v1/payments" "listPayments" "payments:read_list" false false true E2),
+    op!(Get "/api/v1/payments/{payment_ref}" "retrievePayment" "payments:read_retrieve" false false false E2),
+    op!(Get "/api/v1/payouts" "listPayouts" "payouts:read_list" false false true E1),
+    op!(Get "/api/v1/payouts/{payout_ref}" "retrievePayout" "payouts:read" false false false E1),
+    op!(Get "/api/v1/prices" "listPrices" "prices:read_list" false false true E2),
+    op!(Post "/api/v1/prices" "createPrice" "prices:write_create" true false false E3),
+    op!(Get "/api/v1/prices/{price_ref}" "retrievePrice" "prices:read_retrieve" false false false E2),
+    op!(Post "/api/v1/prices/{price_ref}/publish" "publishPrice" "prices:write_publish" true false false E3),
+    op!(Get "/api/v1/products" "listProducts" "products:read_list" false false true E2),
+    op!(Post "/api/v1/products" "createProduct" "products:write_create" true false false E3),
+    op!(Get "/api/v1/products/{product_ref}" "retrieveProduct" "products:read_retrieve" false false false E2),
+    op!(Post "/api/v1/products/{product_ref}/publish" "publishProduct" "products:write_publish" true false false E3),
+    op!(Post "/api/v1/promotions/apply" "applyPromotion" "promotion:manage_apply" true true false E3),
+    op!(Post "/api/v1/promotions/plan" "planPromotion" "promotion:read_plan" false false false E5),
+    op!(Get "/api/v1/refunds" "listRefunds" "refunds:read_list" false false true E1),
+    op!(Post "/api/v1/refunds" "createRefund" "refunds:write_create" true false false E3),
+    op!(Get "/api/v1/refunds/{refund_ref}" "retrieveRefund" "refunds:read" false false false E1),
+    op!(Get "/api/v1/request_logs" "listPublicRequestLogs" "request_logs:read_list" false false true E1),
+    op!(Get "/api/v1/service_accounts" "listServiceAccounts" "service_accounts:read_list" false false false E1),
+    op!(Post "/api/v1/service_accounts" "createServiceAccount" "service_accounts:manage_create" true false false E4),
+    op!(Get "/api/v1/service_accounts/{principal_ref}" "retrieveServiceAccount" "service_accounts:read_retrieve" false false false E1),
+    op!(Get "/api/v1/service_accounts/{principal_ref}/credentials" "listServiceAccountCredentials" "credentials:read_list" false false false E1),
+    op!(Post "/api/v1/service_accounts/{principal_ref}/credentials" "issueServiceAccountCredential" "credentials:manage_issue" true false false E4),
+    op!(Get "/api/v1/service_accounts/{principal_ref}/grants" "listServiceAccountGrants" "grants:read_list" false false false E1),
+    op!(Post "/api/v1/service_accounts/{principal_ref}/grants" "grantServiceAccountPermission" "grants:manage_grant" true false false E4),
+    op!(Post "/api/v1/service_accounts/{principal_ref}/grants/{permission_action}/revoke" "revokeServiceAccountPermission" "grants:manage_revoke" true true false E4),
+    op!(Post "/api/v1/service_accounts/{principal_ref}/resume" "resumeServiceAccount" "service_accounts:manage_resume" true true false E4),
+    op!(Post "/api/v1/service_accounts/{principal_ref}/retire" "retireServiceAccount" "service_accounts:manage_retire" true true false E4),
+    op!(Post "/api/v1/service_accounts/{principal_ref}/suspend" "suspendServiceAccount" "service_accounts:manage_suspend" true true false E4),
+    op!(Get "/api/v1/subscription-changes" "listSubscriptionChanges" "subscription_changes:read_list" false false true E2),
+    op!(Get "/api/v1/subscription-changes/{subscription_change_ref}" "retrieveSubscriptionChange" "subscription_changes:read_retrieve" false false false E2),
+    op!(Get "/api/v1/subscriptions" "listSubscriptions" "subscriptions:read_list" false false true E2),
+    op!(Get "/api/v1/subscriptions/{subscription_ref}" "retrieveSubscription" "subscriptions:read_retrieve" false false false E2),
+    op!(Get "/api/v1/webhook_deliveries/{delivery_ref}" "retrieveWebhookDelivery" "webhooks:read_retrieve_delivery" false false false E1),
+    op!(Get "/api/v1/webhook_deliveries/{delivery_ref}/attempts" "listWebhookDeliveryAttempts" "webhooks:read_list_attempts" false false true E1),
+    op!(Get "/api/v1/webhook_deliveries/{delivery_ref}/body" "retrieveWebhookDeliveryBody" "webhooks:read_delivery_body" false false false E1),
+    op!(Post "/api/v1/webhook_deliveries/{delivery_ref}/redrive" "redriveWebhookDelivery" "webhooks:redrive_unit" true true false E3),
+    op!(Post "/api/v1/webhook_deliveries/redrive" "batchRedriveWebhookDeliveries" "webhooks:redrive_batch" true true false E3),
+    op!(Get "/api/v1/webhook_endpoints" "listWebhookEndpoints" "webhooks:read_list_endpoints" false false true E1),
+    op!(Post "/api/v1/webhook_endpoints" "createWebhookEndpoint" "webhooks:manage_create_endpoint" true false false E3),
+    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}" "retrieveWebhookEndpoint" "webhooks:read_retrieve_endpoint" false false false E1),
+    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants" "listWebhookDataProfileGrants" "webhooks:read_list_data_profile" false false false E1),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants" "createWebhookDataProfileGrant" "webhooks:manage_create_data_profile" true false false E3),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants/revoke" "revokeWebhookDataProfileGrant" "webhooks:manage_revoke_data_profile" true true false E3),
+    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/deliveries" "listWebhookDeliveries" "webhooks:read_list_deliveries" false false true E1),
+    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/health" "retrieveWebhookEndpointHealth" "webhooks:read_health" false false false E1),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/pause" "pauseWebhookEndpoint" "webhooks:manage_pause_endpoint" true true false E3),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/resume" "resumeWebhookEndpoint" "webhooks:manage_resume_endpoint" true true false E3),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/confirm" "confirmWebhookSecret" "webhooks:rotate_confirm" true true false E3),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/revoke" "revokeWebhookSecret" "webhooks:rotate_revoke" true true false E3),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/rotate" "rotateWebhookSecret" "webhooks:rotate_secret" true true false E3),
+    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions" "listWebhookSubscriptions" "webhooks:read_list_subscriptions" false false false E1),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions" "createWebhookSubscription" "webhooks:manage_create_subscription" true false false E3),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/test_send" "sendWebhookTest" "webhooks:manage_test_send" true false false E3),
+    op!(Get "/api/v1/webhook_event_types" "listWebhookEventTypes" "webhooks:read_event_catalog" false false false E1),
+];
+
+/// The operation named `id`.
+pub fn by_id(id: &str) -> Option<&'static Operation> {
+    OPERATIONS.iter().find(|o| o.id == id)
+}
+
+/// Every permission name, sorted and unique.
+pub fn permissions() -> Vec<&'static str> {
+    let mut p: Vec<&str> = OPERATIONS.iter().map(|o| o.permission).collect();
+    p.sort_unstable();
+    p.dedup();
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_consistent() {
+        assert_eq!(OPERATIONS.len(), 87);
+        for o in OPERATIONS {
+            assert!(o.path.starts_with("/api/v1/"), "{}", o.id);
+            assert!(by_id(o.id).is_some());
+            // Idempotency and preconditions apply to writes only.
+            if o.method == Method::Get {
+                assert!(!o.idempotent && !o.if_match, "{}", o.id);
+            }
+            assert_eq!(
+                o.idempotent,
+                matches!(o.errors, ErrorSet::E3 | ErrorSet::E4),
+                "{}",
+                o.id
+            );
+        }
+    }
+}

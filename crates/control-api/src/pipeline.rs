@@ -1,0 +1,378 @@
+//! The request pipeline every operation runs through, written once:
+//! request id, authentication, permission, header checks, body parsing,
+//! idempotency, the handler, the envelope, ETag and the request log.
+//!
+//! Check order (contract section 2): authentication, permission, header
+//! presence and format (idempotency key, then precondition), body
+//! validation, then the handler (existence, precondition match, semantics).
+
+use crate::auth::{authenticate, Caller};
+use crate::error::ApiError;
+use crate::handlers::{self, Ctx};
+use crate::input::Input;
+use crate::operations::{ErrorSet, Method, Operation};
+use crate::state::AppState;
+use axum::body::Body;
+use axum::extract::{FromRequestParts, RawPathParams};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use domain::etag::IfMatch;
+use domain::{Prefix, Ref, Timestamp};
+use futures::{FutureExt, StreamExt};
+use std::panic::AssertUnwindSafe;
+use std::time::Instant;
+use store::{IdempotencyScope, RequestLogRecord, Reservation, StoredResponse};
+
+/// Requests by operation id (bounded: the table's ids) and status.
+pub const HTTP_REQUESTS: &str = "billing_http_requests_total";
+
+/// A decided response, before headers.
+struct Served {
+    status: StatusCode,
+    body: String,
+    etag: Option<String>,
+    replayed: bool,
+    /// Set when the response is a kept error (or the replay of one).
+    error_code: Option<String>,
+}
+
+/// What the request log learns along the way.
+#[derive(Default)]
+struct Trace {
+    caller: Option<Caller>,
+    idempotency_key: Option<String>,
+}
+
+pub async fn run(op: &'static Operation, state: AppState, req: axum::extract::Request) -> Response {
+    let started = Instant::now();
+    let request_id = Ref::generate(Prefix::RequestLog);
+    let method = req.method().to_string();
+    let path = req.uri().path().to_owned();
+    let mut trace = Trace::default();
+    let outcome = execute(op, &state, req, request_id.as_str(), &mut trace).await;
+    let (response, status, error_code) = match outcome {
+        Ok(served) => {
+            let (status, code) = (served.status, served.error_code.clone());
+            (render(served), status, code)
+        }
+        Err(e) => {
+            let (status, code) = (e.status(), e.code());
+            (
+                e.into_response_for(request_id.as_str()),
+                status,
+                Some(code.to_owned()),
+            )
+        }
+    };
+    let log = RequestLogRecord {
+        request_log_ref: request_id.clone(),
+        environment_ref: trace.caller.as_ref().map(|c| c.environment_ref.clone()),
+        operation_id: Some(op.id.to_owned()),
+        method,
+        path,
+        status: status.as_u16(),
+        error_code,
+        principal_ref: trace.caller.as_ref().map(|c| c.principal_ref.clone()),
+        credential_ref: trace.caller.as_ref().map(|c| c.credential_ref.clone()),
+        idempotency_key: trace.idempotency_key,
+        duration_ms: started.elapsed().as_millis() as i64,
+        created_at: Timestamp::now(),
+    };
+    finish(&state, response, log).await
+}
+
+/// Adds `Request-Id` and writes the request log.
+pub async fn finish(state: &AppState, mut response: Response, log: RequestLogRecord) -> Response {
+    if let Ok(v) = HeaderValue::from_str(log.request_log_ref.as_str()) {
+        response.headers_mut().insert("request-id", v);
+    }
+    metrics::counter!(
+        HTTP_REQUESTS,
+        "operation" => log.operation_id.clone().unwrap_or_else(|| "unknown_route".to_owned()),
+        "status" => log.status.to_string()
+    )
+    .increment(1);
+    tracing::info!(
+        request.id = log.request_log_ref.as_str(),
+        operation = log.operation_id.as_deref().unwrap_or("-"),
+        status = log.status,
+        duration_ms = log.duration_ms,
+        "request"
+    );
+    if let Err(e) = state.store.insert_request_log(&log).await {
+        tracing::warn!(error = %e, request.id = log.request_log_ref.as_str(), "could not write request log");
+    }
+    response
+}
+
+fn render(served: Served) -> Response {
+    let mut response = (served.status, served.body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    if let Some(tag) = served
+        .etag
+        .as_deref()
+        .and_then(|t| HeaderValue::from_str(t).ok())
+    {
+        headers.insert(header::ETAG, tag);
+    }
+    if served.replayed {
+        headers.insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+async fn execute(
+    op: &'static Operation,
+    state: &AppState,
+    req: axum::extract::Request,
+    request_id: &str,
+    trace: &mut Trace,
+) -> Result<Served, ApiError> {
+    let (mut parts, body) = req.into_parts();
+    let caller = authenticate(&state.store, &parts.headers).await?;
+    trace.caller = Some(caller.clone());
+    if !caller.holds(op.permission) {
+        return Err(ApiError::Forbidden(op.permission));
+    }
+    let key = idempotency_key(op, &parts.headers)?;
+    trace.idempotency_key = key.clone();
+    let if_match = precondition(op, &parts.headers)?;
+    let body = match op.method {
+        Method::Post => parse_body(body, &parts.headers, state.settings.max_body_bytes).await?,
+        Method::Get => serde_json::Value::Null,
+    };
+    let path = RawPathParams::from_request_parts(&mut parts, &())
+        .await
+        .map(|p| {
+            p.iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let query = parse_query(parts.uri.query())?;
+    let fingerprint =
+        domain::idempotency::fingerprint(parts.method.as_str(), parts.uri.path(), &body);
+    let input = Input {
+        path,
+        query,
+        body,
+        if_match,
+    };
+    let ctx = Ctx {
+        state: state.clone(),
+        caller: caller.clone(),
+        op,
+    };
+
+    let Some(key) = key else {
+        let reply = call(ctx, input).await?;
+        return Ok(served(op, reply));
+    };
+    let scope = IdempotencyScope {
+        environment_ref: caller.environment_ref.to_string(),
+        principal_ref: caller.principal_ref.to_string(),
+        operation_id: op.id.to_owned(),
+        key,
+    };
+    let settings = &state.settings;
+    let reservation = state
+        .store
+        .reserve_idempotency_key(
+            &scope,
+            &fingerprint,
+            Timestamp::now(),
+            settings.idempotency_retention.as_millis() as i64,
+            settings.idempotency_stale_after.as_millis() as i64,
+        )
+        .await?;
+    match reservation {
+        Reservation::Reserved => {}
+        Reservation::Mismatch => return Err(ApiError::IdempotencyMismatch),
+        Reservation::InFlight => {
+            return Err(ApiError::VersionConflict(
+                "a request with this Idempotency-Key is still executing; retry",
+            ))
+        }
+        Reservation::Replay(stored) => {
+            let error_code = serde_json::from_str::<serde_json::Value>(&stored.body)
+                .ok()
+                .and_then(|v| v["error"]["code"].as_str().map(str::to_owned));
+            return Ok(Served {
+                status: StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK),
+                body: stored.body,
+                etag: stored.etag,
+                replayed: true,
+                error_code,
+            });
+        }
+    }
+    let result = call(ctx, input).await;
+    let decided = match &result {
+        Ok(reply) => Some(served(op, reply.clone())),
+        Err(e) if keeps_result(e) => Some(Served {
+            status: e.status(),
+            body: e.body_json(request_id),
+            etag: None,
+            replayed: false,
+            error_code: Some(e.code().to_owned()),
+        }),
+        Err(_) => None,
+    };
+    match decided {
+        Some(s) => {
+            // A reply that reveals a secret is kept without it.
+            let kept_body = match &result {
+                Ok(crate::reply::Reply {
+                    replay_data: Some(d),
+                    ..
+                }) => serde_json::json!({ "data": d }).to_string(),
+                _ => s.body.clone(),
+            };
+            let stored = StoredResponse {
+                status: s.status.as_u16(),
+                body: kept_body,
+                etag: s.etag.clone(),
+            };
+            if let Err(e) = state.store.complete_idempotency_key(&scope, &stored).await {
+                tracing::error!(error = %e, "could not record idempotent result");
+            }
+            // A kept error is served exactly as it will be replayed.
+            Ok(s)
+        }
+        None => {
+            if let Err(e) = state.store.release_idempotency_key(&scope).await {
+                tracing::error!(error = %e, "could not release idempotency key");
+            }
+            result.map(|reply| served(op, reply))
+        }
+    }
+}
+
+/// Runs the operation's handler; a panic becomes an opaque 500.
+async fn call(ctx: Ctx, input: Input) -> Result<crate::reply::Reply, ApiError> {
+    let op = ctx.op;
+    let Some(handler) = handlers::handler(op.id) else {
+        return Err(ApiError::NotFound(format!(
+            "operation `{}` is not available in this version of the service",
+            op.id
+        )));
+    };
+    AssertUnwindSafe(handler(ctx, input))
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Err(ApiError::Internal("handler panicked".into())))
+}
+
+fn served(op: &Operation, reply: crate::reply::Reply) -> Served {
+    let envelope = serde_json::json!({ "data": reply.data });
+    Served {
+        status: StatusCode::from_u16(op.success_status()).unwrap_or(StatusCode::OK),
+        body: envelope.to_string(),
+        etag: reply.etag,
+        replayed: false,
+        error_code: None,
+    }
+}
+
+/// The errors an executed request keeps under its key (contract section 4).
+fn keeps_result(e: &ApiError) -> bool {
+    matches!(
+        e,
+        ApiError::NotFound(_) | ApiError::PreconditionFailed | ApiError::Semantic(_)
+    )
+}
+
+fn idempotency_key(op: &Operation, headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    if !op.idempotent {
+        return Ok(None);
+    }
+    match headers.get("idempotency-key") {
+        None => Err(match op.errors {
+            ErrorSet::E3 => ApiError::IdempotencyKeyRequired,
+            _ => ApiError::validation("Idempotency-Key", "this operation requires the header"),
+        }),
+        Some(v) => v
+            .to_str()
+            .ok()
+            .filter(|k| domain::idempotency::valid_key(k))
+            .map(|k| Some(k.to_owned()))
+            .ok_or_else(|| {
+                ApiError::validation(
+                    "Idempotency-Key",
+                    "must be 1 to 255 printable ASCII characters",
+                )
+            }),
+    }
+}
+
+fn precondition(op: &Operation, headers: &HeaderMap) -> Result<Option<IfMatch>, ApiError> {
+    if !op.if_match {
+        return Ok(None);
+    }
+    let value = headers
+        .get(header::IF_MATCH)
+        .ok_or(ApiError::PreconditionRequired)?;
+    value
+        .to_str()
+        .ok()
+        .and_then(IfMatch::parse)
+        .map(Some)
+        .ok_or_else(|| ApiError::validation("If-Match", "must be `*` or a list of quoted ETags"))
+}
+
+async fn parse_body(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<serde_json::Value, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        drain(body).await;
+        return Err(ApiError::BodyTooLarge);
+    }
+    let mut stream = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| ApiError::validation("body", "could not be read"))?;
+        if bytes.len() + chunk.len() > limit {
+            drain(Body::from_stream(stream)).await;
+            return Err(ApiError::BodyTooLarge);
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    let value: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::validation("body", format!("not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ApiError::validation("body", "must be a JSON object"));
+    }
+    Ok(value)
+}
+
+/// Reads and discards what a client is still sending (up to a bound), so
+/// that it receives our 413 instead of a reset connection.
+async fn drain(body: Body) {
+    const DRAIN_LIMIT: usize = 16 << 20;
+    let mut stream = body.into_data_stream();
+    let mut seen = 0;
+    while let Some(Ok(chunk)) = stream.next().await {
+        seen += chunk.len();
+        if seen > DRAIN_LIMIT {
+            break;
+        }
+    }
+}
+
+fn parse_query(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
+    let Some(q) = query.filter(|q| !q.is_empty()) else {
+        return Ok(Vec::new());
+    };
+    serde_urlencoded::from_str::<Vec<(String, String)>>(q)
+        .map_err(|_| ApiError::validation("query", "malformed query string"))
+}

@@ -1,0 +1,134 @@
+//! One attempt: shape the body for the endpoint's dto version and its grant
+//! at this moment, sign it with every signing secret version, send it, and
+//! decide what follows.
+
+use crate::endpoints::EndpointView;
+use crate::metrics as m;
+use crate::schedule::{after_attempt, Answer};
+use crate::sending::Sender;
+use crate::settings::DispatchSettings;
+use crate::signing;
+use domain::webhook::body::DeliveredBody;
+use domain::webhook::{shaping, AttemptStatus, DeliveryStatus};
+use domain::Timestamp;
+use std::time::Instant;
+use store::{AttemptResult, DeliveryRecord, Store};
+
+pub async fn run(
+    store: &Store,
+    settings: &DispatchSettings,
+    sender: &Sender,
+    delivery: &DeliveryRecord,
+    endpoint: &EndpointView,
+) -> AttemptResult {
+    let started = Timestamp::now();
+    let clock = Instant::now();
+    let data = shaping::shape(
+        &delivery.public_event_type,
+        delivery.dto_version,
+        &delivery.event_data,
+        endpoint.grant.as_ref(),
+    );
+    let body = DeliveredBody::new(
+        delivery.event_ref.as_str(),
+        &delivery.public_event_type,
+        delivery.dto_version,
+        delivery.occurred_at,
+        delivery.environment_ref.as_str(),
+        &data,
+    )
+    .to_json();
+    let headers = signing::headers(
+        delivery.delivery_ref.as_str(),
+        started.millis() / 1000,
+        body.as_bytes(),
+        &endpoint.signing_secrets(started),
+    );
+    let response = sender
+        .post(&endpoint.url, &headers, body.clone(), settings.timeout)
+        .await;
+    let elapsed = clock.elapsed();
+    let success = matches!(response.status, Some(200..=299));
+    let attempt_number = delivery.attempt_count + 1;
+    let answer = Answer {
+        status: response.status,
+        retry_after: response.retry_after,
+    };
+    let mut next = after_attempt(
+        &settings.retry_schedule,
+        attempt_number,
+        &answer,
+        Timestamp::now(),
+        rand::random(),
+    );
+    if !success && !next.disable_endpoint {
+        next.disable_endpoint = failing_too_long(store, settings, delivery, started).await;
+        if next.disable_endpoint {
+            // A disabled endpoint holds its deliveries until resumed.
+            next.status = DeliveryStatus::Held;
+            next.next_attempt_at = None;
+        }
+    }
+
+    let status = if success {
+        AttemptStatus::Succeeded
+    } else {
+        AttemptStatus::Failed
+    };
+    metrics::counter!(m::ATTEMPTS, "outcome" => status.as_str(), "status_class" => m::status_class(response.status))
+        .increment(1);
+    metrics::histogram!(m::ATTEMPT_SECONDS).record(elapsed.as_secs_f64());
+    if attempt_number == 1 && delivery.generation == 1 {
+        let lag = (started.millis() - delivery.created_at.millis()).max(0) as f64 / 1000.0;
+        metrics::histogram!(m::FIRST_ATTEMPT_LAG_SECONDS).record(lag);
+    }
+    if matches!(
+        next.status,
+        DeliveryStatus::Succeeded | DeliveryStatus::Failed
+    ) {
+        metrics::counter!(m::DELIVERIES, "outcome" => next.status.as_str(), "event_type" => delivery.public_event_type.clone())
+            .increment(1);
+    }
+    tracing::debug!(
+        delivery.r#ref = delivery.delivery_ref.as_str(),
+        endpoint.r#ref = delivery.endpoint_ref.as_str(),
+        attempt = attempt_number,
+        status = response.status,
+        duration_ms = elapsed.as_millis() as u64,
+        "attempt"
+    );
+    AttemptResult {
+        delivery_ref: delivery.delivery_ref.clone(),
+        environment_ref: delivery.environment_ref.clone(),
+        endpoint_ref: delivery.endpoint_ref.clone(),
+        generation: delivery.generation,
+        attempt_number,
+        status,
+        response_status: response.status,
+        error: response.error,
+        response_body_excerpt: response.excerpt,
+        duration_ms: elapsed.as_millis() as i64,
+        started_at: started,
+        next_attempt_at: next.next_attempt_at,
+        delivery_status: next.status,
+        payload: body,
+        disable_endpoint: next.disable_endpoint,
+    }
+}
+
+/// True when every attempt to the endpoint has failed for `disable_after`.
+async fn failing_too_long(
+    store: &Store,
+    settings: &DispatchSettings,
+    d: &DeliveryRecord,
+    now: Timestamp,
+) -> bool {
+    let since = match store.endpoint_failing_since(&d.endpoint_ref).await {
+        Ok(since) => since.unwrap_or(now),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the endpoint's failure history");
+            return false;
+        }
+    };
+    now.millis() - since.millis() >= settings.disable_after.as_millis() as i64
+}

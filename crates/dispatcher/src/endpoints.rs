@@ -1,0 +1,93 @@
+//! What an attempt needs to know about its endpoint (url, status, signing
+//! secrets, active grant), cached per endpoint version. Every claim batch
+//! re-reads the versions, and every secret or grant change bumps the
+//! version, so an attempt never uses a revoked secret or a revoked grant.
+
+use domain::webhook::cipher::SecretCipher;
+use domain::webhook::shaping::GrantView;
+use domain::webhook::signing::SigningSecret;
+use domain::webhook::EndpointStatus;
+use domain::{Ref, Timestamp};
+use std::collections::HashMap;
+use std::sync::Arc;
+use store::{Store, StoreError};
+
+pub struct EndpointView {
+    pub endpoint_ref: Ref,
+    pub url: String,
+    pub status: EndpointStatus,
+    pub version: i64,
+    /// Decrypted secrets of the versions that sign, each with the time it
+    /// stops signing (a retiring version's expiry).
+    pub secrets: Vec<(Option<Timestamp>, SigningSecret)>,
+    pub grant: Option<GrantView>,
+}
+
+impl EndpointView {
+    /// The secrets that sign an attempt starting at `now`.
+    pub fn signing_secrets(&self, now: Timestamp) -> Vec<SigningSecret> {
+        self.secrets
+            .iter()
+            .filter(|(until, _)| until.is_none_or(|u| now < u))
+            .map(|(_, s)| s.clone())
+            .collect()
+    }
+}
+
+#[derive(Default)]
+pub struct EndpointCache {
+    views: HashMap<String, Arc<EndpointView>>,
+}
+
+impl EndpointCache {
+    /// The current view of `endpoint_ref`, reloaded when its version moved.
+    pub async fn get(
+        &mut self,
+        store: &Store,
+        cipher: &SecretCipher,
+        environment_ref: &Ref,
+        endpoint_ref: &Ref,
+        current_version: i64,
+    ) -> Result<Arc<EndpointView>, StoreError> {
+        if let Some(v) = self.views.get(endpoint_ref.as_str()) {
+            if v.version == current_version {
+                return Ok(v.clone());
+            }
+        }
+        let e = store.endpoint(environment_ref, endpoint_ref).await?;
+        let grant = store
+            .active_data_profile_grant(endpoint_ref)
+            .await?
+            .map(|g| GrantView {
+                data_classes: g.data_classes,
+                custom_field_refs: g.custom_field_refs,
+            });
+        let now = Timestamp::now();
+        let secrets = e
+            .secret_versions
+            .iter()
+            .filter(|v| v.meta.signs(now))
+            .filter_map(|v| {
+                let bytes = cipher.decrypt(&v.ciphertext)?;
+                let key = <[u8; 32]>::try_from(bytes.as_slice()).ok()?;
+                let until = match v.meta.status {
+                    domain::webhook::secret_version::SecretVersionStatus::Retiring => {
+                        v.meta.expires_at
+                    }
+                    _ => None,
+                };
+                Some((until, SigningSecret::from_bytes(key)))
+            })
+            .collect();
+        let view = Arc::new(EndpointView {
+            endpoint_ref: e.endpoint_ref.clone(),
+            url: e.url.clone(),
+            status: e.status,
+            version: e.version,
+            secrets,
+            grant,
+        });
+        self.views.insert(endpoint_ref.to_string(), view.clone());
+        Ok(view)
+    }
+}

@@ -1,0 +1,164 @@
+//! Event intake: parses and validates the envelope of contract section 9
+//! (documented as a JSON Schema in `config/event-envelope.schema.json`) and
+//! accepts it into the store's queue, once per `event_ref`. A message that
+//! cannot be parsed or validated is kept as a dead letter with its reason:
+//! never dropped, never a crash.
+
+use crate::metrics as m;
+use domain::webhook::catalogue;
+use domain::webhook::shaping::Scope;
+use domain::{Prefix, Ref, Timestamp};
+use serde::Deserialize;
+use store::{EventRecord, Store, StoreError};
+
+#[derive(Debug, Deserialize)]
+struct Envelope {
+    event_ref: String,
+    public_event_type: String,
+    environment_ref: String,
+    occurred_at: String,
+    #[serde(default)]
+    scope: ScopeWire,
+    data: serde_json::Value,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScopeWire {
+    #[serde(default)]
+    product_refs: Vec<String>,
+    buyer_ref: Option<String>,
+    beneficiary_business_ref: Option<String>,
+}
+
+/// Parses and validates one message; the error says why it is refused.
+pub fn parse(body: &[u8]) -> Result<EventRecord, String> {
+    let e: Envelope =
+        serde_json::from_slice(body).map_err(|e| format!("not a valid envelope: {e}"))?;
+    let event_ref =
+        Ref::parse(Prefix::Event, &e.event_ref).map_err(|err| format!("event_ref {err}"))?;
+    let environment_ref = Ref::parse(Prefix::Environment, &e.environment_ref)
+        .map_err(|err| format!("environment_ref {err}"))?;
+    let event_type = catalogue::find(&e.public_event_type)
+        .filter(|t| !t.diagnostic)
+        .ok_or_else(|| {
+            format!(
+                "public_event_type `{}` is not in the catalogue",
+                e.public_event_type
+            )
+        })?;
+    let occurred_at =
+        Timestamp::parse(&e.occurred_at).ok_or("occurred_at must be an RFC 3339 timestamp")?;
+    if !e.data.is_object() {
+        return Err("data must be a JSON object".to_owned());
+    }
+    for (i, p) in e.scope.product_refs.iter().enumerate() {
+        Ref::parse(Prefix::Product, p).map_err(|err| format!("scope.product_refs.{i} {err}"))?;
+    }
+    if let Some(b) = &e.scope.buyer_ref {
+        Ref::parse(Prefix::Buyer, b).map_err(|err| format!("scope.buyer_ref {err}"))?;
+    }
+    if let Some(b) = &e.scope.beneficiary_business_ref {
+        Ref::parse(Prefix::BeneficiaryBusiness, b)
+            .map_err(|err| format!("scope.beneficiary_business_ref {err}"))?;
+    }
+    Ok(EventRecord {
+        event_ref,
+        environment_ref,
+        public_event_type: event_type.name.to_owned(),
+        occurred_at,
+        scope: Scope {
+            product_refs: e.scope.product_refs,
+            buyer_ref: e.scope.buyer_ref,
+            beneficiary_business_ref: e.scope.beneficiary_business_ref,
+        },
+        data: e.data,
+    })
+}
+
+/// What became of a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accepted {
+    New,
+    Duplicate,
+    /// Refused, with the reason it was dead-lettered for.
+    Dead(String),
+}
+
+/// Accepts one message into the embedded queue (or the dead letters).
+pub async fn accept(
+    store: &Store,
+    body: &[u8],
+    source: &'static str,
+) -> Result<Accepted, StoreError> {
+    match parse(body) {
+        Ok(event) => {
+            metrics::counter!(m::EVENTS_CONSUMED, "source" => source).increment(1);
+            Ok(if store.enqueue_event(&event).await? {
+                Accepted::New
+            } else {
+                Accepted::Duplicate
+            })
+        }
+        Err(reason) => {
+            metrics::counter!(m::EVENTS_DEAD, "source" => source).increment(1);
+            store
+                .dead_letter(&String::from_utf8_lossy(body), &reason)
+                .await?;
+            Ok(Accepted::Dead(reason))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope() -> serde_json::Value {
+        serde_json::json!({
+            "event_ref": "evt_AAAAAAAAAAAA",
+            "public_event_type": "payment.succeeded",
+            "environment_ref": "env_AAAAAAAAAAAA",
+            "occurred_at": "2026-11-22T10:04:05.123Z",
+            "scope": {"product_refs": ["prd_AAAAAAAAAAAA"], "buyer_ref": "buy_AAAAAAAAAAAA", "beneficiary_business_ref": null},
+            "data": {"payment": {"payment_ref": "pay_AAAAAAAAAAAA"}}
+        })
+    }
+
+    #[test]
+    fn a_valid_envelope_parses() {
+        let e = parse(envelope().to_string().as_bytes()).unwrap();
+        assert_eq!(e.scope.product_refs, vec!["prd_AAAAAAAAAAAA"]);
+    }
+
+    #[test]
+    fn each_defect_is_named() {
+        let cases = [
+            ("event_ref", serde_json::json!("nope"), "event_ref"),
+            (
+                "public_event_type",
+                serde_json::json!("no.such"),
+                "catalogue",
+            ),
+            (
+                "public_event_type",
+                serde_json::json!("webhook.test"),
+                "catalogue",
+            ),
+            ("occurred_at", serde_json::json!("yesterday"), "occurred_at"),
+            ("data", serde_json::json!([1]), "data"),
+            (
+                "environment_ref",
+                serde_json::json!("env_x"),
+                "environment_ref",
+            ),
+        ];
+        for (field, value, needle) in cases {
+            let mut e = envelope();
+            e[field] = value;
+            let err = parse(e.to_string().as_bytes()).unwrap_err();
+            assert!(err.contains(needle), "{field}: {err}");
+        }
+        assert!(parse(b"not json").is_err());
+    }
+}

@@ -1,0 +1,31 @@
+//! The dispatcher: from a domain event to a signed, retried, recorded
+//! delivery.
+//!
+//! Flow: `intake` validates an envelope and accepts it into the store's
+//! event queue (once per `event_ref`); `fanout` matches subscriptions and
+//! records one delivery per (event, endpoint, dto_version); `worker` leases
+//! due deliveries, keeps per-endpoint limits and circuit breakers, and runs
+//! attempts; `attempt` shapes, signs (`signing`) and sends (`sending`) one
+//! request; `schedule` decides what follows an attempt; `recorder` writes
+//! attempt results in batches.
+//!
+//! This crate owns outbound HTTP, AMQP and Redis. It must never serve HTTP
+//! requests of the API nor write SQL (that is `store`).
+
+pub mod amqp;
+pub mod attempt;
+pub mod breaker;
+pub mod endpoints;
+pub mod fanout;
+pub mod intake;
+pub mod metrics;
+pub mod recorder;
+pub mod redis_schedule;
+pub mod schedule;
+pub mod sending;
+pub mod settings;
+pub mod signing;
+pub mod worker;
+
+pub use settings::DispatchSettings;
+pub use worker::Dispatcher;

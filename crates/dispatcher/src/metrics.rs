@@ -1,0 +1,58 @@
+//! Metric names and the Prometheus exporter. Labels are bounded: outcome,
+//! status class, event type (a catalogue name), never a reference or url.
+
+use metrics_exporter_prometheus::PrometheusBuilder;
+use std::net::SocketAddr;
+
+pub const DELIVERIES: &str = "billing_webhook_deliveries_total";
+pub const ATTEMPTS: &str = "billing_webhook_attempts_total";
+pub const ATTEMPT_SECONDS: &str = "billing_webhook_attempt_duration_seconds";
+pub const FIRST_ATTEMPT_LAG_SECONDS: &str = "billing_webhook_event_to_first_attempt_seconds";
+pub const DUE_BACKLOG: &str = "billing_webhook_due_backlog";
+pub const IN_FLIGHT: &str = "billing_webhook_attempts_in_flight";
+pub const ENDPOINTS: &str = "billing_webhook_endpoints";
+pub const EVENTS_CONSUMED: &str = "billing_events_consumed_total";
+pub const EVENTS_DEAD: &str = "billing_events_dead_lettered_total";
+
+/// Serves `GET /metrics` on `addr` for this process.
+pub fn install(addr: SocketAddr) -> Result<(), String> {
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets(&[
+            0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+        ])
+        .map_err(|e| e.to_string())?
+        .install()
+        .map_err(|e| e.to_string())
+}
+
+/// `2xx`, `4xx`, … or `none` when no response came.
+pub fn status_class(status: Option<u16>) -> &'static str {
+    match status {
+        Some(200..=299) => "2xx",
+        Some(300..=399) => "3xx",
+        Some(400..=499) => "4xx",
+        Some(500..=599) => "5xx",
+        Some(_) => "other",
+        None => "none",
+    }
+}
+
+/// Most endpoints the health gauge reads per refresh.
+const HEALTH_SAMPLE: u32 = 10_000;
+
+/// Sets `billing_webhook_endpoints{health}` to the number of endpoints in
+/// each health state (contract section 9's rule).
+pub async fn record_endpoint_health(store: &store::Store) -> Result<(), store::StoreError> {
+    use domain::webhook::health::{health, Health};
+    let mut counts: std::collections::HashMap<Health, u64> =
+        Health::ALL.iter().map(|h| (*h, 0)).collect();
+    for (endpoint_ref, status) in store.endpoint_statuses(HEALTH_SAMPLE).await? {
+        let recent = store.recent_attempt_outcomes(&endpoint_ref, 100).await?;
+        *counts.entry(health(status, &recent)).or_default() += 1;
+    }
+    for (h, n) in counts {
+        metrics::gauge!(ENDPOINTS, "health" => h.as_str()).set(n as f64);
+    }
+    Ok(())
+}

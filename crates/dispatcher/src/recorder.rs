@@ -1,0 +1,54 @@
+//! Writes attempt results in batches: one transaction for up to
+//! `MAX_BATCH` results, so a busy dispatcher does not pay one commit per
+//! attempt. A result is never dropped while the store is reachable; if it
+//! is not, the delivery's lease expires and the attempt is made again
+//! (at-least-once).
+
+use crate::redis_schedule::RedisSchedule;
+use std::sync::Arc;
+use std::time::Duration;
+use store::{AttemptResult, Store};
+use tokio::sync::{mpsc, Notify};
+
+pub const MAX_BATCH: usize = 256;
+
+pub async fn run(
+    store: Store,
+    owner: String,
+    mut results: mpsc::Receiver<AttemptResult>,
+    recorded: Arc<Notify>,
+    redis: Option<Arc<RedisSchedule>>,
+) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = results.recv().await {
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match results.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        let mut backoff = Duration::from_millis(50);
+        for attempt in 0..8 {
+            match store.record_attempts(&owner, &batch).await {
+                Ok(_) => break,
+                Err(e) if attempt < 7 => {
+                    tracing::warn!(error = %e, "recording attempts failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, count = batch.len(), "attempt results not recorded; their leases will expire and they will be retried")
+                }
+            }
+        }
+        if let Some(r) = &redis {
+            let refs: Vec<String> = batch.iter().map(|a| a.delivery_ref.to_string()).collect();
+            if let Err(e) = r.finish(&refs).await {
+                tracing::warn!(error = %e, "clearing Redis leases failed; they expire by themselves");
+            }
+        }
+        batch.clear();
+        recorded.notify_one();
+    }
+}

@@ -1,0 +1,397 @@
+//! The fleet schedule in Redis: which deliveries are due, which are leased
+//! to a worker, and how many attempts each had.
+//!
+//! Keys, under a configurable prefix `P`:
+//!
+//! - `P:due`, a sorted set: member = delivery reference, score = when it
+//!   is due (Unix milliseconds).
+//! - `P:leased`, a sorted set: member = delivery reference, score = when
+//!   its lease ends. `take_due` moves members here atomically (Lua), so two
+//!   workers never take the same member; a member whose lease ended (its
+//!   worker died) goes back to `P:due` with `reclaim_expired`.
+//! - `P:attempts:<delivery_ref>`, a counter of finished attempts, expiring
+//!   [`ATTEMPTS_TTL_SECS`] after the last one, so it never grows without
+//!   bound.
+//!
+//! The store stays the source of truth. Redis is only a fast index of it:
+//! `feed` writes the store's due deliveries into `P:due` again and again
+//! (an idempotent `ZADD`), so a Redis that lost its data (FLUSHALL, a
+//! restart without persistence) is rebuilt within one feed interval, and
+//! `claim` leases in the store what it took from Redis, with the SQL lease
+//! as the fence: a row another worker holds, or that finished or moved
+//! later meanwhile, is skipped and dropped from Redis. A stale or duplicate
+//! member is therefore harmless; it costs one skipped row.
+
+use domain::Timestamp;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use store::{DeliveryRecord, Store, StoreError};
+use tokio_util::sync::CancellationToken;
+
+/// The Redis client crate, for callers (tests) that need a raw connection.
+pub use redis;
+
+/// How long an attempt counter lives after its last attempt: longer than
+/// any retry schedule the service accepts.
+pub const ATTEMPTS_TTL_SECS: i64 = 7 * 24 * 3600;
+/// How far ahead `feed` looks at least: deliveries due within it are put
+/// into the due set before they fall due.
+pub const FEED_HORIZON: Duration = Duration::from_secs(5);
+/// Most deliveries `feed` reads from the store per pass (the earliest due).
+pub const FEED_BATCH: u32 = 10_000;
+/// Members per command when writing or moving many.
+const CHUNK: usize = 1_000;
+/// Expired leases moved back per script call.
+const RECLAIM_BATCH: usize = 1_000;
+
+/// Moves up to ARGV[3] members of KEYS[1] (due) with score <= ARGV[1] (now)
+/// to KEYS[2] (leased) with score ARGV[2] (lease end); returns them.
+const TAKE_DUE: &str = r"
+local refs = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+for _, r in ipairs(refs) do
+  redis.call('ZREM', KEYS[1], r)
+  redis.call('ZADD', KEYS[2], ARGV[2], r)
+end
+return refs
+";
+
+/// Moves up to ARGV[2] members of KEYS[2] (leased) with score < ARGV[1]
+/// (now) back to KEYS[1] (due), due now unless already scheduled there;
+/// returns how many moved.
+const RECLAIM: &str = r"
+local refs = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', '(' .. ARGV[1], 'LIMIT', 0, tonumber(ARGV[2]))
+for _, r in ipairs(refs) do
+  redis.call('ZREM', KEYS[2], r)
+  redis.call('ZADD', KEYS[1], 'NX', ARGV[1], r)
+end
+return #refs
+";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// The due set, lease set and attempt counters of one deployment (its key
+/// prefix) in Redis. Cheap to clone; clones share one connection, which
+/// reconnects by itself after a Redis restart.
+#[derive(Clone)]
+pub struct RedisSchedule {
+    conn: ConnectionManager,
+    prefix: String,
+    due_key: String,
+    leased_key: String,
+    take_due: Arc<redis::Script>,
+    reclaim: Arc<redis::Script>,
+}
+
+impl std::fmt::Debug for RedisSchedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSchedule")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisSchedule {
+    /// Connects to `url` (`redis://…`), keeping every key under
+    /// `key_prefix`. Fails when Redis cannot be reached now.
+    pub async fn connect(url: &str, key_prefix: &str) -> Result<RedisSchedule, ScheduleError> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Duration::from_secs(5))
+            .set_response_timeout(Duration::from_secs(5))
+            .set_number_of_retries(3)
+            .set_max_delay(2_000);
+        let conn = ConnectionManager::new_with_config(client, config).await?;
+        Ok(RedisSchedule {
+            conn,
+            prefix: key_prefix.to_owned(),
+            due_key: format!("{key_prefix}:due"),
+            leased_key: format!("{key_prefix}:leased"),
+            take_due: Arc::new(redis::Script::new(TAKE_DUE)),
+            reclaim: Arc::new(redis::Script::new(RECLAIM)),
+        })
+    }
+
+    pub fn key_prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    fn attempts_key(&self, delivery_ref: &str) -> String {
+        format!("{}:attempts:{delivery_ref}", self.prefix)
+    }
+
+    /// Adds (or moves) due times: `ZADD P:due due_ms delivery_ref`.
+    pub async fn schedule(&self, items: &[(String, i64)]) -> Result<(), ScheduleError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for chunk in items.chunks(CHUNK) {
+            let cmd = pipe.cmd("ZADD").arg(&self.due_key);
+            for (delivery_ref, due_ms) in chunk {
+                cmd.arg(*due_ms).arg(delivery_ref);
+            }
+            cmd.ignore();
+        }
+        pipe.query_async::<()>(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Atomically moves up to `limit` members due at `now_ms` (score <=
+    /// now) from the due set to the lease set, with score `lease_until_ms`,
+    /// earliest first, and returns them. No two callers get the same member.
+    pub async fn take_due(
+        &self,
+        now_ms: i64,
+        lease_until_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<String>, ScheduleError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .take_due
+            .key(&self.due_key)
+            .key(&self.leased_key)
+            .arg(now_ms)
+            .arg(lease_until_ms)
+            .arg(limit)
+            .invoke_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    /// Removes finished leases (after the attempt is recorded) and counts
+    /// one attempt for each in `P:attempts:<delivery_ref>`.
+    pub async fn finish(&self, refs: &[String]) -> Result<(), ScheduleError> {
+        if refs.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for chunk in refs.chunks(CHUNK) {
+            pipe.cmd("ZREM").arg(&self.leased_key).arg(chunk).ignore();
+        }
+        for r in refs {
+            let key = self.attempts_key(r);
+            pipe.cmd("INCR").arg(&key).ignore();
+            pipe.cmd("EXPIRE").arg(&key).arg(ATTEMPTS_TTL_SECS).ignore();
+        }
+        pipe.query_async::<()>(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Drops leases without counting an attempt (the store refused the
+    /// lease, or the worker gave the delivery back to the store).
+    pub async fn release(&self, refs: &[String]) -> Result<(), ScheduleError> {
+        if refs.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        for chunk in refs.chunks(CHUNK) {
+            pipe.cmd("ZREM").arg(&self.leased_key).arg(chunk).ignore();
+        }
+        pipe.query_async::<()>(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Drops leases and schedules the deliveries again at the given due
+    /// times, atomically: for a worker that gives a delivery back (busy
+    /// endpoint, open circuit) and wants it retried sooner than the next
+    /// feed pass.
+    pub async fn give_back(&self, items: &[(String, i64)]) -> Result<(), ScheduleError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for chunk in items.chunks(CHUNK) {
+            let rem = pipe.cmd("ZREM").arg(&self.leased_key);
+            for (delivery_ref, _) in chunk {
+                rem.arg(delivery_ref);
+            }
+            rem.ignore();
+            let add = pipe.cmd("ZADD").arg(&self.due_key);
+            for (delivery_ref, due_ms) in chunk {
+                add.arg(*due_ms).arg(delivery_ref);
+            }
+            add.ignore();
+        }
+        pipe.query_async::<()>(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Moves leases that ended before `now_ms` back to the due set (due
+    /// now, unless the member is already scheduled there): the attempts of
+    /// a worker that died return to the pool. Returns how many moved.
+    pub async fn reclaim_expired(&self, now_ms: i64) -> Result<usize, ScheduleError> {
+        let mut total = 0;
+        loop {
+            let moved: usize = self
+                .reclaim
+                .key(&self.due_key)
+                .key(&self.leased_key)
+                .arg(now_ms)
+                .arg(RECLAIM_BATCH)
+                .invoke_async(&mut self.conn.clone())
+                .await?;
+            total += moved;
+            if moved < RECLAIM_BATCH {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Members of the due set, due now or within the feed's horizon (the
+    /// backlog gauge).
+    pub async fn due_len(&self) -> Result<u64, ScheduleError> {
+        Ok(redis::cmd("ZCARD")
+            .arg(&self.due_key)
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    /// Members of the lease set (attempts taken and not finished).
+    pub async fn leased_len(&self) -> Result<u64, ScheduleError> {
+        Ok(redis::cmd("ZCARD")
+            .arg(&self.leased_key)
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    /// Attempts finished for `delivery_ref` in the last
+    /// [`ATTEMPTS_TTL_SECS`] (0 when unknown, e.g. after Redis lost its
+    /// data: the store's `attempt_count` is the authority).
+    pub async fn attempts(&self, delivery_ref: &str) -> Result<u64, ScheduleError> {
+        let n: Option<u64> = redis::cmd("GET")
+            .arg(self.attempts_key(delivery_ref))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(n.unwrap_or(0))
+    }
+
+    pub async fn ping(&self) -> Result<(), ScheduleError> {
+        redis::cmd("PING")
+            .query_async::<String>(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+}
+
+/// What one feed pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FeedPass {
+    /// Deliveries written into the due set (most were there already).
+    pub scheduled: usize,
+    /// Expired leases moved back to the due set.
+    pub reclaimed: usize,
+}
+
+/// One pass of `feed`: schedules the store's unleased pending deliveries
+/// due within `horizon` (at most [`FEED_BATCH`], earliest first), then
+/// reclaims expired leases.
+pub async fn feed_once(
+    store: &Store,
+    schedule: &RedisSchedule,
+    horizon: Duration,
+) -> Result<FeedPass, ScheduleError> {
+    let now = Timestamp::now();
+    let until = now.plus_millis(horizon.as_millis() as i64);
+    let items = store.pending_due_refs(until, FEED_BATCH).await?;
+    schedule.schedule(&items).await?;
+    let reclaimed = schedule.reclaim_expired(now.millis()).await?;
+    Ok(FeedPass {
+        scheduled: items.len(),
+        reclaimed,
+    })
+}
+
+/// Keeps Redis fed from the store: every `interval`, schedules unleased
+/// pending deliveries due within the next few seconds (at least
+/// [`FEED_HORIZON`], at least two intervals), which also rebuilds the due
+/// set after Redis lost its data, and reclaims expired leases. Errors are
+/// logged and the next pass tries again. Runs until `shutdown`.
+pub async fn feed(
+    store: Store,
+    schedule: Arc<RedisSchedule>,
+    interval: Duration,
+    shutdown: CancellationToken,
+) {
+    let horizon = FEED_HORIZON.max(interval * 2);
+    loop {
+        if shutdown.is_cancelled() {
+            return;
+        }
+        if let Err(e) = feed_once(&store, &schedule, horizon).await {
+            tracing::warn!(error = %e, "feeding the Redis schedule failed; retrying");
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+/// The worker's claim path: takes up to `limit` due members from Redis,
+/// then leases those rows in the store (the SQL lease is the fence: a row
+/// another worker holds, or that is no longer pending and due, is skipped).
+/// Returns the leased records, earliest due first; the members the store
+/// did not lease are dropped from the lease set (the feed schedules them
+/// again if they are still pending). When the store fails, the taken
+/// members go back to the due set and the error is returned.
+pub async fn claim(
+    store: &Store,
+    schedule: &RedisSchedule,
+    owner: &str,
+    now: Timestamp,
+    lease_until: Timestamp,
+    limit: u32,
+) -> Result<Vec<DeliveryRecord>, ScheduleError> {
+    let refs = schedule
+        .take_due(now.millis(), lease_until.millis(), limit as usize)
+        .await?;
+    if refs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut claimed = match store
+        .claim_deliveries_by_ref(owner, &refs, now, lease_until)
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => {
+            let back: Vec<(String, i64)> = refs.iter().map(|r| (r.clone(), now.millis())).collect();
+            if let Err(e) = schedule.give_back(&back).await {
+                // Their Redis leases expire and `reclaim_expired` returns them.
+                tracing::warn!(error = %e, "returning taken deliveries to Redis failed");
+            }
+            return Err(e.into());
+        }
+    };
+    let order: HashMap<&str, usize> = refs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.as_str(), i))
+        .collect();
+    claimed.sort_by_key(|d| order.get(d.delivery_ref.as_str()).copied());
+    if claimed.len() < refs.len() {
+        let leased: std::collections::HashSet<&str> =
+            claimed.iter().map(|d| d.delivery_ref.as_str()).collect();
+        let refused: Vec<String> = refs
+            .iter()
+            .filter(|r| !leased.contains(r.as_str()))
+            .cloned()
+            .collect();
+        // The claim stands even if this fails: those leases expire in
+        // Redis, come back, and are refused again.
+        if let Err(e) = schedule.release(&refused).await {
+            tracing::warn!(error = %e, "dropping refused Redis leases failed");
+        }
+    }
+    Ok(claimed)
+}

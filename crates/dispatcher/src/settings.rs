@@ -1,0 +1,57 @@
+//! Settings of the dispatcher, built from the `delivery` configuration.
+
+use domain::webhook::cipher::SecretCipher;
+use domain::webhook::retry::RetrySchedule;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone)]
+pub struct DispatchSettings {
+    pub retry_schedule: RetrySchedule,
+    /// Per-attempt time-out.
+    pub timeout: Duration,
+    pub allow_private_networks: bool,
+    /// An endpoint failing for this long is disabled.
+    pub disable_after: Duration,
+    pub cipher: Arc<SecretCipher>,
+    /// Names this process's leases.
+    pub worker_id: String,
+    /// Attempts in flight at once, over all endpoints.
+    pub max_in_flight: usize,
+    /// Attempts in flight at once to one endpoint.
+    pub max_in_flight_per_endpoint: usize,
+    /// Deliveries leased per claim.
+    pub claim_batch: u32,
+    /// How often an idle worker looks for due work.
+    pub poll_interval: Duration,
+    /// How much longer than the time-out a lease lasts.
+    pub lease_margin: Duration,
+}
+
+impl DispatchSettings {
+    pub fn new(retry_schedule: RetrySchedule, cipher: SecretCipher) -> DispatchSettings {
+        DispatchSettings {
+            retry_schedule,
+            timeout: Duration::from_secs(15),
+            allow_private_networks: false,
+            disable_after: Duration::from_secs(5 * 86_400),
+            cipher: Arc::new(cipher),
+            worker_id: format!(
+                "dispatcher-{}-{:08x}",
+                std::process::id(),
+                rand::random::<u32>()
+            ),
+            max_in_flight: 512,
+            max_in_flight_per_endpoint: 32,
+            claim_batch: 256,
+            poll_interval: Duration::from_millis(50),
+            lease_margin: Duration::from_secs(10),
+        }
+    }
+
+    /// A lease outlives the longest attempt by a margin, so only a dead
+    /// worker's leases ever expire.
+    pub fn lease(&self) -> Duration {
+        self.timeout + self.lease_margin
+    }
+}

@@ -1,0 +1,344 @@
+//! The dispatch loop: leases due deliveries from the store, keeps the
+//! per-endpoint concurrency limits and circuit breakers, runs attempts
+//! concurrently, and hands results to the recorder.
+//!
+//! Fairness: a delivery whose endpoint is at its limit or behind an open
+//! circuit is given back at once (due a little later), so a slow or failing
+//! endpoint holds at most its own slots and never delays healthy ones.
+//!
+//! Shutdown: stop leasing, let in-flight attempts finish (their leases
+//! expire if the process is killed first), flush the recorder.
+
+use crate::breaker::{Breakers, Gate};
+use crate::endpoints::EndpointCache;
+use crate::metrics as m;
+use crate::redis_schedule::{self, RedisSchedule};
+use crate::sending::Sender;
+use crate::settings::DispatchSettings;
+use crate::{attempt, fanout, recorder};
+use domain::webhook::EndpointStatus;
+use domain::Timestamp;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use store::{DeliveryRecord, Store};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+/// How long a delivery waits when its endpoint is at its limit.
+const BUSY_RETRY: Duration = Duration::from_millis(100);
+
+pub struct Dispatcher {
+    store: Store,
+    settings: Arc<DispatchSettings>,
+    sender: Sender,
+    wake: Arc<Notify>,
+    /// Wakes the fan-out loop when an event was accepted.
+    intake: Arc<Notify>,
+    /// The fleet's shared schedule; `None` leases straight from the store.
+    redis: Option<Arc<RedisSchedule>>,
+}
+
+impl Dispatcher {
+    pub fn new(store: Store, settings: DispatchSettings) -> Dispatcher {
+        let sender = Sender::new(settings.allow_private_networks);
+        Dispatcher {
+            store,
+            settings: Arc::new(settings),
+            sender,
+            wake: Arc::new(Notify::new()),
+            intake: Arc::new(Notify::new()),
+            redis: None,
+        }
+    }
+
+    /// Notifying it makes the fan-out loop look for accepted events at once.
+    pub fn intake_waker(&self) -> Arc<Notify> {
+        self.intake.clone()
+    }
+
+    /// Takes due work from the Redis schedule (fleet mode) instead of
+    /// scanning the store; the store's lease still fences every claim.
+    pub fn with_redis(mut self, schedule: Arc<RedisSchedule>) -> Dispatcher {
+        self.redis = Some(schedule);
+        self
+    }
+
+    /// Notifying it makes an idle dispatcher look for work at once (the
+    /// embedded API pokes it after writes that create due deliveries).
+    pub fn waker(&self) -> Arc<Notify> {
+        self.wake.clone()
+    }
+
+    pub async fn run(self, shutdown: CancellationToken) {
+        let (results_tx, results_rx) = mpsc::channel(recorder::MAX_BATCH * 4);
+        let recorder = tokio::spawn(recorder::run(
+            self.store.clone(),
+            self.settings.worker_id.clone(),
+            results_rx,
+            self.wake.clone(),
+            self.redis.clone(),
+        ));
+        let feed = self.redis.clone().map(|r| {
+            tokio::spawn(redis_schedule::feed(
+                self.store.clone(),
+                r,
+                self.settings.poll_interval,
+                shutdown.clone(),
+            ))
+        });
+        let fanout = tokio::spawn(fan_out_loop(
+            self.store.clone(),
+            self.settings.clone(),
+            (self.wake.clone(), self.intake.clone()),
+            shutdown.clone(),
+        ));
+        let global = Arc::new(Semaphore::new(self.settings.max_in_flight));
+        self.claim_loop(&global, results_tx, &shutdown).await;
+        // Wait for in-flight attempts: each holds a global permit.
+        let all = self.settings.max_in_flight as u32;
+        let _ = tokio::time::timeout(
+            self.settings.timeout + Duration::from_secs(2),
+            global.acquire_many(all),
+        )
+        .await;
+        let _ = fanout.await;
+        if let Some(feed) = feed {
+            let _ = feed.await;
+        }
+        let _ = recorder.await;
+    }
+
+    async fn claim_loop(
+        &self,
+        global: &Arc<Semaphore>,
+        results: mpsc::Sender<store::AttemptResult>,
+        shutdown: &CancellationToken,
+    ) {
+        let breakers = Arc::new(Mutex::new(Breakers::default()));
+        let mut per_endpoint: HashMap<String, Arc<Semaphore>> = HashMap::new();
+        let mut cache = EndpointCache::default();
+        let owner = self.settings.worker_id.clone();
+        loop {
+            if shutdown.is_cancelled() {
+                return;
+            }
+            let free = global
+                .available_permits()
+                .min(self.settings.claim_batch as usize) as u32;
+            if free == 0 {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(Duration::from_millis(2)) => continue,
+                }
+            }
+            let now = Timestamp::now();
+            let lease_until = now.plus_millis(self.settings.lease().as_millis() as i64);
+            let claimed = match self.claim(&owner, now, lease_until, free).await {
+                Ok(c) => c,
+                Err(e) => {
+                    tracing::warn!(error = %e, "claiming due deliveries failed");
+                    self.idle(shutdown, Duration::from_millis(500)).await;
+                    continue;
+                }
+            };
+            if claimed.is_empty() {
+                self.idle(shutdown, self.settings.poll_interval).await;
+                continue;
+            }
+            let refs: Vec<&domain::Ref> = claimed.iter().map(|d| &d.endpoint_ref).collect();
+            let versions = match self.store.endpoint_versions(&refs).await {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading endpoint versions failed");
+                    self.give_back_all(&owner, &claimed, Duration::from_secs(1))
+                        .await;
+                    continue;
+                }
+            };
+            for delivery in claimed {
+                let Some(&(version, status)) = versions.get(delivery.endpoint_ref.as_str()) else {
+                    continue;
+                };
+                if status != EndpointStatus::Active {
+                    self.give_back(&owner, &delivery, None).await;
+                    continue;
+                }
+                let gate = match breakers.lock() {
+                    Ok(mut b) => b.gate(delivery.endpoint_ref.as_str(), Instant::now()),
+                    Err(_) => Gate::Closed,
+                };
+                if let Gate::Open(until) = gate {
+                    self.give_back(
+                        &owner,
+                        &delivery,
+                        Some(until.saturating_duration_since(Instant::now())),
+                    )
+                    .await;
+                    continue;
+                }
+                let endpoint_slots = per_endpoint
+                    .entry(delivery.endpoint_ref.to_string())
+                    .or_insert_with(|| {
+                        Arc::new(Semaphore::new(self.settings.max_in_flight_per_endpoint))
+                    })
+                    .clone();
+                let Ok(endpoint_permit) = endpoint_slots.try_acquire_owned() else {
+                    self.give_back(&owner, &delivery, Some(BUSY_RETRY)).await;
+                    continue;
+                };
+                let Ok(global_permit) = global.clone().try_acquire_owned() else {
+                    self.give_back(&owner, &delivery, Some(BUSY_RETRY)).await;
+                    continue;
+                };
+                let view = match cache
+                    .get(
+                        &self.store,
+                        &self.settings.cipher,
+                        &delivery.environment_ref,
+                        &delivery.endpoint_ref,
+                        version,
+                    )
+                    .await
+                {
+                    Ok(v) => v,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "loading endpoint failed");
+                        self.give_back(&owner, &delivery, Some(Duration::from_secs(1)))
+                            .await;
+                        continue;
+                    }
+                };
+                self.spawn_attempt(
+                    delivery,
+                    view,
+                    (global_permit, endpoint_permit),
+                    breakers.clone(),
+                    results.clone(),
+                );
+            }
+        }
+    }
+
+    fn spawn_attempt(
+        &self,
+        delivery: DeliveryRecord,
+        view: Arc<crate::endpoints::EndpointView>,
+        permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
+        breakers: Arc<Mutex<Breakers>>,
+        results: mpsc::Sender<store::AttemptResult>,
+    ) {
+        let store = self.store.clone();
+        let settings = self.settings.clone();
+        let sender = self.sender.clone();
+        tokio::spawn(async move {
+            metrics::gauge!(m::IN_FLIGHT).increment(1.0);
+            let result = attempt::run(&store, &settings, &sender, &delivery, &view).await;
+            metrics::gauge!(m::IN_FLIGHT).decrement(1.0);
+            if let Ok(mut b) = breakers.lock() {
+                b.record(
+                    delivery.endpoint_ref.as_str(),
+                    result.status == domain::webhook::AttemptStatus::Succeeded,
+                    Instant::now(),
+                );
+            }
+            // The permits are released only once the result is queued for
+            // recording, so shutdown's wait covers it.
+            let _ = results.send(result).await;
+            drop(permits);
+        });
+    }
+
+    async fn claim(
+        &self,
+        owner: &str,
+        now: Timestamp,
+        lease_until: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<DeliveryRecord>, String> {
+        match &self.redis {
+            Some(r) => redis_schedule::claim(&self.store, r, owner, now, lease_until, limit)
+                .await
+                .map_err(|e| e.to_string()),
+            None => self
+                .store
+                .claim_due_deliveries(owner, now, lease_until, limit)
+                .await
+                .map_err(|e| e.to_string()),
+        }
+    }
+
+    async fn give_back(&self, owner: &str, d: &DeliveryRecord, after: Option<Duration>) {
+        let due = Timestamp::now().plus_millis(after.unwrap_or_default().as_millis() as i64);
+        if let Err(e) = self
+            .store
+            .release_delivery(owner, &d.delivery_ref, due, after.is_none())
+            .await
+        {
+            tracing::warn!(error = %e, "giving a delivery back failed; its lease will expire");
+        }
+        if let Some(r) = &self.redis {
+            let r = match after {
+                Some(_) => {
+                    r.give_back(&[(d.delivery_ref.to_string(), due.millis())])
+                        .await
+                }
+                None => r.release(&[d.delivery_ref.to_string()]).await,
+            };
+            if let Err(e) = r {
+                tracing::warn!(error = %e, "returning a delivery to the Redis schedule failed; the feed will");
+            }
+        }
+    }
+
+    async fn give_back_all(&self, owner: &str, claimed: &[DeliveryRecord], after: Duration) {
+        for d in claimed {
+            self.give_back(owner, d, Some(after)).await;
+        }
+    }
+
+    async fn idle(&self, shutdown: &CancellationToken, wait: Duration) {
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = self.wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Fans out accepted events and keeps the backlog gauge current.
+/// `wakers`: the claim loop's (notified after new deliveries) and this
+/// loop's own (notified when an event is accepted).
+async fn fan_out_loop(
+    store: Store,
+    settings: Arc<DispatchSettings>,
+    wakers: (Arc<Notify>, Arc<Notify>),
+    shutdown: CancellationToken,
+) {
+    let (wake, intake) = wakers;
+    let mut last_gauge = Instant::now() - Duration::from_secs(60);
+    loop {
+        match fanout::fan_out_pending(&store, 500).await {
+            Ok(0) => {}
+            Ok(_) => {
+                wake.notify_one();
+                continue;
+            }
+            Err(e) => tracing::warn!(error = %e, "fan-out failed"),
+        }
+        if last_gauge.elapsed() > Duration::from_secs(15) {
+            last_gauge = Instant::now();
+            if let Ok(n) = store.due_backlog(Timestamp::now()).await {
+                metrics::gauge!(m::DUE_BACKLOG).set(n as f64);
+            }
+            if let Err(e) = m::record_endpoint_health(&store).await {
+                tracing::warn!(error = %e, "endpoint health gauge not updated");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = intake.notified() => {}
+            _ = tokio::time::sleep(settings.poll_interval) => {}
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! Domain types and rules of the billing and webhook service.
+//!
+//! This crate owns the vocabulary: references, money, cursors, timestamps,
+//! the states of administration resources and their transitions, and the
+//! formats of credential secrets. It must never do I/O, know about HTTP,
+//! SQL or an async runtime: every function here is pure and testable alone.
+
+pub mod cursor;
+pub mod duration;
+pub mod etag;
+pub mod idempotency;
+pub mod money;
+pub mod principal;
+pub mod reference;
+pub mod secret;
+pub mod time;
+pub mod webhook;
+
+pub use cursor::{Cursor, CursorError};
+pub use money::{Currency, Money, MoneyError};
+pub use reference::{Prefix, Ref, RefError};
+pub use time::Timestamp;

@@ -1,0 +1,19 @@
+//! Webhook rules: the kinds and states of endpoints, secrets, grants and
+//! deliveries, the event catalogue, payload shaping, signing, destination
+//! checks, endpoint health and the retry schedule (contract section 9).
+//!
+//! Pure functions and types only: no I/O, no clock reads except through
+//! arguments, no HTTP.
+
+pub mod body;
+pub mod catalogue;
+pub mod cipher;
+pub mod health;
+pub mod kinds;
+pub mod retry;
+pub mod secret_version;
+pub mod shaping;
+pub mod signing;
+pub mod url;
+
+pub use kinds::*;

@@ -1,0 +1,244 @@
+//! Credentials: bearer secrets of service accounts, stored as digests.
+
+use crate::service_accounts::opt_ts;
+use crate::{Store, StoreError};
+use domain::principal::{CredentialStatus, Mode, ServiceAccountStatus};
+use domain::secret::CredentialSecret;
+use domain::{Prefix, Ref, Timestamp};
+use sqlx::Row;
+
+#[derive(Debug, Clone)]
+pub struct CredentialRecord {
+    pub credential_ref: Ref,
+    pub environment_ref: Ref,
+    pub principal_ref: Ref,
+    pub name: Option<String>,
+    /// Already resolved against the clock: an active credential past
+    /// `expires_at` reads as `Expired`.
+    pub status: CredentialStatus,
+    pub secret_hint: String,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub expires_at: Option<Timestamp>,
+    pub last_used_at: Option<Timestamp>,
+    pub revoked_at: Option<Timestamp>,
+    pub previous_secret_expires_at: Option<Timestamp>,
+    pub version: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewCredential<'a> {
+    pub name: Option<&'a str>,
+    pub expires_at: Option<Timestamp>,
+}
+
+/// What authenticating a secret yields.
+#[derive(Debug, Clone)]
+pub struct AuthRecord {
+    pub credential_ref: Ref,
+    pub principal_ref: Ref,
+    pub environment_ref: Ref,
+    pub mode: Mode,
+    pub principal_status: ServiceAccountStatus,
+    pub credential_status: CredentialStatus,
+    pub last_used_at: Option<Timestamp>,
+    pub permissions: Vec<String>,
+}
+
+fn from_row(row: &sqlx::any::AnyRow) -> Result<CredentialRecord, StoreError> {
+    let expires_at = opt_ts(row, "expires_at")?;
+    let status = CredentialStatus::parse(&row.try_get::<String, _>("status")?)
+        .unwrap_or(CredentialStatus::Revoked)
+        .effective(expires_at, Timestamp::now());
+    Ok(CredentialRecord {
+        credential_ref: Ref::from_trusted(row.try_get("credential_ref")?),
+        environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
+        principal_ref: Ref::from_trusted(row.try_get("principal_ref")?),
+        name: row.try_get("name")?,
+        status,
+        secret_hint: row.try_get("secret_hint")?,
+        created_at: Timestamp::from_millis(row.try_get("created_at")?),
+        updated_at: Timestamp::from_millis(row.try_get("updated_at")?),
+        expires_at,
+        last_used_at: opt_ts(row, "last_used_at")?,
+        revoked_at: opt_ts(row, "revoked_at")?,
+        previous_secret_expires_at: opt_ts(row, "previous_secret_expires_at")?,
+        version: row.try_get("version")?,
+    })
+}
+
+impl Store {
+    pub async fn issue_credential(
+        &self,
+        environment_ref: &Ref,
+        principal_ref: &Ref,
+        new: NewCredential<'_>,
+        secret: &CredentialSecret,
+    ) -> Result<CredentialRecord, StoreError> {
+        let now = Timestamp::now().millis();
+        let row = sqlx::query(
+            "INSERT INTO credentials (credential_ref, environment_ref, principal_ref, name, status, \
+             secret_digest, secret_hint, created_at, updated_at, expires_at) \
+             VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $7, $8) RETURNING *",
+        )
+        .bind(Ref::generate(Prefix::Credential).into_string())
+        .bind(environment_ref.as_str())
+        .bind(principal_ref.as_str())
+        .bind(new.name)
+        .bind(secret.digest())
+        .bind(secret.hint())
+        .bind(now)
+        .bind(new.expires_at.map(Timestamp::millis))
+        .fetch_one(self.pool())
+        .await?;
+        from_row(&row)
+    }
+
+    pub async fn credential(
+        &self,
+        environment_ref: &Ref,
+        credential_ref: &Ref,
+    ) -> Result<CredentialRecord, StoreError> {
+        let row = sqlx::query(
+            "SELECT * FROM credentials WHERE environment_ref = $1 AND credential_ref = $2",
+        )
+        .bind(environment_ref.as_str())
+        .bind(credential_ref.as_str())
+        .fetch_one(self.pool())
+        .await?;
+        from_row(&row)
+    }
+
+    pub async fn list_credentials(
+        &self,
+        environment_ref: &Ref,
+        principal_ref: &Ref,
+    ) -> Result<Vec<CredentialRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM credentials WHERE environment_ref = $1 AND principal_ref = $2 \
+             ORDER BY created_at DESC, credential_ref DESC",
+        )
+        .bind(environment_ref.as_str())
+        .bind(principal_ref.as_str())
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(from_row).collect()
+    }
+
+    /// Replaces the secret; the old one keeps working for `grace_seconds`.
+    pub async fn rotate_credential(
+        &self,
+        current: &CredentialRecord,
+        secret: &CredentialSecret,
+        grace_seconds: i64,
+    ) -> Result<CredentialRecord, StoreError> {
+        let now = Timestamp::now();
+        let row = sqlx::query(
+            "UPDATE credentials SET previous_secret_digest = secret_digest, \
+             previous_secret_expires_at = $1, secret_digest = $2, secret_hint = $3, \
+             updated_at = $4, version = version + 1 \
+             WHERE credential_ref = $5 AND environment_ref = $6 AND version = $7 RETURNING *",
+        )
+        .bind(now.plus_seconds(grace_seconds).millis())
+        .bind(secret.digest())
+        .bind(secret.hint())
+        .bind(now.millis())
+        .bind(current.credential_ref.as_str())
+        .bind(current.environment_ref.as_str())
+        .bind(current.version)
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(StoreError::Conflict)?;
+        from_row(&row)
+    }
+
+    /// Revokes the credential: every secret of it stops working at once.
+    pub async fn revoke_credential(
+        &self,
+        current: &CredentialRecord,
+    ) -> Result<CredentialRecord, StoreError> {
+        let now = Timestamp::now().millis();
+        let row = sqlx::query(
+            "UPDATE credentials SET status = 'revoked', revoked_at = $1, updated_at = $1, \
+             previous_secret_expires_at = CASE WHEN previous_secret_expires_at > $1 \
+             THEN $1 ELSE previous_secret_expires_at END, version = version + 1 \
+             WHERE credential_ref = $2 AND environment_ref = $3 AND version = $4 RETURNING *",
+        )
+        .bind(now)
+        .bind(current.credential_ref.as_str())
+        .bind(current.environment_ref.as_str())
+        .bind(current.version)
+        .fetch_optional(self.pool())
+        .await?
+        .ok_or(StoreError::Conflict)?;
+        from_row(&row)
+    }
+
+    /// Finds the credential whose current secret, or previous secret still
+    /// in its grace period, has `digest`, with its principal and permissions.
+    pub async fn authenticate(
+        &self,
+        digest: &str,
+        now: Timestamp,
+    ) -> Result<Option<AuthRecord>, StoreError> {
+        let row = sqlx::query(
+            "SELECT c.credential_ref, c.principal_ref, c.environment_ref, c.status, c.expires_at, \
+             c.last_used_at, c.secret_digest, c.previous_secret_digest, \
+             s.status AS principal_status, e.mode \
+             FROM credentials c \
+             JOIN service_accounts s ON s.principal_ref = c.principal_ref \
+             JOIN environments e ON e.environment_ref = c.environment_ref \
+             WHERE c.secret_digest = $1 \
+                OR (c.previous_secret_digest = $1 AND c.previous_secret_expires_at > $2)",
+        )
+        .bind(digest)
+        .bind(now.millis())
+        .fetch_optional(self.pool())
+        .await?;
+        let Some(row) = row else { return Ok(None) };
+        let current: String = row.try_get("secret_digest")?;
+        let previous: Option<String> = row.try_get("previous_secret_digest")?;
+        let matches = domain::secret::digests_equal(&current, digest)
+            || previous.is_some_and(|p| domain::secret::digests_equal(&p, digest));
+        if !matches {
+            return Ok(None);
+        }
+        let principal_ref: String = row.try_get("principal_ref")?;
+        let permissions = sqlx::query_scalar::<_, String>(
+            "SELECT permission_action FROM grants WHERE principal_ref = $1 AND status = 'active'",
+        )
+        .bind(&principal_ref)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(Some(AuthRecord {
+            credential_ref: Ref::from_trusted(row.try_get("credential_ref")?),
+            principal_ref: Ref::from_trusted(principal_ref),
+            environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
+            mode: Mode::parse(&row.try_get::<String, _>("mode")?).unwrap_or(Mode::Sandbox),
+            principal_status: ServiceAccountStatus::parse(
+                &row.try_get::<String, _>("principal_status")?,
+            )
+            .unwrap_or(ServiceAccountStatus::Retired),
+            credential_status: CredentialStatus::parse(&row.try_get::<String, _>("status")?)
+                .unwrap_or(CredentialStatus::Revoked)
+                .effective(opt_ts(&row, "expires_at")?, now),
+            last_used_at: opt_ts(&row, "last_used_at")?,
+            permissions,
+        }))
+    }
+
+    /// Records use of a credential. Does not bump the version: use is not a
+    /// change a client must condition on.
+    pub async fn touch_credential(
+        &self,
+        credential_ref: &Ref,
+        now: Timestamp,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE credentials SET last_used_at = $1 WHERE credential_ref = $2")
+            .bind(now.millis())
+            .bind(credential_ref.as_str())
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+}

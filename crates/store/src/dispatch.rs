@@ -1,0 +1,413 @@
+//! What the dispatcher persists: the embedded event queue (one row per
+//! `event_ref`, so a duplicate is processed once), dead letters, fan-out,
+//! delivery leases, and attempt results.
+//!
+//! The store is the source of truth for every delivery: a lease is only a
+//! time-limited claim (`lease_owner`, `lease_until`) that expires by itself
+//! when a worker dies, and an attempt is recorded together with the
+//! delivery's next state in one transaction.
+
+use crate::webhooks::deliveries::{
+    delivery_from_row, insert_delivery, DeliveryRecord, NewDelivery,
+};
+use crate::webhooks::{json_col, to_json};
+use crate::{Backend, Store, StoreError};
+use domain::webhook::shaping::Scope;
+use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, EndpointStatus};
+use domain::{Prefix, Ref, Timestamp};
+use sqlx::Row;
+
+/// An event as received from a queue, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRecord {
+    pub event_ref: Ref,
+    pub environment_ref: Ref,
+    pub public_event_type: String,
+    pub occurred_at: Timestamp,
+    pub scope: Scope,
+    pub data: serde_json::Value,
+}
+
+/// The outcome of one attempt and the delivery's state after it.
+#[derive(Debug, Clone)]
+pub struct AttemptResult {
+    pub delivery_ref: Ref,
+    pub environment_ref: Ref,
+    pub endpoint_ref: Ref,
+    pub generation: u32,
+    pub attempt_number: u32,
+    pub status: AttemptStatus,
+    pub response_status: Option<u16>,
+    pub error: Option<String>,
+    pub response_body_excerpt: Option<String>,
+    pub duration_ms: i64,
+    pub started_at: Timestamp,
+    /// When the next attempt is due, if there is one.
+    pub next_attempt_at: Option<Timestamp>,
+    pub delivery_status: DeliveryStatus,
+    /// The body exactly as sent.
+    pub payload: String,
+    /// Disable the endpoint (410 Gone, or failing for too long).
+    pub disable_endpoint: bool,
+}
+
+fn event_from_row(row: &sqlx::any::AnyRow) -> Result<EventRecord, StoreError> {
+    Ok(EventRecord {
+        event_ref: Ref::from_trusted(row.try_get("event_ref")?),
+        environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
+        public_event_type: row.try_get("public_event_type")?,
+        occurred_at: Timestamp::from_millis(row.try_get("occurred_at")?),
+        scope: json_col(row, "scope")?,
+        data: json_col(row, "data")?,
+    })
+}
+
+impl Store {
+    /// Accepts an event into the embedded queue. Returns false when an event
+    /// with this reference was accepted before (it is processed once).
+    pub async fn enqueue_event(&self, event: &EventRecord) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, \
+             data, status, received_at) VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7) \
+             ON CONFLICT (event_ref) DO NOTHING",
+        )
+        .bind(event.event_ref.as_str())
+        .bind(event.environment_ref.as_str())
+        .bind(&event.public_event_type)
+        .bind(event.occurred_at.millis())
+        .bind(to_json(&event.scope))
+        .bind(to_json(&event.data))
+        .bind(Timestamp::now().millis())
+        .execute(self.pool())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Keeps a message that could not be parsed or validated, with why.
+    pub async fn dead_letter(&self, body: &str, reason: &str) -> Result<(), StoreError> {
+        sqlx::query("INSERT INTO dead_events (dead_event_id, body, reason, received_at) VALUES ($1, $2, $3, $4)")
+            .bind(Ref::generate(Prefix::Event).as_str().replacen("evt_", "dead_", 1))
+            .bind(body)
+            .bind(reason)
+            .bind(Timestamp::now().millis())
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    pub async fn dead_letter_count(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM dead_events")
+            .fetch_one(self.pool())
+            .await?)
+    }
+
+    /// The oldest events not fanned out yet.
+    pub async fn pending_events(&self, limit: u32) -> Result<Vec<EventRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT * FROM events WHERE status = 'pending' ORDER BY received_at, event_ref LIMIT {limit}"
+        ))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    /// Records events' deliveries and marks the events processed, in one
+    /// transaction. A delivery that exists already (same event, endpoint and
+    /// dto version) is left as it is, so fanning out twice is harmless.
+    pub async fn fan_out(&self, events: &[(Ref, Vec<NewDelivery>)]) -> Result<usize, StoreError> {
+        let now = Timestamp::now().millis();
+        let mut tx = self.write_tx().await?;
+        let mut created = 0;
+        for (event_ref, deliveries) in events {
+            for d in deliveries {
+                if insert_delivery(&mut tx, d, None, now).await?.is_some() {
+                    created += 1;
+                }
+            }
+            sqlx::query(
+                "UPDATE events SET status = 'processed', processed_at = $1 WHERE event_ref = $2",
+            )
+            .bind(now)
+            .bind(event_ref.as_str())
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    /// Leases up to `limit` due deliveries to `owner` until `lease_until`.
+    /// A lease that expired (its worker died) is claimable again.
+    pub async fn claim_due_deliveries(
+        &self,
+        owner: &str,
+        now: Timestamp,
+        lease_until: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let lock = match self.backend() {
+            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        let sql = format!(
+            "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
+             WHERE status = 'pending' AND (lease_until IS NULL OR lease_until < $3) AND delivery_ref IN \
+             (SELECT delivery_ref FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $3 \
+              AND (lease_until IS NULL OR lease_until < $3) ORDER BY next_attempt_at LIMIT {limit}{lock}) \
+             RETURNING *"
+        );
+        let mut tx = self.write_tx().await?;
+        let rows = sqlx::query(&sql)
+            .bind(owner)
+            .bind(lease_until.millis())
+            .bind(now.millis())
+            .fetch_all(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        rows.iter().map(delivery_from_row).collect()
+    }
+
+    /// Gives a leased delivery back without an attempt: due again at `due`,
+    /// or held when its endpoint is not active.
+    pub async fn release_delivery(
+        &self,
+        owner: &str,
+        delivery_ref: &Ref,
+        due: Timestamp,
+        hold: bool,
+    ) -> Result<(), StoreError> {
+        let status = if hold {
+            DeliveryStatus::Held
+        } else {
+            DeliveryStatus::Pending
+        };
+        sqlx::query(
+            "UPDATE webhook_deliveries SET status = $1, next_attempt_at = $2, lease_owner = NULL, \
+             lease_until = NULL, version = version + CASE WHEN status = $1 THEN 0 ELSE 1 END \
+             WHERE delivery_ref = $3 AND lease_owner = $4",
+        )
+        .bind(status.as_str())
+        .bind(if hold { None } else { Some(due.millis()) })
+        .bind(delivery_ref.as_str())
+        .bind(owner)
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Records attempts and their deliveries' next states in one
+    /// transaction. A result whose lease was lost (expired and taken by
+    /// another worker) is dropped; returns how many were recorded.
+    pub async fn record_attempts(
+        &self,
+        owner: &str,
+        results: &[AttemptResult],
+    ) -> Result<usize, StoreError> {
+        let now = Timestamp::now().millis();
+        let mut tx = self.write_tx().await?;
+        let mut recorded = 0;
+        for r in results {
+            let updated = sqlx::query(
+                "UPDATE webhook_deliveries SET status = $1, attempt_count = $2, next_attempt_at = $3, \
+                 last_attempt_at = $4, payload = $5, body_status = $6, lease_owner = NULL, lease_until = NULL, \
+                 updated_at = $7, version = version + 1 \
+                 WHERE delivery_ref = $8 AND lease_owner = $9 AND generation = $10",
+            )
+            .bind(r.delivery_status.as_str())
+            .bind(r.attempt_number as i64)
+            .bind(r.next_attempt_at.map(Timestamp::millis))
+            .bind(r.started_at.millis())
+            .bind(&r.payload)
+            .bind(BodyStatus::Available.as_str())
+            .bind(now)
+            .bind(r.delivery_ref.as_str())
+            .bind(owner)
+            .bind(r.generation as i64)
+            .execute(&mut *tx)
+            .await?;
+            if updated.rows_affected() != 1 {
+                continue;
+            }
+            recorded += 1;
+            sqlx::query(
+                "INSERT INTO webhook_attempts (attempt_ref, delivery_ref, environment_ref, endpoint_ref, \
+                 generation, attempt_number, status, response_status, error, response_body_excerpt, \
+                 duration_ms, started_at, next_attempt_at, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+            )
+            .bind(Ref::generate(Prefix::DeliveryAttempt).into_string())
+            .bind(r.delivery_ref.as_str())
+            .bind(r.environment_ref.as_str())
+            .bind(r.endpoint_ref.as_str())
+            .bind(r.generation as i64)
+            .bind(r.attempt_number as i64)
+            .bind(r.status.as_str())
+            .bind(r.response_status.map(i64::from))
+            .bind(r.error.as_deref())
+            .bind(r.response_body_excerpt.as_deref())
+            .bind(r.duration_ms)
+            .bind(r.started_at.millis())
+            .bind(r.next_attempt_at.map(Timestamp::millis))
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            if r.disable_endpoint {
+                disable_endpoint(&mut tx, &r.endpoint_ref, now).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(recorded)
+    }
+
+    /// When the endpoint's current run of failures began: its oldest
+    /// failed attempt after its newest success.
+    pub async fn endpoint_failing_since(
+        &self,
+        endpoint_ref: &Ref,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        let since: Option<i64> = sqlx::query_scalar(
+            "SELECT MIN(started_at) FROM webhook_attempts WHERE endpoint_ref = $1 AND status = 'failed' \
+             AND started_at > COALESCE((SELECT MAX(started_at) FROM webhook_attempts \
+             WHERE endpoint_ref = $1 AND status = 'succeeded'), -1)",
+        )
+        .bind(endpoint_ref.as_str())
+        .fetch_one(self.pool())
+        .await?;
+        Ok(since.map(Timestamp::from_millis))
+    }
+
+    /// Deliveries waiting for an attempt (pending), for the backlog gauge.
+    pub async fn due_backlog(&self, now: Timestamp) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1",
+        )
+        .bind(now.millis())
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    /// The earliest time a pending delivery falls due, if any.
+    pub async fn next_due_at(&self) -> Result<Option<Timestamp>, StoreError> {
+        let t: Option<i64> = sqlx::query_scalar(
+            "SELECT MIN(next_attempt_at) FROM webhook_deliveries WHERE status = 'pending'",
+        )
+        .fetch_one(self.pool())
+        .await?;
+        Ok(t.map(Timestamp::from_millis))
+    }
+}
+
+async fn disable_endpoint(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    endpoint_ref: &Ref,
+    now: i64,
+) -> Result<(), StoreError> {
+    let done = sqlx::query(
+        "UPDATE webhook_endpoints SET status = $1, updated_at = $2, version = version + 1 \
+         WHERE endpoint_ref = $3 AND status = $4",
+    )
+    .bind(EndpointStatus::Disabled.as_str())
+    .bind(now)
+    .bind(endpoint_ref.as_str())
+    .bind(EndpointStatus::Active.as_str())
+    .execute(&mut **tx)
+    .await?;
+    if done.rows_affected() == 1 {
+        sqlx::query(
+            "UPDATE webhook_deliveries SET status = 'held', next_attempt_at = NULL, version = version + 1 \
+             WHERE endpoint_ref = $1 AND status = 'pending' AND lease_owner IS NULL",
+        )
+        .bind(endpoint_ref.as_str())
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Leases and schedule reads for a dispatcher whose schedule lives outside
+/// the store (Redis in a fleet). The store stays the source of truth: these
+/// leases are the same `lease_owner`/`lease_until` columns, so they fence
+/// workers exactly as `claim_due_deliveries` does.
+impl Store {
+    /// Leases to `owner` until `lease_until` those of `refs` that are
+    /// claimable now: pending, due (`next_attempt_at <= now`) and not held
+    /// by a live lease. A row another worker leases, or that has finished,
+    /// moved later or is held, is skipped; the leased records are returned
+    /// in no particular order.
+    pub async fn claim_deliveries_by_ref(
+        &self,
+        owner: &str,
+        refs: &[String],
+        now: Timestamp,
+        lease_until: Timestamp,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        /// Bind parameters per statement stay far below PostgreSQL's limit.
+        const CHUNK: usize = 500;
+        let mut claimed = Vec::with_capacity(refs.len());
+        if refs.is_empty() {
+            return Ok(claimed);
+        }
+        // Rows locked by a concurrent claimer are skipped, not waited for
+        // (that claimer leases them), so two claimers never deadlock.
+        let lock = match self.backend() {
+            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        let mut refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+        refs.sort_unstable();
+        refs.dedup();
+        let mut tx = self.write_tx().await?;
+        for chunk in refs.chunks(CHUNK) {
+            let sql = format!(
+                "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
+                 WHERE status = 'pending' AND next_attempt_at <= $3 \
+                 AND (lease_until IS NULL OR lease_until < $3) AND delivery_ref IN \
+                 (SELECT delivery_ref FROM webhook_deliveries WHERE delivery_ref IN ({}) \
+                  AND status = 'pending' AND next_attempt_at <= $3 \
+                  AND (lease_until IS NULL OR lease_until < $3){lock}) \
+                 RETURNING *",
+                crate::webhooks::placeholders(4, chunk.len())
+            );
+            let mut q = sqlx::query(&sql)
+                .bind(owner)
+                .bind(lease_until.millis())
+                .bind(now.millis());
+            for r in chunk {
+                q = q.bind(*r);
+            }
+            for row in q.fetch_all(&mut *tx).await? {
+                claimed.push(delivery_from_row(&row)?);
+            }
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    /// Up to `limit` pending deliveries due at or before `until` and not
+    /// held by a live lease, earliest first, with their due time (Unix
+    /// milliseconds): what an external schedule must hold.
+    pub async fn pending_due_refs(
+        &self,
+        until: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT delivery_ref, next_attempt_at FROM webhook_deliveries \
+             WHERE status = 'pending' AND next_attempt_at <= $1 \
+             AND (lease_until IS NULL OR lease_until < $2) \
+             ORDER BY next_attempt_at, delivery_ref LIMIT {limit}"
+        ))
+        .bind(until.millis())
+        .bind(Timestamp::now().millis())
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("delivery_ref")?,
+                    row.try_get("next_attempt_at")?,
+                ))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,101 @@
+//! Request logs: one row per API request, written after its response is
+//! decided. Bodies, secrets and query strings are never recorded.
+
+use crate::page::{fetch_page, Arg, Page, PageRequest};
+use crate::{Store, StoreError};
+use domain::{Ref, Timestamp};
+use sqlx::Row;
+
+#[derive(Debug, Clone)]
+pub struct RequestLogRecord {
+    pub request_log_ref: Ref,
+    pub environment_ref: Option<Ref>,
+    pub operation_id: Option<String>,
+    pub method: String,
+    pub path: String,
+    pub status: u16,
+    pub error_code: Option<String>,
+    pub principal_ref: Option<Ref>,
+    pub credential_ref: Option<Ref>,
+    pub idempotency_key: Option<String>,
+    pub duration_ms: i64,
+    pub created_at: Timestamp,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RequestLogFilter {
+    pub operation_id: Option<String>,
+    pub status: Option<u16>,
+}
+
+fn from_row(row: &sqlx::any::AnyRow) -> Result<RequestLogRecord, StoreError> {
+    let opt_ref = |col: &str| -> Result<Option<Ref>, StoreError> {
+        Ok(row
+            .try_get::<Option<String>, _>(col)?
+            .map(Ref::from_trusted))
+    };
+    Ok(RequestLogRecord {
+        request_log_ref: Ref::from_trusted(row.try_get("request_log_ref")?),
+        environment_ref: opt_ref("environment_ref")?,
+        operation_id: row.try_get("operation_id")?,
+        method: row.try_get("method")?,
+        path: row.try_get("path")?,
+        status: row.try_get::<i64, _>("status")? as u16,
+        error_code: row.try_get("error_code")?,
+        principal_ref: opt_ref("principal_ref")?,
+        credential_ref: opt_ref("credential_ref")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        duration_ms: row.try_get("duration_ms")?,
+        created_at: Timestamp::from_millis(row.try_get("created_at")?),
+    })
+}
+
+impl Store {
+    pub async fn insert_request_log(&self, log: &RequestLogRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO request_logs (request_log_ref, environment_ref, operation_id, method, path, \
+             status, error_code, principal_ref, credential_ref, idempotency_key, duration_ms, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(log.request_log_ref.as_str())
+        .bind(log.environment_ref.as_ref().map(Ref::as_str))
+        .bind(log.operation_id.as_deref())
+        .bind(&log.method)
+        .bind(&log.path)
+        .bind(log.status as i64)
+        .bind(log.error_code.as_deref())
+        .bind(log.principal_ref.as_ref().map(Ref::as_str))
+        .bind(log.credential_ref.as_ref().map(Ref::as_str))
+        .bind(log.idempotency_key.as_deref())
+        .bind(log.duration_ms)
+        .bind(log.created_at.millis())
+        .execute(self.pool())
+        .await?;
+        Ok(())
+    }
+
+    pub async fn list_request_logs(
+        &self,
+        environment_ref: &Ref,
+        filter: &RequestLogFilter,
+        page: &PageRequest,
+    ) -> Result<Page<RequestLogRecord>, StoreError> {
+        let args = vec![
+            Arg::Text(environment_ref.to_string()),
+            Arg::Text(filter.operation_id.clone().unwrap_or_default()),
+            Arg::Int(filter.status.map(i64::from).unwrap_or(-1)),
+        ];
+        let sql_filter =
+            "environment_ref = $1 AND ($2 = '' OR operation_id = $2) AND ($3 < 0 OR status = $3)";
+        fetch_page(
+            self.pool(),
+            "request_logs",
+            "request_log_ref",
+            sql_filter,
+            args,
+            page,
+            from_row,
+        )
+        .await
+    }
+}

@@ -1,0 +1,106 @@
+//! Subscriptions: which event types, in which scope and payload version,
+//! an endpoint receives.
+
+use super::{json_col, to_json};
+use crate::{Store, StoreError};
+use domain::webhook::ScopeType;
+use domain::{Ref, Timestamp};
+use sqlx::Row;
+
+#[derive(Debug, Clone)]
+pub struct SubscriptionRecord {
+    pub endpoint_ref: Ref,
+    pub public_event_type: String,
+    pub scope_type: ScopeType,
+    pub scope_ref: String,
+    pub dto_version: u32,
+    pub custom_field_refs: Vec<String>,
+    pub created_at: Timestamp,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewSubscription<'a> {
+    pub public_event_type: &'a str,
+    pub scope_type: ScopeType,
+    pub scope_ref: &'a str,
+    pub dto_version: u32,
+    pub custom_field_refs: &'a [String],
+}
+
+fn from_row(row: &sqlx::any::AnyRow) -> Result<SubscriptionRecord, StoreError> {
+    let scope_type: String = row.try_get("scope_type")?;
+    Ok(SubscriptionRecord {
+        endpoint_ref: Ref::from_trusted(row.try_get("endpoint_ref")?),
+        public_event_type: row.try_get("public_event_type")?,
+        scope_type: ScopeType::parse(&scope_type).ok_or_else(|| StoreError::Corrupt(scope_type))?,
+        scope_ref: row.try_get("scope_ref")?,
+        dto_version: row.try_get::<i64, _>("dto_version")? as u32,
+        custom_field_refs: json_col(row, "custom_field_refs")?,
+        created_at: Timestamp::from_millis(row.try_get("created_at")?),
+    })
+}
+
+impl Store {
+    /// `Duplicate` when the endpoint already has this type and scope.
+    pub async fn create_subscription(
+        &self,
+        environment_ref: &Ref,
+        endpoint_ref: &Ref,
+        new: NewSubscription<'_>,
+    ) -> Result<SubscriptionRecord, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO webhook_subscriptions (subscription_id, endpoint_ref, environment_ref, \
+             public_event_type, scope_type, scope_ref, dto_version, custom_field_refs, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING *",
+        )
+        .bind(
+            Ref::generate(domain::Prefix::WebhookEndpoint)
+                .as_str()
+                .replacen("whep_", "whsub_", 1),
+        )
+        .bind(endpoint_ref.as_str())
+        .bind(environment_ref.as_str())
+        .bind(new.public_event_type)
+        .bind(new.scope_type.as_str())
+        .bind(new.scope_ref)
+        .bind(new.dto_version as i64)
+        .bind(to_json(&new.custom_field_refs))
+        .bind(Timestamp::now().millis())
+        .fetch_one(self.pool())
+        .await?;
+        from_row(&row)
+    }
+
+    pub async fn list_subscriptions(
+        &self,
+        environment_ref: &Ref,
+        endpoint_ref: &Ref,
+    ) -> Result<Vec<SubscriptionRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM webhook_subscriptions WHERE environment_ref = $1 AND endpoint_ref = $2 \
+             ORDER BY created_at DESC, subscription_id DESC",
+        )
+        .bind(environment_ref.as_str())
+        .bind(endpoint_ref.as_str())
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(from_row).collect()
+    }
+
+    /// Every subscription of an environment to `public_event_type`, for fan-out.
+    pub async fn subscriptions_for_type(
+        &self,
+        environment_ref: &Ref,
+        public_event_type: &str,
+    ) -> Result<Vec<SubscriptionRecord>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM webhook_subscriptions WHERE environment_ref = $1 AND public_event_type = $2 \
+             ORDER BY endpoint_ref, created_at",
+        )
+        .bind(environment_ref.as_str())
+        .bind(public_event_type)
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter().map(from_row).collect()
+    }
+}

@@ -1,0 +1,471 @@
+//! Black-box test harness: `TestApp::spawn` starts the real router on a
+//! random port over a fresh store (a SQLite file in a temporary folder, or a
+//! PostgreSQL database cloned from a migrated template), bootstraps both
+//! environments and hands out an HTTP client with request helpers.
+//!
+//! `backend_tests!` runs each behavioural test against every backend. The
+//! PostgreSQL variants run when `BILLING_TEST_FLEET=1`; then a missing server
+//! is a failure, never a skip. Without the variable they say so once.
+
+pub mod pg;
+pub mod receiver;
+pub mod verifier;
+
+use billing::bootstrap::{bootstrap, BootstrappedEnvironment};
+use control_api::state::WebhookSettings;
+use control_api::ApiSettings;
+use domain::webhook::cipher::SecretCipher;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::sync::Once;
+use store::Store;
+use tokio::net::TcpListener;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// Runs each named `async fn(TestApp)` against SQLite and PostgreSQL.
+#[macro_export]
+macro_rules! backend_tests {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::TestApp::spawn($crate::Backend::Sqlite).await).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    if let Some(app) = $crate::TestApp::spawn_fleet().await {
+                        super::$name(app).await
+                    }
+                }
+            )*
+        }
+    };
+}
+
+/// A running API over its own store.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub base: String,
+    pub client: reqwest::Client,
+    pub store: Store,
+    pub backend: Backend,
+    /// The bootstrap admin of the sandbox environment.
+    pub sandbox: BootstrappedEnvironment,
+    /// The bootstrap admin of the live environment.
+    pub live: BootstrappedEnvironment,
+    /// The key the app encrypts signing secrets with.
+    pub cipher: SecretCipher,
+    _guard: StoreGuard,
+}
+
+enum StoreGuard {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres(#[allow(dead_code)] pg::TestDatabase),
+}
+
+pub fn fleet_enabled() -> bool {
+    std::env::var("BILLING_TEST_FLEET").is_ok_and(|v| v == "1")
+}
+
+impl TestApp {
+    pub async fn spawn(backend: Backend) -> TestApp {
+        TestApp::spawn_with(backend, |_| {}).await
+    }
+
+    /// Settings for tests: private destinations allowed (the receivers
+    /// run on loopback), a fresh secret encryption key.
+    pub fn settings() -> ApiSettings {
+        let mut key = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut key);
+        let webhooks = WebhookSettings {
+            allow_private_networks: true,
+            ..WebhookSettings::with_cipher(SecretCipher::new(key))
+        };
+        ApiSettings::new(webhooks)
+    }
+
+    /// Like `spawn`, with `tweak` applied to the test settings.
+    pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut ApiSettings)) -> TestApp {
+        let (url, guard) = match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("temporary folder");
+                let url = format!("sqlite://{}/billing.db", dir.path().display());
+                (url, StoreGuard::Sqlite(dir))
+            }
+            Backend::Postgres => {
+                let db = pg::TestDatabase::create().await;
+                (db.url.clone(), StoreGuard::Postgres(db))
+            }
+        };
+        let store = Store::connect(&url).await.expect("store opens");
+        store.migrate().await.expect("migrations apply");
+        let boot = bootstrap(&store).await.expect("bootstrap");
+        let mut envs = boot.environments.into_iter();
+        let sandbox = envs.next().expect("sandbox");
+        let live = envs.next().expect("live");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let mut settings = TestApp::settings();
+        tweak(&mut settings);
+        let cipher = (*settings.webhooks.cipher).clone();
+        let state = control_api::AppState::new(store.clone(), settings);
+        tokio::spawn(control_api::run(state, listener, std::future::pending()));
+        TestApp {
+            addr,
+            base: format!("http://{addr}"),
+            client: reqwest::Client::new(),
+            store,
+            backend,
+            sandbox,
+            live,
+            cipher,
+            _guard: guard,
+        }
+    }
+
+    /// The PostgreSQL app when fleet tests are enabled; otherwise `None`,
+    /// after saying once that they were not run.
+    pub async fn spawn_fleet() -> Option<TestApp> {
+        static NOTICE: Once = Once::new();
+        if !fleet_enabled() {
+            NOTICE.call_once(|| {
+                // Written to the stream itself: libtest captures `eprintln!`.
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "fleet tests (PostgreSQL) not run: set BILLING_TEST_FLEET=1 to run them"
+                );
+            });
+            return None;
+        }
+        Some(TestApp::spawn(Backend::Postgres).await)
+    }
+
+    /// A request to `path` (absolute, starting with `/`) as the sandbox admin.
+    pub fn req(&self, method: &str, path: &str) -> Call {
+        self.anon(method, path).auth(&self.sandbox.secret)
+    }
+
+    /// A request without credentials.
+    pub fn anon(&self, method: &str, path: &str) -> Call {
+        Call::new(self.client.request(
+            method.parse().expect("method"),
+            format!("{}{}", self.base, path),
+        ))
+    }
+
+    pub fn get(&self, path: &str) -> Call {
+        self.req("GET", path)
+    }
+
+    /// A POST with a fresh idempotency key and `body`.
+    pub fn post(&self, path: &str, body: Value) -> Call {
+        self.req("POST", path).idem(&unique_key()).json(&body)
+    }
+
+    /// Creates a service account and returns it.
+    pub async fn create_account(&self, name: &str) -> Value {
+        let r = self
+            .post(
+                "/api/v1/service_accounts",
+                serde_json::json!({"name": name}),
+            )
+            .send()
+            .await;
+        r.expect(201);
+        r.data().clone()
+    }
+
+    /// Creates an account holding exactly `permissions`, with a credential;
+    /// returns `(principal_ref, secret)`.
+    pub async fn principal_with(&self, permissions: &[&str]) -> (String, String) {
+        let account = self.create_account("tester").await;
+        let principal = account["principal_ref"].as_str().expect("ref").to_owned();
+        for p in permissions {
+            self.post(
+                &format!("/api/v1/service_accounts/{principal}/grants"),
+                serde_json::json!({"permission_action": p}),
+            )
+            .send()
+            .await
+            .expect(201);
+        }
+        let cred = self
+            .post(
+                &format!("/api/v1/service_accounts/{principal}/credentials"),
+                serde_json::json!({}),
+            )
+            .send()
+            .await;
+        cred.expect(201);
+        (
+            principal,
+            cred.data()["secret"].as_str().expect("secret").to_owned(),
+        )
+    }
+}
+
+/// A dispatcher running inside the test over the app's store.
+pub struct DispatcherHandle {
+    pub stop: tokio_util::sync::CancellationToken,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+impl DispatcherHandle {
+    /// Stops leasing, waits for in-flight attempts and the recorder.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+
+    /// Stops at once, as a killed process would: leases stay behind.
+    pub fn kill(self) {
+        self.task.abort();
+    }
+}
+
+impl TestApp {
+    /// Dispatcher settings for tests: loopback receivers allowed, the
+    /// app's secret key, a fast retry schedule, short time-out.
+    pub fn dispatch_settings(&self, schedule: &str) -> dispatcher::DispatchSettings {
+        let schedule = domain::webhook::retry::RetrySchedule::parse(schedule).expect("schedule");
+        dispatcher::DispatchSettings {
+            allow_private_networks: true,
+            timeout: std::time::Duration::from_secs(2),
+            poll_interval: std::time::Duration::from_millis(20),
+            ..dispatcher::DispatchSettings::new(schedule, self.cipher.clone())
+        }
+    }
+
+    pub fn start_dispatcher(&self, settings: dispatcher::DispatchSettings) -> DispatcherHandle {
+        self.start_dispatcher_on(dispatcher::Dispatcher::new(self.store.clone(), settings))
+    }
+
+    /// A dispatcher taking its work from a Redis schedule (fleet mode).
+    pub fn start_redis_dispatcher(
+        &self,
+        settings: dispatcher::DispatchSettings,
+        schedule: std::sync::Arc<dispatcher::redis_schedule::RedisSchedule>,
+    ) -> DispatcherHandle {
+        let d = dispatcher::Dispatcher::new(self.store.clone(), settings).with_redis(schedule);
+        self.start_dispatcher_on(d)
+    }
+
+    fn start_dispatcher_on(&self, d: dispatcher::Dispatcher) -> DispatcherHandle {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(d.run(stop.clone()));
+        DispatcherHandle { stop, task }
+    }
+
+    /// Creates an endpoint for `url` subscribed to `event_type` in the
+    /// sandbox environment; returns `(endpoint_ref, whsec secret)`.
+    pub async fn subscribed_endpoint(
+        &self,
+        url: &str,
+        event_type: &str,
+        dto_version: u32,
+    ) -> (String, String) {
+        let r = self
+            .post("/api/v1/webhook_endpoints", serde_json::json!({"url": url}))
+            .send()
+            .await;
+        r.expect(201);
+        let endpoint = r.data()["endpoint_ref"].as_str().expect("ref").to_owned();
+        let secret = r.data()["secret_versions"][0]["secret"]
+            .as_str()
+            .expect("secret")
+            .to_owned();
+        self.post(
+            &format!("/api/v1/webhook_endpoints/{endpoint}/subscriptions"),
+            serde_json::json!({"public_event_type": event_type, "scope_type": "environment",
+                "scope_ref": self.sandbox.environment_ref, "dto_version": dto_version}),
+        )
+        .send()
+        .await
+        .expect(201);
+        (endpoint, secret)
+    }
+
+    /// Publishes an event into the embedded queue, as another system
+    /// would; returns its `event_ref`.
+    pub async fn publish(&self, event_type: &str, data: Value) -> String {
+        let event_ref = domain::Ref::generate(domain::Prefix::Event).into_string();
+        let envelope = serde_json::json!({
+            "event_ref": event_ref,
+            "public_event_type": event_type,
+            "environment_ref": self.sandbox.environment_ref,
+            "occurred_at": domain::Timestamp::now().to_rfc3339(),
+            "scope": {"product_refs": [], "buyer_ref": null, "beneficiary_business_ref": null},
+            "data": data,
+        });
+        let accepted =
+            dispatcher::intake::accept(&self.store, envelope.to_string().as_bytes(), "test")
+                .await
+                .expect("store reachable");
+        assert_eq!(accepted, dispatcher::intake::Accepted::New);
+        event_ref
+    }
+
+    /// Polls `f` until it returns `Some`, for at most `secs` seconds.
+    pub async fn eventually<T, F, Fut>(&self, secs: u64, mut f: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            if let Some(v) = f().await {
+                return v;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "condition not met within {secs} s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+    }
+}
+
+pub fn unique_key() -> String {
+    use rand::Rng;
+    format!("key-{:016x}", rand::thread_rng().gen::<u64>())
+}
+
+/// A request being built. The credential is applied when it is sent, so
+/// `auth` replaces the default credential rather than adding a second one.
+pub struct Call {
+    builder: reqwest::RequestBuilder,
+    secret: Option<String>,
+}
+
+impl Call {
+    fn new(builder: reqwest::RequestBuilder) -> Call {
+        Call {
+            builder,
+            secret: None,
+        }
+    }
+    pub fn auth(self, secret: &str) -> Call {
+        Call {
+            secret: Some(secret.to_owned()),
+            ..self
+        }
+    }
+    /// Sends no credential at all.
+    pub fn no_auth(self) -> Call {
+        Call {
+            secret: None,
+            ..self
+        }
+    }
+    pub fn header(self, name: &str, value: &str) -> Call {
+        Call {
+            builder: self.builder.header(name, value),
+            ..self
+        }
+    }
+    pub fn idem(self, key: &str) -> Call {
+        self.header("Idempotency-Key", key)
+    }
+    pub fn if_match(self, etag: &str) -> Call {
+        self.header("If-Match", etag)
+    }
+    pub fn json(self, body: &Value) -> Call {
+        Call {
+            builder: self.builder.json(body),
+            ..self
+        }
+    }
+    pub fn raw(self, body: impl Into<reqwest::Body>) -> Call {
+        Call {
+            builder: self
+                .builder
+                .header("content-type", "application/json")
+                .body(body),
+            ..self
+        }
+    }
+    pub async fn send(self) -> Resp {
+        let builder = match &self.secret {
+            Some(s) => self.builder.bearer_auth(s),
+            None => self.builder,
+        };
+        let r = builder.send().await.expect("request sent");
+        let status = r.status().as_u16();
+        let headers = r.headers().clone();
+        let text = r.text().await.expect("body read");
+        let json = serde_json::from_str(&text).unwrap_or(Value::Null);
+        Resp {
+            status,
+            headers,
+            text,
+            json,
+        }
+    }
+}
+
+/// A response, fully read.
+#[derive(Debug, Clone)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+    pub json: Value,
+}
+
+impl Resp {
+    /// Asserts the status, showing the body when it differs.
+    #[track_caller]
+    pub fn expect(&self, status: u16) -> &Resp {
+        assert_eq!(
+            self.status, status,
+            "unexpected status; body: {}",
+            self.text
+        );
+        self
+    }
+
+    /// Asserts an error status and code, and the contract's error shape.
+    #[track_caller]
+    pub fn expect_error(&self, status: u16, code: &str) -> &Resp {
+        self.expect(status);
+        assert_eq!(self.json["error"]["code"], code, "body: {}", self.text);
+        assert!(self.json["error"]["message"].is_string());
+        assert!(self.json["error"]["details"].is_array());
+        self
+    }
+
+    pub fn data(&self) -> &Value {
+        &self.json["data"]
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    pub fn etag(&self) -> String {
+        self.header("etag").expect("an ETag header").to_owned()
+    }
+
+    /// `details[].field` of an error.
+    pub fn fields(&self) -> Vec<String> {
+        self.json["error"]["details"]
+            .as_array()
+            .map(|d| {
+                d.iter()
+                    .filter_map(|x| x["field"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}

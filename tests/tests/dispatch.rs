@@ -1,0 +1,476 @@
+//! The dispatcher end to end, on every backend: an event accepted into the
+//! queue reaches a real local receiver, signed so that the official
+//! Standard Webhooks verifier accepts it; failures are retried on schedule;
+//! exhaustion fails; redrive delivers generation 2; pause holds and resume
+//! releases; the receiver's misbehaviour never harms the dispatcher.
+
+use billing_tests::receiver::{Behaviour, TestReceiver};
+use billing_tests::{backend_tests, unique_key, verifier, TestApp};
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn payment() -> Value {
+    domain::webhook::catalogue::example("payment.succeeded", 2).expect("example")
+}
+
+async fn delivery_of(app: &TestApp, endpoint: &str) -> Value {
+    let list = app
+        .get(&format!("/api/v1/webhook_endpoints/{endpoint}/deliveries"))
+        .send()
+        .await;
+    list.expect(200);
+    list.data()["items"][0].clone()
+}
+
+/// Waits until the endpoint's newest delivery has `status`.
+async fn settled(app: &TestApp, endpoint: &str, status: &str) -> Value {
+    app.eventually(20, || async {
+        let d = delivery_of(app, endpoint).await;
+        (d["status"] == status).then_some(d)
+    })
+    .await
+}
+
+async fn attempts(app: &TestApp, delivery: &str) -> Vec<Value> {
+    let r = app
+        .get(&format!(
+            "/api/v1/webhook_deliveries/{delivery}/attempts?limit=100"
+        ))
+        .send()
+        .await;
+    r.expect(200);
+    r.data()["items"].as_array().unwrap().clone()
+}
+
+async fn delivered_signed_and_recorded(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    let (endpoint, secret) = app
+        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s"));
+    let event_ref = app.publish("payment.succeeded", payment()).await;
+    let d = settled(&app, &endpoint, "succeeded").await;
+    dispatcher.shutdown().await;
+
+    let got = receiver.received();
+    assert_eq!(got.len(), 1);
+    let req = &got[0];
+    assert_eq!(req.header("webhook-id"), d["delivery_ref"]);
+    assert!(verifier::verifies(
+        &secret,
+        req.header("webhook-id"),
+        req.header("webhook-timestamp"),
+        req.header("webhook-signature"),
+        &req.body
+    ));
+    assert!(!verifier::verifies(
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        req.header("webhook-id"),
+        req.header("webhook-timestamp"),
+        req.header("webhook-signature"),
+        &req.body
+    ));
+    let body = req.json();
+    assert_eq!(body["event_ref"], event_ref);
+    assert_eq!(body["public_event_type"], "payment.succeeded");
+    assert_eq!(body["dto_version"], 2);
+    assert_eq!(body["environment_ref"], app.sandbox.environment_ref);
+    // Without a grant, contact fields are not delivered; references and amounts are.
+    assert!(body["data"]["buyer"].get("email").is_none(), "{body}");
+    assert_eq!(
+        body["data"]["payment"]["amount"],
+        payment()["payment"]["amount"]
+    );
+
+    let stored = app
+        .get(&format!(
+            "/api/v1/webhook_deliveries/{}/body",
+            d["delivery_ref"].as_str().unwrap()
+        ))
+        .send()
+        .await;
+    assert_eq!(
+        stored.data()["payload"],
+        body,
+        "the body view is the body as delivered"
+    );
+    assert_eq!(stored.data()["match_reasons"][0]["kind"], "subscription");
+    let a = attempts(&app, d["delivery_ref"].as_str().unwrap()).await;
+    assert_eq!(a.len(), 1);
+    assert_eq!(
+        (a[0]["status"].as_str(), a[0]["response_status"].as_i64()),
+        (Some("succeeded"), Some(204))
+    );
+    assert_eq!(
+        (a[0]["generation"].as_i64(), a[0]["attempt_number"].as_i64()),
+        (Some(1), Some(1))
+    );
+    let health = app
+        .get(&format!("/api/v1/webhook_endpoints/{endpoint}/health"))
+        .send()
+        .await;
+    assert_eq!(health.data()["health"], "healthy");
+    assert_eq!(health.data()["last_delivery_status"], "succeeded");
+}
+
+async fn duplicates_are_processed_once(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "refund.created", 1)
+        .await;
+    let event_ref = app
+        .publish("refund.created", json!({"refund_ref": "ref_AAAAAAAAAAAA"}))
+        .await;
+    let again = json!({"event_ref": event_ref, "public_event_type": "refund.created",
+        "environment_ref": app.sandbox.environment_ref, "occurred_at": "2026-11-22T10:00:00Z", "data": {}});
+    let accepted = dispatcher::intake::accept(&app.store, again.to_string().as_bytes(), "test")
+        .await
+        .unwrap();
+    assert_eq!(accepted, dispatcher::intake::Accepted::Duplicate);
+    let bad = dispatcher::intake::accept(&app.store, b"{\"event_ref\": 5}", "test")
+        .await
+        .unwrap();
+    assert!(matches!(bad, dispatcher::intake::Accepted::Dead(_)));
+    assert_eq!(app.store.dead_letter_count().await.unwrap(), 1);
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    settled(&app, &endpoint, "succeeded").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    dispatcher.shutdown().await;
+    assert_eq!(receiver.count(), 1);
+}
+
+async fn failures_retry_on_schedule_then_fail(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(500)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "payment.failed", 1)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,300ms,300ms"));
+    app.publish("payment.failed", json!({})).await;
+    let d = settled(&app, &endpoint, "failed").await;
+    dispatcher.shutdown().await;
+    let got = receiver.received();
+    assert_eq!(got.len(), 3, "one attempt per schedule entry");
+    let gap = got[1].at.duration_since(got[0].at);
+    assert!(gap >= Duration::from_millis(230), "retry waited {gap:?}");
+    let a = attempts(&app, d["delivery_ref"].as_str().unwrap()).await;
+    assert_eq!(a.len(), 3);
+    assert!(a
+        .iter()
+        .all(|x| x["status"] == "failed" && x["response_status"] == 500));
+    let numbers: Vec<i64> = a
+        .iter()
+        .map(|x| x["attempt_number"].as_i64().unwrap())
+        .collect();
+    assert_eq!(numbers, vec![3, 2, 1], "newest first");
+    assert!(a[0]["next_attempt_at"].is_null() && a[1]["next_attempt_at"].is_string());
+    // All three share one webhook-id: it is stable across attempts.
+    assert!(got
+        .iter()
+        .all(|r| r.header("webhook-id") == d["delivery_ref"]));
+}
+
+async fn redrive_delivers_generation_two(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(500)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "order.created", 1)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    app.publish("order.created", json!({"order_ref": "ord_AAAAAAAAAAAA"}))
+        .await;
+    let failed = settled(&app, &endpoint, "failed").await;
+    receiver.set(Behaviour::Status(200));
+    let delivery = failed["delivery_ref"].as_str().unwrap();
+    let r = app
+        .req(
+            "POST",
+            &format!("/api/v1/webhook_deliveries/{delivery}/redrive"),
+        )
+        .idem(&unique_key())
+        .if_match(failed["etag"].as_str().unwrap())
+        .json(&json!({"reason": "receiver fixed"}))
+        .send()
+        .await;
+    r.expect(200);
+    assert_eq!(r.data()["outcome"], "queued");
+    let done = settled(&app, &endpoint, "succeeded").await;
+    dispatcher.shutdown().await;
+    assert_eq!(done["generation"], 2);
+    let a = attempts(&app, delivery).await;
+    assert_eq!(
+        (a[0]["generation"].as_i64(), a[0]["attempt_number"].as_i64()),
+        (Some(2), Some(1))
+    );
+    let got = receiver.received();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].header("webhook-id"), got[1].header("webhook-id"));
+}
+
+async fn pause_holds_and_resume_releases(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "invoice.paid", 1)
+        .await;
+    let pause = app
+        .req(
+            "POST",
+            &format!("/api/v1/webhook_endpoints/{endpoint}/pause"),
+        )
+        .idem(&unique_key())
+        .if_match("*")
+        .json(&json!({}))
+        .send()
+        .await;
+    pause.expect(200);
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    app.publish("invoice.paid", json!({})).await;
+    settled(&app, &endpoint, "held").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.count(), 0, "held deliveries are not sent");
+    app.req(
+        "POST",
+        &format!("/api/v1/webhook_endpoints/{endpoint}/resume"),
+    )
+    .idem(&unique_key())
+    .if_match("*")
+    .json(&json!({}))
+    .send()
+    .await
+    .expect(200);
+    settled(&app, &endpoint, "succeeded").await;
+    dispatcher.shutdown().await;
+    assert_eq!(receiver.count(), 1);
+}
+
+async fn test_send_goes_out(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+    let (endpoint, secret) = app
+        .subscribed_endpoint(&receiver.url(), "invoice.paid", 1)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    app.post(
+        &format!("/api/v1/webhook_endpoints/{endpoint}/test_send"),
+        json!({"public_event_type": "webhook.test"}),
+    )
+    .send()
+    .await
+    .expect(201);
+    settled(&app, &endpoint, "succeeded").await;
+    dispatcher.shutdown().await;
+    let req = &receiver.received()[0];
+    assert_eq!(req.json()["public_event_type"], "webhook.test");
+    assert!(verifier::verifies(
+        &secret,
+        req.header("webhook-id"),
+        req.header("webhook-timestamp"),
+        req.header("webhook-signature"),
+        &req.body
+    ));
+}
+
+async fn retry_after_is_honoured(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::RetryAfter(429, 3)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "payout.paid", 1)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,100ms"));
+    app.publish("payout.paid", json!({})).await;
+    let d = app
+        .eventually(10, || async {
+            let d = delivery_of(&app, &endpoint).await;
+            (d["attempt_count"] == 1).then_some(d)
+        })
+        .await;
+    dispatcher.shutdown().await;
+    let a = attempts(&app, d["delivery_ref"].as_str().unwrap()).await;
+    let started = domain::Timestamp::parse(a[0]["started_at"].as_str().unwrap()).unwrap();
+    let next = domain::Timestamp::parse(a[0]["next_attempt_at"].as_str().unwrap()).unwrap();
+    assert!(
+        next.millis() - started.millis() >= 2_900,
+        "Retry-After: 3 delays the next attempt"
+    );
+    assert_eq!(a[0]["response_status"], 429);
+}
+
+async fn gone_disables_the_endpoint(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(410)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "payout.failed", 1)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,100ms,100ms"));
+    app.publish("payout.failed", json!({})).await;
+    settled(&app, &endpoint, "failed").await;
+    dispatcher.shutdown().await;
+    assert_eq!(receiver.count(), 1, "410 is final");
+    let e = app
+        .get(&format!("/api/v1/webhook_endpoints/{endpoint}"))
+        .send()
+        .await;
+    assert_eq!(e.data()["status"], "disabled");
+    let h = app
+        .get(&format!("/api/v1/webhook_endpoints/{endpoint}/health"))
+        .send()
+        .await;
+    assert_eq!(h.data()["health"], "disabled");
+}
+
+async fn misbehaving_receivers_are_contained(app: TestApp) {
+    let hanging = TestReceiver::start(Behaviour::Hang(Duration::from_secs(10))).await;
+    let redirecting = TestReceiver::start(Behaviour::Redirect).await;
+    let huge = TestReceiver::start(Behaviour::HugeBody(100 << 20)).await;
+    let refused = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        format!("http://{addr}/hook")
+    };
+    let mut endpoints = Vec::new();
+    for url in [hanging.url(), redirecting.url(), huge.url(), refused] {
+        endpoints.push(app.subscribed_endpoint(&url, "dispute.opened", 1).await.0);
+    }
+    let mut settings = app.dispatch_settings("0s");
+    settings.timeout = Duration::from_millis(500);
+    let dispatcher = app.start_dispatcher(settings);
+    app.publish("dispute.opened", json!({})).await;
+    let mut errors = Vec::new();
+    for e in &endpoints {
+        let d = settled(&app, e, "failed").await;
+        let a = attempts(&app, d["delivery_ref"].as_str().unwrap()).await;
+        errors.push((
+            a[0]["error"].clone(),
+            a[0]["response_status"].clone(),
+            a[0]["response_body_excerpt"].clone(),
+        ));
+    }
+    dispatcher.shutdown().await;
+    assert!(
+        errors[0].0.as_str().unwrap().contains("timed out"),
+        "{errors:?}"
+    );
+    assert_eq!(errors[1].1, 302);
+    assert!(errors[1].0.as_str().unwrap().contains("redirect"));
+    assert_eq!(errors[2].1, 500);
+    assert_eq!(
+        errors[2].2.as_str().unwrap().len(),
+        1024,
+        "the excerpt stops at 1 KiB"
+    );
+    assert!(
+        errors[3].0.as_str().unwrap().contains("connection"),
+        "{errors:?}"
+    );
+}
+
+async fn destinations_are_checked_at_connect_time(app: TestApp) {
+    // Created while private networks were allowed, sent by a dispatcher
+    // that refuses them: the check at connect time stops it.
+    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(
+            &format!("http://localhost:{}/hook", receiver.addr.port()),
+            "entitlement.granted",
+            1,
+        )
+        .await;
+    let mut settings = app.dispatch_settings("0s");
+    settings.allow_private_networks = false;
+    let dispatcher = app.start_dispatcher(settings);
+    app.publish("entitlement.granted", json!({})).await;
+    let d = settled(&app, &endpoint, "failed").await;
+    dispatcher.shutdown().await;
+    assert_eq!(receiver.count(), 0);
+    let a = attempts(&app, d["delivery_ref"].as_str().unwrap()).await;
+    assert!(
+        a[0]["error"].as_str().unwrap().contains("forbidden"),
+        "{a:?}"
+    );
+}
+
+async fn two_dispatchers_never_attempt_one_delivery_twice(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "subscription.started", 1)
+        .await;
+    for _ in 0..300 {
+        app.publish("subscription.started", json!({})).await;
+    }
+    let a = app.start_dispatcher(app.dispatch_settings("0s"));
+    let b = app.start_dispatcher(app.dispatch_settings("0s"));
+    app.eventually(60, || async { (receiver.count() >= 300).then_some(()) })
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.shutdown().await;
+    b.shutdown().await;
+    let ids: Vec<String> = receiver
+        .received()
+        .iter()
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
+    let unique: std::collections::HashSet<_> = ids.iter().collect();
+    assert_eq!(
+        (ids.len(), unique.len()),
+        (300, 300),
+        "every delivery exactly once"
+    );
+    let list = app
+        .get(&format!(
+            "/api/v1/webhook_endpoints/{endpoint}/deliveries?limit=100"
+        ))
+        .send()
+        .await;
+    assert!(list.data()["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| d["status"] == "succeeded"));
+}
+
+async fn a_killed_dispatchers_work_is_taken_over(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Hang(Duration::from_millis(700))).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "subscription.canceled", 1)
+        .await;
+    for _ in 0..20 {
+        app.publish("subscription.canceled", json!({})).await;
+    }
+    let mut settings = app.dispatch_settings("0s");
+    settings.lease_margin = Duration::from_millis(500);
+    let first = app.start_dispatcher(settings.clone());
+    app.eventually(10, || async { (receiver.count() > 0).then_some(()) })
+        .await;
+    first.kill();
+    receiver.set(Behaviour::Status(200));
+    let second = app.start_dispatcher(settings);
+    app.eventually(30, || async {
+        let list = app
+            .get(&format!(
+                "/api/v1/webhook_endpoints/{endpoint}/deliveries?limit=100"
+            ))
+            .send()
+            .await;
+        let items = list.data()["items"].as_array().unwrap().clone();
+        (items.len() == 20 && items.iter().all(|d| d["status"] == "succeeded")).then_some(())
+    })
+    .await;
+    second.shutdown().await;
+    let unique: std::collections::HashSet<String> = receiver
+        .received()
+        .iter()
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
+    assert_eq!(unique.len(), 20, "every event delivered at least once");
+}
+
+backend_tests!(
+    delivered_signed_and_recorded,
+    duplicates_are_processed_once,
+    failures_retry_on_schedule_then_fail,
+    redrive_delivers_generation_two,
+    pause_holds_and_resume_releases,
+    test_send_goes_out,
+    retry_after_is_honoured,
+    gone_disables_the_endpoint,
+    misbehaving_receivers_are_contained,
+    destinations_are_checked_at_connect_time,
+    two_dispatchers_never_attempt_one_delivery_twice,
+    a_killed_dispatchers_work_is_taken_over,
+);

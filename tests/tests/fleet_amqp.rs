@@ -1,0 +1,447 @@
+//! RabbitMQ intake in fleet mode (contract section 9, "Events on the
+//! queue"), against the real broker at 127.0.0.1:5672 and PostgreSQL.
+//!
+//! Run only with `BILLING_TEST_FLEET=1`; then a missing broker is a
+//! failure, never a skip. Each test consumes its own queue bound to
+//! `billing.events` (and keeps dead letters in its own queue bound to
+//! `billing.events.dead`), since tests run in parallel over separate
+//! databases; the binary uses the fixed `billing.events.dispatcher`. Every
+//! queue bound with `#` sees every test's messages, so each test recognises
+//! its own by `event_ref` or body; events of another test's environment
+//! match no subscription here.
+
+use billing_tests::receiver::{Behaviour, TestReceiver};
+use billing_tests::{fleet_enabled, verifier, Backend, TestApp};
+use dispatcher::amqp::{self, AmqpSettings};
+use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeleteOptions};
+use lapin::types::AMQPValue;
+use serde_json::{json, Value};
+use std::sync::{Arc, Once};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// A test's app, its own queues, and a broker connection to inspect them.
+struct Fleet {
+    app: TestApp,
+    settings: AmqpSettings,
+    connection: lapin::Connection,
+    channel: lapin::Channel,
+}
+
+/// The running consumer of a test.
+struct Intake {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Intake {
+    async fn shutdown(self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(15), self.task)
+            .await
+            .expect("the intake stops promptly")
+            .expect("the intake does not panic");
+    }
+}
+
+/// `None` (after saying once that these tests were not run) unless
+/// `BILLING_TEST_FLEET=1`.
+async fn fleet() -> Option<Fleet> {
+    static NOTICE: Once = Once::new();
+    if !fleet_enabled() {
+        NOTICE.call_once(|| {
+            // Written to the stream itself: libtest captures `eprintln!`.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "fleet tests (RabbitMQ) not run: set BILLING_TEST_FLEET=1 to run them"
+            );
+        });
+        return None;
+    }
+    let id = format!("{:016x}", rand::random::<u64>());
+    let connection = amqp::connect(BROKER, &format!("billing-test-client-{id}"))
+        .await
+        .unwrap_or_else(|e| {
+            panic!("BILLING_TEST_FLEET=1 but RabbitMQ is not reachable at {BROKER}: {e}")
+        });
+    let channel = connection.create_channel().await.expect("a channel");
+    let settings = AmqpSettings {
+        queue: format!("billing.events.test-{id}"),
+        dead_queue: format!("billing.events.dead.test-{id}"),
+        // Left-overs of a test that failed half-way go away by themselves.
+        queue_expires: Some(Duration::from_secs(300)),
+        connection_name: format!("billing-test-intake-{id}"),
+        ..AmqpSettings::new(BROKER)
+    };
+    // Declared before any consumer runs, as a previous run of the service
+    // would have: nothing published from now on is lost.
+    amqp::declare(&channel, &settings)
+        .await
+        .expect("the topology is declared");
+    let app = TestApp::spawn(Backend::Postgres).await;
+    Some(Fleet {
+        app,
+        settings,
+        connection,
+        channel,
+    })
+}
+
+impl Fleet {
+    fn start_intake(&self) -> Intake {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(amqp::consume(
+            self.app.store.clone(),
+            self.settings.clone(),
+            Arc::new(Notify::new()),
+            stop.clone(),
+        ));
+        Intake { stop, task }
+    }
+
+    /// A valid envelope of the sandbox environment: `(event_ref, body)`.
+    fn envelope(&self, event_type: &str, data: Value) -> (String, Vec<u8>) {
+        let event_ref = domain::Ref::generate(domain::Prefix::Event).into_string();
+        let body = json!({
+            "event_ref": event_ref,
+            "public_event_type": event_type,
+            "environment_ref": self.app.sandbox.environment_ref,
+            "occurred_at": domain::Timestamp::now().to_rfc3339(),
+            "scope": {"product_refs": [], "buyer_ref": null, "beneficiary_business_ref": null},
+            "data": data,
+        });
+        (event_ref, body.to_string().into_bytes())
+    }
+
+    /// Publishes `body` on `billing.events` as another system would.
+    async fn publish(&self, body: &[u8], routing_key: &str) {
+        amqp::publish(BROKER, body, routing_key)
+            .await
+            .expect("the broker confirms the message");
+    }
+
+    /// Reads this test's dead letter queue until a message with `body`
+    /// arrives; returns its `x-dead-reason`.
+    async fn dead_letter(&self, body: &[u8]) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let got = self
+                .channel
+                .basic_get(&self.settings.dead_queue, BasicGetOptions::default())
+                .await
+                .expect("basic.get");
+            match got {
+                Some(message) => {
+                    let d = message.delivery;
+                    d.ack(BasicAckOptions::default()).await.expect("ack");
+                    if d.data == body {
+                        let headers = d.properties.headers().clone().unwrap_or_default();
+                        return match headers.inner().get(amqp::DEAD_REASON_HEADER) {
+                            Some(AMQPValue::LongString(s)) => s.to_string(),
+                            other => panic!("no x-dead-reason header: {other:?}"),
+                        };
+                    }
+                }
+                None => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the message did not reach {}",
+                        self.settings.dead_queue
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+
+    /// Deletes this test's queues.
+    async fn cleanup(self) {
+        for q in [&self.settings.queue, &self.settings.dead_queue] {
+            let _ = self
+                .channel
+                .queue_delete(q, QueueDeleteOptions::default())
+                .await;
+        }
+        let _ = self.connection.close(200, "test done").await;
+    }
+}
+
+/// The newest delivery of `endpoint`.
+async fn delivery_of(app: &TestApp, endpoint: &str) -> Value {
+    let list = app
+        .get(&format!("/api/v1/webhook_endpoints/{endpoint}/deliveries"))
+        .send()
+        .await;
+    list.expect(200);
+    list.data()["items"][0].clone()
+}
+
+/// Waits until the endpoint's newest delivery has `status`.
+async fn settled(app: &TestApp, endpoint: &str, status: &str) -> Value {
+    app.eventually(20, || async {
+        let d = delivery_of(app, endpoint).await;
+        (d["status"] == status).then_some(d)
+    })
+    .await
+}
+
+/// How many requests `receiver` got for `event_ref`.
+fn received_for(receiver: &TestReceiver, event_ref: &str) -> usize {
+    receiver
+        .received()
+        .iter()
+        .filter(|r| r.json()["event_ref"] == event_ref)
+        .count()
+}
+
+/// Waits until `receiver` got every one of `event_refs`.
+async fn all_received(app: &TestApp, receiver: &TestReceiver, event_refs: &[&str]) {
+    app.eventually(20, || async {
+        event_refs
+            .iter()
+            .all(|e| received_for(receiver, e) > 0)
+            .then_some(())
+    })
+    .await
+}
+
+fn payment() -> Value {
+    domain::webhook::catalogue::example("payment.succeeded", 2).expect("example")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_event_is_delivered_signed() {
+    let Some(fleet) = fleet().await else { return };
+    let app = &fleet.app;
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    let (endpoint, secret) = app
+        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    let intake = fleet.start_intake();
+
+    let (event_ref, body) = fleet.envelope("payment.succeeded", payment());
+    fleet.publish(&body, "payment.succeeded").await;
+    let d = settled(app, &endpoint, "succeeded").await;
+    intake.shutdown().await;
+    dispatcher.shutdown().await;
+
+    let got = receiver.received();
+    assert_eq!(got.len(), 1);
+    let req = &got[0];
+    assert_eq!(req.header("webhook-id"), d["delivery_ref"]);
+    assert!(verifier::verifies(
+        &secret,
+        req.header("webhook-id"),
+        req.header("webhook-timestamp"),
+        req.header("webhook-signature"),
+        &req.body
+    ));
+    let delivered = req.json();
+    assert_eq!(delivered["event_ref"], event_ref);
+    assert_eq!(delivered["public_event_type"], "payment.succeeded");
+    assert_eq!(delivered["environment_ref"], app.sandbox.environment_ref);
+    fleet.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_event_ref_is_delivered_once() {
+    let Some(fleet) = fleet().await else { return };
+    let app = &fleet.app;
+    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "refund.created", 1)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    let intake = fleet.start_intake();
+
+    let data = json!({"refund_ref": "ref_AAAAAAAAAAAA"});
+    let (event_ref, body) = fleet.envelope("refund.created", data.clone());
+    fleet.publish(&body, "refund.created").await;
+    fleet.publish(&body, "refund.created").await;
+    // A later event shows the queue was worked past both copies.
+    let (later, later_body) = fleet.envelope("refund.created", data);
+    fleet.publish(&later_body, "refund.created").await;
+    all_received(app, &receiver, &[&event_ref, &later]).await;
+    settled(app, &endpoint, "succeeded").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    intake.shutdown().await;
+    dispatcher.shutdown().await;
+
+    assert_eq!(received_for(&receiver, &event_ref), 1);
+    assert_eq!(received_for(&receiver, &later), 1);
+    assert_eq!(receiver.count(), 2);
+    fleet.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_message_is_dead_lettered_and_the_consumer_goes_on() {
+    let Some(fleet) = fleet().await else { return };
+    let app = &fleet.app;
+    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+    app.subscribed_endpoint(&receiver.url(), "payout.paid", 1)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    let intake = fleet.start_intake();
+
+    // Not JSON at all, with a marker so this test knows its own copy.
+    let marker = domain::Ref::generate(domain::Prefix::Event).into_string();
+    let garbage = format!("this is not an envelope {marker}").into_bytes();
+    fleet.publish(&garbage, "payout.paid").await;
+    // Well-formed JSON naming a type outside the catalogue.
+    let (_, unknown) = fleet.envelope("payout.exploded", json!({}));
+    fleet.publish(&unknown, "payout.exploded").await;
+
+    let reason = fleet.dead_letter(&garbage).await;
+    assert!(reason.contains("not a valid envelope"), "{reason}");
+    let reason = fleet.dead_letter(&unknown).await;
+    assert!(reason.contains("catalogue"), "{reason}");
+    // Kept in the store's dead letters too.
+    app.eventually(10, || async {
+        (app.store.dead_letter_count().await.unwrap() >= 2).then_some(())
+    })
+    .await;
+
+    // The consumer is still there: a valid event afterwards goes through.
+    let (event_ref, body) = fleet.envelope("payout.paid", json!({"payout_ref": "wd_AAAAAAAAAAAA"}));
+    fleet.publish(&body, "payout.paid").await;
+    all_received(app, &receiver, &[&event_ref]).await;
+    assert!(!intake.task.is_finished());
+    intake.shutdown().await;
+    dispatcher.shutdown().await;
+    assert_eq!(received_for(&receiver, &event_ref), 1);
+    fleet.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_published_while_the_consumer_is_down_are_delivered() {
+    let Some(fleet) = fleet().await else { return };
+    let app = &fleet.app;
+    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+    app.subscribed_endpoint(&receiver.url(), "invoice.paid", 1)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+
+    // Nothing consumes yet: the queue keeps the message.
+    let data = json!({"invoice_ref": "inv_AAAAAAAAAAAA"});
+    let (first, body) = fleet.envelope("invoice.paid", data.clone());
+    fleet.publish(&body, "invoice.paid").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.count(), 0);
+    let intake = fleet.start_intake();
+    all_received(app, &receiver, &[&first]).await;
+
+    // Stopped after it ran: what arrives meanwhile waits for the next start.
+    intake.shutdown().await;
+    let (second, body) = fleet.envelope("invoice.paid", data.clone());
+    fleet.publish(&body, "invoice.paid").await;
+    let (third, body) = fleet.envelope("invoice.paid", data);
+    fleet.publish(&body, "invoice.paid").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.count(), 1);
+    let intake = fleet.start_intake();
+    all_received(app, &receiver, &[&second, &third]).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    intake.shutdown().await;
+    dispatcher.shutdown().await;
+    for e in [&first, &second, &third] {
+        assert_eq!(received_for(&receiver, e), 1, "{e}");
+    }
+    fleet.cleanup().await;
+}
+
+/// The broker's pid of the connection named `name`, from `rabbitmqctl`
+/// (tab-separated `pid client_properties` lines; the pid in the form
+/// `close_connection` takes).
+fn connection_pid(name: &str) -> Option<String> {
+    let out = std::process::Command::new("rabbitmqctl")
+        .args([
+            "list_connections",
+            "-q",
+            "--no-table-headers",
+            "pid",
+            "client_properties",
+        ])
+        .output()
+        .expect("rabbitmqctl runs");
+    assert!(
+        out.status.success(),
+        "rabbitmqctl list_connections failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find(|line| line.contains(name))
+        .and_then(|line| line.split('\t').next())
+        .map(|pid| pid.trim().to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_reconnects_after_the_broker_closes_its_connection() {
+    let Some(fleet) = fleet().await else { return };
+    let rabbitmqctl = std::process::Command::new("rabbitmqctl")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !rabbitmqctl {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "connection drop test not run: rabbitmqctl is not available"
+        );
+        fleet.cleanup().await;
+        return;
+    }
+    let app = &fleet.app;
+    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+    app.subscribed_endpoint(&receiver.url(), "order.created", 1)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    let intake = fleet.start_intake();
+    let data = json!({"order_ref": "ord_AAAAAAAAAAAA"});
+    let (first, body) = fleet.envelope("order.created", data.clone());
+    fleet.publish(&body, "order.created").await;
+    all_received(app, &receiver, &[&first]).await;
+
+    // Only this test's consumer connection is closed, from the server side.
+    let name = fleet.settings.connection_name.clone();
+    let pid = app
+        .eventually(10, || {
+            let name = name.clone();
+            async move {
+                tokio::task::spawn_blocking(move || connection_pid(&name))
+                    .await
+                    .ok()?
+            }
+        })
+        .await;
+    let closed = std::process::Command::new("rabbitmqctl")
+        .args(["close_connection", &pid, "test: connection drop"])
+        .output()
+        .expect("rabbitmqctl runs");
+    assert!(
+        closed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&closed.stderr)
+    );
+
+    let (second, body) = fleet.envelope("order.created", data);
+    fleet.publish(&body, "order.created").await;
+    all_received(app, &receiver, &[&second]).await;
+    assert!(!intake.task.is_finished());
+    // A new connection of the same name replaced the closed one.
+    let again = tokio::task::spawn_blocking(move || connection_pid(&name))
+        .await
+        .unwrap()
+        .expect("the consumer is connected again");
+    assert_ne!(again, pid);
+    intake.shutdown().await;
+    dispatcher.shutdown().await;
+    assert_eq!(received_for(&receiver, &first), 1);
+    assert_eq!(received_for(&receiver, &second), 1);
+    fleet.cleanup().await;
+}

@@ -1,0 +1,98 @@
+//! Fleet mode end to end: PostgreSQL, the Redis schedule and two
+//! dispatchers. Runs only with BILLING_TEST_FLEET=1; then Redis and
+//! PostgreSQL must be up.
+
+use billing_tests::receiver::{Behaviour, TestReceiver};
+use billing_tests::{fleet_enabled, Backend, TestApp};
+use dispatcher::redis_schedule::RedisSchedule;
+use serde_json::json;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+fn redis_url() -> String {
+    std::env::var("BILLING_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// Deletes every key of `prefix`: what a FLUSHALL does to this schedule.
+async fn flush(prefix: &str) {
+    let client = dispatcher::redis_schedule::redis::Client::open(redis_url()).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis reachable");
+    let keys: Vec<String> = dispatcher::redis_schedule::redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(&mut conn)
+        .await
+        .expect("keys");
+    if !keys.is_empty() {
+        let _: () = dispatcher::redis_schedule::redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut conn)
+            .await
+            .expect("del");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_dispatchers_over_redis_survive_losing_its_data() {
+    if !fleet_enabled() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "fleet dispatch test not run: set BILLING_TEST_FLEET=1"
+        );
+        return;
+    }
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let prefix = format!("billing-test:{}", billing_tests::unique_key());
+    let schedule = Arc::new(
+        RedisSchedule::connect(&redis_url(), &prefix)
+            .await
+            .expect("redis reachable"),
+    );
+    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+    app.subscribed_endpoint(&receiver.url(), "order.created", 1)
+        .await;
+    const N: usize = 400;
+    for _ in 0..N / 2 {
+        app.publish("order.created", json!({})).await;
+    }
+    let a = app.start_redis_dispatcher(app.dispatch_settings("0s"), schedule.clone());
+    let b = app.start_redis_dispatcher(app.dispatch_settings("0s"), schedule.clone());
+    app.eventually(30, || async { (receiver.count() >= N / 4).then_some(()) })
+        .await;
+    flush(&prefix).await;
+    for _ in 0..N / 2 {
+        app.publish("order.created", json!({})).await;
+    }
+    app.eventually(60, || async {
+        let unique: HashSet<String> = receiver
+            .received()
+            .iter()
+            .map(|r| r.header("webhook-id").to_owned())
+            .collect();
+        (unique.len() >= N).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.shutdown().await;
+    b.shutdown().await;
+    let ids: Vec<String> = receiver
+        .received()
+        .iter()
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(unique.len(), N, "every event delivered");
+    assert_eq!(ids.len(), N, "no delivery attempted twice");
+    assert_eq!(
+        app.store
+            .due_backlog(domain::Timestamp::now().plus_seconds(3600))
+            .await
+            .unwrap(),
+        0
+    );
+    flush(&prefix).await;
+}

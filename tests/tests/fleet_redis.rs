@@ -1,0 +1,370 @@
+//! The fleet schedule in Redis against a real Redis and PostgreSQL: the
+//! feed copies the store's due deliveries into Redis; concurrent claimers
+//! never share a delivery; a dead worker's leases come back; Redis losing
+//! all its data loses no delivery; the store's lease fences every claim.
+//!
+//! Runs with `BILLING_TEST_FLEET=1` (then a missing Redis at
+//! `redis://127.0.0.1:6379`, or `BILLING_TEST_REDIS_URL`, is a failure).
+//! Each test keeps its keys under its own prefix and deletes only those:
+//! other tests share the server.
+
+use billing_tests::{fleet_enabled, Backend, TestApp};
+use dispatcher::redis_schedule::{self as rs, redis, RedisSchedule};
+use domain::Timestamp;
+use std::collections::HashSet;
+use std::sync::{Arc, Once};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+fn redis_url() -> String {
+    std::env::var("BILLING_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// A store with `endpoints × events` pending deliveries, due now, and a
+/// schedule under a fresh key prefix; `None` (said once) without
+/// `BILLING_TEST_FLEET=1`.
+struct Fixture {
+    app: TestApp,
+    schedule: Arc<RedisSchedule>,
+    refs: Vec<String>,
+}
+
+async fn fixture(endpoints: usize, events: usize) -> Option<Fixture> {
+    static NOTICE: Once = Once::new();
+    if !fleet_enabled() {
+        NOTICE.call_once(|| {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "fleet tests (Redis schedule) not run: set BILLING_TEST_FLEET=1 to run them"
+            );
+        });
+        return None;
+    }
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let prefix = format!("billing-test:{}", billing_tests::unique_key());
+    let schedule = RedisSchedule::connect(&redis_url(), &prefix)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "BILLING_TEST_FLEET=1 but Redis is not reachable at {}: {e}",
+                redis_url()
+            )
+        });
+    schedule.ping().await.expect("Redis answers PING");
+    for i in 0..endpoints {
+        app.subscribed_endpoint(&format!("http://127.0.0.1:9/hook{i}"), "refund.created", 1)
+            .await;
+    }
+    let data = domain::webhook::catalogue::example("refund.created", 1).expect("example");
+    for _ in 0..events {
+        app.publish("refund.created", data.clone()).await;
+    }
+    let created = dispatcher::fanout::fan_out_pending(&app.store, 1000)
+        .await
+        .expect("fan-out");
+    assert_eq!(created, endpoints * events);
+    let refs: Vec<String> = app
+        .store
+        .pending_due_refs(Timestamp::now().plus_seconds(60), 100_000)
+        .await
+        .expect("pending refs")
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    assert_eq!(refs.len(), created);
+    Some(Fixture {
+        app,
+        schedule: Arc::new(schedule),
+        refs,
+    })
+}
+
+/// What FLUSHALL does to this deployment: every key under its prefix gone.
+async fn delete_all_keys(prefix: &str) {
+    let client = redis::Client::open(redis_url()).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis connection");
+    let pattern = format!("{prefix}:*");
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("SCAN");
+        if !keys.is_empty() {
+            redis::cmd("DEL")
+                .arg(&keys)
+                .query_async::<()>(&mut conn)
+                .await
+                .expect("DEL");
+        }
+        if next == 0 {
+            return;
+        }
+        cursor = next;
+    }
+}
+
+fn lease(ms: i64) -> (Timestamp, Timestamp) {
+    let now = Timestamp::now();
+    (now, now.plus_millis(ms))
+}
+
+/// Claims until nothing is due; returns the references claimed.
+async fn claim_all(f: &Fixture, owner: &str, batch: u32, lease_ms: i64) -> Vec<String> {
+    let mut got = Vec::new();
+    loop {
+        let (now, until) = lease(lease_ms);
+        let claimed = rs::claim(&f.app.store, &f.schedule, owner, now, until, batch)
+            .await
+            .expect("claim");
+        if claimed.is_empty() {
+            return got;
+        }
+        got.extend(claimed.into_iter().map(|d| d.delivery_ref.into_string()));
+    }
+}
+
+fn set(v: &[String]) -> HashSet<String> {
+    v.iter().cloned().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn feed_schedules_the_stores_due_deliveries() {
+    let Some(f) = fixture(2, 10).await else {
+        return;
+    };
+    assert_eq!(f.schedule.due_len().await.unwrap(), 0);
+
+    // One delivery is moved an hour later in the store: not due soon, so
+    // the feed leaves it out.
+    let later = f.refs[0].clone();
+    let (now, until) = lease(60_000);
+    let held = f
+        .app
+        .store
+        .claim_deliveries_by_ref("mover", std::slice::from_ref(&later), now, until)
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 1);
+    let delivery_ref = held[0].delivery_ref.clone();
+    f.app
+        .store
+        .release_delivery("mover", &delivery_ref, now.plus_seconds(3600), false)
+        .await
+        .unwrap();
+
+    let pass = rs::feed_once(&f.app.store, &f.schedule, rs::FEED_HORIZON)
+        .await
+        .unwrap();
+    assert_eq!(pass.scheduled, f.refs.len() - 1);
+    assert_eq!(pass.reclaimed, 0);
+    assert_eq!(f.schedule.due_len().await.unwrap(), f.refs.len() as u64 - 1);
+    // Feeding again is idempotent.
+    rs::feed_once(&f.app.store, &f.schedule, rs::FEED_HORIZON)
+        .await
+        .unwrap();
+    assert_eq!(f.schedule.due_len().await.unwrap(), f.refs.len() as u64 - 1);
+
+    let got = claim_all(&f, "w1", 7, 60_000).await;
+    let expected: HashSet<String> = f.refs[1..].iter().cloned().collect();
+    assert_eq!(set(&got), expected);
+    assert_eq!(got.len(), expected.len());
+    assert_eq!(f.schedule.leased_len().await.unwrap(), got.len() as u64);
+
+    // Finishing drops the leases and counts an attempt per delivery.
+    f.schedule.finish(&got).await.unwrap();
+    assert_eq!(f.schedule.leased_len().await.unwrap(), 0);
+    assert_eq!(f.schedule.attempts(&got[0]).await.unwrap(), 1);
+    assert_eq!(f.schedule.attempts(&later).await.unwrap(), 0);
+    delete_all_keys(f.schedule.key_prefix()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_claimers_never_share_a_delivery() {
+    let Some(f) = fixture(4, 50).await else {
+        return;
+    };
+    assert_eq!(f.refs.len(), 200);
+    rs::feed_once(&f.app.store, &f.schedule, rs::FEED_HORIZON)
+        .await
+        .unwrap();
+    assert_eq!(f.schedule.due_len().await.unwrap(), 200);
+
+    let f = Arc::new(f);
+    let a = tokio::spawn({
+        let f = f.clone();
+        async move { claim_all(&f, "worker-a", 7, 60_000).await }
+    });
+    let b = tokio::spawn({
+        let f = f.clone();
+        async move { claim_all(&f, "worker-b", 7, 60_000).await }
+    });
+    let (a, b) = (a.await.unwrap(), b.await.unwrap());
+    assert!(!a.is_empty() && !b.is_empty(), "both claimers got work");
+    let (sa, sb) = (set(&a), set(&b));
+    assert_eq!(sa.len(), a.len(), "no delivery twice to one claimer");
+    assert_eq!(sb.len(), b.len(), "no delivery twice to one claimer");
+    assert!(sa.is_disjoint(&sb), "no delivery to both claimers");
+    assert_eq!(&sa | &sb, set(&f.refs), "every delivery claimed");
+    assert_eq!(f.schedule.due_len().await.unwrap(), 0);
+    assert_eq!(f.schedule.leased_len().await.unwrap(), 200);
+    // The store agrees: everything is leased, nothing claimable.
+    let (now, until) = lease(60_000);
+    let again = f
+        .app
+        .store
+        .claim_deliveries_by_ref("worker-c", &f.refs, now, until)
+        .await
+        .unwrap();
+    assert!(again.is_empty());
+    delete_all_keys(f.schedule.key_prefix()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_lease_returns_to_the_due_set() {
+    let Some(f) = fixture(1, 5).await else { return };
+    rs::feed_once(&f.app.store, &f.schedule, rs::FEED_HORIZON)
+        .await
+        .unwrap();
+    // A worker takes everything, then dies before recording anything.
+    let dead = claim_all(&f, "dead-worker", 100, 300).await;
+    assert_eq!(set(&dead), set(&f.refs));
+    assert_eq!(f.schedule.due_len().await.unwrap(), 0);
+    assert_eq!(
+        f.schedule
+            .reclaim_expired(Timestamp::now().millis())
+            .await
+            .unwrap(),
+        0,
+        "a live lease stays"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        f.schedule
+            .reclaim_expired(Timestamp::now().millis())
+            .await
+            .unwrap(),
+        5
+    );
+    assert_eq!(f.schedule.due_len().await.unwrap(), 5);
+    assert_eq!(f.schedule.leased_len().await.unwrap(), 0);
+    // Another worker gets them: the store's lease expired too.
+    let alive = claim_all(&f, "alive-worker", 100, 60_000).await;
+    assert_eq!(set(&alive), set(&f.refs));
+    delete_all_keys(f.schedule.key_prefix()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_all_redis_data_loses_no_delivery() {
+    let Some(f) = fixture(3, 10).await else {
+        return;
+    };
+    rs::feed_once(&f.app.store, &f.schedule, rs::FEED_HORIZON)
+        .await
+        .unwrap();
+    // A worker holds ten deliveries (briefly) when Redis loses everything.
+    let (now, until) = lease(800);
+    let held = rs::claim(&f.app.store, &f.schedule, "w1", now, until, 10)
+        .await
+        .unwrap();
+    assert_eq!(held.len(), 10);
+    delete_all_keys(f.schedule.key_prefix()).await;
+    assert_eq!(f.schedule.due_len().await.unwrap(), 0);
+    assert_eq!(f.schedule.leased_len().await.unwrap(), 0);
+
+    let stop = CancellationToken::new();
+    let feeder = tokio::spawn(rs::feed(
+        f.app.store.clone(),
+        f.schedule.clone(),
+        Duration::from_millis(50),
+        stop.clone(),
+    ));
+    // The feed rebuilds the due set from the store: the twenty unleased.
+    f.app
+        .eventually(10, || async {
+            (f.schedule.due_len().await.unwrap() == 20).then_some(())
+        })
+        .await;
+    let mut got = claim_all(&f, "w2", 8, 60_000).await;
+    assert_eq!(got.len(), 20);
+    // And once w1's store lease ends, its ten come back too, although
+    // Redis forgot that lease.
+    got.extend(
+        f.app
+            .eventually(10, || async {
+                let c = claim_all(&f, "w2", 8, 60_000).await;
+                (!c.is_empty()).then_some(c)
+            })
+            .await,
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while got.len() < f.refs.len() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        got.extend(claim_all(&f, "w2", 8, 60_000).await);
+    }
+    assert_eq!(got.len(), f.refs.len(), "each delivery claimed once");
+    assert_eq!(
+        set(&got),
+        set(&f.refs),
+        "every pending delivery is claimable again"
+    );
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(5), feeder)
+        .await
+        .expect("the feed stops on shutdown")
+        .unwrap();
+    delete_all_keys(f.schedule.key_prefix()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_skips_what_the_store_leases_to_someone_else() {
+    let Some(f) = fixture(1, 3).await else { return };
+    rs::feed_once(&f.app.store, &f.schedule, rs::FEED_HORIZON)
+        .await
+        .unwrap();
+    // Another worker holds the first delivery in the store (Redis never
+    // heard of that lease), and Redis holds a member the store never had.
+    let (now, until) = lease(60_000);
+    let other = f
+        .app
+        .store
+        .claim_deliveries_by_ref("other", &f.refs[..1], now, until)
+        .await
+        .unwrap();
+    assert_eq!(other.len(), 1);
+    f.schedule
+        .schedule(&[("whd_does_not_exist".to_owned(), now.millis())])
+        .await
+        .unwrap();
+
+    let (now, until) = lease(60_000);
+    let mine = rs::claim(&f.app.store, &f.schedule, "me", now, until, 100)
+        .await
+        .unwrap();
+    let mine: Vec<String> = mine
+        .into_iter()
+        .map(|d| {
+            assert_eq!(d.status, domain::webhook::DeliveryStatus::Pending);
+            d.delivery_ref.into_string()
+        })
+        .collect();
+    assert_eq!(set(&mine), set(&f.refs[1..]));
+    // The refused members are gone from Redis; only real leases remain.
+    assert_eq!(f.schedule.due_len().await.unwrap(), 0);
+    assert_eq!(f.schedule.leased_len().await.unwrap(), 2);
+    // Everything is leased in the store, so the feed schedules nothing.
+    let pass = rs::feed_once(&f.app.store, &f.schedule, rs::FEED_HORIZON)
+        .await
+        .unwrap();
+    assert_eq!(pass.scheduled, 0);
+    delete_all_keys(f.schedule.key_prefix()).await;
+}
