@@ -69,8 +69,17 @@ pub struct RevokeDataProfileGrant {
 /// A grant changes once (when revoked); its tag digests its identity and
 /// status. Revoking checks the endpoint's tag, not this one.
 fn grant_etag(r: &DataProfileGrantRecord) -> String {
-    let identity = format!("{}/{}/{}", r.endpoint_ref, r.purpose.as_str(), r.created_at.millis());
-    let version = if r.status == domain::webhook::DataProfileGrantStatus::Active { 1 } else { 2 };
+    let identity = format!(
+        "{}/{}/{}",
+        r.endpoint_ref,
+        r.purpose.as_str(),
+        r.created_at.millis()
+    );
+    let version = if r.status == domain::webhook::DataProfileGrantStatus::Active {
+        1
+    } else {
+        2
+    };
     domain::etag::etag(&identity, version)
 }
 

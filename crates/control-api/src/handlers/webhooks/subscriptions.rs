@@ -113,6 +113,15 @@ pub async fn create(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
             e => e.into(),
         })?;
     // A subscription never changes: its tag digests its identity.
-    let identity = format!("{}/{}/{}/{}", row.endpoint_ref, row.public_event_type, row.scope_type.as_str(), row.scope_ref);
-    Ok(Reply::one(SubscriptionDto::from(&row), Some(domain::etag::etag(&identity, 1))))
+    let identity = format!(
+        "{}/{}/{}/{}",
+        row.endpoint_ref,
+        row.public_event_type,
+        row.scope_type.as_str(),
+        row.scope_ref
+    );
+    Ok(Reply::one(
+        SubscriptionDto::from(&row),
+        Some(domain::etag::etag(&identity, 1)),
+    ))
 }
