@@ -110,18 +110,35 @@ fn allowed_p99(alone_p99: Duration) -> Duration {
     (alone_p99 * 2).max(alone_p99 + Duration::from_millis(20))
 }
 
+/// Rounds of (alone, beside) measurements. One round within bounds passes:
+/// on a shared CI machine a single round can catch a stall of the whole
+/// machine (seen once in a few dozen runs) that has nothing to do with
+/// isolation, while a real isolation failure (the hanging endpoint taking
+/// the healthy one's slots) fails every round by seconds, not milliseconds.
+const ROUNDS: usize = 3;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_endpoint_does_not_slow_a_healthy_one() {
-    let alone = healthy_latencies(false).await;
-    let beside = healthy_latencies(true).await;
-    let (alone_p50, alone_p99) = (percentile(&alone, 50.0), percentile(&alone, 99.0));
-    let (beside_p50, beside_p99) = (percentile(&beside, 50.0), percentile(&beside, 99.0));
-    let allowed = allowed_p99(alone_p99);
-    // Shown with `--nocapture`, and with the failure message otherwise.
-    let summary = format!(
-        "healthy endpoint at {RATE} events/s for {SECONDS} s: alone p50 {alone_p50:?} p99 {alone_p99:?}; \
-         beside a hanging endpoint p50 {beside_p50:?} p99 {beside_p99:?}; allowed p99 {allowed:?}"
+    let mut summaries = Vec::new();
+    for round in 1..=ROUNDS {
+        let alone = healthy_latencies(false).await;
+        let beside = healthy_latencies(true).await;
+        let (alone_p50, alone_p99) = (percentile(&alone, 50.0), percentile(&alone, 99.0));
+        let (beside_p50, beside_p99) = (percentile(&beside, 50.0), percentile(&beside, 99.0));
+        let allowed = allowed_p99(alone_p99);
+        // Shown with `--nocapture`, and with the failure message otherwise.
+        let summary = format!(
+            "round {round}: healthy endpoint at {RATE} events/s for {SECONDS} s: alone p50 {alone_p50:?} p99 {alone_p99:?}; \
+             beside a hanging endpoint p50 {beside_p50:?} p99 {beside_p99:?}; allowed p99 {allowed:?}"
+        );
+        println!("{summary}");
+        if beside_p99 <= allowed {
+            return;
+        }
+        summaries.push(summary);
+    }
+    panic!(
+        "the healthy endpoint's p99 beside a hanging one exceeded twice its p99 alone in every round:\n{}",
+        summaries.join("\n")
     );
-    println!("{summary}");
-    assert!(beside_p99 <= allowed, "{summary}");
 }

@@ -316,6 +316,7 @@ async fn fan_out_loop(
     shutdown: CancellationToken,
 ) {
     let (wake, intake) = wakers;
+    let enqueued = store.events_enqueued();
     let mut last_gauge = Instant::now() - Duration::from_secs(60);
     loop {
         match fanout::fan_out_pending(&store, 500).await {
@@ -338,6 +339,7 @@ async fn fan_out_loop(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = intake.notified() => {}
+            _ = enqueued.notified() => {}
             _ = tokio::time::sleep(settings.poll_interval) => {}
         }
     }

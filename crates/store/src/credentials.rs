@@ -89,7 +89,7 @@ impl Store {
         .bind(secret.hint())
         .bind(now)
         .bind(new.expires_at.map(Timestamp::millis))
-        .fetch_one(self.pool())
+        .fetch_one(self.writer())
         .await?;
         from_row(&row)
     }
@@ -146,7 +146,7 @@ impl Store {
         .bind(current.credential_ref.as_str())
         .bind(current.environment_ref.as_str())
         .bind(current.version)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.writer())
         .await?
         .ok_or(StoreError::Conflict)?;
         from_row(&row)
@@ -168,7 +168,7 @@ impl Store {
         .bind(current.credential_ref.as_str())
         .bind(current.environment_ref.as_str())
         .bind(current.version)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.writer())
         .await?
         .ok_or(StoreError::Conflict)?;
         from_row(&row)
@@ -237,7 +237,7 @@ impl Store {
         sqlx::query("UPDATE credentials SET last_used_at = $1 WHERE credential_ref = $2")
             .bind(now.millis())
             .bind(credential_ref.as_str())
-            .execute(self.pool())
+            .execute(self.writer())
             .await?;
         Ok(())
     }

@@ -8,7 +8,7 @@
 //! delivery's next state in one transaction.
 
 use crate::webhooks::deliveries::{
-    delivery_from_row, insert_delivery, DeliveryRecord, NewDelivery,
+    delivery_from_row, insert_delivery, mark_url_immutable, DeliveryRecord, NewDelivery,
 };
 use crate::webhooks::{json_col, to_json};
 use crate::{Backend, Store, StoreError};
@@ -78,9 +78,13 @@ impl Store {
         .bind(to_json(&event.scope))
         .bind(to_json(&event.data))
         .bind(Timestamp::now().millis())
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
-        Ok(done.rows_affected() == 1)
+        let new = done.rows_affected() == 1;
+        if new {
+            self.enqueued.notify_one();
+        }
+        Ok(new)
     }
 
     /// Keeps a message that could not be parsed or validated, with why.
@@ -90,7 +94,7 @@ impl Store {
             .bind(body)
             .bind(reason)
             .bind(Timestamp::now().millis())
-            .execute(self.pool())
+            .execute(self.writer())
             .await?;
         Ok(())
     }
@@ -118,10 +122,12 @@ impl Store {
         let now = Timestamp::now().millis();
         let mut tx = self.write_tx().await?;
         let mut created = 0;
+        let mut endpoints = std::collections::HashSet::new();
         for (event_ref, deliveries) in events {
             for d in deliveries {
                 if insert_delivery(&mut tx, d, None, now).await?.is_some() {
                     created += 1;
+                    endpoints.insert(&d.endpoint_ref);
                 }
             }
             sqlx::query(
@@ -131,6 +137,9 @@ impl Store {
             .bind(event_ref.as_str())
             .execute(&mut *tx)
             .await?;
+        }
+        for endpoint_ref in endpoints {
+            mark_url_immutable(&mut tx, endpoint_ref, now).await?;
         }
         tx.commit().await?;
         Ok(created)
@@ -190,7 +199,7 @@ impl Store {
         .bind(if hold { None } else { Some(due.millis()) })
         .bind(delivery_ref.as_str())
         .bind(owner)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(())
     }

@@ -33,7 +33,7 @@ impl Store {
         .bind(mode.as_str())
         .bind(mode.as_str())
         .bind(Timestamp::now().millis())
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         let row = sqlx::query("SELECT * FROM environments WHERE mode = $1")
             .bind(mode.as_str())

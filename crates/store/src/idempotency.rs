@@ -55,7 +55,7 @@ impl Store {
         .bind(&scope.operation_id)
         .bind(&scope.key)
         .bind(now.millis() - retention_ms)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         let inserted = sqlx::query(
             "INSERT INTO idempotency_keys (environment_ref, principal_ref, operation_id, idem_key, \
@@ -68,7 +68,7 @@ impl Store {
         .bind(&scope.key)
         .bind(fingerprint)
         .bind(now.millis())
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         if inserted.rows_affected() == 1 {
             return Ok(Reservation::Reserved);
@@ -113,7 +113,7 @@ impl Store {
         .bind(&scope.operation_id)
         .bind(&scope.key)
         .bind(locked_at)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(if taken.rows_affected() == 1 {
             Reservation::Reserved
@@ -139,7 +139,7 @@ impl Store {
         .bind(&scope.principal_ref)
         .bind(&scope.operation_id)
         .bind(&scope.key)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(())
     }
@@ -156,7 +156,7 @@ impl Store {
         .bind(&scope.principal_ref)
         .bind(&scope.operation_id)
         .bind(&scope.key)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(())
     }
@@ -165,7 +165,7 @@ impl Store {
     pub async fn purge_idempotency_keys(&self, cutoff: Timestamp) -> Result<u64, StoreError> {
         let done = sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
             .bind(cutoff.millis())
-            .execute(self.pool())
+            .execute(self.writer())
             .await?;
         Ok(done.rows_affected())
     }

@@ -39,6 +39,7 @@ pub use webhooks::subscriptions::{NewSubscription, SubscriptionRecord};
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, Executor};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,10 +49,22 @@ pub enum Backend {
 }
 
 /// A handle on the database; cheap to clone.
+///
+/// Writes go through `writer`. With SQLite that is a pool of one
+/// connection, so the writers of this process queue fairly inside the pool
+/// instead of colliding on SQLite's write lock and sleeping in its busy
+/// handler (which showed up as tens of milliseconds of tail latency under
+/// load); reads keep their own connections (WAL lets them run beside the
+/// writer). With PostgreSQL both are the same pool.
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
+    writer: AnyPool,
     backend: Backend,
+    /// Signalled when this process accepts an event into the embedded
+    /// queue, so an in-process fan-out starts at once instead of at its
+    /// next poll. Other processes still find the event by polling.
+    enqueued: Arc<tokio::sync::Notify>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -85,27 +98,39 @@ impl Store {
             ));
         };
         let options = AnyConnectOptions::from_str(&url)?;
-        let pool = AnyPoolOptions::new()
-            .max_connections(match backend {
-                Backend::Sqlite => 8,
-                Backend::Postgres => 16,
-            })
-            .acquire_timeout(Duration::from_secs(10))
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    if backend == Backend::Sqlite {
-                        conn.execute(
-                            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                             PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON;",
-                        )
-                        .await?;
-                    }
-                    Ok(())
+        let pool_of = |size: u32| {
+            AnyPoolOptions::new()
+                .max_connections(size)
+                .acquire_timeout(Duration::from_secs(10))
+                .after_connect(move |conn, _meta| {
+                    Box::pin(async move {
+                        if backend == Backend::Sqlite {
+                            conn.execute(
+                                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+                                 PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON;",
+                            )
+                            .await?;
+                        }
+                        Ok(())
+                    })
                 })
-            })
-            .connect_with(options)
-            .await?;
-        Ok(Store { pool, backend })
+        };
+        let (pool, writer) = match backend {
+            Backend::Sqlite => {
+                let writer = pool_of(1).connect_with(options.clone()).await?;
+                (pool_of(8).connect_with(options).await?, writer)
+            }
+            Backend::Postgres => {
+                let pool = pool_of(16).connect_with(options).await?;
+                (pool.clone(), pool)
+            }
+        };
+        Ok(Store {
+            pool,
+            writer,
+            backend,
+            enqueued: Arc::default(),
+        })
     }
 
     pub fn backend(&self) -> Backend {
@@ -119,7 +144,7 @@ impl Store {
             Backend::Postgres => &POSTGRES_MIGRATIONS,
         };
         migrator
-            .run(&self.pool)
+            .run(&self.writer)
             .await
             .map_err(|e| StoreError::Migration(e.to_string()))
     }
@@ -131,6 +156,7 @@ impl Store {
     }
 
     pub async fn close(&self) {
+        self.writer.close().await;
         self.pool.close().await;
     }
 
@@ -141,12 +167,24 @@ impl Store {
         &self,
     ) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
         Ok(match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.pool.begin().await?,
+            Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.writer.begin().await?,
         })
     }
 
+    /// Notified each time this process accepts a new event (see `enqueued`).
+    pub fn events_enqueued(&self) -> Arc<tokio::sync::Notify> {
+        self.enqueued.clone()
+    }
+
+    /// For reads.
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// For writes outside `write_tx`. Never use it while holding a
+    /// `write_tx` of the same store: with SQLite that would wait for itself.
+    pub(crate) fn writer(&self) -> &AnyPool {
+        &self.writer
     }
 }

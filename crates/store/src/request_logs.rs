@@ -69,7 +69,7 @@ impl Store {
         .bind(log.idempotency_key.as_deref())
         .bind(log.duration_ms)
         .bind(log.created_at.millis())
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(())
     }

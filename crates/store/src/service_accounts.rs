@@ -58,7 +58,7 @@ impl Store {
         .bind(name)
         .bind(description)
         .bind(now)
-        .fetch_one(self.pool())
+        .fetch_one(self.writer())
         .await?;
         from_row(&row)
     }

@@ -121,9 +121,11 @@ impl Store {
     /// the (event, endpoint, dto_version) delivery exists already.
     pub async fn create_delivery(&self, new: NewDelivery) -> Result<DeliveryRecord, StoreError> {
         let mut tx = self.write_tx().await?;
-        let row = insert_delivery(&mut tx, &new, Some(&new.payload), Timestamp::now().millis())
+        let now = Timestamp::now().millis();
+        let row = insert_delivery(&mut tx, &new, Some(&new.payload), now)
             .await?
             .ok_or(StoreError::Duplicate)?;
+        mark_url_immutable(&mut tx, &new.endpoint_ref, now).await?;
         tx.commit().await?;
         delivery_from_row(&row)
     }
@@ -252,15 +254,16 @@ impl Store {
         .bind(now)
         .bind(current.delivery_ref.as_str())
         .bind(current.version)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.writer())
         .await?
         .ok_or(StoreError::Conflict)?;
         delivery_from_row(&row)
     }
 }
 
-/// Inserts a delivery unless its (event, endpoint, dto_version) exists, and
-/// marks the endpoint's url immutable; the new row, or `None` if it existed.
+/// Inserts a delivery unless its (event, endpoint, dto_version) exists; the
+/// new row, or `None` if it existed. The caller marks the endpoint's url
+/// immutable (`mark_url_immutable`) in the same transaction.
 pub(crate) async fn insert_delivery(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
     new: &NewDelivery,
@@ -292,15 +295,23 @@ pub(crate) async fn insert_delivery(
     .bind(now)
     .fetch_optional(&mut **tx)
     .await?;
-    if row.is_some() {
-        sqlx::query(
-            "UPDATE webhook_endpoints SET url_immutable = 1, version = version + 1, updated_at = $1 \
-             WHERE endpoint_ref = $2 AND url_immutable = 0",
-        )
-        .bind(now)
-        .bind(new.endpoint_ref.as_str())
-        .execute(&mut **tx)
-        .await?;
-    }
     Ok(row)
+}
+
+/// Fixes an endpoint's url once it has a delivery (`url_immutable`).
+/// Callers inserting many deliveries call it once per endpoint.
+pub(crate) async fn mark_url_immutable(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    endpoint_ref: &Ref,
+    now: i64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE webhook_endpoints SET url_immutable = 1, version = version + 1, updated_at = $1 \
+         WHERE endpoint_ref = $2 AND url_immutable = 0",
+    )
+    .bind(now)
+    .bind(endpoint_ref.as_str())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }

@@ -66,7 +66,7 @@ impl Store {
         .bind(new.dto_version as i64)
         .bind(to_json(&new.custom_field_refs))
         .bind(Timestamp::now().millis())
-        .fetch_one(self.pool())
+        .fetch_one(self.writer())
         .await?;
         from_row(&row)
     }
