@@ -25,6 +25,9 @@ use store::{DeliveryRecord, Store};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+/// How long a busy fan-out gathers new events before its next batch.
+const FAN_OUT_WINDOW: Duration = Duration::from_millis(5);
+
 /// How long a delivery waits when its endpoint is at its limit.
 const BUSY_RETRY: Duration = Duration::from_millis(100);
 
@@ -323,6 +326,13 @@ async fn fan_out_loop(
             Ok(0) => {}
             Ok(_) => {
                 wake.notify_one();
+                // While events keep coming, gather them for a moment: one
+                // fan-out transaction per few events instead of one each,
+                // which would crowd out the attempts' writes.
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(FAN_OUT_WINDOW) => {}
+                }
                 continue;
             }
             Err(e) => tracing::warn!(error = %e, "fan-out failed"),

@@ -147,6 +147,13 @@ impl Store {
 
     /// Leases up to `limit` due deliveries to `owner` until `lease_until`.
     /// A lease that expired (its worker died) is claimable again.
+    ///
+    /// The outer statement filters by reference only: repeating the
+    /// subquery's conditions there let SQLite scan every pending row (seconds
+    /// with a million waiting for retry). The subquery's rows cannot change
+    /// before the update: SQLite's write transaction is exclusive, and
+    /// PostgreSQL locks them (`FOR UPDATE SKIP LOCKED`, whose conditions are
+    /// re-checked on the locked rows).
     pub async fn claim_due_deliveries(
         &self,
         owner: &str,
@@ -160,7 +167,7 @@ impl Store {
         };
         let sql = format!(
             "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
-             WHERE status = 'pending' AND (lease_until IS NULL OR lease_until < $3) AND delivery_ref IN \
+             WHERE delivery_ref IN \
              (SELECT delivery_ref FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $3 \
               AND (lease_until IS NULL OR lease_until < $3) ORDER BY next_attempt_at LIMIT {limit}{lock}) \
              RETURNING *"
@@ -369,8 +376,7 @@ impl Store {
         for chunk in refs.chunks(CHUNK) {
             let sql = format!(
                 "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
-                 WHERE status = 'pending' AND next_attempt_at <= $3 \
-                 AND (lease_until IS NULL OR lease_until < $3) AND delivery_ref IN \
+                 WHERE delivery_ref IN \
                  (SELECT delivery_ref FROM webhook_deliveries WHERE delivery_ref IN ({}) \
                   AND status = 'pending' AND next_attempt_at <= $3 \
                   AND (lease_until IS NULL OR lease_until < $3){lock}) \
