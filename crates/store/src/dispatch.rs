@@ -8,7 +8,7 @@
 //! delivery's next state in one transaction.
 
 use crate::webhooks::deliveries::{
-    delivery_from_row, insert_delivery, mark_url_immutable, DeliveryRecord, NewDelivery,
+    delivery_from_row, mark_url_immutable, DeliveryRecord, NewDelivery,
 };
 use crate::webhooks::{json_col, to_json};
 use crate::{Backend, Store, StoreError};
@@ -61,6 +61,12 @@ fn event_from_row(row: &sqlx::any::AnyRow) -> Result<EventRecord, StoreError> {
         data: json_col(row, "data")?,
     })
 }
+
+/// Attempt rows per INSERT statement (14 parameters each, well under
+/// SQLite's and PostgreSQL's parameter limits).
+const ATTEMPT_ROWS: usize = 50;
+/// Delivery rows per INSERT statement (13 parameters each).
+const DELIVERY_ROWS: usize = 50;
 
 impl Store {
     /// Accepts an event into the embedded queue. Returns false when an event
@@ -123,22 +129,64 @@ impl Store {
         let mut tx = self.write_tx().await?;
         let mut created = 0;
         let mut endpoints = std::collections::HashSet::new();
-        for (event_ref, deliveries) in events {
-            for d in deliveries {
-                if insert_delivery(&mut tx, d, None, now).await?.is_some() {
-                    created += 1;
-                    endpoints.insert(&d.endpoint_ref);
-                }
+        // Multi-row statements: each statement is a round trip to SQLite's
+        // connection thread, which dominated the dispatcher's profile.
+        let all: Vec<&NewDelivery> = events.iter().flat_map(|(_, d)| d).collect();
+        for chunk in all.chunks(DELIVERY_ROWS) {
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|i| {
+                    let p = |k: usize| format!("${}", 1 + i * 13 + k);
+                    format!(
+                        "({}, {}, {}, {}, {}, {}, {}, {}, 1, 0, {}, {}, {}, {}, '{}', NULL, {}, {})",
+                        p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11),
+                        BodyStatus::Available.as_str(), p(12), p(12)
+                    )
+                })
+                .collect();
+            let sql = format!(
+                "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, event_ref, \
+                 public_event_type, dto_version, status, diagnostic, generation, attempt_count, \
+                 next_attempt_at, occurred_at, event_data, match_reasons, body_status, payload, \
+                 created_at, updated_at) VALUES {} \
+                 ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING RETURNING endpoint_ref",
+                rows.join(", ")
+            );
+            let mut q = sqlx::query(&sql);
+            for d in chunk {
+                let due = (d.status == DeliveryStatus::Pending).then_some(now);
+                q = q
+                    .bind(Ref::generate(Prefix::WebhookDelivery).into_string())
+                    .bind(d.environment_ref.as_str())
+                    .bind(d.endpoint_ref.as_str())
+                    .bind(d.event_ref.as_str())
+                    .bind(&d.public_event_type)
+                    .bind(d.dto_version as i64)
+                    .bind(d.status.as_str())
+                    .bind(d.diagnostic as i64)
+                    .bind(due)
+                    .bind(d.occurred_at.millis())
+                    .bind(to_json(&d.event_data))
+                    .bind(to_json(&d.match_reasons))
+                    .bind(now);
             }
-            sqlx::query(
-                "UPDATE events SET status = 'processed', processed_at = $1 WHERE event_ref = $2",
-            )
-            .bind(now)
-            .bind(event_ref.as_str())
-            .execute(&mut *tx)
-            .await?;
+            for row in q.fetch_all(&mut *tx).await? {
+                created += 1;
+                endpoints.insert(row.try_get::<String, _>("endpoint_ref")?);
+            }
         }
-        for endpoint_ref in endpoints {
+        let refs: Vec<&str> = events.iter().map(|(r, _)| r.as_str()).collect();
+        for chunk in refs.chunks(DELIVERY_ROWS * 10) {
+            let sql = format!(
+                "UPDATE events SET status = 'processed', processed_at = $1 WHERE event_ref IN ({})",
+                crate::webhooks::placeholders(2, chunk.len())
+            );
+            let mut q = sqlx::query(&sql).bind(now);
+            for r in chunk {
+                q = q.bind(*r);
+            }
+            q.execute(&mut *tx).await?;
+        }
+        for endpoint_ref in &endpoints {
             mark_url_immutable(&mut tx, endpoint_ref, now).await?;
         }
         tx.commit().await?;
@@ -221,7 +269,7 @@ impl Store {
     ) -> Result<usize, StoreError> {
         let now = Timestamp::now().millis();
         let mut tx = self.write_tx().await?;
-        let mut recorded = 0;
+        let mut recorded = Vec::with_capacity(results.len());
         for r in results {
             let updated = sqlx::query(
                 "UPDATE webhook_deliveries SET status = $1, attempt_count = $2, next_attempt_at = $3, \
@@ -244,35 +292,45 @@ impl Store {
             if updated.rows_affected() != 1 {
                 continue;
             }
-            recorded += 1;
-            sqlx::query(
-                "INSERT INTO webhook_attempts (attempt_ref, delivery_ref, environment_ref, endpoint_ref, \
-                 generation, attempt_number, status, response_status, error, response_body_excerpt, \
-                 duration_ms, started_at, next_attempt_at, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-            )
-            .bind(Ref::generate(Prefix::DeliveryAttempt).into_string())
-            .bind(r.delivery_ref.as_str())
-            .bind(r.environment_ref.as_str())
-            .bind(r.endpoint_ref.as_str())
-            .bind(r.generation as i64)
-            .bind(r.attempt_number as i64)
-            .bind(r.status.as_str())
-            .bind(r.response_status.map(i64::from))
-            .bind(r.error.as_deref())
-            .bind(r.response_body_excerpt.as_deref())
-            .bind(r.duration_ms)
-            .bind(r.started_at.millis())
-            .bind(r.next_attempt_at.map(Timestamp::millis))
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
+            recorded.push(r);
             if r.disable_endpoint {
                 disable_endpoint(&mut tx, &r.endpoint_ref, now).await?;
             }
         }
+        // One statement per chunk of attempts: each statement is a round
+        // trip to SQLite's connection thread, which dominated the profile.
+        for chunk in recorded.chunks(ATTEMPT_ROWS) {
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|i| format!("({})", crate::webhooks::placeholders(1 + i * 14, 14)))
+                .collect();
+            let sql = format!(
+                "INSERT INTO webhook_attempts (attempt_ref, delivery_ref, environment_ref, endpoint_ref, \
+                 generation, attempt_number, status, response_status, error, response_body_excerpt, \
+                 duration_ms, started_at, next_attempt_at, created_at) VALUES {}",
+                rows.join(", ")
+            );
+            let mut q = sqlx::query(&sql);
+            for r in chunk {
+                q = q
+                    .bind(Ref::generate(Prefix::DeliveryAttempt).into_string())
+                    .bind(r.delivery_ref.as_str())
+                    .bind(r.environment_ref.as_str())
+                    .bind(r.endpoint_ref.as_str())
+                    .bind(r.generation as i64)
+                    .bind(r.attempt_number as i64)
+                    .bind(r.status.as_str())
+                    .bind(r.response_status.map(i64::from))
+                    .bind(r.error.as_deref())
+                    .bind(r.response_body_excerpt.as_deref())
+                    .bind(r.duration_ms)
+                    .bind(r.started_at.millis())
+                    .bind(r.next_attempt_at.map(Timestamp::millis))
+                    .bind(now);
+            }
+            q.execute(&mut *tx).await?;
+        }
         tx.commit().await?;
-        Ok(recorded)
+        Ok(recorded.len())
     }
 
     /// When the endpoint's current run of failures began: its oldest

@@ -125,7 +125,7 @@ impl Store {
         let row = insert_delivery(&mut tx, &new, Some(&new.payload), now)
             .await?
             .ok_or(StoreError::Duplicate)?;
-        mark_url_immutable(&mut tx, &new.endpoint_ref, now).await?;
+        mark_url_immutable(&mut tx, new.endpoint_ref.as_str(), now).await?;
         tx.commit().await?;
         delivery_from_row(&row)
     }
@@ -302,7 +302,7 @@ pub(crate) async fn insert_delivery(
 /// Callers inserting many deliveries call it once per endpoint.
 pub(crate) async fn mark_url_immutable(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    endpoint_ref: &Ref,
+    endpoint_ref: &str,
     now: i64,
 ) -> Result<(), StoreError> {
     sqlx::query(
@@ -310,7 +310,7 @@ pub(crate) async fn mark_url_immutable(
          WHERE endpoint_ref = $2 AND url_immutable = 0",
     )
     .bind(now)
-    .bind(endpoint_ref.as_str())
+    .bind(endpoint_ref)
     .execute(&mut **tx)
     .await?;
     Ok(())
