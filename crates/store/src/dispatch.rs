@@ -7,6 +7,7 @@
 //! when a worker dies, and an attempt is recorded together with the
 //! delivery's next state in one transaction.
 
+use crate::marks::Marks;
 use crate::webhooks::deliveries::{
     delivery_from_row, mark_url_immutable, DeliveryRecord, NewDelivery,
 };
@@ -67,6 +68,8 @@ fn event_from_row(row: &sqlx::any::AnyRow) -> Result<EventRecord, StoreError> {
 const ATTEMPT_ROWS: usize = 50;
 /// Delivery rows per INSERT statement (13 parameters each).
 const DELIVERY_ROWS: usize = 50;
+/// Deliveries per UPDATE statement when recording attempts (7 each).
+const UPDATE_ROWS: usize = 50;
 
 impl Store {
     /// Accepts an event into the embedded queue. Returns false when an event
@@ -133,20 +136,22 @@ impl Store {
         // connection thread, which dominated the dispatcher's profile.
         let all: Vec<&NewDelivery> = events.iter().flat_map(|(_, d)| d).collect();
         for chunk in all.chunks(DELIVERY_ROWS) {
+            let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
-                .map(|i| {
-                    let p = |k: usize| format!("${}", 1 + i * 13 + k);
+                .map(|_| {
                     format!(
-                        "({}, {}, {}, {}, {}, {}, {}, {}, 1, 0, {}, {}, {}, {}, '{}', NULL, {}, {})",
-                        p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11),
-                        BodyStatus::Available.as_str(), p(12), p(12)
+                        "({}, 1, 0, {}, '{}', NULL, {})",
+                        marks.list(10),
+                        marks.list(2),
+                        BodyStatus::Available.as_str(),
+                        marks.list(2)
                     )
                 })
                 .collect();
             let sql = format!(
                 "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, event_ref, \
-                 public_event_type, dto_version, status, diagnostic, generation, attempt_count, \
-                 next_attempt_at, occurred_at, event_data, match_reasons, body_status, payload, \
+                 public_event_type, dto_version, status, diagnostic, next_attempt_at, occurred_at, \
+                 generation, attempt_count, event_data, match_reasons, body_status, payload, \
                  created_at, updated_at) VALUES {} \
                  ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING RETURNING endpoint_ref",
                 rows.join(", ")
@@ -167,6 +172,7 @@ impl Store {
                     .bind(d.occurred_at.millis())
                     .bind(to_json(&d.event_data))
                     .bind(to_json(&d.match_reasons))
+                    .bind(now)
                     .bind(now);
             }
             for row in q.fetch_all(&mut *tx).await? {
@@ -176,9 +182,11 @@ impl Store {
         }
         let refs: Vec<&str> = events.iter().map(|(r, _)| r.as_str()).collect();
         for chunk in refs.chunks(DELIVERY_ROWS * 10) {
+            let mut marks = Marks::new(self.backend());
             let sql = format!(
-                "UPDATE events SET status = 'processed', processed_at = $1 WHERE event_ref IN ({})",
-                crate::webhooks::placeholders(2, chunk.len())
+                "UPDATE events SET status = 'processed', processed_at = {} WHERE event_ref IN ({})",
+                marks.next(),
+                marks.list(chunk.len())
             );
             let mut q = sqlx::query(&sql).bind(now);
             for r in chunk {
@@ -268,31 +276,25 @@ impl Store {
         results: &[AttemptResult],
     ) -> Result<usize, StoreError> {
         let now = Timestamp::now().millis();
+        // A delivery has one lease, so one result each; a repeated one
+        // would have found the lease gone, and is dropped as it was then.
+        let mut seen = std::collections::HashSet::new();
+        let unique: Vec<&AttemptResult> = results
+            .iter()
+            .filter(|r| seen.insert(r.delivery_ref.as_str()))
+            .collect();
         let mut tx = self.write_tx().await?;
-        let mut recorded = Vec::with_capacity(results.len());
-        for r in results {
-            let updated = sqlx::query(
-                "UPDATE webhook_deliveries SET status = $1, attempt_count = $2, next_attempt_at = $3, \
-                 last_attempt_at = $4, payload = $5, body_status = $6, lease_owner = NULL, lease_until = NULL, \
-                 updated_at = $7, version = version + 1 \
-                 WHERE delivery_ref = $8 AND lease_owner = $9 AND generation = $10",
-            )
-            .bind(r.delivery_status.as_str())
-            .bind(r.attempt_number as i64)
-            .bind(r.next_attempt_at.map(Timestamp::millis))
-            .bind(r.started_at.millis())
-            .bind(&r.payload)
-            .bind(BodyStatus::Available.as_str())
-            .bind(now)
-            .bind(r.delivery_ref.as_str())
-            .bind(owner)
-            .bind(r.generation as i64)
-            .execute(&mut *tx)
-            .await?;
-            if updated.rows_affected() != 1 {
-                continue;
-            }
-            recorded.push(r);
+        let mut recorded: Vec<&AttemptResult> = Vec::with_capacity(unique.len());
+        for chunk in unique.chunks(UPDATE_ROWS) {
+            let kept = update_leased(&mut tx, self.backend(), owner, chunk, now).await?;
+            recorded.extend(
+                chunk
+                    .iter()
+                    .copied()
+                    .filter(|r| kept.contains(r.delivery_ref.as_str())),
+            );
+        }
+        for r in &recorded {
             if r.disable_endpoint {
                 disable_endpoint(&mut tx, &r.endpoint_ref, now).await?;
             }
@@ -300,8 +302,9 @@ impl Store {
         // One statement per chunk of attempts: each statement is a round
         // trip to SQLite's connection thread, which dominated the profile.
         for chunk in recorded.chunks(ATTEMPT_ROWS) {
+            let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
-                .map(|i| format!("({})", crate::webhooks::placeholders(1 + i * 14, 14)))
+                .map(|_| format!("({})", marks.list(14)))
                 .collect();
             let sql = format!(
                 "INSERT INTO webhook_attempts (attempt_ref, delivery_ref, environment_ref, endpoint_ref, \
@@ -369,6 +372,62 @@ impl Store {
         .await?;
         Ok(t.map(Timestamp::from_millis))
     }
+}
+
+/// Writes the deliveries' next states where `owner` still holds the lease
+/// of that generation, in one statement; returns the references written.
+/// The explicit casts give PostgreSQL the VALUES columns' types.
+async fn update_leased(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    backend: Backend,
+    owner: &str,
+    chunk: &[&AttemptResult],
+    now: i64,
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    let mut marks = Marks::new(backend);
+    let rows: Vec<String> = (0..chunk.len())
+        .map(|_| {
+            let [a, b, c, d, e, f, g] = std::array::from_fn(|_| marks.next());
+            format!(
+                "(CAST({a} AS TEXT), CAST({b} AS BIGINT), CAST({c} AS TEXT), CAST({d} AS BIGINT), \
+                 CAST({e} AS BIGINT), CAST({f} AS BIGINT), CAST({g} AS TEXT))"
+            )
+        })
+        .collect();
+    let sql = format!(
+        "WITH r (delivery_ref, generation, status, attempt_count, next_attempt_at, last_attempt_at, payload) \
+         AS (VALUES {}) \
+         UPDATE webhook_deliveries SET status = r.status, attempt_count = r.attempt_count, \
+         next_attempt_at = r.next_attempt_at, last_attempt_at = r.last_attempt_at, payload = r.payload, \
+         body_status = {}, lease_owner = NULL, lease_until = NULL, updated_at = {}, \
+         version = webhook_deliveries.version + 1 \
+         FROM r WHERE webhook_deliveries.delivery_ref = r.delivery_ref \
+         AND webhook_deliveries.lease_owner = {} AND webhook_deliveries.generation = r.generation \
+         RETURNING webhook_deliveries.delivery_ref",
+        rows.join(", "),
+        marks.next(),
+        marks.next(),
+        marks.next()
+    );
+    let mut q = sqlx::query(&sql);
+    for r in chunk {
+        q = q
+            .bind(r.delivery_ref.as_str())
+            .bind(r.generation as i64)
+            .bind(r.delivery_status.as_str())
+            .bind(r.attempt_number as i64)
+            .bind(r.next_attempt_at.map(Timestamp::millis))
+            .bind(r.started_at.millis())
+            .bind(&r.payload);
+    }
+    q.bind(BodyStatus::Available.as_str())
+        .bind(now)
+        .bind(owner)
+        .fetch_all(&mut **tx)
+        .await?
+        .iter()
+        .map(|row| Ok(row.try_get::<String, _>("delivery_ref")?))
+        .collect()
 }
 
 async fn disable_endpoint(

@@ -17,6 +17,7 @@ mod environments;
 mod error;
 mod grants;
 mod idempotency;
+mod marks;
 mod page;
 mod request_logs;
 mod service_accounts;
