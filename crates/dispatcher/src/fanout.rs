@@ -3,13 +3,13 @@
 //! subscription listed as a match reason. Its data is converted to each
 //! delivery's dto version here; fields are shaped per attempt.
 //!
-//! Events are fanned out in batches: one subscription lookup per (environment,
-//! type), one endpoint-status lookup and one transaction per batch.
+//! Events are fanned out in batches: one subscription read, one
+//! endpoint-status read and one transaction per batch.
 
 use domain::webhook::shaping::{convert, scope_holds};
 use domain::webhook::{catalogue, DeliveryStatus, EndpointStatus};
 use domain::Ref;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use store::{EventRecord, NewDelivery, Store, StoreError, SubscriptionRecord};
 
 /// Fans out up to `limit` pending events; returns how many deliveries were created.
@@ -18,15 +18,19 @@ pub async fn fan_out_pending(store: &Store, limit: u32) -> Result<usize, StoreEr
     if events.is_empty() {
         return Ok(0);
     }
+    let environments: BTreeSet<&str> = events.iter().map(|e| e.environment_ref.as_str()).collect();
+    let types: BTreeSet<&str> = events
+        .iter()
+        .map(|e| e.public_event_type.as_str())
+        .collect();
+    let environments: Vec<&str> = environments.into_iter().collect();
+    let types: Vec<&str> = types.into_iter().collect();
     let mut subscriptions: HashMap<(String, String), Vec<SubscriptionRecord>> = HashMap::new();
-    for e in &events {
-        let key = (e.environment_ref.to_string(), e.public_event_type.clone());
-        if let std::collections::hash_map::Entry::Vacant(slot) = subscriptions.entry(key) {
-            let found = store
-                .subscriptions_for_type(&e.environment_ref, &e.public_event_type)
-                .await?;
-            slot.insert(found);
-        }
+    for (environment_ref, s) in store.subscriptions_for_types(&environments, &types).await? {
+        subscriptions
+            .entry((environment_ref, s.public_event_type.clone()))
+            .or_default()
+            .push(s);
     }
     let endpoint_refs: Vec<&Ref> = subscriptions
         .values()
@@ -37,8 +41,11 @@ pub async fn fan_out_pending(store: &Store, limit: u32) -> Result<usize, StoreEr
     let batch: Vec<(Ref, Vec<NewDelivery>)> = events
         .iter()
         .map(|e| {
-            let subs =
-                &subscriptions[&(e.environment_ref.to_string(), e.public_event_type.clone())];
+            let key = (e.environment_ref.to_string(), e.public_event_type.clone());
+            let subs = subscriptions
+                .get(&key)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             (e.event_ref.clone(), deliveries_for(e, subs, &statuses))
         })
         .collect();

@@ -12,6 +12,9 @@ use tokio::sync::{mpsc, Notify};
 
 pub const MAX_BATCH: usize = 256;
 
+/// How long a batch waits for more results before it is written.
+const WINDOW: Duration = Duration::from_millis(5);
+
 pub async fn run(
     store: Store,
     owner: String,
@@ -22,10 +25,19 @@ pub async fn run(
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = results.recv().await {
         batch.push(first);
+        // Results trickle in under a steady load: gather them for a moment
+        // so that recording takes one transaction per window, not one per
+        // attempt, leaving the writer to intake and fan-out. The attempt's
+        // receiver already has the request; only the record waits.
+        let window = tokio::time::sleep(WINDOW);
+        tokio::pin!(window);
         while batch.len() < MAX_BATCH {
-            match results.try_recv() {
-                Ok(r) => batch.push(r),
-                Err(_) => break,
+            tokio::select! {
+                r = results.recv() => match r {
+                    Some(r) => batch.push(r),
+                    None => break,
+                },
+                _ = &mut window => break,
             }
         }
         let mut backoff = Duration::from_millis(50);

@@ -28,6 +28,9 @@ use tokio_util::sync::CancellationToken;
 /// How long a busy fan-out gathers new events before its next batch.
 const FAN_OUT_WINDOW: Duration = Duration::from_millis(5);
 
+/// How long the claim loop gathers new due work after it took all there was.
+const CLAIM_WINDOW: Duration = Duration::from_millis(3);
+
 /// How long a delivery waits when its endpoint is at its limit.
 const BUSY_RETRY: Duration = Duration::from_millis(100);
 
@@ -149,6 +152,7 @@ impl Dispatcher {
                 self.idle(shutdown, self.settings.poll_interval).await;
                 continue;
             }
+            let drained = claimed.len() < free as usize;
             let refs: Vec<&domain::Ref> = claimed.iter().map(|d| &d.endpoint_ref).collect();
             let versions = match self.store.endpoint_versions(&refs).await {
                 Ok(v) => v,
@@ -219,6 +223,14 @@ impl Dispatcher {
                     breakers.clone(),
                     results.clone(),
                 );
+            }
+            if drained {
+                // Everything due was taken: let new work gather for a moment
+                // rather than claim it a few deliveries per transaction.
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(CLAIM_WINDOW) => {}
+                }
             }
         }
     }

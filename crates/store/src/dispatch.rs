@@ -72,30 +72,6 @@ const DELIVERY_ROWS: usize = 50;
 const UPDATE_ROWS: usize = 50;
 
 impl Store {
-    /// Accepts an event into the embedded queue. Returns false when an event
-    /// with this reference was accepted before (it is processed once).
-    pub async fn enqueue_event(&self, event: &EventRecord) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, \
-             data, status, received_at) VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7) \
-             ON CONFLICT (event_ref) DO NOTHING",
-        )
-        .bind(event.event_ref.as_str())
-        .bind(event.environment_ref.as_str())
-        .bind(&event.public_event_type)
-        .bind(event.occurred_at.millis())
-        .bind(to_json(&event.scope))
-        .bind(to_json(&event.data))
-        .bind(Timestamp::now().millis())
-        .execute(self.writer())
-        .await?;
-        let new = done.rows_affected() == 1;
-        if new {
-            self.enqueued.notify_one();
-        }
-        Ok(new)
-    }
-
     /// Keeps a message that could not be parsed or validated, with why.
     pub async fn dead_letter(&self, body: &str, reason: &str) -> Result<(), StoreError> {
         sqlx::query("INSERT INTO dead_events (dead_event_id, body, reason, received_at) VALUES ($1, $2, $3, $4)")
@@ -194,9 +170,8 @@ impl Store {
             }
             q.execute(&mut *tx).await?;
         }
-        for endpoint_ref in &endpoints {
-            mark_url_immutable(&mut tx, endpoint_ref, now).await?;
-        }
+        let endpoints: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+        mark_url_immutable(&mut tx, self.backend(), &endpoints, now).await?;
         tx.commit().await?;
         Ok(created)
     }
@@ -221,6 +196,18 @@ impl Store {
             Backend::Postgres => " FOR UPDATE SKIP LOCKED",
             Backend::Sqlite => "",
         };
+        // An idle dispatcher polls often: finding nothing must not take the
+        // writer (SQLite has one) from the writes that are waiting for it.
+        let due: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1 \
+             AND (lease_until IS NULL OR lease_until < $1) LIMIT 1",
+        )
+        .bind(now.millis())
+        .fetch_optional(self.pool())
+        .await?;
+        if due.is_none() {
+            return Ok(Vec::new());
+        }
         let sql = format!(
             "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
              WHERE delivery_ref IN \

@@ -21,6 +21,10 @@ pub enum StoreError {
     /// The database could not be reached or answered with an error.
     #[error("database error")]
     Database(#[source] sqlx::Error),
+    /// A write made together with other callers' failed (or its outcome
+    /// was lost); the message is the shared write's error. Retrying is safe.
+    #[error("database error (shared write): {0}")]
+    Shared(String),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -47,6 +51,7 @@ impl StoreError {
                     | sqlx::Error::Protocol(_)
             )
         ) || matches!(self, StoreError::Database(sqlx::Error::Database(db)) if is_busy(db.code().as_deref()))
+            || matches!(self, StoreError::Shared(_))
     }
 }
 

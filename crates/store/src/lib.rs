@@ -17,6 +17,7 @@ mod environments;
 mod error;
 mod grants;
 mod idempotency;
+mod intake;
 mod marks;
 mod page;
 mod request_logs;
@@ -66,6 +67,8 @@ pub struct Store {
     /// queue, so an in-process fan-out starts at once instead of at its
     /// next poll. Other processes still find the event by polling.
     enqueued: Arc<tokio::sync::Notify>,
+    /// Concurrent `enqueue_event` calls share one transaction.
+    intake: Arc<intake::GroupCommit>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -103,12 +106,17 @@ impl Store {
             AnyPoolOptions::new()
                 .max_connections(size)
                 .acquire_timeout(Duration::from_secs(10))
+                // A SQLite connection is a file handle that cannot go stale,
+                // and the check before each use is one more round trip to
+                // its thread; a PostgreSQL one can (a server restart).
+                .test_before_acquire(backend == Backend::Postgres)
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
                         if backend == Backend::Sqlite {
                             conn.execute(
                                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                                 PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON;",
+                                 PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON; \
+                                 PRAGMA temp_store = MEMORY;",
                             )
                             .await?;
                         }
@@ -131,6 +139,7 @@ impl Store {
             writer,
             backend,
             enqueued: Arc::default(),
+            intake: Arc::default(),
         })
     }
 

@@ -125,7 +125,7 @@ impl Store {
         let row = insert_delivery(&mut tx, &new, Some(&new.payload), now)
             .await?
             .ok_or(StoreError::Duplicate)?;
-        mark_url_immutable(&mut tx, new.endpoint_ref.as_str(), now).await?;
+        mark_url_immutable(&mut tx, self.backend(), &[new.endpoint_ref.as_str()], now).await?;
         tx.commit().await?;
         delivery_from_row(&row)
     }
@@ -298,20 +298,28 @@ pub(crate) async fn insert_delivery(
     Ok(row)
 }
 
-/// Fixes an endpoint's url once it has a delivery (`url_immutable`).
-/// Callers inserting many deliveries call it once per endpoint.
+/// Fixes endpoints' urls once they have a delivery (`url_immutable`), in
+/// one statement for all the endpoints a write touched.
 pub(crate) async fn mark_url_immutable(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    endpoint_ref: &str,
+    backend: crate::Backend,
+    endpoint_refs: &[&str],
     now: i64,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE webhook_endpoints SET url_immutable = 1, version = version + 1, updated_at = $1 \
-         WHERE endpoint_ref = $2 AND url_immutable = 0",
-    )
-    .bind(now)
-    .bind(endpoint_ref)
-    .execute(&mut **tx)
-    .await?;
+    if endpoint_refs.is_empty() {
+        return Ok(());
+    }
+    let mut marks = crate::marks::Marks::new(backend);
+    let sql = format!(
+        "UPDATE webhook_endpoints SET url_immutable = 1, version = version + 1, updated_at = {} \
+         WHERE url_immutable = 0 AND endpoint_ref IN ({})",
+        marks.next(),
+        marks.list(endpoint_refs.len())
+    );
+    let mut q = sqlx::query(&sql).bind(now);
+    for r in endpoint_refs {
+        q = q.bind(*r);
+    }
+    q.execute(&mut **tx).await?;
     Ok(())
 }

@@ -88,19 +88,31 @@ impl Store {
     }
 
     /// Every subscription of an environment to `public_event_type`, for fan-out.
-    pub async fn subscriptions_for_type(
+    /// The subscriptions (with their environment) to any of `types` in any
+    /// of `environments`, in one read: a fan-out batch asks for all its
+    /// (environment, type) pairs at once and picks them out of the result.
+    pub async fn subscriptions_for_types(
         &self,
-        environment_ref: &Ref,
-        public_event_type: &str,
-    ) -> Result<Vec<SubscriptionRecord>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM webhook_subscriptions WHERE environment_ref = $1 AND public_event_type = $2 \
-             ORDER BY endpoint_ref, created_at",
-        )
-        .bind(environment_ref.as_str())
-        .bind(public_event_type)
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(from_row).collect()
+        environments: &[&str],
+        types: &[&str],
+    ) -> Result<Vec<(String, SubscriptionRecord)>, StoreError> {
+        if environments.is_empty() || types.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut marks = crate::marks::Marks::new(self.backend());
+        let sql = format!(
+            "SELECT * FROM webhook_subscriptions WHERE environment_ref IN ({}) \
+             AND public_event_type IN ({}) ORDER BY endpoint_ref, created_at",
+            marks.list(environments.len()),
+            marks.list(types.len())
+        );
+        let mut q = sqlx::query(&sql);
+        for v in environments.iter().chain(types) {
+            q = q.bind(*v);
+        }
+        let rows = q.fetch_all(self.pool()).await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("environment_ref")?, from_row(row)?)))
+            .collect()
     }
 }
