@@ -460,7 +460,58 @@ async fn a_killed_dispatchers_work_is_taken_over(app: TestApp) {
     assert_eq!(unique.len(), 20, "every event delivered at least once");
 }
 
+/// An event emitted by a committed write leaves through the outbox: the
+/// relay moves it into the queue and it is delivered; the outbox is empty
+/// afterwards.
+async fn emitted_events_leave_through_the_outbox(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    app.subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    let event = dispatcher::intake::parse(
+        json!({
+            "event_ref": domain::Ref::generate(domain::Prefix::Event).as_str(),
+            "public_event_type": "payment.succeeded",
+            "environment_ref": app.sandbox.environment_ref,
+            "occurred_at": domain::Timestamp::now().to_rfc3339(),
+            "data": payment(),
+        })
+        .to_string()
+        .as_bytes(),
+    )
+    .expect("a valid event");
+    // Emitted before any relay runs: it waits in the outbox.
+    app.store
+        .emit_events(std::slice::from_ref(&event))
+        .await
+        .expect("emitted");
+    assert_eq!(
+        app.store.outbox_batch(10).await.unwrap(),
+        vec![event.clone()]
+    );
+
+    let stop = tokio_util::sync::CancellationToken::new();
+    let relay = tokio::spawn(dispatcher::outbox::relay(
+        app.store.clone(),
+        dispatcher::outbox::Target::StoreQueue,
+        stop.clone(),
+    ));
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    app.eventually(20, || async {
+        (receiver.received().len() == 1).then_some(())
+    })
+    .await;
+    assert_eq!(
+        receiver.received()[0].json()["event_ref"],
+        event.event_ref.as_str()
+    );
+    assert!(app.store.outbox_batch(10).await.unwrap().is_empty());
+    stop.cancel();
+    relay.await.expect("the relay stops");
+    dispatcher.shutdown().await;
+}
+
 backend_tests!(
+    emitted_events_leave_through_the_outbox,
     delivered_signed_and_recorded,
     duplicates_are_processed_once,
     failures_retry_on_schedule_then_fail,

@@ -445,3 +445,58 @@ async fn the_consumer_reconnects_after_the_broker_closes_its_connection() {
     assert_eq!(received_for(&receiver, &second), 1);
     fleet.cleanup().await;
 }
+
+/// An event emitted (committed to the outbox) while RabbitMQ cannot be
+/// reached stays in the outbox and is relayed, then delivered, once it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_outbox_keeps_events_until_the_broker_confirms_them() {
+    let Some(fleet) = fleet().await else { return };
+    let app = &fleet.app;
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    app.subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    let intake = fleet.start_intake();
+    let events: Vec<store::EventRecord> = (0..5)
+        .map(|_| {
+            let (_, body) = fleet.envelope("payment.succeeded", payment());
+            dispatcher::intake::parse(&body).expect("a valid event")
+        })
+        .collect();
+    app.store.emit_events(&events).await.expect("emitted");
+
+    // A broker that is not there: nothing leaves the outbox.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let dead_url = format!(
+        "amqp://guest:guest@127.0.0.1:{}/%2f",
+        closed.local_addr().unwrap().port()
+    );
+    drop(closed);
+    let stop = CancellationToken::new();
+    let relay = tokio::spawn(dispatcher::outbox::relay(
+        app.store.clone(),
+        dispatcher::outbox::Target::Amqp(dead_url),
+        stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    stop.cancel();
+    relay.await.expect("the relay stops");
+    assert_eq!(app.store.outbox_batch(10).await.unwrap().len(), 5);
+    assert!(receiver.received().is_empty());
+
+    // The real broker: every event is published, consumed and delivered.
+    let stop = CancellationToken::new();
+    let relay = tokio::spawn(dispatcher::outbox::relay(
+        app.store.clone(),
+        dispatcher::outbox::Target::Amqp(BROKER.to_owned()),
+        stop.clone(),
+    ));
+    let refs: Vec<&str> = events.iter().map(|e| e.event_ref.as_str()).collect();
+    all_received(app, &receiver, &refs).await;
+    assert!(app.store.outbox_batch(10).await.unwrap().is_empty());
+    stop.cancel();
+    relay.await.expect("the relay stops");
+    intake.shutdown().await;
+    dispatcher.shutdown().await;
+    fleet.cleanup().await;
+}

@@ -116,6 +116,16 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             });
             state = state.with_probe("scheduler", probe);
         }
+        // The events this process's writes emit leave through its outbox.
+        let target = match config.amqp_url() {
+            Some(url) => dispatcher::outbox::Target::Amqp(url.to_owned()),
+            None => dispatcher::outbox::Target::StoreQueue,
+        };
+        let (relay_store, token) = (store.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            dispatcher::outbox::relay(relay_store, target, token).await;
+            Ok("outbox relay")
+        });
         let token = shutdown.clone();
         tasks.spawn(async move {
             control_api::run(state, listener, async move { token.cancelled().await })

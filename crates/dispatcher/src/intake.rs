@@ -76,6 +76,19 @@ pub fn parse(body: &[u8]) -> Result<EventRecord, String> {
     })
 }
 
+/// The envelope of contract section 9 for an event: what `parse` reads.
+pub fn envelope(e: &EventRecord) -> String {
+    serde_json::json!({
+        "event_ref": e.event_ref.as_str(),
+        "public_event_type": e.public_event_type,
+        "environment_ref": e.environment_ref.as_str(),
+        "occurred_at": e.occurred_at.to_rfc3339(),
+        "scope": e.scope,
+        "data": e.data,
+    })
+    .to_string()
+}
+
 /// What became of a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Accepted {
@@ -129,6 +142,12 @@ mod tests {
     fn a_valid_envelope_parses() {
         let e = parse(envelope().to_string().as_bytes()).unwrap();
         assert_eq!(e.scope.product_refs, vec!["prd_AAAAAAAAAAAA"]);
+    }
+
+    #[test]
+    fn an_envelope_parses_back_to_its_event() {
+        let e = parse(envelope().to_string().as_bytes()).unwrap();
+        assert_eq!(parse(super::envelope(&e).as_bytes()).unwrap(), e);
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! due deliveries, keeps per-endpoint limits and circuit breakers, and runs
 //! attempts; `attempt` shapes, signs (`signing`) and sends (`sending`) one
 //! request; `schedule` decides what follows an attempt; `recorder` writes
-//! attempt results in batches.
+//! attempt results in batches. `outbox` relays the events committed writes
+//! emitted to the queue.
 //!
 //! This crate owns outbound HTTP, AMQP and Redis. It must never serve HTTP
 //! requests of the API nor write SQL (that is `store`).
@@ -19,6 +20,7 @@ pub mod endpoints;
 pub mod fanout;
 pub mod intake;
 pub mod metrics;
+pub mod outbox;
 pub mod recorder;
 pub mod redis_schedule;
 pub mod schedule;

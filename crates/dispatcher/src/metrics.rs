@@ -13,6 +13,7 @@ pub const IN_FLIGHT: &str = "billing_webhook_attempts_in_flight";
 pub const ENDPOINTS: &str = "billing_webhook_endpoints";
 pub const EVENTS_CONSUMED: &str = "billing_events_consumed_total";
 pub const EVENTS_DEAD: &str = "billing_events_dead_lettered_total";
+pub const OUTBOX_RELAYED: &str = "billing_outbox_relayed_total";
 
 /// Serves `GET /metrics` on `addr` for this process.
 pub fn install(addr: SocketAddr) -> Result<(), String> {

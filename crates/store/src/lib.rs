@@ -19,6 +19,7 @@ mod grants;
 mod idempotency;
 mod intake;
 mod marks;
+mod outbox;
 mod page;
 mod request_logs;
 mod service_accounts;
@@ -69,6 +70,8 @@ pub struct Store {
     enqueued: Arc<tokio::sync::Notify>,
     /// Concurrent `enqueue_event` calls share one transaction.
     intake: Arc<intake::GroupCommit>,
+    /// Signalled after this process emitted events into the outbox.
+    outbox_written: Arc<tokio::sync::Notify>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -140,6 +143,7 @@ impl Store {
             backend,
             enqueued: Arc::default(),
             intake: Arc::default(),
+            outbox_written: Arc::default(),
         })
     }
 

@@ -1,0 +1,133 @@
+//! The outbox relay: hands the events that committed writes emitted (the
+//! store's `outbox` table) to the event queue, oldest first, and deletes
+//! each only after the queue took it: a publisher confirm from RabbitMQ in
+//! a fleet, or the same transaction that puts it into the store's queue in
+//! the embedded mode. A relay that dies between the two relays the event
+//! again, and the intake drops the duplicate by its `event_ref`.
+//!
+//! Several API processes may relay at once; they may then publish an event
+//! twice (harmless, as above) but never lose one.
+
+use crate::amqp::{AmqpError, Publisher};
+use crate::intake;
+use crate::metrics as m;
+use std::time::Duration;
+use store::{EventRecord, Store};
+use tokio_util::sync::CancellationToken;
+
+/// Events read per round.
+const BATCH: u32 = 100;
+/// How often an idle relay looks for events other processes emitted.
+const POLL: Duration = Duration::from_millis(500);
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Where relayed events go.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// The store's own event queue (embedded mode).
+    StoreQueue,
+    /// The `billing.events` exchange at this AMQP url (fleet mode).
+    Amqp(String),
+}
+
+/// Relays until `shutdown` is cancelled.
+pub async fn relay(store: Store, target: Target, shutdown: CancellationToken) {
+    let written = store.outbox_written();
+    let mut publisher: Option<Publisher> = None;
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        if shutdown.is_cancelled() {
+            break;
+        }
+        let outcome = match store.outbox_batch(BATCH).await {
+            Ok(batch) if batch.is_empty() => Ok(0),
+            Ok(batch) => round(&store, &target, &mut publisher, &batch).await,
+            Err(e) => Err(format!("reading the outbox failed: {e}")),
+        };
+        let wait = match outcome {
+            Ok(0) => POLL,
+            Ok(n) => {
+                metrics::counter!(m::OUTBOX_RELAYED).increment(n as u64);
+                backoff = MIN_BACKOFF;
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "outbox relay round failed; the events stay in the outbox");
+                let wait = backoff;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                wait
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = written.notified(), if wait == POLL => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    if let Some(p) = publisher {
+        p.close().await;
+    }
+}
+
+/// Relays one batch; returns how many events left the outbox.
+async fn round(
+    store: &Store,
+    target: &Target,
+    publisher: &mut Option<Publisher>,
+    batch: &[EventRecord],
+) -> Result<usize, String> {
+    let refs: Vec<&domain::Ref> = batch.iter().map(|e| &e.event_ref).collect();
+    let url = match target {
+        Target::StoreQueue => {
+            return store
+                .outbox_to_queue(&refs)
+                .await
+                .map(|()| refs.len())
+                .map_err(|e| format!("moving events into the queue failed: {e}"));
+        }
+        Target::Amqp(url) => url,
+    };
+    if publisher.is_none() {
+        *publisher = Some(
+            Publisher::connect(url)
+                .await
+                .map_err(|e| format!("connecting to RabbitMQ failed: {e}"))?,
+        );
+    }
+    let Some(p) = publisher.as_ref() else {
+        return Ok(0);
+    };
+    let mut confirmed = Vec::with_capacity(batch.len());
+    let mut failure: Option<AmqpError> = None;
+    for event in batch {
+        match p
+            .publish(intake::envelope(event).as_bytes(), &event.public_event_type)
+            .await
+        {
+            Ok(()) => confirmed.push(&event.event_ref),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    store
+        .outbox_relayed(&confirmed)
+        .await
+        .map_err(|e| format!("deleting relayed events failed (they will be relayed again): {e}"))?;
+    match failure {
+        None => Ok(confirmed.len()),
+        Some(e) => {
+            // A fresh connection next round: this one may be broken.
+            if let Some(p) = publisher.take() {
+                p.close().await;
+            }
+            Err(format!(
+                "publishing to RabbitMQ failed after {} of {} events: {e}",
+                confirmed.len(),
+                batch.len()
+            ))
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The transactional outbox: the events a write emits are rows inserted in
+//! that write's own transaction (`emit`), so they exist if and only if the
+//! write committed. A relay (`dispatcher::outbox`) reads them oldest first
+//! (`outbox_batch`), hands them to the queue and only then deletes them
+//! (`outbox_relayed`), or, in the embedded mode, moves them into the event
+//! queue in one transaction (`outbox_to_queue`). A crash between handing
+//! over and deleting relays an event twice, which the intake drops by its
+//! `event_ref`: at least once, never lost.
+//!
+//! This module never talks to a queue; it only keeps the rows.
+
+use crate::dispatch::EventRecord;
+use crate::marks::Marks;
+use crate::webhooks::{json_col, to_json};
+use crate::{Backend, Store, StoreError};
+use domain::{Ref, Timestamp};
+use sqlx::Row;
+
+/// Inserts `event` into the outbox inside the caller's transaction.
+pub(crate) async fn emit(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    event: &EventRecord,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO outbox (event_ref, environment_ref, public_event_type, occurred_at, scope, data, \
+         created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(event.event_ref.as_str())
+    .bind(event.environment_ref.as_str())
+    .bind(&event.public_event_type)
+    .bind(event.occurred_at.millis())
+    .bind(to_json(&event.scope))
+    .bind(to_json(&event.data))
+    .bind(Timestamp::now().millis())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+impl Store {
+    /// Emits events in a transaction of their own: for producers whose
+    /// change is not in this store (the operator's CLI, other systems'
+    /// adapters). Writes made by the store emit through `emit` instead.
+    pub async fn emit_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
+        let mut tx = self.write_tx().await?;
+        for event in events {
+            emit(&mut tx, event).await?;
+        }
+        tx.commit().await?;
+        self.outbox_written.notify_one();
+        Ok(())
+    }
+
+    /// Signalled after this process emitted events, so its relay starts at
+    /// once instead of at its next poll.
+    pub fn outbox_written(&self) -> std::sync::Arc<tokio::sync::Notify> {
+        self.outbox_written.clone()
+    }
+
+    /// Up to `limit` emitted events not relayed yet, oldest first.
+    pub async fn outbox_batch(&self, limit: u32) -> Result<Vec<EventRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT * FROM outbox ORDER BY created_at, event_ref LIMIT {limit}"
+        ))
+        .fetch_all(self.pool())
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(EventRecord {
+                    event_ref: Ref::from_trusted(row.try_get("event_ref")?),
+                    environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
+                    public_event_type: row.try_get("public_event_type")?,
+                    occurred_at: Timestamp::from_millis(row.try_get("occurred_at")?),
+                    scope: json_col(row, "scope")?,
+                    data: json_col(row, "data")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Deletes events the queue has confirmed.
+    pub async fn outbox_relayed(&self, refs: &[&Ref]) -> Result<(), StoreError> {
+        if refs.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.write_tx().await?;
+        delete(&mut tx, self.backend(), refs).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The embedded relay: moves events into the event queue and out of the
+    /// outbox in one transaction (an event accepted before stays as it was).
+    pub async fn outbox_to_queue(&self, refs: &[&Ref]) -> Result<(), StoreError> {
+        if refs.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.write_tx().await?;
+        let mut marks = Marks::new(self.backend());
+        let sql = format!(
+            "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, data, \
+             status, received_at) SELECT event_ref, environment_ref, public_event_type, occurred_at, scope, \
+             data, 'pending', {} FROM outbox WHERE event_ref IN ({}) ON CONFLICT (event_ref) DO NOTHING",
+            marks.next(),
+            marks.list(refs.len())
+        );
+        let mut q = sqlx::query(&sql).bind(Timestamp::now().millis());
+        for r in refs {
+            q = q.bind(r.as_str());
+        }
+        q.execute(&mut *tx).await?;
+        delete(&mut tx, self.backend(), refs).await?;
+        tx.commit().await?;
+        self.enqueued.notify_one();
+        Ok(())
+    }
+}
+
+async fn delete(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    backend: Backend,
+    refs: &[&Ref],
+) -> Result<(), StoreError> {
+    let sql = format!(
+        "DELETE FROM outbox WHERE event_ref IN ({})",
+        Marks::new(backend).list(refs.len())
+    );
+    let mut q = sqlx::query(&sql);
+    for r in refs {
+        q = q.bind(r.as_str());
+    }
+    q.execute(&mut **tx).await?;
+    Ok(())
+}
