@@ -52,7 +52,8 @@ pub struct AttemptResult {
     pub disable_endpoint: bool,
 }
 
-fn event_from_row(row: &sqlx::any::AnyRow) -> Result<EventRecord, StoreError> {
+/// An event from a row of `events` or `outbox` (the same columns).
+pub(crate) fn event_from_row(row: &sqlx::any::AnyRow) -> Result<EventRecord, StoreError> {
     Ok(EventRecord {
         event_ref: Ref::from_trusted(row.try_get("event_ref")?),
         environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),

@@ -9,12 +9,11 @@
 //!
 //! This module never talks to a queue; it only keeps the rows.
 
-use crate::dispatch::EventRecord;
+use crate::dispatch::{event_from_row, EventRecord};
 use crate::marks::Marks;
-use crate::webhooks::{json_col, to_json};
+use crate::webhooks::to_json;
 use crate::{Backend, Store, StoreError};
 use domain::{Ref, Timestamp};
-use sqlx::Row;
 
 /// Inserts `event` into the outbox inside the caller's transaction.
 pub(crate) async fn emit(
@@ -64,18 +63,7 @@ impl Store {
         ))
         .fetch_all(self.pool())
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(EventRecord {
-                    event_ref: Ref::from_trusted(row.try_get("event_ref")?),
-                    environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
-                    public_event_type: row.try_get("public_event_type")?,
-                    occurred_at: Timestamp::from_millis(row.try_get("occurred_at")?),
-                    scope: json_col(row, "scope")?,
-                    data: json_col(row, "data")?,
-                })
-            })
-            .collect()
+        rows.iter().map(event_from_row).collect()
     }
 
     /// Deletes events the queue has confirmed.
