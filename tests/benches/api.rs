@@ -18,6 +18,10 @@
 //!
 //! Run with `cargo bench -p billing-tests --bench api`.
 
+/// The allocator of the `billing` binary, so that the figures are its own.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use billing_tests::{Backend, TestApp};
 use reqwest::{Client, RequestBuilder, StatusCode};
 use serde_json::Value;

@@ -49,6 +49,10 @@
 //!
 //! Run with `cargo bench -p billing-tests --bench dispatch`.
 
+/// The allocator of the `billing` binary, so that the figures are its own.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -1167,7 +1171,7 @@ async fn store_costs(cfg: &Config, summary: &mut Summary) {
     let mut fanned = 0;
     let (mut calls, t) = (0, Instant::now());
     loop {
-        match dispatcher::fanout::fan_out_pending(&app.store, 200).await {
+        match app.store.fan_out_pending(200).await {
             Ok(0) => break,
             Ok(k) => {
                 fanned += k;

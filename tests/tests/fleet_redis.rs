@@ -60,10 +60,8 @@ async fn fixture(endpoints: usize, events: usize) -> Option<Fixture> {
     for _ in 0..events {
         app.publish("refund.created", data.clone()).await;
     }
-    let created = dispatcher::fanout::fan_out_pending(&app.store, 1000)
-        .await
-        .expect("fan-out");
-    assert_eq!(created, endpoints * events);
+    // The intake fans each event out as it accepts it.
+    let created = endpoints * events;
     let refs: Vec<String> = app
         .store
         .pending_due_refs(Timestamp::now().plus_seconds(60), 100_000)

@@ -48,6 +48,15 @@ impl Breakers {
         }
     }
 
+    /// True when nothing is known against the endpoint's circuit: neither
+    /// open nor probing (the gate would let an attempt through without
+    /// changing any state).
+    pub fn is_closed(&self, endpoint: &str) -> bool {
+        self.states
+            .get(endpoint)
+            .is_none_or(|s| s.open_until.is_none())
+    }
+
     pub fn record(&mut self, endpoint: &str, success: bool, now: Instant) {
         if success {
             self.states.remove(endpoint);

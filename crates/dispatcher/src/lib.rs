@@ -2,8 +2,10 @@
 //! delivery.
 //!
 //! Flow: `intake` validates an envelope and accepts it into the store's
-//! event queue (once per `event_ref`); `fanout` matches subscriptions and
-//! records one delivery per (event, endpoint, dto_version); `worker` leases
+//! event queue (once per `event_ref`), where the store fans it out in the
+//! same transaction: one delivery per (event, endpoint, dto_version) among
+//! the subscriptions it matches (`store::fanout`); `worker` fans out events
+//! that reached the queue another way, leases
 //! due deliveries, keeps per-endpoint limits and circuit breakers, and runs
 //! attempts; `attempt` shapes, signs (`signing`) and sends (`sending`) one
 //! request; `schedule` decides what follows an attempt; `recorder` writes
@@ -17,7 +19,7 @@ pub mod amqp;
 pub mod attempt;
 pub mod breaker;
 pub mod endpoints;
-pub mod fanout;
+pub mod handoff;
 pub mod intake;
 pub mod metrics;
 pub mod outbox;

@@ -9,20 +9,21 @@
 //! Shutdown: stop leasing, let in-flight attempts finish (their leases
 //! expire if the process is killed first), flush the recorder.
 
-use crate::breaker::{Breakers, Gate};
+use crate::breaker::Gate;
+use crate::handoff::{self, Slots};
 use crate::endpoints::EndpointCache;
 use crate::metrics as m;
 use crate::redis_schedule::{self, RedisSchedule};
 use crate::sending::Sender;
 use crate::settings::DispatchSettings;
-use crate::{attempt, fanout, recorder};
+use crate::{attempt, recorder};
 use domain::webhook::EndpointStatus;
 use domain::Timestamp;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use store::handoff::{HandedOver, Ticket};
 use store::{DeliveryRecord, Store};
-use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
 /// How long a busy fan-out gathers new events before its next batch.
@@ -99,13 +100,23 @@ impl Dispatcher {
             (self.wake.clone(), self.intake.clone()),
             shutdown.clone(),
         ));
-        let global = Arc::new(Semaphore::new(self.settings.max_in_flight));
-        self.claim_loop(&global, results_tx, &shutdown).await;
+        let slots = Arc::new(Slots::new(&self.settings));
+        let (intake, mut handed) = handoff::Intake::new(&self.settings, slots.clone());
+        self.store.set_handoff(Arc::new(intake));
+        self.claim_loop(&slots, &mut handed, results_tx, &shutdown)
+            .await;
+        // No more hand-overs; those not started go back to the store.
+        self.store.clear_handoff();
+        handed.close();
+        while let Some(h) = handed.recv().await {
+            self.give_back(&self.settings.worker_id, &h.delivery, Some(Duration::ZERO))
+                .await;
+        }
         // Wait for in-flight attempts: each holds a global permit.
         let all = self.settings.max_in_flight as u32;
         let _ = tokio::time::timeout(
             self.settings.timeout + Duration::from_secs(2),
-            global.acquire_many(all),
+            slots.global.acquire_many(all),
         )
         .await;
         let _ = fanout.await;
@@ -117,19 +128,23 @@ impl Dispatcher {
 
     async fn claim_loop(
         &self,
-        global: &Arc<Semaphore>,
+        slots: &Arc<Slots>,
+        handed: &mut mpsc::UnboundedReceiver<HandedOver>,
         results: mpsc::Sender<store::AttemptResult>,
         shutdown: &CancellationToken,
     ) {
-        let breakers = Arc::new(Mutex::new(Breakers::default()));
-        let mut per_endpoint: HashMap<String, Arc<Semaphore>> = HashMap::new();
         let mut cache = EndpointCache::default();
         let owner = self.settings.worker_id.clone();
         loop {
             if shutdown.is_cancelled() {
                 return;
             }
-            let free = global
+            // Deliveries the intake leased to us, with their slots.
+            while let Ok(h) = handed.try_recv() {
+                self.start_handed(h, &mut cache, slots, &results).await;
+            }
+            let free = slots
+                .global
                 .available_permits()
                 .min(self.settings.claim_batch as usize) as u32;
             if free == 0 {
@@ -144,12 +159,16 @@ impl Dispatcher {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "claiming due deliveries failed");
-                    self.idle(shutdown, Duration::from_millis(500)).await;
+                    if let Some(h) = self.idle(shutdown, handed, Duration::from_millis(500)).await {
+                        self.start_handed(h, &mut cache, slots, &results).await;
+                    }
                     continue;
                 }
             };
             if claimed.is_empty() {
-                self.idle(shutdown, self.settings.poll_interval).await;
+                if let Some(h) = self.idle(shutdown, handed, self.settings.poll_interval).await {
+                    self.start_handed(h, &mut cache, slots, &results).await;
+                }
                 continue;
             }
             let drained = claimed.len() < free as usize;
@@ -171,7 +190,7 @@ impl Dispatcher {
                     self.give_back(&owner, &delivery, None).await;
                     continue;
                 }
-                let gate = match breakers.lock() {
+                let gate = match slots.breakers.lock() {
                     Ok(mut b) => b.gate(delivery.endpoint_ref.as_str(), Instant::now()),
                     Err(_) => Gate::Closed,
                 };
@@ -184,45 +203,12 @@ impl Dispatcher {
                     .await;
                     continue;
                 }
-                let endpoint_slots = per_endpoint
-                    .entry(delivery.endpoint_ref.to_string())
-                    .or_insert_with(|| {
-                        Arc::new(Semaphore::new(self.settings.max_in_flight_per_endpoint))
-                    })
-                    .clone();
-                let Ok(endpoint_permit) = endpoint_slots.try_acquire_owned() else {
+                let Some(ticket) = slots.try_reserve(&delivery.endpoint_ref) else {
                     self.give_back(&owner, &delivery, Some(BUSY_RETRY)).await;
                     continue;
                 };
-                let Ok(global_permit) = global.clone().try_acquire_owned() else {
-                    self.give_back(&owner, &delivery, Some(BUSY_RETRY)).await;
-                    continue;
-                };
-                let view = match cache
-                    .get(
-                        &self.store,
-                        &self.settings.cipher,
-                        &delivery.environment_ref,
-                        &delivery.endpoint_ref,
-                        version,
-                    )
-                    .await
-                {
-                    Ok(v) => v,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "loading endpoint failed");
-                        self.give_back(&owner, &delivery, Some(Duration::from_secs(1)))
-                            .await;
-                        continue;
-                    }
-                };
-                self.spawn_attempt(
-                    delivery,
-                    view,
-                    (global_permit, endpoint_permit),
-                    breakers.clone(),
-                    results.clone(),
-                );
+                self.start(delivery, version, ticket, &mut cache, slots, &results)
+                    .await;
             }
             if drained {
                 // Everything due was taken: let new work gather for a moment
@@ -235,12 +221,63 @@ impl Dispatcher {
         }
     }
 
+    /// Starts a delivery the intake handed over, unless its endpoint
+    /// stopped being active since it was planned.
+    async fn start_handed(
+        &self,
+        h: HandedOver,
+        cache: &mut EndpointCache,
+        slots: &Arc<Slots>,
+        results: &mpsc::Sender<store::AttemptResult>,
+    ) {
+        self.start(h.delivery, h.endpoint_version, h.ticket, cache, slots, results)
+            .await;
+    }
+
+    /// Loads the endpoint's view for `version` and spawns the attempt; gives
+    /// the delivery back when the view cannot be loaded or the endpoint is
+    /// not active in it.
+    async fn start(
+        &self,
+        delivery: DeliveryRecord,
+        version: i64,
+        ticket: Ticket,
+        cache: &mut EndpointCache,
+        slots: &Arc<Slots>,
+        results: &mpsc::Sender<store::AttemptResult>,
+    ) {
+        let owner = &self.settings.worker_id;
+        let view = match cache
+            .get(
+                &self.store,
+                &self.settings.cipher,
+                &delivery.environment_ref,
+                &delivery.endpoint_ref,
+                version,
+            )
+            .await
+        {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "loading endpoint failed");
+                self.give_back(owner, &delivery, Some(Duration::from_secs(1)))
+                    .await;
+                return;
+            }
+        };
+        if view.status != EndpointStatus::Active {
+            self.give_back(owner, &delivery, None).await;
+            return;
+        }
+        self.spawn_attempt(delivery, view, ticket, slots.clone(), results.clone());
+    }
+
     fn spawn_attempt(
         &self,
         delivery: DeliveryRecord,
         view: Arc<crate::endpoints::EndpointView>,
-        permits: (OwnedSemaphorePermit, OwnedSemaphorePermit),
-        breakers: Arc<Mutex<Breakers>>,
+        ticket: Ticket,
+        slots: Arc<Slots>,
         results: mpsc::Sender<store::AttemptResult>,
     ) {
         let store = self.store.clone();
@@ -250,7 +287,7 @@ impl Dispatcher {
             metrics::gauge!(m::IN_FLIGHT).increment(1.0);
             let result = attempt::run(&store, &settings, &sender, &delivery, &view).await;
             metrics::gauge!(m::IN_FLIGHT).decrement(1.0);
-            if let Ok(mut b) = breakers.lock() {
+            if let Ok(mut b) = slots.breakers.lock() {
                 b.record(
                     delivery.endpoint_ref.as_str(),
                     result.status == domain::webhook::AttemptStatus::Succeeded,
@@ -260,7 +297,7 @@ impl Dispatcher {
             // The permits are released only once the result is queued for
             // recording, so shutdown's wait covers it.
             let _ = results.send(result).await;
-            drop(permits);
+            drop(ticket);
         });
     }
 
@@ -312,11 +349,19 @@ impl Dispatcher {
         }
     }
 
-    async fn idle(&self, shutdown: &CancellationToken, wait: Duration) {
+    /// Waits for `wait`, new work (a wake-up or a hand-over, returned to be
+    /// started) or shutdown.
+    async fn idle(
+        &self,
+        shutdown: &CancellationToken,
+        handed: &mut mpsc::UnboundedReceiver<HandedOver>,
+        wait: Duration,
+    ) -> Option<HandedOver> {
         tokio::select! {
-            _ = shutdown.cancelled() => {}
-            _ = self.wake.notified() => {}
-            _ = tokio::time::sleep(wait) => {}
+            _ = shutdown.cancelled() => None,
+            _ = self.wake.notified() => None,
+            h = handed.recv() => h,
+            _ = tokio::time::sleep(wait) => None,
         }
     }
 }
@@ -334,7 +379,7 @@ async fn fan_out_loop(
     let enqueued = store.events_enqueued();
     let mut last_gauge = Instant::now() - Duration::from_secs(60);
     loop {
-        match fanout::fan_out_pending(&store, 500).await {
+        match store.fan_out_pending(500).await {
             Ok(0) => {}
             Ok(_) => {
                 wake.notify_one();

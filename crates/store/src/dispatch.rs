@@ -67,7 +67,7 @@ pub(crate) fn event_from_row(row: &sqlx::any::AnyRow) -> Result<EventRecord, Sto
 /// Attempt rows per INSERT statement (14 parameters each, well under
 /// SQLite's and PostgreSQL's parameter limits).
 const ATTEMPT_ROWS: usize = 50;
-/// Delivery rows per INSERT statement (13 parameters each).
+/// Delivery rows per INSERT statement (16 parameters each).
 const DELIVERY_ROWS: usize = 50;
 /// Deliveries per UPDATE statement when recording attempts (7 each).
 const UPDATE_ROWS: usize = 50;
@@ -107,56 +107,14 @@ impl Store {
     pub async fn fan_out(&self, events: &[(Ref, Vec<NewDelivery>)]) -> Result<usize, StoreError> {
         let now = Timestamp::now().millis();
         let mut tx = self.write_tx().await?;
-        let mut created = 0;
-        let mut endpoints = std::collections::HashSet::new();
-        // Multi-row statements: each statement is a round trip to SQLite's
-        // connection thread, which dominated the dispatcher's profile.
-        let all: Vec<&NewDelivery> = events.iter().flat_map(|(_, d)| d).collect();
-        for chunk in all.chunks(DELIVERY_ROWS) {
-            let mut marks = Marks::new(self.backend());
-            let rows: Vec<String> = (0..chunk.len())
-                .map(|_| {
-                    format!(
-                        "({}, 1, 0, {}, '{}', NULL, {})",
-                        marks.list(10),
-                        marks.list(2),
-                        BodyStatus::Available.as_str(),
-                        marks.list(2)
-                    )
-                })
-                .collect();
-            let sql = format!(
-                "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, event_ref, \
-                 public_event_type, dto_version, status, diagnostic, next_attempt_at, occurred_at, \
-                 generation, attempt_count, event_data, match_reasons, body_status, payload, \
-                 created_at, updated_at) VALUES {} \
-                 ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING RETURNING endpoint_ref",
-                rows.join(", ")
-            );
-            let mut q = sqlx::query(&sql);
-            for d in chunk {
-                let due = (d.status == DeliveryStatus::Pending).then_some(now);
-                q = q
-                    .bind(Ref::generate(Prefix::WebhookDelivery).into_string())
-                    .bind(d.environment_ref.as_str())
-                    .bind(d.endpoint_ref.as_str())
-                    .bind(d.event_ref.as_str())
-                    .bind(&d.public_event_type)
-                    .bind(d.dto_version as i64)
-                    .bind(d.status.as_str())
-                    .bind(d.diagnostic as i64)
-                    .bind(due)
-                    .bind(d.occurred_at.millis())
-                    .bind(to_json(&d.event_data))
-                    .bind(to_json(&d.match_reasons))
-                    .bind(now)
-                    .bind(now);
-            }
-            for row in q.fetch_all(&mut *tx).await? {
-                created += 1;
-                endpoints.insert(row.try_get::<String, _>("endpoint_ref")?);
-            }
-        }
+        let rows: Vec<DeliveryRow> = events
+            .iter()
+            .flat_map(|(_, d)| d)
+            .map(DeliveryRow::unleased)
+            .collect();
+        let created = insert_deliveries(&mut tx, self.backend(), &rows, now)
+            .await?
+            .len();
         let refs: Vec<&str> = events.iter().map(|(r, _)| r.as_str()).collect();
         for chunk in refs.chunks(DELIVERY_ROWS * 10) {
             let mut marks = Marks::new(self.backend());
@@ -171,8 +129,6 @@ impl Store {
             }
             q.execute(&mut *tx).await?;
         }
-        let endpoints: Vec<&str> = endpoints.iter().map(String::as_str).collect();
-        mark_url_immutable(&mut tx, self.backend(), &endpoints, now).await?;
         tx.commit().await?;
         Ok(created)
     }
@@ -360,6 +316,92 @@ impl Store {
         .await?;
         Ok(t.map(Timestamp::from_millis))
     }
+}
+
+/// A delivery to insert: its reference (chosen by the caller, which may
+/// build its record) and the lease it is born with, if any (owner, until).
+pub(crate) struct DeliveryRow<'a> {
+    pub new: &'a NewDelivery,
+    pub delivery_ref: Ref,
+    pub lease: Option<(&'a str, i64)>,
+}
+
+impl<'a> DeliveryRow<'a> {
+    pub(crate) fn unleased(new: &'a NewDelivery) -> DeliveryRow<'a> {
+        DeliveryRow {
+            new,
+            delivery_ref: Ref::generate(Prefix::WebhookDelivery),
+            lease: None,
+        }
+    }
+}
+
+/// Inserts deliveries (one per event, endpoint and dto version: an
+/// existing one is left as it is) and marks their endpoints' URLs
+/// immutable, inside `tx`; returns the references of those created.
+/// Pending deliveries are due at `now`.
+pub(crate) async fn insert_deliveries(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    backend: Backend,
+    rows: &[DeliveryRow<'_>],
+    now: i64,
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    let mut created = std::collections::HashSet::new();
+    let mut endpoints = std::collections::HashSet::new();
+    // Multi-row statements: each statement is a round trip to SQLite's
+    // connection thread, which dominated the dispatcher's profile.
+    for chunk in rows.chunks(DELIVERY_ROWS) {
+        let mut marks = Marks::new(backend);
+        let values: Vec<String> = (0..chunk.len())
+            .map(|_| {
+                format!(
+                    "({}, 1, 0, {}, '{}', NULL, {})",
+                    marks.list(10),
+                    marks.list(2),
+                    BodyStatus::Available.as_str(),
+                    marks.list(4)
+                )
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, event_ref, \
+             public_event_type, dto_version, status, diagnostic, next_attempt_at, occurred_at, \
+             generation, attempt_count, event_data, match_reasons, body_status, payload, \
+             created_at, updated_at, lease_owner, lease_until) VALUES {} \
+             ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING \
+             RETURNING delivery_ref, endpoint_ref",
+            values.join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for row in chunk {
+            let d = row.new;
+            let due = (d.status == DeliveryStatus::Pending).then_some(now);
+            q = q
+                .bind(row.delivery_ref.as_str())
+                .bind(d.environment_ref.as_str())
+                .bind(d.endpoint_ref.as_str())
+                .bind(d.event_ref.as_str())
+                .bind(&d.public_event_type)
+                .bind(d.dto_version as i64)
+                .bind(d.status.as_str())
+                .bind(d.diagnostic as i64)
+                .bind(due)
+                .bind(d.occurred_at.millis())
+                .bind(to_json(&d.event_data))
+                .bind(to_json(&d.match_reasons))
+                .bind(now)
+                .bind(now)
+                .bind(row.lease.map(|(owner, _)| owner))
+                .bind(row.lease.map(|(_, until)| until));
+        }
+        for r in q.fetch_all(&mut **tx).await? {
+            created.insert(r.try_get::<String, _>("delivery_ref")?);
+            endpoints.insert(r.try_get::<String, _>("endpoint_ref")?);
+        }
+    }
+    let endpoints: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+    mark_url_immutable(tx, backend, &endpoints, now).await?;
+    Ok(created)
 }
 
 /// Writes the deliveries' next states where `owner` still holds the lease

@@ -1,6 +1,8 @@
-//! The embedded event queue's intake, with group commit: callers that
-//! arrive while an insert is running wait for it, then the next of them
-//! writes everyone's events in one transaction. Each caller still returns
+//! The event queue's intake, with group commit: callers that arrive while
+//! an insert is running wait for it, then the next of them writes
+//! everyone's events in one transaction, together with their deliveries
+//! (the fan-out, `crate::fanout`), so an accepted event is never left
+//! waiting for a second transaction to fan it out. Each caller still returns
 //! only once its own event is committed (or refused), so acknowledging a
 //! message after `enqueue_event` stays safe.
 //!
@@ -8,7 +10,10 @@
 //! other and behind the dispatcher's writes on SQLite's single writer (the
 //! dispatch benchmark's live phase topped out near 1,000 events/s).
 
-use crate::dispatch::EventRecord;
+use crate::dispatch::{insert_deliveries, DeliveryRow, EventRecord};
+use crate::handoff::HandedOver;
+use crate::DeliveryRecord;
+use domain::webhook::{BodyStatus, DeliveryStatus};
 use crate::marks::Marks;
 use crate::webhooks::to_json;
 use crate::{Store, StoreError};
@@ -18,7 +23,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use tokio::sync::oneshot;
 
-/// Event rows per INSERT statement (7 values each).
+/// Event rows per INSERT statement (8 values each).
 const EVENT_ROWS: usize = 100;
 
 type Reply = oneshot::Sender<Result<bool, String>>;
@@ -83,20 +88,29 @@ impl Store {
         }
     }
 
-    /// Inserts events not accepted before, in one transaction; returns the
-    /// references inserted.
+    /// Inserts events not accepted before and their deliveries, in one
+    /// transaction; returns the references inserted. Subscriptions are read
+    /// for the whole batch before the write lock is taken. Deliveries due
+    /// now that this process's dispatcher has room for are born leased to
+    /// it and handed over after the commit (`crate::handoff`).
     async fn insert_events(&self, events: &[&EventRecord]) -> Result<HashSet<String>, StoreError> {
-        let now = Timestamp::now().millis();
+        let (plan, versions) = self.plan_fan_out(events).await?;
+        let handoff = self.handoff.get();
+        let now = Timestamp::now();
         let mut new = HashSet::new();
         let mut tx = self.write_tx().await?;
         for chunk in events.chunks(EVENT_ROWS) {
             let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
-                .map(|_| format!("({}, 'pending', {})", marks.list(6), marks.next()))
+                .map(|_| {
+                    let columns = marks.list(6);
+                    let (received, processed) = (marks.next(), marks.next());
+                    format!("({columns}, 'processed', {received}, {processed})")
+                })
                 .collect();
             let sql = format!(
                 "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, \
-                 data, status, received_at) VALUES {} \
+                 data, status, received_at, processed_at) VALUES {} \
                  ON CONFLICT (event_ref) DO NOTHING RETURNING event_ref",
                 rows.join(", ")
             );
@@ -109,13 +123,86 @@ impl Store {
                     .bind(e.occurred_at.millis())
                     .bind(to_json(&e.scope))
                     .bind(to_json(&e.data))
-                    .bind(now);
+                    .bind(now.millis())
+                    .bind(now.millis());
             }
             for row in q.fetch_all(&mut *tx).await? {
                 new.insert(row.try_get::<String, _>("event_ref")?);
             }
         }
+        // Only new events fan out, each once even if the batch repeats it: a
+        // duplicate's deliveries were made when it was first accepted.
+        let lease = handoff.as_ref().map(|h| {
+            let until = now.plus_millis(h.lease().as_millis() as i64);
+            (h.owner(), until.millis())
+        });
+        let mut planned = HashSet::new();
+        let mut rows = Vec::new();
+        let mut tickets = Vec::new();
+        for (event_ref, deliveries) in &plan {
+            if !new.contains(event_ref.as_str()) || !planned.insert(event_ref.as_str()) {
+                continue;
+            }
+            for d in deliveries {
+                let mut row = DeliveryRow::unleased(d);
+                if let Some(h) = handoff.as_ref().filter(|_| d.status == DeliveryStatus::Pending) {
+                    if let Some(ticket) = h.reserve(&d.endpoint_ref) {
+                        row.lease = lease;
+                        tickets.push((rows.len(), ticket));
+                    }
+                }
+                rows.push(row);
+            }
+        }
+        let created = insert_deliveries(&mut tx, self.backend(), &rows, now.millis()).await?;
         tx.commit().await?;
+        if let Some(h) = &handoff {
+            let handed: Vec<HandedOver> = tickets
+                .into_iter()
+                .filter(|(i, _)| created.contains(rows[*i].delivery_ref.as_str()))
+                .map(|(i, ticket)| {
+                    let row = &rows[i];
+                    HandedOver {
+                        delivery: leased_record(row, now),
+                        endpoint_version: versions
+                            .get(row.new.endpoint_ref.as_str())
+                            .map_or(0, |(v, _)| *v),
+                        ticket,
+                    }
+                })
+                .collect();
+            if !handed.is_empty() {
+                h.take(handed);
+            }
+        }
         Ok(new)
+    }
+}
+
+/// The record of a delivery just inserted from `row` at `now`, as a claim
+/// would have read it back.
+fn leased_record(row: &DeliveryRow, now: Timestamp) -> DeliveryRecord {
+    let d = row.new;
+    DeliveryRecord {
+        delivery_ref: row.delivery_ref.clone(),
+        environment_ref: d.environment_ref.clone(),
+        endpoint_ref: d.endpoint_ref.clone(),
+        event_ref: d.event_ref.clone(),
+        public_event_type: d.public_event_type.clone(),
+        dto_version: d.dto_version,
+        status: d.status,
+        diagnostic: d.diagnostic,
+        generation: 1,
+        attempt_count: 0,
+        next_attempt_at: Some(now),
+        last_attempt_at: None,
+        occurred_at: d.occurred_at,
+        event_data: d.event_data.clone(),
+        match_reasons: d.match_reasons.clone(),
+        body_status: BodyStatus::Available,
+        payload: None,
+        created_at: now,
+        updated_at: now,
+        version: 1,
     }
 }

@@ -11,9 +11,12 @@
 //! bumped by each write; every conditional write is `... WHERE version = $n`
 //! so a lost race is reported as `StoreError::Conflict`, never half-applied.
 
+mod checkpoint;
 mod credentials;
 pub mod dispatch;
 mod environments;
+pub mod fanout;
+pub mod handoff;
 mod error;
 mod grants;
 mod idempotency;
@@ -72,6 +75,11 @@ pub struct Store {
     intake: Arc<intake::GroupCommit>,
     /// Signalled after this process emitted events into the outbox.
     outbox_written: Arc<tokio::sync::Notify>,
+    /// This process's dispatcher, if one runs here (`handoff`).
+    handoff: handoff::Slot,
+    /// Held by every clone; the SQLite checkpoint task stops once the last
+    /// clone is dropped.
+    _alive: Arc<()>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -119,7 +127,8 @@ impl Store {
                             conn.execute(
                                 "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
                                  PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON; \
-                                 PRAGMA temp_store = MEMORY;",
+                                 PRAGMA temp_store = MEMORY; \
+                                 PRAGMA wal_autocheckpoint = 0;",
                             )
                             .await?;
                         }
@@ -137,6 +146,11 @@ impl Store {
                 (pool.clone(), pool)
             }
         };
+        let alive = Arc::new(());
+        if backend == Backend::Sqlite {
+            // Automatic checkpoints are off on every connection (above).
+            checkpoint::spawn(pool.clone(), &alive);
+        }
         Ok(Store {
             pool,
             writer,
@@ -144,6 +158,8 @@ impl Store {
             enqueued: Arc::default(),
             intake: Arc::default(),
             outbox_written: Arc::default(),
+            handoff: handoff::Slot::default(),
+            _alive: alive,
         })
     }
 

@@ -1,0 +1,136 @@
+//! Fan-out: an accepted event becomes one delivery per (endpoint,
+//! dto_version) among the subscriptions it matches, with every matching
+//! subscription listed as a match reason. Its data is converted to each
+//! delivery's dto version here; fields are shaped per attempt.
+//!
+//! Planning (`plan`) is a pure function of the event, the subscriptions and
+//! the endpoints' statuses; `Store::plan_fan_out` does the two reads it
+//! needs for a whole batch. Two writers use it: the intake, which fans
+//! events out in the same transaction that accepts them, and
+//! `Store::fan_out_pending` for events that reached the queue another way
+//! (the outbox, a dispatcher that stopped between the two).
+
+use crate::dispatch::EventRecord;
+use crate::{NewDelivery, Store, StoreError, SubscriptionRecord};
+use domain::webhook::shaping::{convert, scope_holds};
+use domain::webhook::{catalogue, DeliveryStatus, EndpointStatus};
+use domain::Ref;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// The deliveries of each event, in the order of the events given.
+pub type Plan = Vec<(Ref, Vec<NewDelivery>)>;
+
+/// Endpoint references to their version and status, as read for a plan.
+pub type EndpointVersions = HashMap<String, (i64, EndpointStatus)>;
+
+impl Store {
+    /// Fans out up to `limit` pending events; returns how many deliveries
+    /// were created.
+    pub async fn fan_out_pending(&self, limit: u32) -> Result<usize, StoreError> {
+        let events = self.pending_events(limit).await?;
+        if events.is_empty() {
+            return Ok(0);
+        }
+        let events: Vec<&EventRecord> = events.iter().collect();
+        let (plan, _) = self.plan_fan_out(&events).await?;
+        self.fan_out(&plan).await
+    }
+
+    /// Reads the subscriptions and endpoint statuses `events` need (one
+    /// query each for the whole batch) and plans their deliveries; also
+    /// returns the endpoint versions read.
+    pub(crate) async fn plan_fan_out(
+        &self,
+        events: &[&EventRecord],
+    ) -> Result<(Plan, EndpointVersions), StoreError> {
+        let environments: BTreeSet<&str> =
+            events.iter().map(|e| e.environment_ref.as_str()).collect();
+        let types: BTreeSet<&str> = events
+            .iter()
+            .map(|e| e.public_event_type.as_str())
+            .collect();
+        let environments: Vec<&str> = environments.into_iter().collect();
+        let types: Vec<&str> = types.into_iter().collect();
+        let mut subscriptions: HashMap<(String, String), Vec<SubscriptionRecord>> =
+            HashMap::new();
+        for (environment_ref, s) in self.subscriptions_for_types(&environments, &types).await? {
+            subscriptions
+                .entry((environment_ref, s.public_event_type.clone()))
+                .or_default()
+                .push(s);
+        }
+        let endpoint_refs: Vec<&Ref> = subscriptions
+            .values()
+            .flatten()
+            .map(|s| &s.endpoint_ref)
+            .collect();
+        let statuses = self.endpoint_versions(&endpoint_refs).await?;
+        let plan = events
+            .iter()
+            .map(|e| {
+                let key = (e.environment_ref.to_string(), e.public_event_type.clone());
+                let subs = subscriptions
+                    .get(&key)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                (e.event_ref.clone(), plan(e, subs, &statuses))
+            })
+            .collect();
+        Ok((plan, statuses))
+    }
+}
+
+/// The deliveries of `event` among `subscriptions` (those of its
+/// environment and type); `statuses` maps endpoint references to their
+/// version and status (a paused or disabled endpoint's delivery is held).
+fn plan(
+    event: &EventRecord,
+    subscriptions: &[SubscriptionRecord],
+    statuses: &EndpointVersions,
+) -> Vec<NewDelivery> {
+    let mut groups: BTreeMap<(String, u32), Vec<serde_json::Value>> = BTreeMap::new();
+    for s in subscriptions {
+        if scope_holds(
+            &event.scope,
+            event.environment_ref.as_str(),
+            s.scope_type,
+            &s.scope_ref,
+        ) {
+            groups
+                .entry((s.endpoint_ref.to_string(), s.dto_version))
+                .or_default()
+                .push(serde_json::json!({
+                    "kind": "subscription",
+                    "public_event_type": s.public_event_type,
+                    "scope_type": s.scope_type.as_str(),
+                    "scope_ref": s.scope_ref,
+                    "dto_version": s.dto_version,
+                }));
+        }
+    }
+    let newest = catalogue::find(&event.public_event_type)
+        .and_then(|e| e.dto_versions.iter().copied().max())
+        .unwrap_or(1);
+    groups
+        .into_iter()
+        .map(|((endpoint_ref, dto_version), reasons)| {
+            let status = statuses
+                .get(&endpoint_ref)
+                .map(|(_, s)| *s)
+                .unwrap_or(EndpointStatus::Active);
+            NewDelivery {
+                environment_ref: event.environment_ref.clone(),
+                endpoint_ref: Ref::from_trusted(endpoint_ref),
+                event_ref: event.event_ref.clone(),
+                public_event_type: event.public_event_type.clone(),
+                dto_version,
+                status: DeliveryStatus::initial(status),
+                diagnostic: false,
+                occurred_at: event.occurred_at,
+                event_data: convert(&event.public_event_type, newest, dto_version, &event.data),
+                match_reasons: serde_json::Value::Array(reasons),
+                payload: String::new(),
+            }
+        })
+        .collect()
+}
