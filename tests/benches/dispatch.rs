@@ -38,7 +38,8 @@
 //! error, a delivery never received), not on a missed target.
 //!
 //! Other settings: `BENCH_PUBLISHERS` (concurrent publishing tasks, default
-//! 32, as many as the AMQP consumer's concurrent handlers), `BENCH_BACKLOG_CHUNK` (deliveries per seeding transaction, default
+//! 256, as many as the AMQP consumer's concurrent handlers: one per message
+//! of its prefetch), `BENCH_BACKLOG_CHUNK` (deliveries per seeding transaction, default
 //! 5,000), `BENCH_PHASES` (any of `throughput,latency,memory`, default
 //! all; `store` adds a diagnostic phase timing the dispatcher's store calls
 //! alone).
@@ -117,7 +118,7 @@ fn config() -> Result<Config, String> {
     Ok(Config {
         events: env_num("BENCH_EVENTS", 20_000)?,
         endpoints: env_num("BENCH_ENDPOINTS", 8)?,
-        publishers: env_num("BENCH_PUBLISHERS", 32)?,
+        publishers: env_num("BENCH_PUBLISHERS", 256)?,
         rate: env_num("BENCH_RATE", 1_000)?,
         rate_seconds: env_num("BENCH_RATE_SECONDS", 10)?,
         backlog: env_num("BENCH_BACKLOG", 1_000_000)?,

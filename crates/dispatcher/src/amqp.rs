@@ -57,8 +57,6 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// How long a message waits before it is handed back when the store failed.
 const STORE_RETRY_DELAY: Duration = Duration::from_secs(1);
-/// Messages handled at once (each holds at most one store connection).
-const HANDLERS: usize = 32;
 /// How long shutdown waits for handlers to finish their message.
 const DRAIN: Duration = Duration::from_secs(10);
 
@@ -400,7 +398,12 @@ async fn run_session(
         broken: CancellationToken::new(),
         shutdown: shutdown.clone(),
     });
-    let slots = Arc::new(Semaphore::new(HANDLERS));
+    // As many handlers as unacknowledged messages the broker sends: a
+    // handler waits for the store's group commit (it holds no connection),
+    // so every message delivered joins the next shared write instead of
+    // waiting in memory for a handler.
+    let handlers = usize::from(settings.prefetch.max(1));
+    let slots = Arc::new(Semaphore::new(handlers));
     let outcome = loop {
         let next = tokio::select! {
             _ = shutdown.cancelled() => break Ok(()),
@@ -428,7 +431,7 @@ async fn run_session(
         });
     };
     // Let the handlers finish their message (each acks or hands it back).
-    let _ = tokio::time::timeout(DRAIN, slots.acquire_many(HANDLERS as u32)).await;
+    let _ = tokio::time::timeout(DRAIN, slots.acquire_many(handlers as u32)).await;
     if outcome.is_ok() {
         let _ = channel
             .basic_cancel(consumer.tag().as_str(), BasicCancelOptions::default())

@@ -10,8 +10,8 @@
 //! expire if the process is killed first), flush the recorder.
 
 use crate::breaker::Gate;
-use crate::handoff::{self, Slots};
 use crate::endpoints::EndpointCache;
+use crate::handoff::{self, Slots};
 use crate::metrics as m;
 use crate::redis_schedule::{self, RedisSchedule};
 use crate::sending::Sender;
@@ -108,10 +108,11 @@ impl Dispatcher {
         // No more hand-overs; those not started go back to the store.
         self.store.clear_handoff();
         handed.close();
+        let mut back = Vec::new();
         while let Some(h) = handed.recv().await {
-            self.give_back(&self.settings.worker_id, &h.delivery, Some(Duration::ZERO))
-                .await;
+            back.push((h.delivery.delivery_ref, Some(Duration::ZERO)));
         }
+        self.give_back_many(&self.settings.worker_id, &back).await;
         // Wait for in-flight attempts: each holds a global permit.
         let all = self.settings.max_in_flight as u32;
         let _ = tokio::time::timeout(
@@ -159,14 +160,20 @@ impl Dispatcher {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "claiming due deliveries failed");
-                    if let Some(h) = self.idle(shutdown, handed, Duration::from_millis(500)).await {
+                    if let Some(h) = self
+                        .idle(shutdown, handed, Duration::from_millis(500))
+                        .await
+                    {
                         self.start_handed(h, &mut cache, slots, &results).await;
                     }
                     continue;
                 }
             };
             if claimed.is_empty() {
-                if let Some(h) = self.idle(shutdown, handed, self.settings.poll_interval).await {
+                if let Some(h) = self
+                    .idle(shutdown, handed, self.settings.poll_interval)
+                    .await
+                {
                     self.start_handed(h, &mut cache, slots, &results).await;
                 }
                 continue;
@@ -177,17 +184,21 @@ impl Dispatcher {
                 Ok(v) => v,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading endpoint versions failed");
-                    self.give_back_all(&owner, &claimed, Duration::from_secs(1))
-                        .await;
+                    let back: Vec<_> = claimed
+                        .into_iter()
+                        .map(|d| (d.delivery_ref, Some(Duration::from_secs(1))))
+                        .collect();
+                    self.give_back_many(&owner, &back).await;
                     continue;
                 }
             };
+            let mut back = Vec::new();
             for delivery in claimed {
                 let Some(&(version, status)) = versions.get(delivery.endpoint_ref.as_str()) else {
                     continue;
                 };
                 if status != EndpointStatus::Active {
-                    self.give_back(&owner, &delivery, None).await;
+                    back.push((delivery.delivery_ref, None));
                     continue;
                 }
                 let gate = match slots.breakers.lock() {
@@ -195,21 +206,18 @@ impl Dispatcher {
                     Err(_) => Gate::Closed,
                 };
                 if let Gate::Open(until) = gate {
-                    self.give_back(
-                        &owner,
-                        &delivery,
-                        Some(until.saturating_duration_since(Instant::now())),
-                    )
-                    .await;
+                    let wait = until.saturating_duration_since(Instant::now());
+                    back.push((delivery.delivery_ref, Some(wait)));
                     continue;
                 }
                 let Some(ticket) = slots.try_reserve(&delivery.endpoint_ref) else {
-                    self.give_back(&owner, &delivery, Some(BUSY_RETRY)).await;
+                    back.push((delivery.delivery_ref, Some(BUSY_RETRY)));
                     continue;
                 };
                 self.start(delivery, version, ticket, &mut cache, slots, &results)
                     .await;
             }
+            self.give_back_many(&owner, &back).await;
             if drained {
                 // Everything due was taken: let new work gather for a moment
                 // rather than claim it a few deliveries per transaction.
@@ -230,8 +238,15 @@ impl Dispatcher {
         slots: &Arc<Slots>,
         results: &mpsc::Sender<store::AttemptResult>,
     ) {
-        self.start(h.delivery, h.endpoint_version, h.ticket, cache, slots, results)
-            .await;
+        self.start(
+            h.delivery,
+            h.endpoint_version,
+            h.ticket,
+            cache,
+            slots,
+            results,
+        )
+        .await;
     }
 
     /// Loads the endpoint's view for `version` and spawns the attempt; gives
@@ -320,32 +335,53 @@ impl Dispatcher {
         }
     }
 
+    /// Gives one leased delivery back (see `give_back_many`).
     async fn give_back(&self, owner: &str, d: &DeliveryRecord, after: Option<Duration>) {
-        let due = Timestamp::now().plus_millis(after.unwrap_or_default().as_millis() as i64);
-        if let Err(e) = self
-            .store
-            .release_delivery(owner, &d.delivery_ref, due, after.is_none())
-            .await
-        {
-            tracing::warn!(error = %e, "giving a delivery back failed; its lease will expire");
-        }
-        if let Some(r) = &self.redis {
-            let r = match after {
-                Some(_) => {
-                    r.give_back(&[(d.delivery_ref.to_string(), due.millis())])
-                        .await
-                }
-                None => r.release(&[d.delivery_ref.to_string()]).await,
-            };
-            if let Err(e) = r {
-                tracing::warn!(error = %e, "returning a delivery to the Redis schedule failed; the feed will");
-            }
-        }
+        self.give_back_many(owner, &[(d.delivery_ref.clone(), after)])
+            .await;
     }
 
-    async fn give_back_all(&self, owner: &str, claimed: &[DeliveryRecord], after: Duration) {
-        for d in claimed {
-            self.give_back(owner, d, Some(after)).await;
+    /// Gives leased deliveries back without an attempt, in one write: each
+    /// due again after its delay, or held (`None`: its endpoint is not
+    /// active). One statement per claim batch, not one per delivery: a
+    /// claim that found many endpoints at their limit gave back hundreds.
+    async fn give_back_many(&self, owner: &str, items: &[(domain::Ref, Option<Duration>)]) {
+        if items.is_empty() {
+            return;
+        }
+        let now = Timestamp::now();
+        let releases: Vec<(domain::Ref, Option<Timestamp>)> = items
+            .iter()
+            .map(|(r, after)| {
+                (
+                    r.clone(),
+                    after.map(|a| now.plus_millis(a.as_millis() as i64)),
+                )
+            })
+            .collect();
+        if let Err(e) = self.store.release_deliveries(owner, &releases).await {
+            tracing::warn!(error = %e, "giving deliveries back failed; their leases will expire");
+        }
+        if let Some(r) = &self.redis {
+            let due: Vec<(String, i64)> = releases
+                .iter()
+                .filter_map(|(d, due)| due.map(|t| (d.to_string(), t.millis())))
+                .collect();
+            let held: Vec<String> = releases
+                .iter()
+                .filter(|(_, due)| due.is_none())
+                .map(|(d, _)| d.to_string())
+                .collect();
+            let mut outcome = Ok(());
+            if !due.is_empty() {
+                outcome = outcome.and(r.give_back(&due).await);
+            }
+            if !held.is_empty() {
+                outcome = outcome.and(r.release(&held).await);
+            }
+            if let Err(e) = outcome {
+                tracing::warn!(error = %e, "returning deliveries to the Redis schedule failed; the feed will");
+            }
         }
     }
 
@@ -403,10 +439,13 @@ async fn fan_out_loop(
                 tracing::warn!(error = %e, "endpoint health gauge not updated");
             }
         }
+        // The intake fans events out as it accepts them; those of its
+        // deliveries that were not handed over are due now: wake the claim
+        // loop for them.
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = intake.notified() => {}
-            _ = enqueued.notified() => {}
+            _ = intake.notified() => wake.notify_one(),
+            _ = enqueued.notified() => wake.notify_one(),
             _ = tokio::time::sleep(settings.poll_interval) => {}
         }
     }

@@ -192,22 +192,50 @@ impl Store {
         due: Timestamp,
         hold: bool,
     ) -> Result<(), StoreError> {
-        let status = if hold {
-            DeliveryStatus::Held
-        } else {
-            DeliveryStatus::Pending
-        };
-        sqlx::query(
-            "UPDATE webhook_deliveries SET status = $1, next_attempt_at = $2, lease_owner = NULL, \
-             lease_until = NULL, version = version + CASE WHEN status = $1 THEN 0 ELSE 1 END \
-             WHERE delivery_ref = $3 AND lease_owner = $4",
-        )
-        .bind(status.as_str())
-        .bind(if hold { None } else { Some(due.millis()) })
-        .bind(delivery_ref.as_str())
-        .bind(owner)
-        .execute(self.writer())
-        .await?;
+        self.release_deliveries(owner, &[(delivery_ref.clone(), (!hold).then_some(due))])
+            .await
+    }
+
+    /// Gives leased deliveries back without an attempt, each due again at
+    /// its time or, with none, held (its endpoint is not active); one
+    /// statement per 100. A delivery whose lease `owner` lost is left alone.
+    pub async fn release_deliveries(
+        &self,
+        owner: &str,
+        releases: &[(Ref, Option<Timestamp>)],
+    ) -> Result<(), StoreError> {
+        for chunk in releases.chunks(UPDATE_ROWS * 2) {
+            let mut marks = Marks::new(self.backend());
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|_| {
+                    let [a, b, c] = std::array::from_fn(|_| marks.next());
+                    format!("(CAST({a} AS TEXT), CAST({b} AS TEXT), CAST({c} AS BIGINT))")
+                })
+                .collect();
+            let sql = format!(
+                "WITH r (delivery_ref, status, next_attempt_at) AS (VALUES {}) \
+                 UPDATE webhook_deliveries SET status = r.status, next_attempt_at = r.next_attempt_at, \
+                 lease_owner = NULL, lease_until = NULL, \
+                 version = webhook_deliveries.version + \
+                 CASE WHEN webhook_deliveries.status = r.status THEN 0 ELSE 1 END \
+                 FROM r WHERE webhook_deliveries.delivery_ref = r.delivery_ref \
+                 AND webhook_deliveries.lease_owner = {}",
+                rows.join(", "),
+                marks.next()
+            );
+            let mut q = sqlx::query(&sql);
+            for (delivery_ref, due) in chunk {
+                let status = match due {
+                    Some(_) => DeliveryStatus::Pending,
+                    None => DeliveryStatus::Held,
+                };
+                q = q
+                    .bind(delivery_ref.as_str())
+                    .bind(status.as_str())
+                    .bind(due.map(Timestamp::millis));
+            }
+            q.bind(owner).execute(self.writer()).await?;
+        }
         Ok(())
     }
 

@@ -51,8 +51,7 @@ impl Store {
             .collect();
         let environments: Vec<&str> = environments.into_iter().collect();
         let types: Vec<&str> = types.into_iter().collect();
-        let mut subscriptions: HashMap<(String, String), Vec<SubscriptionRecord>> =
-            HashMap::new();
+        let mut subscriptions: HashMap<(String, String), Vec<SubscriptionRecord>> = HashMap::new();
         for (environment_ref, s) in self.subscriptions_for_types(&environments, &types).await? {
             subscriptions
                 .entry((environment_ref, s.public_event_type.clone()))

@@ -1,6 +1,6 @@
 //! The event queue's intake, with group commit: callers that arrive while
-//! an insert is running wait for it, then the next of them writes
-//! everyone's events in one transaction, together with their deliveries
+//! the group writes in flight run (`TURNS`) wait for one to end, then the
+//! next of them writes everyone's events in one transaction, together with their deliveries
 //! (the fan-out, `crate::fanout`), so an accepted event is never left
 //! waiting for a second transaction to fan it out. Each caller still returns
 //! only once its own event is committed (or refused), so acknowledging a
@@ -12,11 +12,11 @@
 
 use crate::dispatch::{insert_deliveries, DeliveryRow, EventRecord};
 use crate::handoff::HandedOver;
-use crate::DeliveryRecord;
-use domain::webhook::{BodyStatus, DeliveryStatus};
 use crate::marks::Marks;
 use crate::webhooks::to_json;
+use crate::DeliveryRecord;
 use crate::{Store, StoreError};
+use domain::webhook::{BodyStatus, DeliveryStatus};
 use domain::Timestamp;
 use sqlx::Row;
 use std::collections::HashSet;
@@ -28,11 +28,24 @@ const EVENT_ROWS: usize = 100;
 
 type Reply = oneshot::Sender<Result<bool, String>>;
 
-/// Events waiting for the next group write, and the turn to write one.
-#[derive(Default)]
+/// Group writes in flight at once: one can plan its fan-out (reads) while
+/// the other writes, and the events that arrive meanwhile gather for the
+/// next.
+const TURNS: usize = 2;
+
+/// Events waiting for the next group write, and the turns to write one.
 pub(crate) struct GroupCommit {
     waiting: Mutex<Vec<(EventRecord, Reply)>>,
-    turn: tokio::sync::Mutex<()>,
+    turns: tokio::sync::Semaphore,
+}
+
+impl Default for GroupCommit {
+    fn default() -> GroupCommit {
+        GroupCommit {
+            waiting: Mutex::default(),
+            turns: tokio::sync::Semaphore::new(TURNS),
+        }
+    }
 }
 
 impl Store {
@@ -45,9 +58,14 @@ impl Store {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((event.clone(), reply));
-        let turn = self.intake.turn.lock().await;
+        let turn = self
+            .intake
+            .turns
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Shared("the intake is closed".into()))?;
         match answer.try_recv() {
-            // Written by the caller that held the turn before.
+            // Written by a caller that held a turn before.
             Ok(result) => return result.map_err(StoreError::Shared),
             // That caller was cancelled after taking our event: whether it
             // was committed is unknown, so the caller must try again.
@@ -65,6 +83,14 @@ impl Store {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()),
         );
+        if batch.is_empty() {
+            // Our event is in the other turn's write.
+            drop(turn);
+            return answer
+                .await
+                .unwrap_or_else(|_| Err("the intake write lost its answer".into()))
+                .map_err(StoreError::Shared);
+        }
         let events: Vec<&EventRecord> = batch.iter().map(|(e, _)| e).collect();
         let outcome = self.insert_events(&events).await;
         let mut answered = HashSet::new();
@@ -145,7 +171,10 @@ impl Store {
             }
             for d in deliveries {
                 let mut row = DeliveryRow::unleased(d);
-                if let Some(h) = handoff.as_ref().filter(|_| d.status == DeliveryStatus::Pending) {
+                if let Some(h) = handoff
+                    .as_ref()
+                    .filter(|_| d.status == DeliveryStatus::Pending)
+                {
                     if let Some(ticket) = h.reserve(&d.endpoint_ref) {
                         row.lease = lease;
                         tickets.push((rows.len(), ticket));
