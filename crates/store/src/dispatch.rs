@@ -172,15 +172,19 @@ impl Store {
               AND (lease_until IS NULL OR lease_until < $3) ORDER BY next_attempt_at LIMIT {limit}{lock}) \
              RETURNING *"
         );
-        let mut tx = self.write_tx().await?;
-        let rows = sqlx::query(&sql)
-            .bind(owner)
-            .bind(lease_until.millis())
-            .bind(now.millis())
-            .fetch_all(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        rows.iter().map(delivery_from_row).collect()
+        let (store, owner) = (self.clone(), owner.to_owned());
+        self.on_lane(async move {
+            let mut tx = store.write_tx().await?;
+            let rows = sqlx::query(&sql)
+                .bind(owner)
+                .bind(lease_until.millis())
+                .bind(now.millis())
+                .fetch_all(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            rows.iter().map(delivery_from_row).collect()
+        })
+        .await
     }
 
     /// Gives a leased delivery back without an attempt: due again at `due`,
@@ -200,6 +204,16 @@ impl Store {
     /// its time or, with none, held (its endpoint is not active); one
     /// statement per 100. A delivery whose lease `owner` lost is left alone.
     pub async fn release_deliveries(
+        &self,
+        owner: &str,
+        releases: &[(Ref, Option<Timestamp>)],
+    ) -> Result<(), StoreError> {
+        let (store, owner, releases) = (self.clone(), owner.to_owned(), releases.to_vec());
+        self.on_lane(async move { store.release_on_lane(&owner, &releases).await })
+            .await
+    }
+
+    async fn release_on_lane(
         &self,
         owner: &str,
         releases: &[(Ref, Option<Timestamp>)],
@@ -243,6 +257,16 @@ impl Store {
     /// transaction. A result whose lease was lost (expired and taken by
     /// another worker) is dropped; returns how many were recorded.
     pub async fn record_attempts(
+        &self,
+        owner: &str,
+        results: &[AttemptResult],
+    ) -> Result<usize, StoreError> {
+        let (store, owner, results) = (self.clone(), owner.to_owned(), results.to_vec());
+        self.on_lane(async move { store.record_on_lane(&owner, &results).await })
+            .await
+    }
+
+    async fn record_on_lane(
         &self,
         owner: &str,
         results: &[AttemptResult],

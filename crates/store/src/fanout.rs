@@ -31,7 +31,6 @@ impl Store {
         if events.is_empty() {
             return Ok(0);
         }
-        let events: Vec<&EventRecord> = events.iter().collect();
         let (plan, _) = self.plan_fan_out(&events).await?;
         self.fan_out(&plan).await
     }
@@ -41,7 +40,7 @@ impl Store {
     /// returns the endpoint versions read.
     pub(crate) async fn plan_fan_out(
         &self,
-        events: &[&EventRecord],
+        events: &[EventRecord],
     ) -> Result<(Plan, EndpointVersions), StoreError> {
         let environments: BTreeSet<&str> =
             events.iter().map(|e| e.environment_ref.as_str()).collect();

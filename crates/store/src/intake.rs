@@ -20,7 +20,7 @@ use domain::webhook::{BodyStatus, DeliveryStatus};
 use domain::Timestamp;
 use sqlx::Row;
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
 /// Event rows per INSERT statement (8 values each).
@@ -36,14 +36,14 @@ const TURNS: usize = 2;
 /// Events waiting for the next group write, and the turns to write one.
 pub(crate) struct GroupCommit {
     waiting: Mutex<Vec<(EventRecord, Reply)>>,
-    turns: tokio::sync::Semaphore,
+    turns: Arc<tokio::sync::Semaphore>,
 }
 
 impl Default for GroupCommit {
     fn default() -> GroupCommit {
         GroupCommit {
             waiting: Mutex::default(),
-            turns: tokio::sync::Semaphore::new(TURNS),
+            turns: Arc::new(tokio::sync::Semaphore::new(TURNS)),
         }
     }
 }
@@ -61,14 +61,17 @@ impl Store {
         let turn = self
             .intake
             .turns
-            .acquire()
+            .clone()
+            .acquire_owned()
             .await
             .map_err(|_| StoreError::Shared("the intake is closed".into()))?;
         match answer.try_recv() {
             // Written by a caller that held a turn before.
             Ok(result) => return result.map_err(StoreError::Shared),
-            // That caller was cancelled after taking our event: whether it
-            // was committed is unknown, so the caller must try again.
+            // That caller was cancelled after taking our event (PostgreSQL
+            // only: on SQLite the write and its answers run on the lane,
+            // whoever waits): whether it was committed is unknown, so the
+            // caller must try again.
             Err(oneshot::error::TryRecvError::Closed) => {
                 return Err(StoreError::Shared(
                     "the shared intake write was abandoned".into(),
@@ -91,21 +94,29 @@ impl Store {
                 .unwrap_or_else(|_| Err("the intake write lost its answer".into()))
                 .map_err(StoreError::Shared);
         }
-        let events: Vec<&EventRecord> = batch.iter().map(|(e, _)| e).collect();
-        let outcome = self.insert_events(&events).await;
-        let mut answered = HashSet::new();
-        for (e, reply) in batch {
-            let _ = reply.send(match &outcome {
-                // A reference repeated within the batch is new only once.
-                Ok(new) => Ok(new.contains(e.event_ref.as_str())
-                    && answered.insert(e.event_ref.as_str().to_owned())),
-                Err(err) => Err(err.to_string()),
-            });
-        }
-        drop(turn);
-        if outcome.as_ref().is_ok_and(|new| !new.is_empty()) {
-            self.enqueued.notify_one();
-        }
+        // The write, its answers and the turn go to the lane together, so
+        // that the batch is answered even if this caller stops waiting.
+        let store = self.clone();
+        let written = self.on_lane(async move {
+            let (events, replies): (Vec<EventRecord>, Vec<Reply>) = batch.into_iter().unzip();
+            let outcome = store.insert_events(&events).await;
+            let mut answered = HashSet::new();
+            for (e, reply) in events.iter().zip(replies) {
+                let _ =
+                    reply.send(match &outcome {
+                        // A reference repeated within the batch is new only once.
+                        Ok(new) => Ok(new.contains(e.event_ref.as_str())
+                            && answered.insert(e.event_ref.as_str())),
+                        Err(err) => Err(err.to_string()),
+                    });
+            }
+            drop(turn);
+            if outcome.as_ref().is_ok_and(|new| !new.is_empty()) {
+                store.enqueued.notify_one();
+            }
+            Ok(())
+        });
+        written.await?;
         match answer.await {
             Ok(result) => result.map_err(StoreError::Shared),
             Err(_) => Err(StoreError::Shared(
@@ -119,7 +130,7 @@ impl Store {
     /// for the whole batch before the write lock is taken. Deliveries due
     /// now that this process's dispatcher has room for are born leased to
     /// it and handed over after the commit (`crate::handoff`).
-    async fn insert_events(&self, events: &[&EventRecord]) -> Result<HashSet<String>, StoreError> {
+    async fn insert_events(&self, events: &[EventRecord]) -> Result<HashSet<String>, StoreError> {
         let (plan, versions) = self.plan_fan_out(events).await?;
         let handoff = self.handoff.get();
         let now = Timestamp::now();

@@ -21,6 +21,7 @@ mod grants;
 pub mod handoff;
 mod idempotency;
 mod intake;
+mod lane;
 mod marks;
 mod outbox;
 mod page;
@@ -77,6 +78,8 @@ pub struct Store {
     outbox_written: Arc<tokio::sync::Notify>,
     /// This process's dispatcher, if one runs here (`handoff`).
     handoff: handoff::Slot,
+    /// SQLite only: where the hot write transactions run (`lane`).
+    lane: Option<Arc<lane::Lane>>,
     /// Held by every clone; the SQLite checkpoint task stops once the last
     /// clone is dropped.
     _alive: Arc<()>,
@@ -159,6 +162,10 @@ impl Store {
             intake: Arc::default(),
             outbox_written: Arc::default(),
             handoff: handoff::Slot::default(),
+            lane: match backend {
+                Backend::Sqlite => Some(Arc::new(lane::Lane::start()?)),
+                Backend::Postgres => None,
+            },
             _alive: alive,
         })
     }
@@ -200,6 +207,20 @@ impl Store {
             Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await?,
             Backend::Postgres => self.writer.begin().await?,
         })
+    }
+
+    /// Runs a write on the lane (SQLite; `lane`), or here (PostgreSQL,
+    /// whose pool has many writers and whose sockets belong to this
+    /// runtime).
+    pub(crate) async fn on_lane<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        match &self.lane {
+            Some(lane) => lane.run(work).await,
+            None => work.await,
+        }
     }
 
     /// Notified each time this process accepts a new event (see `enqueued`).
