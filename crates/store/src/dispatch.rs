@@ -106,12 +106,12 @@ impl Store {
     /// dto version) is left as it is, so fanning out twice is harmless.
     pub async fn fan_out(&self, events: &[(Ref, Vec<NewDelivery>)]) -> Result<usize, StoreError> {
         let now = Timestamp::now().millis();
-        let mut tx = self.write_tx().await?;
         let rows: Vec<DeliveryRow> = events
             .iter()
             .flat_map(|(_, d)| d)
             .map(DeliveryRow::unleased)
             .collect();
+        let mut tx = self.write_tx().await?;
         let created = insert_deliveries(&mut tx, self.backend(), &rows, now)
             .await?
             .len();
@@ -372,10 +372,14 @@ impl Store {
 
 /// A delivery to insert: its reference (chosen by the caller, which may
 /// build its record) and the lease it is born with, if any (owner, until).
+/// Its JSON columns are serialised when the row is built, before the
+/// write transaction begins.
 pub(crate) struct DeliveryRow<'a> {
     pub new: &'a NewDelivery,
     pub delivery_ref: Ref,
     pub lease: Option<(&'a str, i64)>,
+    event_data: String,
+    match_reasons: String,
 }
 
 impl<'a> DeliveryRow<'a> {
@@ -384,6 +388,8 @@ impl<'a> DeliveryRow<'a> {
             new,
             delivery_ref: Ref::generate(Prefix::WebhookDelivery),
             lease: None,
+            event_data: to_json(&new.event_data),
+            match_reasons: to_json(&new.match_reasons),
         }
     }
 }
@@ -439,8 +445,8 @@ pub(crate) async fn insert_deliveries(
                 .bind(d.diagnostic as i64)
                 .bind(due)
                 .bind(d.occurred_at.millis())
-                .bind(to_json(&d.event_data))
-                .bind(to_json(&d.match_reasons))
+                .bind(row.event_data.as_str())
+                .bind(row.match_reasons.as_str())
                 .bind(now)
                 .bind(now)
                 .bind(row.lease.map(|(owner, _)| owner))

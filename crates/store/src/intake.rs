@@ -135,8 +135,26 @@ impl Store {
         let handoff = self.handoff.get();
         let now = Timestamp::now();
         let mut new = HashSet::new();
+        // Everything serialised before the write lock is taken: the
+        // single writer waits for nothing but SQLite.
+        let event_json: Vec<(String, String)> = events
+            .iter()
+            .map(|e| (to_json(&e.scope), to_json(&e.data)))
+            .collect();
+        let mut candidates: Vec<(&str, DeliveryRow)> = Vec::new();
+        let mut planned = HashSet::new();
+        for (event_ref, deliveries) in &plan {
+            // Each event once even if the batch repeats it.
+            if planned.insert(event_ref.as_str()) {
+                candidates.extend(
+                    deliveries
+                        .iter()
+                        .map(|d| (event_ref.as_str(), DeliveryRow::unleased(d))),
+                );
+            }
+        }
         let mut tx = self.write_tx().await?;
-        for chunk in events.chunks(EVENT_ROWS) {
+        for (chunk, json) in events.chunks(EVENT_ROWS).zip(event_json.chunks(EVENT_ROWS)) {
             let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
                 .map(|_| {
@@ -152,14 +170,14 @@ impl Store {
                 rows.join(", ")
             );
             let mut q = sqlx::query(&sql);
-            for e in chunk {
+            for (e, (scope, data)) in chunk.iter().zip(json) {
                 q = q
                     .bind(e.event_ref.as_str())
                     .bind(e.environment_ref.as_str())
                     .bind(&e.public_event_type)
                     .bind(e.occurred_at.millis())
-                    .bind(to_json(&e.scope))
-                    .bind(to_json(&e.data))
+                    .bind(scope.as_str())
+                    .bind(data.as_str())
                     .bind(now.millis())
                     .bind(now.millis());
             }
@@ -167,32 +185,28 @@ impl Store {
                 new.insert(row.try_get::<String, _>("event_ref")?);
             }
         }
-        // Only new events fan out, each once even if the batch repeats it: a
-        // duplicate's deliveries were made when it was first accepted.
+        // Only new events fan out: a duplicate's deliveries were made when
+        // it was first accepted.
         let lease = handoff.as_ref().map(|h| {
             let until = now.plus_millis(h.lease().as_millis() as i64);
             (h.owner(), until.millis())
         });
-        let mut planned = HashSet::new();
         let mut rows = Vec::new();
         let mut tickets = Vec::new();
-        for (event_ref, deliveries) in &plan {
-            if !new.contains(event_ref.as_str()) || !planned.insert(event_ref.as_str()) {
+        for (event_ref, mut row) in candidates {
+            if !new.contains(event_ref) {
                 continue;
             }
-            for d in deliveries {
-                let mut row = DeliveryRow::unleased(d);
-                if let Some(h) = handoff
-                    .as_ref()
-                    .filter(|_| d.status == DeliveryStatus::Pending)
-                {
-                    if let Some(ticket) = h.reserve(&d.endpoint_ref) {
-                        row.lease = lease;
-                        tickets.push((rows.len(), ticket));
-                    }
+            if let Some(h) = handoff
+                .as_ref()
+                .filter(|_| row.new.status == DeliveryStatus::Pending)
+            {
+                if let Some(ticket) = h.reserve(&row.new.endpoint_ref) {
+                    row.lease = lease;
+                    tickets.push((rows.len(), ticket));
                 }
-                rows.push(row);
             }
+            rows.push(row);
         }
         let created = insert_deliveries(&mut tx, self.backend(), &rows, now.millis()).await?;
         tx.commit().await?;
