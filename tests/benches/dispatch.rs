@@ -1100,7 +1100,8 @@ async fn seed_backlog(
         let results: Vec<AttemptResult> = claimed
             .iter()
             .map(|d| {
-                let data = shaping::shape(&d.public_event_type, d.dto_version, &d.event_data, None);
+                let data = serde_json::from_str(&d.event_data).expect("stored event data");
+                let data = shaping::shape_owned(&d.public_event_type, d.dto_version, data, None);
                 let payload = DeliveredBody::new(
                     d.event_ref.as_str(),
                     &d.public_event_type,

@@ -23,12 +23,16 @@ pub async fn run(
 ) -> AttemptResult {
     let started = Timestamp::now();
     let clock = Instant::now();
-    let data = shaping::shape(
-        &delivery.public_event_type,
-        delivery.dto_version,
-        &delivery.event_data,
-        endpoint.grant.as_ref(),
-    );
+    let data = match serde_json::from_str(&delivery.event_data) {
+        Ok(data) => shaping::shape_owned(
+            &delivery.public_event_type,
+            delivery.dto_version,
+            data,
+            endpoint.grant.as_ref(),
+        ),
+        // Written by the store as JSON; anything else was damaged at rest.
+        Err(e) => return unreadable(store, settings, delivery, started, e).await,
+    };
     let body = DeliveredBody::new(
         delivery.event_ref.as_str(),
         &delivery.public_event_type,
@@ -45,8 +49,58 @@ pub async fn run(
         &endpoint.signing_secrets(started),
     );
     let response = sender
-        .post(&endpoint.url, &headers, body.clone(), settings.timeout)
+        .post(
+            &endpoint.destination,
+            &headers,
+            body.clone(),
+            settings.timeout,
+        )
         .await;
+    conclude(store, settings, delivery, (started, clock), response, body).await
+}
+
+/// An attempt that sent nothing: the delivery's stored event data cannot
+/// be read. It fails like a refused request, so the retry schedule and
+/// exhaustion apply and an operator sees why in the attempt.
+async fn unreadable(
+    store: &Store,
+    settings: &DispatchSettings,
+    delivery: &DeliveryRecord,
+    started: Timestamp,
+    e: serde_json::Error,
+) -> AttemptResult {
+    let response = crate::sending::Response {
+        status: None,
+        excerpt: None,
+        error: Some(format!("the stored event data is not JSON: {e}")),
+        retry_after: None,
+    };
+    tracing::error!(
+        delivery.r#ref = delivery.delivery_ref.as_str(),
+        "stored event data is not JSON"
+    );
+    let clock = Instant::now();
+    conclude(
+        store,
+        settings,
+        delivery,
+        (started, clock),
+        response,
+        String::new(),
+    )
+    .await
+}
+
+/// The attempt's result from the answer to its request: what follows
+/// (`schedule`), whether the endpoint has failed for too long, metrics.
+async fn conclude(
+    store: &Store,
+    settings: &DispatchSettings,
+    delivery: &DeliveryRecord,
+    (started, clock): (Timestamp, Instant),
+    response: crate::sending::Response,
+    body: String,
+) -> AttemptResult {
     let elapsed = clock.elapsed();
     let success = matches!(response.status, Some(200..=299));
     let attempt_number = delivery.attempt_count + 1;

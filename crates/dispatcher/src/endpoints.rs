@@ -3,6 +3,7 @@
 //! re-reads the versions, and every secret or grant change bumps the
 //! version, so an attempt never uses a revoked secret or a revoked grant.
 
+use crate::sending::{Destination, Sender};
 use domain::webhook::cipher::SecretCipher;
 use domain::webhook::shaping::GrantView;
 use domain::webhook::signing::SigningSecret;
@@ -15,6 +16,7 @@ use store::{Store, StoreError};
 pub struct EndpointView {
     pub endpoint_ref: Ref,
     pub url: String,
+    pub destination: Destination,
     pub status: EndpointStatus,
     pub version: i64,
     /// Decrypted secrets of the versions that sign, each with the time it
@@ -44,7 +46,7 @@ impl EndpointCache {
     pub async fn get(
         &mut self,
         store: &Store,
-        cipher: &SecretCipher,
+        (cipher, sender): (&SecretCipher, &Sender),
         environment_ref: &Ref,
         endpoint_ref: &Ref,
         current_version: i64,
@@ -82,6 +84,7 @@ impl EndpointCache {
         let view = Arc::new(EndpointView {
             endpoint_ref: e.endpoint_ref.clone(),
             url: e.url.clone(),
+            destination: sender.destination(&e.url),
             status: e.status,
             version: e.version,
             secrets,

@@ -37,13 +37,16 @@ impl Slots {
 
     /// One slot of `endpoint_ref` and one global slot, if both are free.
     pub fn try_reserve(&self, endpoint_ref: &Ref) -> Option<Ticket> {
-        let endpoint = self
-            .per_endpoint
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(endpoint_ref.to_string())
-            .or_insert_with(|| Arc::new(Semaphore::new(self.per_endpoint_limit)))
-            .clone();
+        let endpoint = {
+            let mut limits = self.per_endpoint.lock().unwrap_or_else(|p| p.into_inner());
+            match limits.get(endpoint_ref.as_str()) {
+                Some(s) => s.clone(),
+                None => limits
+                    .entry(endpoint_ref.to_string())
+                    .or_insert_with(|| Arc::new(Semaphore::new(self.per_endpoint_limit)))
+                    .clone(),
+            }
+        };
         let endpoint = endpoint.try_acquire_owned().ok()?;
         let global = self.global.clone().try_acquire_owned().ok()?;
         Some(Ticket {

@@ -46,6 +46,11 @@ impl Resolve for GuardedResolver {
     }
 }
 
+/// Where an endpoint's attempts go: its url parsed and checked once per
+/// endpoint version (`crate::endpoints`), not once per attempt.
+#[derive(Debug, Clone)]
+pub struct Destination(Result<reqwest::Url, String>);
+
 #[derive(Clone)]
 pub struct Sender {
     client: reqwest::Client,
@@ -68,18 +73,30 @@ impl Sender {
         }
     }
 
-    /// POSTs `body` to `url` with `headers`, within `timeout`.
+    /// The destination of `url`, or why requests to it are refused.
+    pub fn destination(&self, url: &str) -> Destination {
+        // An address literal never reaches the resolver: check it here.
+        Destination(
+            EndpointUrl::parse(url, true, self.allow_private)
+                .map_err(|e| format!("destination refused: {e}"))
+                .and_then(|_| {
+                    reqwest::Url::parse(url).map_err(|e| format!("destination refused: {e}"))
+                }),
+        )
+    }
+
+    /// POSTs `body` to `to` with `headers`, within `timeout`.
     pub async fn post(
         &self,
-        url: &str,
+        to: &Destination,
         headers: &[(&'static str, String)],
         body: String,
         timeout: Duration,
     ) -> Response {
-        // An address literal never reaches the resolver: check it here.
-        if let Err(e) = EndpointUrl::parse(url, true, self.allow_private) {
-            return failure(format!("destination refused: {e}"));
-        }
+        let url = match &to.0 {
+            Ok(url) => url.clone(),
+            Err(refused) => return failure(refused.clone()),
+        };
         let mut request = self
             .client
             .post(url)

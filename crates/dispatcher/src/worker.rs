@@ -35,6 +35,55 @@ const CLAIM_WINDOW: Duration = Duration::from_millis(3);
 /// How long a delivery waits when its endpoint is at its limit.
 const BUSY_RETRY: Duration = Duration::from_millis(100);
 
+/// Longest a claimed delivery waits here for its endpoint's next free slot
+/// (`Carried`) before it is given back: far inside its lease, and short
+/// enough that a pause or a revoked grant is seen at its next claim.
+const CARRY_FOR: Duration = Duration::from_secs(1);
+
+/// Claimed deliveries whose endpoint was at its limit, kept (leased) for
+/// its next free slot instead of being given back: a claim of a whole batch
+/// finds most endpoints busy under load, and giving those back meant a
+/// write, a delay and another claim each. At most one endpoint's limit of
+/// them per endpoint, and at most a claim batch in all, so a slow endpoint
+/// cannot hold back claims for the others.
+#[derive(Default)]
+struct Carried {
+    waiting: std::collections::VecDeque<(DeliveryRecord, i64, Instant)>,
+    per_endpoint: std::collections::HashMap<String, usize>,
+}
+
+impl Carried {
+    fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    /// Keeps `delivery` if there is room for it; otherwise returns its
+    /// reference, to be given back.
+    fn keep(
+        &mut self,
+        delivery: DeliveryRecord,
+        version: i64,
+        limits: (usize, usize),
+    ) -> Result<(), domain::Ref> {
+        let (per_endpoint, total) = limits;
+        let count = self
+            .per_endpoint
+            .entry(delivery.endpoint_ref.to_string())
+            .or_default();
+        if *count >= per_endpoint || self.waiting.len() >= total {
+            return Err(delivery.delivery_ref);
+        }
+        *count += 1;
+        self.waiting.push_back((delivery, version, Instant::now()));
+        Ok(())
+    }
+
+    fn take_all(&mut self) -> Vec<(DeliveryRecord, i64, Instant)> {
+        self.per_endpoint.clear();
+        self.waiting.drain(..).collect()
+    }
+}
+
 pub struct Dispatcher {
     store: Store,
     settings: Arc<DispatchSettings>,
@@ -136,18 +185,42 @@ impl Dispatcher {
     ) {
         let mut cache = EndpointCache::default();
         let owner = self.settings.worker_id.clone();
+        let mut carried = Carried::default();
+        let carry_limits = (
+            self.settings.max_in_flight_per_endpoint,
+            self.settings.claim_batch as usize,
+        );
         loop {
             if shutdown.is_cancelled() {
+                let back: Vec<_> = carried
+                    .take_all()
+                    .into_iter()
+                    .map(|(d, _, _)| (d.delivery_ref, Some(Duration::ZERO)))
+                    .collect();
+                self.give_back_many(&owner, &back).await;
                 return;
             }
             // Deliveries the intake leased to us, with their slots.
             while let Ok(h) = handed.try_recv() {
                 self.start_handed(h, &mut cache, slots, &results).await;
             }
+            let mut back = Vec::new();
+            for (delivery, version, since) in carried.take_all() {
+                if since.elapsed() > CARRY_FOR {
+                    back.push((delivery.delivery_ref, Some(Duration::ZERO)));
+                } else if let Some(ticket) = slots.try_reserve(&delivery.endpoint_ref) {
+                    self.start(delivery, version, ticket, &mut cache, slots, &results)
+                        .await;
+                } else if let Err(d) = carried.keep(delivery, version, carry_limits) {
+                    back.push((d, Some(BUSY_RETRY)));
+                }
+            }
+            self.give_back_many(&owner, &back).await;
             let free = slots
                 .global
                 .available_permits()
-                .min(self.settings.claim_batch as usize) as u32;
+                .min(self.settings.claim_batch as usize)
+                .saturating_sub(carried.len()) as u32;
             if free == 0 {
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
@@ -170,10 +243,12 @@ impl Dispatcher {
                 }
             };
             if claimed.is_empty() {
-                if let Some(h) = self
-                    .idle(shutdown, handed, self.settings.poll_interval)
-                    .await
-                {
+                // Carried deliveries start as soon as their endpoint has room.
+                let wait = match carried.len() {
+                    0 => self.settings.poll_interval,
+                    _ => Duration::from_millis(2).min(self.settings.poll_interval),
+                };
+                if let Some(h) = self.idle(shutdown, handed, wait).await {
                     self.start_handed(h, &mut cache, slots, &results).await;
                 }
                 continue;
@@ -211,7 +286,9 @@ impl Dispatcher {
                     continue;
                 }
                 let Some(ticket) = slots.try_reserve(&delivery.endpoint_ref) else {
-                    back.push((delivery.delivery_ref, Some(BUSY_RETRY)));
+                    if let Err(d) = carried.keep(delivery, version, carry_limits) {
+                        back.push((d, Some(BUSY_RETRY)));
+                    }
                     continue;
                 };
                 self.start(delivery, version, ticket, &mut cache, slots, &results)
@@ -265,7 +342,7 @@ impl Dispatcher {
         let view = match cache
             .get(
                 &self.store,
-                &self.settings.cipher,
+                (&self.settings.cipher, &self.sender),
                 &delivery.environment_ref,
                 &delivery.endpoint_ref,
                 version,

@@ -7,6 +7,7 @@
 //! when a worker dies, and an attempt is recorded together with the
 //! delivery's next state in one transaction.
 
+use crate::exec::{text, Arg, Tx};
 use crate::marks::Marks;
 use crate::webhooks::deliveries::{
     delivery_from_row, mark_url_immutable, DeliveryRecord, NewDelivery,
@@ -106,31 +107,30 @@ impl Store {
     /// dto version) is left as it is, so fanning out twice is harmless.
     pub async fn fan_out(&self, events: &[(Ref, Vec<NewDelivery>)]) -> Result<usize, StoreError> {
         let now = Timestamp::now().millis();
-        let rows: Vec<DeliveryRow> = events
-            .iter()
-            .flat_map(|(_, d)| d)
-            .map(DeliveryRow::unleased)
-            .collect();
-        let mut tx = self.write_tx().await?;
-        let created = insert_deliveries(&mut tx, self.backend(), &rows, now)
-            .await?
-            .len();
-        let refs: Vec<&str> = events.iter().map(|(r, _)| r.as_str()).collect();
-        for chunk in refs.chunks(DELIVERY_ROWS * 10) {
-            let mut marks = Marks::new(self.backend());
-            let sql = format!(
-                "UPDATE events SET status = 'processed', processed_at = {} WHERE event_ref IN ({})",
-                marks.next(),
-                marks.list(chunk.len())
-            );
-            let mut q = sqlx::query(&sql).bind(now);
-            for r in chunk {
-                q = q.bind(*r);
+        let news: Vec<NewDelivery> = events.iter().flat_map(|(_, d)| d.clone()).collect();
+        let refs: Vec<String> = events.iter().map(|(r, _)| r.to_string()).collect();
+        let store = self.clone();
+        self.on_lane(async move {
+            let rows: Vec<DeliveryRow> = news.iter().map(DeliveryRow::unleased).collect();
+            let mut tx = store.begin_write().await?;
+            let created = insert_deliveries(&mut tx, store.backend(), &rows, now)
+                .await?
+                .len();
+            for chunk in refs.chunks(DELIVERY_ROWS * 10) {
+                let mut marks = Marks::new(store.backend());
+                let sql = format!(
+                    "UPDATE events SET status = 'processed', processed_at = {} WHERE event_ref IN ({})",
+                    marks.next(),
+                    marks.list(chunk.len())
+                );
+                let mut args: Vec<Arg> = vec![now.into()];
+                args.extend(chunk.iter().map(Arg::from));
+                tx.execute(&sql, &args).await?;
             }
-            q.execute(&mut *tx).await?;
-        }
-        tx.commit().await?;
-        Ok(created)
+            tx.commit().await?;
+            Ok(created)
+        })
+        .await
     }
 
     /// Leases up to `limit` due deliveries to `owner` until `lease_until`.
@@ -174,17 +174,21 @@ impl Store {
         );
         let (store, owner) = (self.clone(), owner.to_owned());
         self.on_lane(async move {
-            let mut tx = store.write_tx().await?;
-            let rows = sqlx::query(&sql)
-                .bind(owner)
-                .bind(lease_until.millis())
-                .bind(now.millis())
-                .fetch_all(&mut *tx)
-                .await?;
+            let mut tx = store.begin_write().await?;
+            let args = [
+                owner.as_str().into(),
+                lease_until.millis().into(),
+                now.millis().into(),
+            ];
+            let rows = tx.fetch(&sql, &args).await?;
             tx.commit().await?;
-            rows.iter().map(delivery_from_row).collect()
+            Ok(rows)
         })
-        .await
+        .await?
+        // Decoded here, not on the lane, which has the next write to run.
+        .iter()
+        .map(delivery_from_row)
+        .collect()
     }
 
     /// Gives a leased delivery back without an attempt: due again at `due`,
@@ -218,6 +222,7 @@ impl Store {
         owner: &str,
         releases: &[(Ref, Option<Timestamp>)],
     ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
         for chunk in releases.chunks(UPDATE_ROWS * 2) {
             let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
@@ -237,20 +242,20 @@ impl Store {
                 rows.join(", "),
                 marks.next()
             );
-            let mut q = sqlx::query(&sql);
+            let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 3 + 1);
             for (delivery_ref, due) in chunk {
                 let status = match due {
                     Some(_) => DeliveryStatus::Pending,
                     None => DeliveryStatus::Held,
                 };
-                q = q
-                    .bind(delivery_ref.as_str())
-                    .bind(status.as_str())
-                    .bind(due.map(Timestamp::millis));
+                args.push(delivery_ref.as_str().into());
+                args.push(status.as_str().into());
+                args.push(due.map(Timestamp::millis).into());
             }
-            q.bind(owner).execute(self.writer()).await?;
+            args.push(owner.into());
+            tx.execute(&sql, &args).await?;
         }
-        Ok(())
+        tx.commit().await
     }
 
     /// Records attempts and their deliveries' next states in one
@@ -279,24 +284,31 @@ impl Store {
             .iter()
             .filter(|r| seen.insert(r.delivery_ref.as_str()))
             .collect();
-        let mut tx = self.write_tx().await?;
-        let mut recorded: Vec<&AttemptResult> = Vec::with_capacity(unique.len());
-        for chunk in unique.chunks(UPDATE_ROWS) {
+        let attempt_refs: Vec<Ref> = (0..unique.len())
+            .map(|_| Ref::generate(Prefix::DeliveryAttempt))
+            .collect();
+        let mut tx = self.begin_write().await?;
+        let mut recorded: Vec<(&AttemptResult, &Ref)> = Vec::with_capacity(unique.len());
+        for (chunk, refs) in unique
+            .chunks(UPDATE_ROWS)
+            .zip(attempt_refs.chunks(UPDATE_ROWS))
+        {
             let kept = update_leased(&mut tx, self.backend(), owner, chunk, now).await?;
             recorded.extend(
                 chunk
                     .iter()
                     .copied()
-                    .filter(|r| kept.contains(r.delivery_ref.as_str())),
+                    .zip(refs)
+                    .filter(|(r, _)| kept.contains(r.delivery_ref.as_str())),
             );
         }
-        for r in &recorded {
+        for (r, _) in &recorded {
             if r.disable_endpoint {
                 disable_endpoint(&mut tx, &r.endpoint_ref, now).await?;
             }
         }
         // One statement per chunk of attempts: each statement is a round
-        // trip to SQLite's connection thread, which dominated the profile.
+        // trip to the database, which dominated the profile.
         for chunk in recorded.chunks(ATTEMPT_ROWS) {
             let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
@@ -308,25 +320,26 @@ impl Store {
                  duration_ms, started_at, next_attempt_at, created_at) VALUES {}",
                 rows.join(", ")
             );
-            let mut q = sqlx::query(&sql);
-            for r in chunk {
-                q = q
-                    .bind(Ref::generate(Prefix::DeliveryAttempt).into_string())
-                    .bind(r.delivery_ref.as_str())
-                    .bind(r.environment_ref.as_str())
-                    .bind(r.endpoint_ref.as_str())
-                    .bind(r.generation as i64)
-                    .bind(r.attempt_number as i64)
-                    .bind(r.status.as_str())
-                    .bind(r.response_status.map(i64::from))
-                    .bind(r.error.as_deref())
-                    .bind(r.response_body_excerpt.as_deref())
-                    .bind(r.duration_ms)
-                    .bind(r.started_at.millis())
-                    .bind(r.next_attempt_at.map(Timestamp::millis))
-                    .bind(now);
+            let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 14);
+            for (r, attempt_ref) in chunk {
+                args.extend::<[Arg; _]>([
+                    attempt_ref.as_str().into(),
+                    r.delivery_ref.as_str().into(),
+                    r.environment_ref.as_str().into(),
+                    r.endpoint_ref.as_str().into(),
+                    (r.generation as i64).into(),
+                    (r.attempt_number as i64).into(),
+                    r.status.as_str().into(),
+                    r.response_status.map(i64::from).into(),
+                    r.error.as_deref().into(),
+                    r.response_body_excerpt.as_deref().into(),
+                    r.duration_ms.into(),
+                    r.started_at.millis().into(),
+                    r.next_attempt_at.map(Timestamp::millis).into(),
+                    now.into(),
+                ]);
             }
-            q.execute(&mut *tx).await?;
+            tx.execute(&sql, &args).await?;
         }
         tx.commit().await?;
         Ok(recorded.len())
@@ -378,7 +391,7 @@ pub(crate) struct DeliveryRow<'a> {
     pub new: &'a NewDelivery,
     pub delivery_ref: Ref,
     pub lease: Option<(&'a str, i64)>,
-    event_data: String,
+    pub event_data: String,
     match_reasons: String,
 }
 
@@ -399,15 +412,15 @@ impl<'a> DeliveryRow<'a> {
 /// immutable, inside `tx`; returns the references of those created.
 /// Pending deliveries are due at `now`.
 pub(crate) async fn insert_deliveries(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    tx: &mut Tx,
     backend: Backend,
     rows: &[DeliveryRow<'_>],
     now: i64,
 ) -> Result<std::collections::HashSet<String>, StoreError> {
     let mut created = std::collections::HashSet::new();
     let mut endpoints = std::collections::HashSet::new();
-    // Multi-row statements: each statement is a round trip to SQLite's
-    // connection thread, which dominated the dispatcher's profile.
+    // Multi-row statements: each statement is a round trip to the
+    // database, which dominated the dispatcher's profile.
     for chunk in rows.chunks(DELIVERY_ROWS) {
         let mut marks = Marks::new(backend);
         let values: Vec<String> = (0..chunk.len())
@@ -430,31 +443,32 @@ pub(crate) async fn insert_deliveries(
              RETURNING delivery_ref, endpoint_ref",
             values.join(", ")
         );
-        let mut q = sqlx::query(&sql);
+        let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 16);
         for row in chunk {
             let d = row.new;
             let due = (d.status == DeliveryStatus::Pending).then_some(now);
-            q = q
-                .bind(row.delivery_ref.as_str())
-                .bind(d.environment_ref.as_str())
-                .bind(d.endpoint_ref.as_str())
-                .bind(d.event_ref.as_str())
-                .bind(&d.public_event_type)
-                .bind(d.dto_version as i64)
-                .bind(d.status.as_str())
-                .bind(d.diagnostic as i64)
-                .bind(due)
-                .bind(d.occurred_at.millis())
-                .bind(row.event_data.as_str())
-                .bind(row.match_reasons.as_str())
-                .bind(now)
-                .bind(now)
-                .bind(row.lease.map(|(owner, _)| owner))
-                .bind(row.lease.map(|(_, until)| until));
+            args.extend::<[Arg; _]>([
+                row.delivery_ref.as_str().into(),
+                d.environment_ref.as_str().into(),
+                d.endpoint_ref.as_str().into(),
+                d.event_ref.as_str().into(),
+                d.public_event_type.as_str().into(),
+                (d.dto_version as i64).into(),
+                d.status.as_str().into(),
+                (d.diagnostic as i64).into(),
+                due.into(),
+                d.occurred_at.millis().into(),
+                row.event_data.as_str().into(),
+                row.match_reasons.as_str().into(),
+                now.into(),
+                now.into(),
+                row.lease.map(|(owner, _)| owner).into(),
+                row.lease.map(|(_, until)| until).into(),
+            ]);
         }
-        for r in q.fetch_all(&mut **tx).await? {
-            created.insert(r.try_get::<String, _>("delivery_ref")?);
-            endpoints.insert(r.try_get::<String, _>("endpoint_ref")?);
+        for r in tx.fetch(&sql, &args).await? {
+            created.insert(text(&r, "delivery_ref")?);
+            endpoints.insert(text(&r, "endpoint_ref")?);
         }
     }
     let endpoints: Vec<&str> = endpoints.iter().map(String::as_str).collect();
@@ -466,7 +480,7 @@ pub(crate) async fn insert_deliveries(
 /// of that generation, in one statement; returns the references written.
 /// The explicit casts give PostgreSQL the VALUES columns' types.
 async fn update_leased(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    tx: &mut Tx,
     backend: Backend,
     owner: &str,
     chunk: &[&AttemptResult],
@@ -497,49 +511,49 @@ async fn update_leased(
         marks.next(),
         marks.next()
     );
-    let mut q = sqlx::query(&sql);
+    let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 7 + 3);
     for r in chunk {
-        q = q
-            .bind(r.delivery_ref.as_str())
-            .bind(r.generation as i64)
-            .bind(r.delivery_status.as_str())
-            .bind(r.attempt_number as i64)
-            .bind(r.next_attempt_at.map(Timestamp::millis))
-            .bind(r.started_at.millis())
-            .bind(&r.payload);
+        args.extend::<[Arg; _]>([
+            r.delivery_ref.as_str().into(),
+            (r.generation as i64).into(),
+            r.delivery_status.as_str().into(),
+            (r.attempt_number as i64).into(),
+            r.next_attempt_at.map(Timestamp::millis).into(),
+            r.started_at.millis().into(),
+            r.payload.as_str().into(),
+        ]);
     }
-    q.bind(BodyStatus::Available.as_str())
-        .bind(now)
-        .bind(owner)
-        .fetch_all(&mut **tx)
+    args.extend::<[Arg; _]>([
+        BodyStatus::Available.as_str().into(),
+        now.into(),
+        owner.into(),
+    ]);
+    Ok(tx
+        .fetch_texts(&sql, &args, "delivery_ref")
         .await?
-        .iter()
-        .map(|row| Ok(row.try_get::<String, _>("delivery_ref")?))
-        .collect()
+        .into_iter()
+        .collect())
 }
 
-async fn disable_endpoint(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    endpoint_ref: &Ref,
-    now: i64,
-) -> Result<(), StoreError> {
-    let done = sqlx::query(
-        "UPDATE webhook_endpoints SET status = $1, updated_at = $2, version = version + 1 \
-         WHERE endpoint_ref = $3 AND status = $4",
-    )
-    .bind(EndpointStatus::Disabled.as_str())
-    .bind(now)
-    .bind(endpoint_ref.as_str())
-    .bind(EndpointStatus::Active.as_str())
-    .execute(&mut **tx)
-    .await?;
-    if done.rows_affected() == 1 {
-        sqlx::query(
+async fn disable_endpoint(tx: &mut Tx, endpoint_ref: &Ref, now: i64) -> Result<(), StoreError> {
+    let done = tx
+        .execute(
+            "UPDATE webhook_endpoints SET status = $1, updated_at = $2, version = version + 1 \
+             WHERE endpoint_ref = $3 AND status = $4",
+            &[
+                EndpointStatus::Disabled.as_str().into(),
+                now.into(),
+                endpoint_ref.as_str().into(),
+                EndpointStatus::Active.as_str().into(),
+            ],
+        )
+        .await?;
+    if done == 1 {
+        tx.execute(
             "UPDATE webhook_deliveries SET status = 'held', next_attempt_at = NULL, version = version + 1 \
              WHERE endpoint_ref = $1 AND status = 'pending' AND lease_owner IS NULL",
+            &[endpoint_ref.as_str().into()],
         )
-        .bind(endpoint_ref.as_str())
-        .execute(&mut **tx)
         .await?;
     }
     Ok(())

@@ -21,6 +21,9 @@ pub enum StoreError {
     /// The database could not be reached or answered with an error.
     #[error("database error")]
     Database(#[source] sqlx::Error),
+    /// The same, from the write lane's own SQLite connection (`crate::lane`).
+    #[error("database error")]
+    Sqlite(#[source] rusqlite::Error),
     /// A write made together with other callers' failed (or its outcome
     /// was lost); the message is the shared write's error. Retrying is safe.
     #[error("database error (shared write): {0}")]
@@ -33,6 +36,24 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::RowNotFound => StoreError::NotFound,
             sqlx::Error::Database(db) if db.is_unique_violation() => StoreError::Duplicate,
             _ => StoreError::Database(e),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        match &e {
+            rusqlite::Error::QueryReturnedNoRows => StoreError::NotFound,
+            rusqlite::Error::SqliteFailure(f, _)
+                if matches!(
+                    f.extended_code,
+                    rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                        | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+                ) =>
+            {
+                StoreError::Duplicate
+            }
+            _ => StoreError::Sqlite(e),
         }
     }
 }
@@ -52,6 +73,8 @@ impl StoreError {
             )
         ) || matches!(self, StoreError::Database(sqlx::Error::Database(db)) if is_busy(db.code().as_deref()))
             || matches!(self, StoreError::Shared(_))
+            || matches!(self, StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _))
+                if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
     }
 }
 

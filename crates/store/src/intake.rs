@@ -11,6 +11,7 @@
 //! dispatch benchmark's live phase topped out near 1,000 events/s).
 
 use crate::dispatch::{insert_deliveries, DeliveryRow, EventRecord};
+use crate::exec::Arg;
 use crate::handoff::HandedOver;
 use crate::marks::Marks;
 use crate::webhooks::to_json;
@@ -18,7 +19,6 @@ use crate::DeliveryRecord;
 use crate::{Store, StoreError};
 use domain::webhook::{BodyStatus, DeliveryStatus};
 use domain::Timestamp;
-use sqlx::Row;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
@@ -153,7 +153,7 @@ impl Store {
                 );
             }
         }
-        let mut tx = self.write_tx().await?;
+        let mut tx = self.begin_write().await?;
         for (chunk, json) in events.chunks(EVENT_ROWS).zip(event_json.chunks(EVENT_ROWS)) {
             let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
@@ -169,21 +169,20 @@ impl Store {
                  ON CONFLICT (event_ref) DO NOTHING RETURNING event_ref",
                 rows.join(", ")
             );
-            let mut q = sqlx::query(&sql);
+            let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 8);
             for (e, (scope, data)) in chunk.iter().zip(json) {
-                q = q
-                    .bind(e.event_ref.as_str())
-                    .bind(e.environment_ref.as_str())
-                    .bind(&e.public_event_type)
-                    .bind(e.occurred_at.millis())
-                    .bind(scope.as_str())
-                    .bind(data.as_str())
-                    .bind(now.millis())
-                    .bind(now.millis());
+                args.extend::<[Arg; _]>([
+                    e.event_ref.as_str().into(),
+                    e.environment_ref.as_str().into(),
+                    e.public_event_type.as_str().into(),
+                    e.occurred_at.millis().into(),
+                    scope.as_str().into(),
+                    data.as_str().into(),
+                    now.millis().into(),
+                    now.millis().into(),
+                ]);
             }
-            for row in q.fetch_all(&mut *tx).await? {
-                new.insert(row.try_get::<String, _>("event_ref")?);
-            }
+            new.extend(tx.fetch_texts(&sql, &args, "event_ref").await?);
         }
         // Only new events fan out: a duplicate's deliveries were made when
         // it was first accepted.
@@ -251,7 +250,7 @@ fn leased_record(row: &DeliveryRow, now: Timestamp) -> DeliveryRecord {
         next_attempt_at: Some(now),
         last_attempt_at: None,
         occurred_at: d.occurred_at,
-        event_data: d.event_data.clone(),
+        event_data: row.event_data.clone(),
         match_reasons: d.match_reasons.clone(),
         body_status: BodyStatus::Available,
         payload: None,

@@ -11,26 +11,55 @@
 //! only half the time while publishers queued for it. On the lane nothing
 //! else competes, so a transaction's round trips follow each other at once.
 //!
-//! The lane owns no data and never blocks: it only polls futures that wait
-//! on the database. Its thread ends when the last `Store` clone is dropped.
-//! A future sent to the lane runs to its end even if its caller stops
-//! waiting, so a group write is never abandoned half-way by a cancelled
-//! caller.
+//! The lane has its own SQLite connection, on which the hot writes run
+//! their statements synchronously (`crate::exec`): no statement waits for
+//! another thread. Its turn at the database's write lock is the store's
+//! sqlx writer (a pool of one), held for the transaction, so the lane and
+//! the other writes of this process take turns instead of meeting SQLite's
+//! busy handler (which sleeps); other processes still do.
+//!
+//! Its thread ends when the last `Store` clone is dropped. A future sent to
+//! the lane runs to its end even if its caller stops waiting, so a group
+//! write is never abandoned half-way by a cancelled caller.
 
+use crate::exec::LiteTx;
 use crate::StoreError;
+use sqlx::AnyPool;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
+/// Prepared statements kept per connection: the multi-row statements come
+/// in a few sizes each.
+const STATEMENT_CACHE: usize = 128;
+
 pub(crate) struct Lane {
     handle: Handle,
+    /// The lane's connection, taken by a `LiteTx` while it runs.
+    connection: Arc<Mutex<Option<rusqlite::Connection>>>,
     /// Dropped with the last `Store` clone (the lane is held in an `Arc`),
     /// which ends the lane's thread.
     _stop: oneshot::Sender<()>,
 }
 
 impl Lane {
-    pub(crate) fn start() -> Result<Lane, StoreError> {
+    /// Starts the lane with its connection to the database `file`, which
+    /// must exist (the store's pools made it).
+    pub(crate) fn start(file: &str) -> Result<Lane, StoreError> {
+        let connection = rusqlite::Connection::open_with_flags(
+            file,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
+                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
+                | rusqlite::OpenFlags::SQLITE_OPEN_URI,
+        )?;
+        // As the pools' connections (`Store::connect`).
+        connection.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+             PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON; \
+             PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 0;",
+        )?;
+        connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .thread_name("store-lane")
@@ -48,6 +77,7 @@ impl Lane {
             .map_err(|e| StoreError::Config(format!("write lane: {e}")))?;
         Ok(Lane {
             handle,
+            connection: Arc::new(Mutex::new(Some(connection))),
             _stop: stop,
         })
     }
@@ -62,5 +92,13 @@ impl Lane {
             .spawn(work)
             .await
             .map_err(|e| StoreError::Shared(format!("the write lane lost a task: {e}")))?
+    }
+
+    /// Begins a transaction on the lane's connection, holding `writer`'s
+    /// connection as this process's turn to write. Its statements run on
+    /// the calling thread: callers of the hot writes are on the lane.
+    pub(crate) async fn begin(&self, writer: &AnyPool) -> Result<LiteTx, StoreError> {
+        let turn = writer.acquire().await?;
+        LiteTx::begin(self.connection.clone(), Some(turn))
     }
 }

@@ -16,6 +16,7 @@ mod credentials;
 pub mod dispatch;
 mod environments;
 mod error;
+mod exec;
 pub mod fanout;
 mod grants;
 pub mod handoff;
@@ -93,8 +94,10 @@ impl Store {
     /// folder are created when missing.
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
         sqlx::any::install_default_drivers();
+        let mut sqlite_file = None;
         let (backend, url) = if let Some(path) = url.strip_prefix("sqlite://") {
             let file = path.split('?').next().unwrap_or(path);
+            sqlite_file = Some(file.to_owned());
             if let Some(dir) = std::path::Path::new(file).parent() {
                 if !dir.as_os_str().is_empty() {
                     std::fs::create_dir_all(dir).map_err(|e| StoreError::Config(e.to_string()))?;
@@ -162,9 +165,9 @@ impl Store {
             intake: Arc::default(),
             outbox_written: Arc::default(),
             handoff: handoff::Slot::default(),
-            lane: match backend {
-                Backend::Sqlite => Some(Arc::new(lane::Lane::start()?)),
-                Backend::Postgres => None,
+            lane: match sqlite_file {
+                Some(file) => Some(Arc::new(lane::Lane::start(&file)?)),
+                None => None,
             },
             _alive: alive,
         })
@@ -221,6 +224,16 @@ impl Store {
             Some(lane) => lane.run(work).await,
             None => work.await,
         }
+    }
+
+    /// A write transaction for the hot writes: on the lane's connection
+    /// (SQLite; `lane`, so call it from a future on the lane), or a pooled
+    /// one (PostgreSQL).
+    pub(crate) async fn begin_write(&self) -> Result<exec::Tx, StoreError> {
+        Ok(match &self.lane {
+            Some(lane) => exec::Tx::Lite(lane.begin(&self.writer).await?),
+            None => exec::Tx::Sqlx(self.writer.begin().await?),
+        })
     }
 
     /// Notified each time this process accepts a new event (see `enqueued`).

@@ -19,10 +19,11 @@ pub struct ServiceAccountRecord {
     pub version: i64,
 }
 
-pub(crate) fn opt_ts(row: &sqlx::any::AnyRow, col: &str) -> Result<Option<Timestamp>, StoreError> {
-    Ok(row
-        .try_get::<Option<i64>, _>(col)?
-        .map(Timestamp::from_millis))
+pub(crate) fn opt_ts(
+    row: &impl crate::exec::Columns,
+    col: &str,
+) -> Result<Option<Timestamp>, StoreError> {
+    Ok(row.int(col)?.map(Timestamp::from_millis))
 }
 
 fn from_row(row: &sqlx::any::AnyRow) -> Result<ServiceAccountRecord, StoreError> {

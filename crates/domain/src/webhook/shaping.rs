@@ -63,7 +63,17 @@ const CUSTOM_FIELDS: &str = "custom_fields";
 /// (the `custom_fields` key itself removed when empty or not an object).
 /// `None` grant covers nothing.
 pub fn shape(event_type: &str, dto_version: u32, data: &Value, grant: Option<&GrantView>) -> Value {
-    let mut out = data.clone();
+    shape_owned(event_type, dto_version, data.clone(), grant)
+}
+
+/// `shape`, in place: for a caller that owns the data (an attempt parsed
+/// it for itself), without a copy.
+pub fn shape_owned(
+    event_type: &str,
+    dto_version: u32,
+    mut out: Value,
+    grant: Option<&GrantView>,
+) -> Value {
     for (path, class) in catalogue::data_classes(event_type, dto_version) {
         if !covers_class(grant, class) {
             let segments: Vec<&str> = path.split('.').collect();

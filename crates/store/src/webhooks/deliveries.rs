@@ -2,6 +2,8 @@
 //! attempts.
 
 use super::{json_col, to_json};
+use crate::exec::Arg as Value;
+use crate::exec::{int, text, Columns, Tx};
 use crate::page::{fetch_page, Arg, Page, PageRequest};
 use crate::service_accounts::opt_ts;
 use crate::{Store, StoreError};
@@ -25,8 +27,10 @@ pub struct DeliveryRecord {
     pub next_attempt_at: Option<Timestamp>,
     pub last_attempt_at: Option<Timestamp>,
     pub occurred_at: Timestamp,
-    /// The event's `data` as published, before shaping.
-    pub event_data: serde_json::Value,
+    /// The event's `data` as published, before shaping, as JSON text: only
+    /// an attempt reads it, and it parses it on its own task rather than
+    /// the claim loop parsing a whole batch.
+    pub event_data: String,
     pub match_reasons: serde_json::Value,
     pub body_status: BodyStatus,
     /// The body as last delivered (or as it will be delivered), verbatim.
@@ -67,31 +71,31 @@ pub struct AttemptRecord {
     pub created_at: Timestamp,
 }
 
-pub(crate) fn delivery_from_row(row: &sqlx::any::AnyRow) -> Result<DeliveryRecord, StoreError> {
-    let status: String = row.try_get("status")?;
-    let body_status: String = row.try_get("body_status")?;
+pub(crate) fn delivery_from_row(row: &impl Columns) -> Result<DeliveryRecord, StoreError> {
+    let status = text(row, "status")?;
+    let body_status = text(row, "body_status")?;
     Ok(DeliveryRecord {
-        delivery_ref: Ref::from_trusted(row.try_get("delivery_ref")?),
-        environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
-        endpoint_ref: Ref::from_trusted(row.try_get("endpoint_ref")?),
-        event_ref: Ref::from_trusted(row.try_get("event_ref")?),
-        public_event_type: row.try_get("public_event_type")?,
-        dto_version: row.try_get::<i64, _>("dto_version")? as u32,
+        delivery_ref: Ref::from_trusted(text(row, "delivery_ref")?),
+        environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
+        endpoint_ref: Ref::from_trusted(text(row, "endpoint_ref")?),
+        event_ref: Ref::from_trusted(text(row, "event_ref")?),
+        public_event_type: text(row, "public_event_type")?,
+        dto_version: int(row, "dto_version")? as u32,
         status: DeliveryStatus::parse(&status).ok_or_else(|| StoreError::Corrupt(status))?,
-        diagnostic: row.try_get::<i64, _>("diagnostic")? != 0,
-        generation: row.try_get::<i64, _>("generation")? as u32,
-        attempt_count: row.try_get::<i64, _>("attempt_count")? as u32,
+        diagnostic: int(row, "diagnostic")? != 0,
+        generation: int(row, "generation")? as u32,
+        attempt_count: int(row, "attempt_count")? as u32,
         next_attempt_at: opt_ts(row, "next_attempt_at")?,
         last_attempt_at: opt_ts(row, "last_attempt_at")?,
-        occurred_at: Timestamp::from_millis(row.try_get("occurred_at")?),
-        event_data: json_col(row, "event_data")?,
+        occurred_at: Timestamp::from_millis(int(row, "occurred_at")?),
+        event_data: text(row, "event_data")?,
         match_reasons: json_col(row, "match_reasons")?,
         body_status: BodyStatus::parse(&body_status)
             .ok_or_else(|| StoreError::Corrupt(body_status))?,
-        payload: row.try_get("payload")?,
-        created_at: Timestamp::from_millis(row.try_get("created_at")?),
-        updated_at: Timestamp::from_millis(row.try_get("updated_at")?),
-        version: row.try_get("version")?,
+        payload: row.text("payload")?,
+        created_at: Timestamp::from_millis(int(row, "created_at")?),
+        updated_at: Timestamp::from_millis(int(row, "updated_at")?),
+        version: int(row, "version")?,
     })
 }
 
@@ -125,6 +129,7 @@ impl Store {
         let row = insert_delivery(&mut tx, &new, Some(&new.payload), now)
             .await?
             .ok_or(StoreError::Duplicate)?;
+        let mut tx = Tx::Sqlx(tx);
         mark_url_immutable(&mut tx, self.backend(), &[new.endpoint_ref.as_str()], now).await?;
         tx.commit().await?;
         delivery_from_row(&row)
@@ -301,7 +306,7 @@ pub(crate) async fn insert_delivery(
 /// Fixes endpoints' urls once they have a delivery (`url_immutable`), in
 /// one statement for all the endpoints a write touched.
 pub(crate) async fn mark_url_immutable(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    tx: &mut Tx,
     backend: crate::Backend,
     endpoint_refs: &[&str],
     now: i64,
@@ -316,10 +321,8 @@ pub(crate) async fn mark_url_immutable(
         marks.next(),
         marks.list(endpoint_refs.len())
     );
-    let mut q = sqlx::query(&sql).bind(now);
-    for r in endpoint_refs {
-        q = q.bind(*r);
-    }
-    q.execute(&mut **tx).await?;
+    let mut args: Vec<Value> = vec![now.into()];
+    args.extend(endpoint_refs.iter().map(|r| Value::from(*r)));
+    tx.execute(&sql, &args).await?;
     Ok(())
 }

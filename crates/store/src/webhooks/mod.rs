@@ -11,13 +11,12 @@ pub mod endpoints;
 pub mod subscriptions;
 
 use crate::StoreError;
-use sqlx::Row;
 
 pub(crate) fn json_col<T: serde::de::DeserializeOwned>(
-    row: &sqlx::any::AnyRow,
+    row: &impl crate::exec::Columns,
     col: &str,
 ) -> Result<T, StoreError> {
-    let text: String = row.try_get(col)?;
+    let text = crate::exec::text(row, col)?;
     serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
 }
 

@@ -1,0 +1,427 @@
+//! One write transaction, whichever engine runs it: the hot writes of the
+//! dispatcher and the intake are written once against `Tx` and run on
+//! PostgreSQL through sqlx, or on SQLite through the write lane's own
+//! connection (`crate::lane`), synchronously: a `Lite` statement never
+//! waits for another thread.
+//!
+//! Why two drivers: through sqlx every SQLite statement is a round trip to
+//! its connection thread (arguments converted for `Any`, then each
+//! returned row sent back over a channel and converted again). On the
+//! single SQLite writer those hops cost about as much as SQLite's own work
+//! and the dispatcher spent most of its serial time in them.
+//!
+//! Statements given to `Tx` bind their values in mark order: anonymous `?`
+//! marks (`crate::marks`) or `$1, $2, …` each first written in that order.
+//! This module must never decide what to write; it only runs statements.
+
+use crate::StoreError;
+use sqlx::Row;
+use std::sync::{Arc, Mutex};
+
+/// A value bound to a statement.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arg<'a> {
+    Int(Option<i64>),
+    Text(Option<&'a str>),
+}
+
+impl From<i64> for Arg<'_> {
+    fn from(v: i64) -> Self {
+        Arg::Int(Some(v))
+    }
+}
+
+impl From<Option<i64>> for Arg<'_> {
+    fn from(v: Option<i64>) -> Self {
+        Arg::Int(v)
+    }
+}
+
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(v: &'a str) -> Self {
+        Arg::Text(Some(v))
+    }
+}
+
+impl<'a> From<Option<&'a str>> for Arg<'a> {
+    fn from(v: Option<&'a str>) -> Self {
+        Arg::Text(v)
+    }
+}
+
+impl<'a> From<&'a String> for Arg<'a> {
+    fn from(v: &'a String) -> Self {
+        Arg::Text(Some(v.as_str()))
+    }
+}
+
+/// A returned value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Cell {
+    Null,
+    Int(i64),
+    Text(String),
+}
+
+/// A returned row: its statement's column names and its values.
+#[derive(Debug, Clone)]
+pub(crate) struct CellRow {
+    names: Arc<[String]>,
+    cells: Vec<Cell>,
+}
+
+/// Named column access, for rows of either driver (`crate::webhooks`
+/// decodes records through it).
+pub(crate) trait Columns {
+    fn text(&self, name: &str) -> Result<Option<String>, StoreError>;
+    fn int(&self, name: &str) -> Result<Option<i64>, StoreError>;
+}
+
+impl Columns for sqlx::any::AnyRow {
+    fn text(&self, name: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.try_get(name)?)
+    }
+
+    fn int(&self, name: &str) -> Result<Option<i64>, StoreError> {
+        Ok(self.try_get(name)?)
+    }
+}
+
+impl CellRow {
+    fn cell(&self, name: &str) -> Result<&Cell, StoreError> {
+        self.names
+            .iter()
+            .position(|n| n == name)
+            .map(|i| &self.cells[i])
+            .ok_or_else(|| StoreError::Corrupt(format!("no column {name}")))
+    }
+}
+
+impl Columns for CellRow {
+    fn text(&self, name: &str) -> Result<Option<String>, StoreError> {
+        match self.cell(name)? {
+            Cell::Null => Ok(None),
+            Cell::Text(t) => Ok(Some(t.clone())),
+            Cell::Int(_) => Err(StoreError::Corrupt(format!("{name}: a number, not text"))),
+        }
+    }
+
+    fn int(&self, name: &str) -> Result<Option<i64>, StoreError> {
+        match self.cell(name)? {
+            Cell::Null => Ok(None),
+            Cell::Int(v) => Ok(Some(*v)),
+            Cell::Text(_) => Err(StoreError::Corrupt(format!("{name}: text, not a number"))),
+        }
+    }
+}
+
+/// Required values of `Columns`.
+pub(crate) fn text(row: &impl Columns, name: &str) -> Result<String, StoreError> {
+    row.text(name)?
+        .ok_or_else(|| StoreError::Corrupt(format!("{name} is null")))
+}
+
+pub(crate) fn int(row: &impl Columns, name: &str) -> Result<i64, StoreError> {
+    row.int(name)?
+        .ok_or_else(|| StoreError::Corrupt(format!("{name} is null")))
+}
+
+/// An open write transaction; dropped without `commit`, it rolls back.
+pub(crate) enum Tx {
+    Sqlx(sqlx::Transaction<'static, sqlx::Any>),
+    Lite(LiteTx),
+}
+
+/// A transaction on the write lane's connection, which it takes from its
+/// slot for its duration (and puts back when dropped), holding the
+/// process's turn to write.
+pub(crate) struct LiteTx {
+    conn: Option<rusqlite::Connection>,
+    home: Arc<Mutex<Option<rusqlite::Connection>>>,
+    _turn: Option<sqlx::pool::PoolConnection<sqlx::Any>>,
+}
+
+impl LiteTx {
+    /// Begins an immediate transaction on the connection in `home`.
+    pub(crate) fn begin(
+        home: Arc<Mutex<Option<rusqlite::Connection>>>,
+        turn: Option<sqlx::pool::PoolConnection<sqlx::Any>>,
+    ) -> Result<LiteTx, StoreError> {
+        let conn = home
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| StoreError::Shared("the write lane's connection is in use".into()))?;
+        let tx = LiteTx {
+            conn: Some(conn),
+            home,
+            _turn: turn,
+        };
+        tx.conn()?.execute_batch("BEGIN IMMEDIATE")?;
+        Ok(tx)
+    }
+
+    fn conn(&self) -> Result<&rusqlite::Connection, StoreError> {
+        self.conn
+            .as_ref()
+            .ok_or_else(|| StoreError::Shared("the write lane's transaction has ended".into()))
+    }
+}
+
+impl Drop for LiteTx {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+            *self.home.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+        }
+    }
+}
+
+impl Tx {
+    pub(crate) async fn commit(self) -> Result<(), StoreError> {
+        match self {
+            Tx::Sqlx(tx) => Ok(tx.commit().await?),
+            // A failed COMMIT leaves the transaction open: the drop rolls
+            // it back.
+            Tx::Lite(tx) => Ok(tx.conn()?.execute_batch("COMMIT")?),
+        }
+    }
+
+    /// Runs `sql`; returns the number of rows it changed.
+    pub(crate) async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+        match self {
+            Tx::Sqlx(tx) => Ok(sqlx_query(sql, args)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected()),
+            Tx::Lite(tx) => {
+                let mut stmt = lite_statement(tx.conn()?, sql, args)?;
+                Ok(stmt.raw_execute()? as u64)
+            }
+        }
+    }
+
+    /// Runs `sql` and returns its rows.
+    pub(crate) async fn fetch(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+    ) -> Result<Vec<CellRow>, StoreError> {
+        match self {
+            Tx::Sqlx(tx) => {
+                let rows = sqlx_query(sql, args).fetch_all(&mut **tx).await?;
+                let Some(first) = rows.first() else {
+                    return Ok(Vec::new());
+                };
+                let names: Arc<[String]> = first
+                    .columns()
+                    .iter()
+                    .map(|c| sqlx::Column::name(c).to_owned())
+                    .collect();
+                rows.iter()
+                    .map(|row| {
+                        let cells = (0..names.len())
+                            .map(|i| sqlx_cell(row, i))
+                            .collect::<Result<_, _>>()?;
+                        Ok(CellRow {
+                            names: names.clone(),
+                            cells,
+                        })
+                    })
+                    .collect()
+            }
+            Tx::Lite(tx) => {
+                let mut stmt = lite_statement(tx.conn()?, sql, args)?;
+                let names: Arc<[String]> =
+                    stmt.column_names().into_iter().map(str::to_owned).collect();
+                let mut rows = stmt.raw_query();
+                let mut out = Vec::new();
+                while let Some(row) = rows.next()? {
+                    let cells = (0..names.len())
+                        .map(|i| lite_cell(row, i))
+                        .collect::<Result<_, _>>()?;
+                    out.push(CellRow {
+                        names: names.clone(),
+                        cells,
+                    });
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// The values of `column` in the rows `sql` returns.
+    pub(crate) async fn fetch_texts(
+        &mut self,
+        sql: &str,
+        args: &[Arg<'_>],
+        column: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        self.fetch(sql, args)
+            .await?
+            .iter()
+            .map(|row| text(row, column))
+            .collect()
+    }
+}
+
+fn sqlx_query<'q>(
+    sql: &'q str,
+    args: &[Arg<'q>],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    let mut q = sqlx::query(sql);
+    for arg in args {
+        q = match *arg {
+            Arg::Int(v) => q.bind(v),
+            Arg::Text(v) => q.bind(v),
+        };
+    }
+    q
+}
+
+fn sqlx_cell(row: &sqlx::any::AnyRow, i: usize) -> Result<Cell, StoreError> {
+    use sqlx::{TypeInfo, ValueRef};
+    let raw = row.try_get_raw(i)?;
+    if raw.is_null() {
+        return Ok(Cell::Null);
+    }
+    let kind = raw.type_info().name().to_ascii_uppercase();
+    if kind.contains("INT") {
+        Ok(Cell::Int(row.try_get::<i64, _>(i)?))
+    } else {
+        Ok(Cell::Text(row.try_get::<String, _>(i)?))
+    }
+}
+
+/// The cached statement for `sql` with `args` bound.
+fn lite_statement<'c>(
+    conn: &'c rusqlite::Connection,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<rusqlite::CachedStatement<'c>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    if stmt.parameter_count() != args.len() {
+        return Err(StoreError::Corrupt(format!(
+            "statement takes {} values, {} given",
+            stmt.parameter_count(),
+            args.len()
+        )));
+    }
+    for (i, arg) in args.iter().enumerate() {
+        match *arg {
+            Arg::Int(v) => stmt.raw_bind_parameter(i + 1, v)?,
+            Arg::Text(v) => stmt.raw_bind_parameter(i + 1, v)?,
+        }
+    }
+    Ok(stmt)
+}
+
+fn lite_cell(row: &rusqlite::Row<'_>, i: usize) -> Result<Cell, StoreError> {
+    use rusqlite::types::ValueRef;
+    Ok(match row.get_ref(i)? {
+        ValueRef::Null => Cell::Null,
+        ValueRef::Integer(v) => Cell::Int(v),
+        ValueRef::Text(t) => Cell::Text(
+            std::str::from_utf8(t)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?
+                .to_owned(),
+        ),
+        ValueRef::Real(v) => Cell::Text(v.to_string()),
+        ValueRef::Blob(_) => return Err(StoreError::Corrupt("unexpected blob".into())),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lite() -> Tx {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY, n BIGINT)")
+            .unwrap();
+        Tx::Lite(LiteTx::begin(Arc::new(Mutex::new(Some(conn))), None).unwrap())
+    }
+
+    #[tokio::test]
+    async fn lite_statements_bind_in_mark_order_and_return_named_cells() {
+        let mut tx = lite();
+        let changed = tx
+            .execute(
+                "INSERT INTO t (k, n) VALUES (?, ?), (?, ?)",
+                &["a".into(), 1i64.into(), "b".into(), Arg::Int(None)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(changed, 2);
+        let rows = tx
+            .fetch(
+                "UPDATE t SET n = $1 WHERE k = $2 OR n IS NULL RETURNING k, n",
+                &[7i64.into(), "a".into()],
+            )
+            .await
+            .unwrap();
+        let mut got: Vec<(String, i64)> = rows
+            .iter()
+            .map(|r| (text(r, "k").unwrap(), int(r, "n").unwrap()))
+            .collect();
+        got.sort();
+        assert_eq!(got, [("a".to_owned(), 7), ("b".to_owned(), 7)]);
+    }
+
+    #[tokio::test]
+    async fn a_wrong_number_of_values_is_refused_not_run() {
+        let mut tx = lite();
+        let refused = tx
+            .execute("INSERT INTO t (k, n) VALUES (?, ?)", &["a".into()])
+            .await;
+        assert!(matches!(refused, Err(StoreError::Corrupt(_))));
+    }
+
+    #[tokio::test]
+    async fn a_unique_violation_is_a_duplicate() {
+        let mut tx = lite();
+        let sql = "INSERT INTO t (k, n) VALUES (?, ?)";
+        tx.execute(sql, &["a".into(), 1i64.into()]).await.unwrap();
+        let again = tx.execute(sql, &["a".into(), 2i64.into()]).await;
+        assert!(matches!(again, Err(StoreError::Duplicate)));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_transaction_rolls_back_and_gives_its_connection_back() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY)")
+            .unwrap();
+        let home = Arc::new(Mutex::new(Some(conn)));
+        let mut tx = Tx::Lite(LiteTx::begin(home.clone(), None).unwrap());
+        tx.execute("INSERT INTO t (k) VALUES (?)", &["a".into()])
+            .await
+            .unwrap();
+        assert!(LiteTx::begin(home.clone(), None).is_err(), "one at a time");
+        drop(tx);
+        let mut tx = Tx::Lite(LiteTx::begin(home.clone(), None).unwrap());
+        let rows = tx.fetch("SELECT k FROM t", &[]).await.unwrap();
+        assert!(rows.is_empty());
+        tx.execute("INSERT INTO t (k) VALUES (?)", &["b".into()])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let conn = home.lock().unwrap().take().unwrap();
+        let n: i64 = conn
+            .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn columns_refuse_a_null_where_a_value_is_required() {
+        let row = CellRow {
+            names: vec!["k".to_owned()].into(),
+            cells: vec![Cell::Null],
+        };
+        assert!(text(&row, "k").is_err());
+        assert_eq!(row.text("k").unwrap(), None);
+        assert!(row.text("missing").is_err());
+    }
+}
