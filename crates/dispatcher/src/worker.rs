@@ -222,8 +222,9 @@ impl Dispatcher {
                 .min(self.settings.claim_batch as usize)
                 .saturating_sub(carried.len()) as u32;
             if free == 0 {
+                // On shutdown the loop's top gives the carried ones back.
                 tokio::select! {
-                    _ = shutdown.cancelled() => return,
+                    _ = shutdown.cancelled() => continue,
                     _ = tokio::time::sleep(Duration::from_millis(2)) => continue,
                 }
             }
@@ -299,7 +300,7 @@ impl Dispatcher {
                 // Everything due was taken: let new work gather for a moment
                 // rather than claim it a few deliveries per transaction.
                 tokio::select! {
-                    _ = shutdown.cancelled() => return,
+                    _ = shutdown.cancelled() => continue,
                     _ = tokio::time::sleep(CLAIM_WINDOW) => {}
                 }
             }
