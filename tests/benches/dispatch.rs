@@ -310,24 +310,35 @@ fn kinds() -> Vec<Kind> {
         .collect()
 }
 
-/// Publishes `n` events, event `i` of type `kinds[i % kinds.len()]`, from
-/// `publishers` concurrent tasks; returns the time it took.
-async fn publish_all(
-    app: &Arc<TestApp>,
-    kinds: &Arc<Vec<Kind>>,
-    n: usize,
-    publishers: usize,
-) -> Duration {
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..publishers)
+/// The envelopes of `n` events, event `i` of type `kinds[i % kinds.len()]`,
+/// dealt to `publishers` publishing tasks. Built before a phase's clock
+/// starts, as the bare loop builds its bodies: a producer's serialising is
+/// not the dispatcher's work.
+fn envelopes(app: &TestApp, kinds: &[Kind], n: usize, publishers: usize) -> Vec<Vec<String>> {
+    (0..publishers)
         .map(|p| {
-            let (app, kinds) = (app.clone(), kinds.clone());
-            tokio::spawn(async move {
-                let mut i = p;
-                while i < n {
+            (p..n)
+                .step_by(publishers)
+                .map(|i| {
                     let k = &kinds[i % kinds.len()];
-                    app.publish(k.name, k.data.clone()).await;
-                    i += publishers;
+                    app.envelope(k.name, k.data.clone()).1
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Publishes the envelopes, one task per publisher; returns the time it
+/// took.
+async fn publish_all(app: &Arc<TestApp>, envelopes: Vec<Vec<String>>) -> Duration {
+    let started = Instant::now();
+    let tasks: Vec<_> = envelopes
+        .into_iter()
+        .map(|mine| {
+            let app = app.clone();
+            tokio::spawn(async move {
+                for envelope in mine {
+                    app.accept(&envelope).await;
                 }
             })
         })
@@ -527,8 +538,9 @@ async fn throughput(cfg: &Config, summary: &mut Summary) {
 
     // (a) drain: accept everything first, then start the dispatcher.
     tally.arm(n as u64);
+    let published = envelopes(&app, &kinds, n, cfg.publishers);
     let cpu = Cpu::now();
-    let took = publish_all(&app, &kinds, n, cfg.publishers).await;
+    let took = publish_all(&app, published).await;
     println!(
         "   publish {n} events into the embedded queue ({} tasks, no dispatcher): {:.2} s = {:.0} events/s; {}",
         cfg.publishers,
@@ -576,11 +588,12 @@ async fn throughput(cfg: &Config, summary: &mut Summary) {
 
     // (a') live: the dispatcher runs while the events are published.
     tally.arm(n as u64);
+    let published = envelopes(&app, &kinds, n, cfg.publishers);
     let dispatcher = app.start_dispatcher(settings.clone());
     tokio::time::sleep(Duration::from_millis(200)).await;
     let cpu = Cpu::now();
     let started = Instant::now();
-    let took = publish_all(&app, &kinds, n, cfg.publishers).await;
+    let took = publish_all(&app, published).await;
     let live = tally.wait(PHASE_LIMIT).await.map(|at| at - started);
     let live_recorded = wait_recorded(&app.store, PHASE_LIMIT)
         .await
@@ -1082,7 +1095,7 @@ async fn seed_backlog(
                     status: DeliveryStatus::Pending,
                     diagnostic: false,
                     occurred_at: now,
-                    event_data: kind.data.clone(),
+                    event_data: kind.data.to_string(),
                     match_reasons: reasons.clone(),
                     payload: String::new(),
                 };
@@ -1168,7 +1181,8 @@ async fn store_costs(cfg: &Config, summary: &mut Summary) {
     // The intake fans out in the transaction that accepts the events; with
     // no dispatcher running here nothing is handed over, so every delivery
     // is left due for the claims below.
-    let intake = publish_all(&app, &kinds, n, cfg.publishers).await;
+    let published = envelopes(&app, &kinds, n, cfg.publishers);
+    let intake = publish_all(&app, published).await;
     println!(
         "   intake::accept with its fan-out, {} tasks: {:.0} us per event",
         cfg.publishers,

@@ -299,6 +299,14 @@ impl TestApp {
     /// Publishes an event into the embedded queue, as another system
     /// would; returns its `event_ref`.
     pub async fn publish(&self, event_type: &str, data: Value) -> String {
+        let (event_ref, envelope) = self.envelope(event_type, data);
+        self.accept(&envelope).await;
+        event_ref
+    }
+
+    /// A new event's `event_ref` and its envelope (contract section 9) as
+    /// published on the queue, in this app's sandbox environment.
+    pub fn envelope(&self, event_type: &str, data: Value) -> (String, String) {
         let event_ref = domain::Ref::generate(domain::Prefix::Event).into_string();
         let envelope = serde_json::json!({
             "event_ref": event_ref,
@@ -308,12 +316,15 @@ impl TestApp {
             "scope": {"product_refs": [], "buyer_ref": null, "beneficiary_business_ref": null},
             "data": data,
         });
-        let accepted =
-            dispatcher::intake::accept(&self.store, envelope.to_string().as_bytes(), "test")
-                .await
-                .expect("store reachable");
+        (event_ref, envelope.to_string())
+    }
+
+    /// Accepts a new event's envelope into the embedded queue.
+    pub async fn accept(&self, envelope: &str) {
+        let accepted = dispatcher::intake::accept(&self.store, envelope.as_bytes(), "test")
+            .await
+            .expect("store reachable");
         assert_eq!(accepted, dispatcher::intake::Accepted::New);
-        event_ref
     }
 
     /// Polls `f` until it returns `Some`, for at most `secs` seconds.

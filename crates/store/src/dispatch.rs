@@ -391,7 +391,6 @@ pub(crate) struct DeliveryRow<'a> {
     pub new: &'a NewDelivery,
     pub delivery_ref: Ref,
     pub lease: Option<(&'a str, i64)>,
-    pub event_data: String,
     match_reasons: String,
 }
 
@@ -401,7 +400,6 @@ impl<'a> DeliveryRow<'a> {
             new,
             delivery_ref: Ref::generate(Prefix::WebhookDelivery),
             lease: None,
-            event_data: to_json(&new.event_data),
             match_reasons: to_json(&new.match_reasons),
         }
     }
@@ -458,7 +456,7 @@ pub(crate) async fn insert_deliveries(
                 (d.diagnostic as i64).into(),
                 due.into(),
                 d.occurred_at.millis().into(),
-                row.event_data.as_str().into(),
+                row.new.event_data.as_str().into(),
                 row.match_reasons.as_str().into(),
                 now.into(),
                 now.into(),

@@ -12,9 +12,9 @@
 
 use crate::dispatch::{insert_deliveries, DeliveryRow, EventRecord};
 use crate::exec::Arg;
+use crate::fanout::EventRow;
 use crate::handoff::HandedOver;
 use crate::marks::Marks;
-use crate::webhooks::to_json;
 use crate::DeliveryRecord;
 use crate::{Store, StoreError};
 use domain::webhook::{BodyStatus, DeliveryStatus};
@@ -35,7 +35,7 @@ const TURNS: usize = 2;
 
 /// Events waiting for the next group write, and the turns to write one.
 pub(crate) struct GroupCommit {
-    waiting: Mutex<Vec<(EventRecord, Reply)>>,
+    waiting: Mutex<Vec<(EventRow, Reply)>>,
     turns: Arc<tokio::sync::Semaphore>,
 }
 
@@ -53,11 +53,13 @@ impl Store {
     /// with this reference was accepted before (it is processed once).
     pub async fn enqueue_event(&self, event: &EventRecord) -> Result<bool, StoreError> {
         let (reply, mut answer) = oneshot::channel();
+        // Serialised here, on the caller's task: the lane has only to write.
+        let row = EventRow::from(event);
         self.intake
             .waiting
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((event.clone(), reply));
+            .push((row, reply));
         let turn = self
             .intake
             .turns
@@ -98,7 +100,7 @@ impl Store {
         // that the batch is answered even if this caller stops waiting.
         let store = self.clone();
         let written = self.on_lane(async move {
-            let (events, replies): (Vec<EventRecord>, Vec<Reply>) = batch.into_iter().unzip();
+            let (events, replies): (Vec<EventRow>, Vec<Reply>) = batch.into_iter().unzip();
             let outcome = store.insert_events(&events).await;
             let mut answered = HashSet::new();
             for (e, reply) in events.iter().zip(replies) {
@@ -130,17 +132,11 @@ impl Store {
     /// for the whole batch before the write lock is taken. Deliveries due
     /// now that this process's dispatcher has room for are born leased to
     /// it and handed over after the commit (`crate::handoff`).
-    async fn insert_events(&self, events: &[EventRecord]) -> Result<HashSet<String>, StoreError> {
+    async fn insert_events(&self, events: &[EventRow]) -> Result<HashSet<String>, StoreError> {
         let (plan, versions) = self.plan_fan_out(events).await?;
         let handoff = self.handoff.get();
         let now = Timestamp::now();
         let mut new = HashSet::new();
-        // Everything serialised before the write lock is taken: the
-        // single writer waits for nothing but SQLite.
-        let event_json: Vec<(String, String)> = events
-            .iter()
-            .map(|e| (to_json(&e.scope), to_json(&e.data)))
-            .collect();
         let mut candidates: Vec<(&str, DeliveryRow)> = Vec::new();
         let mut planned = HashSet::new();
         for (event_ref, deliveries) in &plan {
@@ -154,7 +150,7 @@ impl Store {
             }
         }
         let mut tx = self.begin_write().await?;
-        for (chunk, json) in events.chunks(EVENT_ROWS).zip(event_json.chunks(EVENT_ROWS)) {
+        for chunk in events.chunks(EVENT_ROWS) {
             let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
                 .map(|_| {
@@ -170,14 +166,14 @@ impl Store {
                 rows.join(", ")
             );
             let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 8);
-            for (e, (scope, data)) in chunk.iter().zip(json) {
+            for e in chunk {
                 args.extend::<[Arg; _]>([
                     e.event_ref.as_str().into(),
                     e.environment_ref.as_str().into(),
                     e.public_event_type.as_str().into(),
                     e.occurred_at.millis().into(),
-                    scope.as_str().into(),
-                    data.as_str().into(),
+                    e.scope_json.as_str().into(),
+                    e.data_json.as_str().into(),
                     now.millis().into(),
                     now.millis().into(),
                 ]);
@@ -250,7 +246,7 @@ fn leased_record(row: &DeliveryRow, now: Timestamp) -> DeliveryRecord {
         next_attempt_at: Some(now),
         last_attempt_at: None,
         occurred_at: d.occurred_at,
-        event_data: row.event_data.clone(),
+        event_data: d.event_data.clone(),
         match_reasons: d.match_reasons.clone(),
         body_status: BodyStatus::Available,
         payload: None,

@@ -150,6 +150,12 @@ fn holds_path(v: &Value, segments: &[&str]) -> bool {
     }
 }
 
+/// Whether [`convert`] changes data of `event_type` going from
+/// `from_version` to `to_version` (otherwise it returns it unchanged).
+pub fn converts(event_type: &str, from_version: u32, to_version: u32) -> bool {
+    event_type == "payment.succeeded" && matches!((from_version, to_version), (1, 2) | (2, 1))
+}
+
 /// Converts an event's `data` from one DTO version's shape to another's.
 /// Only `payment.succeeded` has two versions (see the catalogue's module
 /// doc); every other type, and an unknown pair of versions, is returned

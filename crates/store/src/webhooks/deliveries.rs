@@ -50,7 +50,8 @@ pub struct NewDelivery {
     pub status: DeliveryStatus,
     pub diagnostic: bool,
     pub occurred_at: Timestamp,
-    pub event_data: serde_json::Value,
+    /// The event's data in the delivery's dto version, as JSON text.
+    pub event_data: String,
     pub match_reasons: serde_json::Value,
     pub payload: String,
 }
@@ -293,7 +294,7 @@ pub(crate) async fn insert_delivery(
     .bind(new.diagnostic as i64)
     .bind(due)
     .bind(new.occurred_at.millis())
-    .bind(to_json(&new.event_data))
+    .bind(&new.event_data)
     .bind(to_json(&new.match_reasons))
     .bind(BodyStatus::Available.as_str())
     .bind(payload)

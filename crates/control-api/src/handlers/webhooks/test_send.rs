@@ -62,7 +62,7 @@ pub async fn send(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
             status: DeliveryStatus::initial(endpoint.status),
             diagnostic: true,
             occurred_at,
-            event_data: example,
+            event_data: example.to_string(),
             match_reasons: serde_json::json!([{"kind": "test_send"}]),
             payload,
         })

@@ -186,6 +186,24 @@ fn conversion_keeps_unknown_fields_and_omits_missing_ones() {
     assert_eq!(convert("payment.succeeded", 2, 1, &v2), v1);
 }
 
+#[test]
+fn convert_changes_data_only_where_converts_says() {
+    for t in catalogue::all() {
+        for &from in t.dto_versions {
+            for &to in t.dto_versions {
+                let data = example(t.name, from).expect("example");
+                let same = convert(t.name, from, to, &data) == data;
+                assert_eq!(
+                    converts(t.name, from, to),
+                    !same,
+                    "{} {from} -> {to}",
+                    t.name
+                );
+            }
+        }
+    }
+}
+
 fn any_grant() -> impl Strategy<Value = GrantView> {
     (
         proptest::sample::subsequence(DataClass::ALL.to_vec(), 0..=4),
