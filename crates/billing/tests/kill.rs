@@ -14,7 +14,7 @@ use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use store::{EventRecord, NewSecret, NewSubscription, Store};
+use store::{EventData, EventRecord, NewSecret, NewSubscription, Store};
 
 const EVENTS: usize = 10_000;
 
@@ -119,7 +119,7 @@ async fn sigkill_mid_run_loses_nothing() {
             public_event_type: "order.created".into(),
             occurred_at: Timestamp::now(),
             scope: Default::default(),
-            data: serde_json::json!({"order_ref": "ord_AAAAAAAAAAAA"}),
+            data: EventData::parse(r#"{"order_ref": "ord_AAAAAAAAAAAA"}"#.to_owned()).unwrap(),
         };
         assert!(store.enqueue_event(&event).await.unwrap());
     }

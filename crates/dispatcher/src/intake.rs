@@ -8,8 +8,9 @@ use crate::metrics as m;
 use domain::webhook::catalogue;
 use domain::webhook::shaping::Scope;
 use domain::{Prefix, Ref, Timestamp};
-use serde::Deserialize;
-use store::{EventRecord, Store, StoreError};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use store::{EventData, EventRecord, Store, StoreError};
 
 #[derive(Debug, Deserialize)]
 struct Envelope {
@@ -19,7 +20,8 @@ struct Envelope {
     occurred_at: String,
     #[serde(default)]
     scope: ScopeWire,
-    data: serde_json::Value,
+    /// Kept as text (`EventData`): checked to be an object, not parsed.
+    data: Box<RawValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -49,9 +51,7 @@ pub fn parse(body: &[u8]) -> Result<EventRecord, String> {
         })?;
     let occurred_at =
         Timestamp::parse(&e.occurred_at).ok_or("occurred_at must be an RFC 3339 timestamp")?;
-    if !e.data.is_object() {
-        return Err("data must be a JSON object".to_owned());
-    }
+    let data = EventData::object(e.data)?;
     for (i, p) in e.scope.product_refs.iter().enumerate() {
         Ref::parse(Prefix::Product, p).map_err(|err| format!("scope.product_refs.{i} {err}"))?;
     }
@@ -72,21 +72,30 @@ pub fn parse(body: &[u8]) -> Result<EventRecord, String> {
             buyer_ref: e.scope.buyer_ref,
             beneficiary_business_ref: e.scope.beneficiary_business_ref,
         },
-        data: e.data,
+        data,
     })
 }
 
 /// The envelope of contract section 9 for an event: what `parse` reads.
 pub fn envelope(e: &EventRecord) -> String {
-    serde_json::json!({
-        "event_ref": e.event_ref.as_str(),
-        "public_event_type": e.public_event_type,
-        "environment_ref": e.environment_ref.as_str(),
-        "occurred_at": e.occurred_at.to_rfc3339(),
-        "scope": e.scope,
-        "data": e.data,
+    #[derive(Serialize)]
+    struct Out<'a> {
+        event_ref: &'a str,
+        public_event_type: &'a str,
+        environment_ref: &'a str,
+        occurred_at: String,
+        scope: &'a Scope,
+        data: &'a EventData,
+    }
+    serde_json::to_string(&Out {
+        event_ref: e.event_ref.as_str(),
+        public_event_type: &e.public_event_type,
+        environment_ref: e.environment_ref.as_str(),
+        occurred_at: e.occurred_at.to_rfc3339(),
+        scope: &e.scope,
+        data: &e.data,
     })
-    .to_string()
+    .unwrap_or_default()
 }
 
 /// What became of a message.
@@ -148,6 +157,17 @@ mod tests {
     fn an_envelope_parses_back_to_its_event() {
         let e = parse(envelope().to_string().as_bytes()).unwrap();
         assert_eq!(parse(super::envelope(&e).as_bytes()).unwrap(), e);
+    }
+
+    #[test]
+    fn data_is_kept_as_it_was_sent() {
+        let mut e = envelope().to_string();
+        let sent = r#"{"b": 1,  "a": "\u00e9", "n": 12345678901234567890}"#;
+        e = e.replace(
+            r#""data":{"payment":{"payment_ref":"pay_AAAAAAAAAAAA"}}"#,
+            &format!(r#""data": {sent}"#),
+        );
+        assert_eq!(parse(e.as_bytes()).unwrap().data.as_str(), sent);
     }
 
     #[test]

@@ -27,7 +27,49 @@ pub struct EventRecord {
     pub public_event_type: String,
     pub occurred_at: Timestamp,
     pub scope: Scope,
-    pub data: serde_json::Value,
+    pub data: EventData,
+}
+
+/// An event's `data`: a JSON object, kept as the text it arrived in. It is
+/// stored and fanned out as text and parsed only by each attempt, which
+/// shapes it; building a tree of it at intake, only to serialise it back,
+/// cost the intake more than anything but its write.
+#[derive(Debug, Clone)]
+pub struct EventData(Box<serde_json::value::RawValue>);
+
+impl EventData {
+    /// `text` if it is a JSON object; otherwise why not.
+    pub fn parse(text: String) -> Result<EventData, String> {
+        let raw = serde_json::value::RawValue::from_string(text)
+            .map_err(|e| format!("data is not JSON: {e}"))?;
+        EventData::object(raw)
+    }
+
+    /// `raw` if it is a JSON object (as deserialised in a larger document).
+    pub fn object(raw: Box<serde_json::value::RawValue>) -> Result<EventData, String> {
+        // Valid JSON whose first token is `{` is an object.
+        if raw.get().trim_start().starts_with('{') {
+            Ok(EventData(raw))
+        } else {
+            Err("data must be a JSON object".to_owned())
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for EventData {
+    fn eq(&self, other: &EventData) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl serde::Serialize for EventData {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(s)
+    }
 }
 
 /// The outcome of one attempt and the delivery's state after it.
@@ -61,7 +103,7 @@ pub(crate) fn event_from_row(row: &sqlx::any::AnyRow) -> Result<EventRecord, Sto
         public_event_type: row.try_get("public_event_type")?,
         occurred_at: Timestamp::from_millis(row.try_get("occurred_at")?),
         scope: json_col(row, "scope")?,
-        data: json_col(row, "data")?,
+        data: EventData::parse(row.try_get("data")?).map_err(StoreError::Corrupt)?,
     })
 }
 

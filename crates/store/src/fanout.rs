@@ -48,7 +48,7 @@ impl From<&EventRecord> for EventRow {
             occurred_at: e.occurred_at,
             scope: e.scope.clone(),
             scope_json: to_json(&e.scope),
-            data_json: to_json(&e.data),
+            data_json: e.data.as_str().to_owned(),
         }
     }
 }

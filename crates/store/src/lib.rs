@@ -31,7 +31,7 @@ mod service_accounts;
 pub mod webhooks;
 
 pub use credentials::{AuthRecord, CredentialRecord, NewCredential};
-pub use dispatch::{AttemptResult, EventRecord};
+pub use dispatch::{AttemptResult, EventData, EventRecord};
 pub use environments::EnvironmentRecord;
 pub use error::StoreError;
 pub use grants::GrantRecord;

@@ -29,7 +29,7 @@ pub(crate) async fn emit(
     .bind(&event.public_event_type)
     .bind(event.occurred_at.millis())
     .bind(to_json(&event.scope))
-    .bind(to_json(&event.data))
+    .bind(event.data.as_str())
     .bind(Timestamp::now().millis())
     .execute(&mut **tx)
     .await?;

@@ -203,9 +203,20 @@ impl Store {
         endpoint_ref: &Ref,
         limit: u32,
     ) -> Result<Vec<AttemptStatus>, StoreError> {
+        // The newest of each status, merged: each side is an index seek on
+        // (endpoint_ref, status, started_at).
+        let newest = |status: AttemptStatus| {
+            format!(
+                "SELECT * FROM (SELECT status, started_at, attempt_ref FROM webhook_attempts \
+                 WHERE endpoint_ref = $1 AND status = '{}' \
+                 ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}) AS {0}",
+                status.as_str()
+            )
+        };
         let rows = sqlx::query(&format!(
-            "SELECT status FROM webhook_attempts WHERE endpoint_ref = $1 \
-             ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}"
+            "{} UNION ALL {} ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}",
+            newest(AttemptStatus::Succeeded),
+            newest(AttemptStatus::Failed)
         ))
         .bind(endpoint_ref.as_str())
         .fetch_all(self.pool())
