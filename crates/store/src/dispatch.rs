@@ -433,7 +433,7 @@ pub(crate) struct DeliveryRow<'a> {
     pub new: &'a NewDelivery,
     pub delivery_ref: Ref,
     pub lease: Option<(&'a str, i64)>,
-    match_reasons: String,
+    pub match_reasons: String,
 }
 
 impl<'a> DeliveryRow<'a> {

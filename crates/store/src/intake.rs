@@ -247,7 +247,7 @@ fn leased_record(row: &DeliveryRow, now: Timestamp) -> DeliveryRecord {
         last_attempt_at: None,
         occurred_at: d.occurred_at,
         event_data: d.event_data.clone(),
-        match_reasons: d.match_reasons.clone(),
+        match_reasons: row.match_reasons.clone(),
         body_status: BodyStatus::Available,
         payload: None,
         created_at: now,

@@ -1,7 +1,7 @@
 //! Deliveries (one notification to one endpoint, in generations) and their
 //! attempts.
 
-use super::{json_col, to_json};
+use super::to_json;
 use crate::exec::Arg as Value;
 use crate::exec::{int, text, Columns, Tx};
 use crate::page::{fetch_page, Arg, Page, PageRequest};
@@ -31,7 +31,9 @@ pub struct DeliveryRecord {
     /// an attempt reads it, and it parses it on its own task rather than
     /// the claim loop parsing a whole batch.
     pub event_data: String,
-    pub match_reasons: serde_json::Value,
+    /// Every subscription that matched, as JSON text (an array): only the
+    /// API's body view reads it, so a claim does not parse it.
+    pub match_reasons: String,
     pub body_status: BodyStatus,
     /// The body as last delivered (or as it will be delivered), verbatim.
     pub payload: Option<String>,
@@ -90,7 +92,7 @@ pub(crate) fn delivery_from_row(row: &impl Columns) -> Result<DeliveryRecord, St
         last_attempt_at: opt_ts(row, "last_attempt_at")?,
         occurred_at: Timestamp::from_millis(int(row, "occurred_at")?),
         event_data: text(row, "event_data")?,
-        match_reasons: json_col(row, "match_reasons")?,
+        match_reasons: text(row, "match_reasons")?,
         body_status: BodyStatus::parse(&body_status)
             .ok_or_else(|| StoreError::Corrupt(body_status))?,
         payload: row.text("payload")?,

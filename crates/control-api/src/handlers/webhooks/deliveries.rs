@@ -116,6 +116,8 @@ pub async fn retrieve(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
 pub async fn body(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
     let d = load_delivery(&ctx, &input).await?;
+    let match_reasons = serde_json::from_str(&d.match_reasons)
+        .map_err(|e| store::StoreError::Corrupt(format!("match_reasons: {e}")))?;
     let retention = ctx.state.settings.webhooks.body_retention.as_millis() as i64;
     let expired = d.created_at.millis() < Timestamp::now().millis() - retention;
     let (body_status, payload) = match (d.body_status, expired) {
@@ -132,7 +134,7 @@ pub async fn body(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
         DeliveryBodyDto {
             delivery_ref: d.delivery_ref.to_string(),
             body_status: body_status.as_str().to_owned(),
-            match_reasons: d.match_reasons.clone(),
+            match_reasons,
             payload,
         },
         None,
