@@ -148,31 +148,42 @@ impl Store {
     /// transaction. A delivery that exists already (same event, endpoint and
     /// dto version) is left as it is, so fanning out twice is harmless.
     pub async fn fan_out(&self, events: &[(Ref, Vec<NewDelivery>)]) -> Result<usize, StoreError> {
-        let now = Timestamp::now().millis();
-        let news: Vec<NewDelivery> = events.iter().flat_map(|(_, d)| d.clone()).collect();
-        let refs: Vec<String> = events.iter().map(|(r, _)| r.to_string()).collect();
-        let store = self.clone();
+        let (store, events) = (self.clone(), events.to_vec());
         self.on_lane(async move {
-            let rows: Vec<DeliveryRow> = news.iter().map(DeliveryRow::unleased).collect();
             let mut tx = store.begin_write().await?;
-            let created = insert_deliveries(&mut tx, store.backend(), &rows, now)
-                .await?
-                .len();
-            for chunk in refs.chunks(DELIVERY_ROWS * 10) {
-                let mut marks = Marks::new(store.backend());
-                let sql = format!(
-                    "UPDATE events SET status = 'processed', processed_at = {} WHERE event_ref IN ({})",
-                    marks.next(),
-                    marks.list(chunk.len())
-                );
-                let mut args: Vec<Arg> = vec![now.into()];
-                args.extend(chunk.iter().map(Arg::from));
-                tx.execute(&sql, &args).await?;
-            }
+            let created = store.fan_out_in(&mut tx, &events).await?;
             tx.commit().await?;
             Ok(created)
         })
         .await
+    }
+
+    /// `fan_out`'s writes, inside `tx`.
+    pub(crate) async fn fan_out_in(
+        &self,
+        tx: &mut Tx,
+        events: &[(Ref, Vec<NewDelivery>)],
+    ) -> Result<usize, StoreError> {
+        let now = Timestamp::now().millis();
+        let rows: Vec<DeliveryRow> = events
+            .iter()
+            .flat_map(|(_, d)| d.iter().map(DeliveryRow::unleased))
+            .collect();
+        let created = insert_deliveries(tx, self.backend(), &rows, now)
+            .await?
+            .len();
+        for chunk in events.chunks(DELIVERY_ROWS * 10) {
+            let mut marks = Marks::new(self.backend());
+            let sql = format!(
+                "UPDATE events SET status = 'processed', processed_at = {} WHERE event_ref IN ({})",
+                marks.next(),
+                marks.list(chunk.len())
+            );
+            let mut args: Vec<Arg> = vec![now.into()];
+            args.extend(chunk.iter().map(|(r, _)| Arg::from(r.as_str())));
+            tx.execute(&sql, &args).await?;
+        }
+        Ok(created)
     }
 
     /// Leases up to `limit` due deliveries to `owner` until `lease_until`.

@@ -4,15 +4,18 @@
 //! delivery's dto version here; fields are shaped per attempt.
 //!
 //! Planning (`plan`) is a pure function of the event, the subscriptions and
-//! the endpoints' statuses; `Store::plan_fan_out` does the two reads it
-//! needs for a whole batch. Two writers use it: the intake, which fans
+//! the endpoints' statuses; `plan_fan_out` does the two reads it needs for
+//! a whole batch, inside the transaction that writes the deliveries. Two writers use it: the intake, which fans
 //! events out in the same transaction that accepts them, and
 //! `Store::fan_out_pending` for events that reached the queue another way
 //! (the outbox, a dispatcher that stopped between the two).
 
 use crate::dispatch::EventRecord;
+use crate::exec::Tx;
+use crate::webhooks::endpoints::{endpoint_versions_in, EndpointVersions};
+use crate::webhooks::subscriptions::subscriptions_for_types;
 use crate::webhooks::{json_col, to_json};
-use crate::{NewDelivery, Store, StoreError, SubscriptionRecord};
+use crate::{Backend, NewDelivery, Store, StoreError, SubscriptionRecord};
 use domain::webhook::shaping::{convert, converts, scope_holds, Scope};
 use domain::webhook::{catalogue, DeliveryStatus, EndpointStatus};
 use domain::{Ref, Timestamp};
@@ -21,9 +24,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The deliveries of each event, in the order of the events given.
 pub type Plan = Vec<(Ref, Vec<NewDelivery>)>;
-
-/// Endpoint references to their version and status, as read for a plan.
-pub type EndpointVersions = HashMap<String, (i64, EndpointStatus)>;
 
 /// An event as the fan-out reads it: its JSON columns as text, serialised
 /// once (by whoever accepts it, before the write lane: `Store::enqueue_event`)
@@ -96,51 +96,60 @@ impl Store {
         if events.is_empty() {
             return Ok(0);
         }
-        let (plan, _) = self.plan_fan_out(&events).await?;
-        self.fan_out(&plan).await
+        let store = self.clone();
+        self.on_lane(async move {
+            let mut tx = store.begin_write().await?;
+            let (plan, _) = plan_fan_out(&mut tx, store.backend(), &events).await?;
+            let created = store.fan_out_in(&mut tx, &plan).await?;
+            tx.commit().await?;
+            Ok(created)
+        })
+        .await
     }
+}
 
-    /// Reads the subscriptions and endpoint statuses `events` need (one
-    /// query each for the whole batch) and plans their deliveries; also
-    /// returns the endpoint versions read.
-    pub(crate) async fn plan_fan_out(
-        &self,
-        events: &[EventRow],
-    ) -> Result<(Plan, EndpointVersions), StoreError> {
-        let environments: BTreeSet<&str> =
-            events.iter().map(|e| e.environment_ref.as_str()).collect();
-        let types: BTreeSet<&str> = events
-            .iter()
-            .map(|e| e.public_event_type.as_str())
-            .collect();
-        let environments: Vec<&str> = environments.into_iter().collect();
-        let types: Vec<&str> = types.into_iter().collect();
-        let mut subscriptions: HashMap<(String, String), Vec<SubscriptionRecord>> = HashMap::new();
-        for (environment_ref, s) in self.subscriptions_for_types(&environments, &types).await? {
-            subscriptions
-                .entry((environment_ref, s.public_event_type.clone()))
-                .or_default()
-                .push(s);
-        }
-        let endpoint_refs: Vec<&Ref> = subscriptions
-            .values()
-            .flatten()
-            .map(|s| &s.endpoint_ref)
-            .collect();
-        let statuses = self.endpoint_versions(&endpoint_refs).await?;
-        let plan = events
-            .iter()
-            .map(|e| {
-                let key = (e.environment_ref.to_string(), e.public_event_type.clone());
-                let subs = subscriptions
-                    .get(&key)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default();
-                (e.event_ref.clone(), plan(e, subs, &statuses))
-            })
-            .collect();
-        Ok((plan, statuses))
+/// Reads the subscriptions and endpoint statuses `events` need (one query
+/// each for the whole batch) inside `tx`, the transaction that will write
+/// their deliveries, and plans them; also returns the endpoint versions
+/// read. On SQLite this runs on the write lane's connection: no statement
+/// waits for another thread.
+pub(crate) async fn plan_fan_out(
+    tx: &mut Tx,
+    backend: Backend,
+    events: &[EventRow],
+) -> Result<(Plan, EndpointVersions), StoreError> {
+    let environments: BTreeSet<&str> = events.iter().map(|e| e.environment_ref.as_str()).collect();
+    let types: BTreeSet<&str> = events
+        .iter()
+        .map(|e| e.public_event_type.as_str())
+        .collect();
+    let environments: Vec<&str> = environments.into_iter().collect();
+    let types: Vec<&str> = types.into_iter().collect();
+    let mut subscriptions: HashMap<(String, String), Vec<SubscriptionRecord>> = HashMap::new();
+    for (environment_ref, s) in subscriptions_for_types(tx, backend, &environments, &types).await? {
+        subscriptions
+            .entry((environment_ref, s.public_event_type.clone()))
+            .or_default()
+            .push(s);
     }
+    let endpoint_refs: Vec<&Ref> = subscriptions
+        .values()
+        .flatten()
+        .map(|s| &s.endpoint_ref)
+        .collect();
+    let statuses = endpoint_versions_in(tx, &endpoint_refs).await?;
+    let plan = events
+        .iter()
+        .map(|e| {
+            let key = (e.environment_ref.to_string(), e.public_event_type.clone());
+            let subs = subscriptions
+                .get(&key)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            (e.event_ref.clone(), plan(e, subs, &statuses))
+        })
+        .collect();
+    Ok((plan, statuses))
 }
 
 /// The deliveries of `event` among `subscriptions` (those of its

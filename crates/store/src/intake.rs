@@ -12,7 +12,7 @@
 
 use crate::dispatch::{insert_deliveries, DeliveryRow, EventRecord};
 use crate::exec::Arg;
-use crate::fanout::EventRow;
+use crate::fanout::{plan_fan_out, EventRow};
 use crate::handoff::HandedOver;
 use crate::marks::Marks;
 use crate::DeliveryRecord;
@@ -129,11 +129,15 @@ impl Store {
 
     /// Inserts events not accepted before and their deliveries, in one
     /// transaction; returns the references inserted. Subscriptions are read
-    /// for the whole batch before the write lock is taken. Deliveries due
-    /// now that this process's dispatcher has room for are born leased to
-    /// it and handed over after the commit (`crate::handoff`).
+    /// for the whole batch in that transaction: on SQLite, synchronously on
+    /// the lane's connection, where reading them through the pool first
+    /// cost two hops to another thread per group and let the intake's
+    /// writes wait on them. Deliveries due now that this process's
+    /// dispatcher has room for are born leased to it and handed over after
+    /// the commit (`crate::handoff`).
     async fn insert_events(&self, events: &[EventRow]) -> Result<HashSet<String>, StoreError> {
-        let (plan, versions) = self.plan_fan_out(events).await?;
+        let mut tx = self.begin_write().await?;
+        let (plan, versions) = plan_fan_out(&mut tx, self.backend(), events).await?;
         let handoff = self.handoff.get();
         let now = Timestamp::now();
         let mut new = HashSet::new();
@@ -149,7 +153,6 @@ impl Store {
                 );
             }
         }
-        let mut tx = self.begin_write().await?;
         for chunk in events.chunks(EVENT_ROWS) {
             let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())

@@ -1,6 +1,7 @@
 //! Webhook endpoints and their signing secret versions.
 
 use super::placeholders;
+use crate::exec::{int, text, Arg as ExecArg, Columns, Tx};
 use crate::page::{fetch_page, Arg, Page, PageRequest};
 use crate::service_accounts::opt_ts;
 use crate::{Store, StoreError};
@@ -215,31 +216,20 @@ impl Store {
     }
 
     /// Version and status of each endpoint in `refs` (any environment).
-    pub async fn endpoint_versions(
-        &self,
-        refs: &[&Ref],
-    ) -> Result<std::collections::HashMap<String, (i64, EndpointStatus)>, StoreError> {
-        let mut out = std::collections::HashMap::new();
+    pub async fn endpoint_versions(&self, refs: &[&Ref]) -> Result<EndpointVersions, StoreError> {
         if refs.is_empty() {
-            return Ok(out);
+            return Ok(EndpointVersions::new());
         }
-        let sql = format!(
-            "SELECT endpoint_ref, version, status FROM webhook_endpoints WHERE endpoint_ref IN ({})",
-            placeholders(1, refs.len())
-        );
+        let sql = versions_query(refs.len());
         let mut q = sqlx::query(&sql);
         for r in refs {
             q = q.bind(r.as_str().to_owned());
         }
-        for row in q.fetch_all(self.pool()).await? {
-            let status: String = row.try_get("status")?;
-            let status = EndpointStatus::parse(&status).ok_or(StoreError::Corrupt(status))?;
-            out.insert(
-                row.try_get("endpoint_ref")?,
-                (row.try_get("version")?, status),
-            );
-        }
-        Ok(out)
+        q.fetch_all(self.pool())
+            .await?
+            .iter()
+            .map(version_entry)
+            .collect()
     }
 
     /// Moves an endpoint to `status` if it is still at its read version.
@@ -335,4 +325,37 @@ impl Store {
         self.endpoint(&current.environment_ref, &current.endpoint_ref)
             .await
     }
+}
+
+/// Endpoint references to their version and status.
+pub type EndpointVersions = std::collections::HashMap<String, (i64, EndpointStatus)>;
+
+fn versions_query(n: usize) -> String {
+    format!(
+        "SELECT endpoint_ref, version, status FROM webhook_endpoints WHERE endpoint_ref IN ({})",
+        placeholders(1, n)
+    )
+}
+
+fn version_entry(row: &impl Columns) -> Result<(String, (i64, EndpointStatus)), StoreError> {
+    let status = text(row, "status")?;
+    let status = EndpointStatus::parse(&status).ok_or(StoreError::Corrupt(status))?;
+    Ok((text(row, "endpoint_ref")?, (int(row, "version")?, status)))
+}
+
+/// `Store::endpoint_versions`, read inside `tx` (the fan-out plans in the
+/// transaction that writes its deliveries).
+pub(crate) async fn endpoint_versions_in(
+    tx: &mut Tx,
+    refs: &[&Ref],
+) -> Result<EndpointVersions, StoreError> {
+    if refs.is_empty() {
+        return Ok(EndpointVersions::new());
+    }
+    let args: Vec<ExecArg> = refs.iter().map(|r| r.as_str().into()).collect();
+    tx.fetch(&versions_query(refs.len()), &args)
+        .await?
+        .iter()
+        .map(version_entry)
+        .collect()
 }

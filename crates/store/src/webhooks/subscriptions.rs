@@ -2,10 +2,10 @@
 //! an endpoint receives.
 
 use super::{json_col, to_json};
-use crate::{Store, StoreError};
+use crate::exec::{int, text, Arg, Columns, Tx};
+use crate::{Backend, Store, StoreError};
 use domain::webhook::ScopeType;
 use domain::{Ref, Timestamp};
-use sqlx::Row;
 
 #[derive(Debug, Clone)]
 pub struct SubscriptionRecord {
@@ -27,17 +27,49 @@ pub struct NewSubscription<'a> {
     pub custom_field_refs: &'a [String],
 }
 
-fn from_row(row: &sqlx::any::AnyRow) -> Result<SubscriptionRecord, StoreError> {
-    let scope_type: String = row.try_get("scope_type")?;
+fn from_row(row: &impl Columns) -> Result<SubscriptionRecord, StoreError> {
+    let scope_type = text(row, "scope_type")?;
     Ok(SubscriptionRecord {
-        endpoint_ref: Ref::from_trusted(row.try_get("endpoint_ref")?),
-        public_event_type: row.try_get("public_event_type")?,
+        endpoint_ref: Ref::from_trusted(text(row, "endpoint_ref")?),
+        public_event_type: text(row, "public_event_type")?,
         scope_type: ScopeType::parse(&scope_type).ok_or_else(|| StoreError::Corrupt(scope_type))?,
-        scope_ref: row.try_get("scope_ref")?,
-        dto_version: row.try_get::<i64, _>("dto_version")? as u32,
+        scope_ref: text(row, "scope_ref")?,
+        dto_version: int(row, "dto_version")? as u32,
         custom_field_refs: json_col(row, "custom_field_refs")?,
-        created_at: Timestamp::from_millis(row.try_get("created_at")?),
+        created_at: Timestamp::from_millis(int(row, "created_at")?),
     })
+}
+
+/// The subscriptions (with their environment) to any of `types` in any of
+/// `environments`, in one read inside `tx`: a fan-out batch asks for all its
+/// (environment, type) pairs at once and picks them out of the result, in
+/// the transaction that writes its deliveries.
+pub(crate) async fn subscriptions_for_types(
+    tx: &mut Tx,
+    backend: Backend,
+    environments: &[&str],
+    types: &[&str],
+) -> Result<Vec<(String, SubscriptionRecord)>, StoreError> {
+    if environments.is_empty() || types.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut marks = crate::marks::Marks::new(backend);
+    let sql = format!(
+        "SELECT * FROM webhook_subscriptions WHERE environment_ref IN ({}) \
+         AND public_event_type IN ({}) ORDER BY endpoint_ref, created_at",
+        marks.list(environments.len()),
+        marks.list(types.len())
+    );
+    let args: Vec<Arg> = environments
+        .iter()
+        .chain(types)
+        .map(|v| (*v).into())
+        .collect();
+    tx.fetch(&sql, &args)
+        .await?
+        .iter()
+        .map(|row| Ok((text(row, "environment_ref")?, from_row(row)?)))
+        .collect()
 }
 
 impl Store {
@@ -85,34 +117,5 @@ impl Store {
         .fetch_all(self.pool())
         .await?;
         rows.iter().map(from_row).collect()
-    }
-
-    /// Every subscription of an environment to `public_event_type`, for fan-out.
-    /// The subscriptions (with their environment) to any of `types` in any
-    /// of `environments`, in one read: a fan-out batch asks for all its
-    /// (environment, type) pairs at once and picks them out of the result.
-    pub async fn subscriptions_for_types(
-        &self,
-        environments: &[&str],
-        types: &[&str],
-    ) -> Result<Vec<(String, SubscriptionRecord)>, StoreError> {
-        if environments.is_empty() || types.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut marks = crate::marks::Marks::new(self.backend());
-        let sql = format!(
-            "SELECT * FROM webhook_subscriptions WHERE environment_ref IN ({}) \
-             AND public_event_type IN ({}) ORDER BY endpoint_ref, created_at",
-            marks.list(environments.len()),
-            marks.list(types.len())
-        );
-        let mut q = sqlx::query(&sql);
-        for v in environments.iter().chain(types) {
-            q = q.bind(*v);
-        }
-        let rows = q.fetch_all(self.pool()).await?;
-        rows.iter()
-            .map(|row| Ok((row.try_get("environment_ref")?, from_row(row)?)))
-            .collect()
     }
 }
