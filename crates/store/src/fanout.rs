@@ -10,16 +10,15 @@
 //! `Store::fan_out_pending` for events that reached the queue another way
 //! (the outbox, a dispatcher that stopped between the two).
 
-use crate::dispatch::EventRecord;
+use crate::dispatch::{event_from_row, EventRecord};
 use crate::exec::Tx;
 use crate::webhooks::endpoints::{endpoint_versions_in, EndpointVersions};
 use crate::webhooks::subscriptions::subscriptions_for_types;
-use crate::webhooks::{json_col, to_json};
+use crate::webhooks::to_json;
 use crate::{Backend, NewDelivery, Store, StoreError, SubscriptionRecord};
 use domain::webhook::shaping::{convert, converts, scope_holds, Scope};
 use domain::webhook::{catalogue, DeliveryStatus, EndpointStatus};
 use domain::{Ref, Timestamp};
-use sqlx::Row;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// The deliveries of each event, in the order of the events given.
@@ -54,18 +53,6 @@ impl From<&EventRecord> for EventRow {
 }
 
 impl EventRow {
-    fn from_row(row: &sqlx::any::AnyRow) -> Result<EventRow, StoreError> {
-        Ok(EventRow {
-            event_ref: Ref::from_trusted(row.try_get("event_ref")?),
-            environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
-            public_event_type: row.try_get("public_event_type")?,
-            occurred_at: Timestamp::from_millis(row.try_get("occurred_at")?),
-            scope: json_col(row, "scope")?,
-            scope_json: row.try_get("scope")?,
-            data_json: row.try_get("data")?,
-        })
-    }
-
     /// Its data in the shape of `to` (from the shape of `from`), as JSON
     /// text: the text itself unless the two shapes differ.
     fn data_as(&self, from: u32, to: u32) -> String {
@@ -91,7 +78,7 @@ impl Store {
         .await?;
         let events = rows
             .iter()
-            .map(EventRow::from_row)
+            .map(|row| event_from_row(row).map(|e| EventRow::from(&e)))
             .collect::<Result<Vec<_>, _>>()?;
         if events.is_empty() {
             return Ok(0);
