@@ -5,12 +5,13 @@
 //!
 //! Planning (`plan`) is a pure function of the event, the subscriptions and
 //! the endpoints' statuses; `plan_fan_out` does the two reads it needs for
-//! a whole batch, inside the transaction that writes the deliveries. Two writers use it: the intake, which fans
-//! events out in the same transaction that accepts them, and
+//! a whole batch, inside the transaction that writes the deliveries. Two
+//! writers use it: the intake, which fans events out in the same
+//! transaction that accepts them, and
 //! `Store::fan_out_pending` for events that reached the queue another way
 //! (the outbox, a dispatcher that stopped between the two).
 
-use crate::dispatch::{event_from_row, EventRecord};
+use crate::dispatch::EventRecord;
 use crate::exec::Tx;
 use crate::webhooks::endpoints::{endpoint_versions_in, EndpointVersions};
 use crate::webhooks::subscriptions::subscriptions_for_types;
@@ -71,15 +72,12 @@ impl Store {
     /// Fans out up to `limit` pending events; returns how many deliveries
     /// were created.
     pub async fn fan_out_pending(&self, limit: u32) -> Result<usize, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT * FROM events WHERE status = 'pending' ORDER BY received_at, event_ref LIMIT {limit}"
-        ))
-        .fetch_all(self.pool())
-        .await?;
-        let events = rows
+        let events: Vec<EventRow> = self
+            .pending_events(limit)
+            .await?
             .iter()
-            .map(|row| event_from_row(row).map(|e| EventRow::from(&e)))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(EventRow::from)
+            .collect();
         if events.is_empty() {
             return Ok(0);
         }

@@ -28,9 +28,9 @@ const EVENT_ROWS: usize = 100;
 
 type Reply = oneshot::Sender<Result<bool, String>>;
 
-/// Group writes in flight at once: one can plan its fan-out (reads) while
-/// the other writes, and the events that arrive meanwhile gather for the
-/// next.
+/// Group writes in flight at once: while one writes, the next has taken its
+/// batch and waits for the writer, and the events that arrive meanwhile
+/// gather for the one after.
 const TURNS: usize = 2;
 
 /// Events waiting for the next group write, and the turns to write one.
