@@ -130,15 +130,8 @@ impl Store {
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
                         if backend == Backend::Sqlite {
-                            // `page_size` takes effect only in a new
-                            // database (before WAL mode). A delivery row
-                            // with its payload is over 1 KiB: with 8 KiB
-                            // pages instead of 4 KiB, fewer splits and WAL
-                            // frames per row (the dispatch benchmark's live
-                            // phase: ~220 -> ~200 us of CPU per delivery).
                             conn.execute(
-                                "PRAGMA page_size = 8192; PRAGMA journal_mode = WAL; \
-                                 PRAGMA synchronous = NORMAL; \
+                                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
                                  PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON; \
                                  PRAGMA temp_store = MEMORY; \
                                  PRAGMA wal_autocheckpoint = 0;",
