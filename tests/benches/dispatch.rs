@@ -14,8 +14,9 @@
 //!      result recorded as `succeeded`).
 //!    - live: the dispatcher runs while the events are published; measured
 //!      from the first publish until the receivers counted every delivery.
-//!    In both, the events' envelopes are serialised before the clock starts
-//!    (as the bare loop's bodies are): only their acceptance is measured.
+//!      In both, the events' envelopes are serialised before the clock
+//!      starts (as the bare loop's bodies are): only their acceptance is
+//!      measured.
 //!    - bare: a plain reqwest loop POSTs the same kind of signed bodies
 //!      (shaped, serialised and signed with `domain::webhook`) to the same
 //!      receivers with the dispatcher's concurrency (per endpoint
