@@ -205,30 +205,11 @@ async fn redrive_delivers_generation_two(app: TestApp) {
     assert_eq!(got[0].header("webhook-id"), got[1].header("webhook-id"));
 }
 
-async fn pause_holds_and_resume_releases(app: TestApp) {
-    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
-    let (endpoint, _) = app
-        .subscribed_endpoint(&receiver.url(), "invoice.paid", 1)
-        .await;
-    let pause = app
-        .req(
-            "POST",
-            &format!("/api/v1/webhook_endpoints/{endpoint}/pause"),
-        )
-        .idem(&unique_key())
-        .if_match("*")
-        .json(&json!({}))
-        .send()
-        .await;
-    pause.expect(200);
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
-    app.publish("invoice.paid", json!({})).await;
-    settled(&app, &endpoint, "held").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(receiver.count(), 0, "held deliveries are not sent");
+/// Pauses or resumes the endpoint (`action`: `pause` or `resume`).
+async fn set_paused(app: &TestApp, endpoint: &str, action: &str) {
     app.req(
         "POST",
-        &format!("/api/v1/webhook_endpoints/{endpoint}/resume"),
+        &format!("/api/v1/webhook_endpoints/{endpoint}/{action}"),
     )
     .idem(&unique_key())
     .if_match("*")
@@ -236,9 +217,49 @@ async fn pause_holds_and_resume_releases(app: TestApp) {
     .send()
     .await
     .expect(200);
+}
+
+async fn pause_holds_and_resume_releases(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "invoice.paid", 1)
+        .await;
+    set_paused(&app, &endpoint, "pause").await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    app.publish("invoice.paid", json!({})).await;
+    settled(&app, &endpoint, "held").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(receiver.count(), 0, "held deliveries are not sent");
+    set_paused(&app, &endpoint, "resume").await;
     settled(&app, &endpoint, "succeeded").await;
     dispatcher.shutdown().await;
     assert_eq!(receiver.count(), 1);
+}
+
+/// Deliveries claimed while their endpoint was at its limit wait in the
+/// dispatcher for a free slot; a pause made meanwhile holds them too.
+async fn a_pause_holds_deliveries_waiting_for_a_slot(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Hang(Duration::from_millis(800))).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "invoice.paid", 1)
+        .await;
+    let mut settings = app.dispatch_settings("0s");
+    settings.max_in_flight_per_endpoint = 1;
+    let dispatcher = app.start_dispatcher(settings);
+    for _ in 0..3 {
+        app.publish("invoice.paid", json!({})).await;
+    }
+    app.eventually(10, || async { (receiver.count() == 1).then_some(()) })
+        .await;
+    set_paused(&app, &endpoint, "pause").await;
+    // The first attempt ends 800 ms after it began; the other two must
+    // not follow it.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(receiver.count(), 1, "nothing is sent after the pause");
+    set_paused(&app, &endpoint, "resume").await;
+    app.eventually(20, || async { (receiver.count() == 3).then_some(()) })
+        .await;
+    dispatcher.shutdown().await;
 }
 
 async fn test_send_goes_out(app: TestApp) {
@@ -517,6 +538,7 @@ backend_tests!(
     failures_retry_on_schedule_then_fail,
     redrive_delivers_generation_two,
     pause_holds_and_resume_releases,
+    a_pause_holds_deliveries_waiting_for_a_slot,
     test_send_goes_out,
     retry_after_is_honoured,
     gone_disables_the_endpoint,

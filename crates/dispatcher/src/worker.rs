@@ -36,9 +36,13 @@ const CLAIM_WINDOW: Duration = Duration::from_millis(3);
 const BUSY_RETRY: Duration = Duration::from_millis(100);
 
 /// Longest a claimed delivery waits here for its endpoint's next free slot
-/// (`Carried`) before it is given back: far inside its lease, and short
-/// enough that a pause or a revoked grant is seen at its next claim.
+/// (`Carried`) before it is given back: far inside its lease.
 const CARRY_FOR: Duration = Duration::from_secs(1);
+
+/// Oldest the endpoint versions a carried delivery starts with may be: a
+/// pause, a revoked grant or a rotated secret seen by a write this long ago
+/// applies to it (`Carried::refresh`), as it does to a claimed one.
+const CARRIED_FRESH: Duration = Duration::from_millis(50);
 
 /// Claimed deliveries whose endpoint was at its limit, kept (leased) for
 /// its next free slot instead of being given back: a claim of a whole batch
@@ -50,11 +54,54 @@ const CARRY_FOR: Duration = Duration::from_secs(1);
 struct Carried {
     waiting: std::collections::VecDeque<(DeliveryRecord, i64, Instant)>,
     per_endpoint: std::collections::HashMap<String, usize>,
+    /// When the carried deliveries' endpoint versions were last read.
+    read_at: Option<Instant>,
 }
 
 impl Carried {
     fn len(&self) -> usize {
         self.waiting.len()
+    }
+
+    /// Brings the carried deliveries' endpoint versions up to date if they
+    /// were read more than `CARRIED_FRESH` ago: a delivery carried for an
+    /// endpoint that is no longer active comes back as `Err` (to be held),
+    /// and the others take the newest version. A failed read leaves them
+    /// as they are; the next round tries again.
+    async fn refresh(&mut self, store: &Store) -> Vec<domain::Ref> {
+        if self.waiting.is_empty() || self.read_at.is_some_and(|t| t.elapsed() < CARRIED_FRESH) {
+            return Vec::new();
+        }
+        let refs: Vec<&domain::Ref> = self
+            .waiting
+            .iter()
+            .map(|(d, _, _)| &d.endpoint_ref)
+            .collect();
+        let versions = match store.endpoint_versions(&refs).await {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading carried deliveries' endpoint versions failed");
+                return Vec::new();
+            }
+        };
+        self.read_at = Some(Instant::now());
+        let mut inactive = Vec::new();
+        let mut kept = std::collections::VecDeque::with_capacity(self.waiting.len());
+        for (delivery, version, since) in self.waiting.drain(..) {
+            match versions.get(delivery.endpoint_ref.as_str()) {
+                Some(&(current, EndpointStatus::Active)) => {
+                    kept.push_back((delivery, version.max(current), since));
+                }
+                _ => {
+                    if let Some(n) = self.per_endpoint.get_mut(delivery.endpoint_ref.as_str()) {
+                        *n = n.saturating_sub(1);
+                    }
+                    inactive.push(delivery.delivery_ref);
+                }
+            }
+        }
+        self.waiting = kept;
+        inactive
     }
 
     /// Keeps `delivery` if there is room for it; otherwise returns its
@@ -75,11 +122,18 @@ impl Carried {
         }
         *count += 1;
         self.waiting.push_back((delivery, version, Instant::now()));
+        // A delivery kept here was just claimed with its endpoint's version
+        // read, or was refreshed within `CARRIED_FRESH`.
+        self.read_at.get_or_insert_with(Instant::now);
         Ok(())
     }
 
     fn take_all(&mut self) -> Vec<(DeliveryRecord, i64, Instant)> {
         self.per_endpoint.clear();
+        if self.waiting.is_empty() {
+            // The next carried ones were read with their claim.
+            self.read_at = None;
+        }
         self.waiting.drain(..).collect()
     }
 }
@@ -204,7 +258,12 @@ impl Dispatcher {
             while let Ok(h) = handed.try_recv() {
                 self.start_handed(h, &mut cache, slots, &results).await;
             }
-            let mut back = Vec::new();
+            let mut back: Vec<_> = carried
+                .refresh(&self.store)
+                .await
+                .into_iter()
+                .map(|d| (d, None))
+                .collect();
             for (delivery, version, since) in carried.take_all() {
                 if since.elapsed() > CARRY_FOR {
                     back.push((delivery.delivery_ref, Some(Duration::ZERO)));
