@@ -59,6 +59,8 @@ pub struct TestApp {
     pub client: reqwest::Client,
     pub store: Store,
     pub backend: Backend,
+    /// The store's database URL, for tests that look at rows no API shows.
+    pub database_url: String,
     /// The bootstrap admin of the sandbox environment.
     pub sandbox: BootstrappedEnvironment,
     /// The bootstrap admin of the live environment.
@@ -108,6 +110,7 @@ impl TestApp {
             }
         };
         let store = Store::connect(&url).await.expect("store opens");
+        let database_url = url.clone();
         store.migrate().await.expect("migrations apply");
         let boot = bootstrap(&store).await.expect("bootstrap");
         let mut envs = boot.environments.into_iter();
@@ -126,6 +129,7 @@ impl TestApp {
             client: reqwest::Client::new(),
             store,
             backend,
+            database_url,
             sandbox,
             live,
             cipher,

@@ -139,6 +139,65 @@ async fn duplicates_are_processed_once(app: TestApp) {
     assert_eq!(receiver.count(), 1);
 }
 
+/// The `(status, data)` of the queued event `event_ref`, read straight from
+/// the store's `events` table (no API shows it).
+async fn queued_event(app: &TestApp, event_ref: &str) -> (String, Option<String>) {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&app.database_url)
+        .await
+        .expect("database");
+    let row: (String, Option<String>) =
+        sqlx::query_as("SELECT status, data FROM events WHERE event_ref = $1")
+            .bind(event_ref)
+            .fetch_one(&pool)
+            .await
+            .expect("the event is queued");
+    pool.close().await;
+    row
+}
+
+/// The queue keeps an event's data only until the event is fanned out: the
+/// deliveries carry it from then on.
+async fn an_events_data_is_kept_only_until_its_fan_out(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    app.subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    // Accepted by the intake: fanned out in the same transaction.
+    let accepted = app.publish("payment.succeeded", payment()).await;
+    assert_eq!(
+        queued_event(&app, &accepted).await,
+        ("processed".to_owned(), None)
+    );
+    // Relayed from the outbox: pending, with its data, until the fan-out.
+    let (relayed, envelope) = app.envelope("payment.succeeded", payment());
+    let event = dispatcher::intake::parse(envelope.as_bytes()).expect("a valid event");
+    app.store
+        .emit_events(std::slice::from_ref(&event))
+        .await
+        .unwrap();
+    app.store
+        .outbox_to_queue(&[&event.event_ref])
+        .await
+        .unwrap();
+    let (status, data) = queued_event(&app, &relayed).await;
+    assert_eq!(status, "pending");
+    let data: Value = serde_json::from_str(&data.expect("data kept")).unwrap();
+    assert_eq!(data, payment());
+    assert_eq!(app.store.fan_out_pending(10).await.unwrap(), 1);
+    assert_eq!(
+        queued_event(&app, &relayed).await,
+        ("processed".to_owned(), None)
+    );
+    // Both deliveries still go out with the event's data.
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    app.eventually(20, || async { (receiver.count() == 2).then_some(()) })
+        .await;
+    dispatcher.shutdown().await;
+    for got in receiver.received() {
+        assert_eq!(got.json()["data"]["payment"], payment()["payment"]);
+    }
+}
+
 async fn failures_retry_on_schedule_then_fail(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(500)).await;
     let (endpoint, _) = app
@@ -535,6 +594,7 @@ backend_tests!(
     emitted_events_leave_through_the_outbox,
     delivered_signed_and_recorded,
     duplicates_are_processed_once,
+    an_events_data_is_kept_only_until_its_fan_out,
     failures_retry_on_schedule_then_fail,
     redrive_delivers_generation_two,
     pause_holds_and_resume_releases,

@@ -144,8 +144,8 @@ impl Store {
         rows.iter().map(event_from_row).collect()
     }
 
-    /// Records events' deliveries and marks the events processed, in one
-    /// transaction. A delivery that exists already (same event, endpoint and
+    /// Records events' deliveries and marks the events processed (which
+    /// drops their data: the deliveries carry it), in one transaction. A delivery that exists already (same event, endpoint and
     /// dto version) is left as it is, so fanning out twice is harmless.
     pub async fn fan_out(&self, events: &[(Ref, Vec<NewDelivery>)]) -> Result<usize, StoreError> {
         let (store, events) = (self.clone(), events.to_vec());
@@ -175,7 +175,8 @@ impl Store {
         for chunk in events.chunks(DELIVERY_ROWS * 10) {
             let mut marks = Marks::new(self.backend());
             let sql = format!(
-                "UPDATE events SET status = 'processed', processed_at = {} WHERE event_ref IN ({})",
+                "UPDATE events SET status = 'processed', processed_at = {}, data = NULL \
+                 WHERE event_ref IN ({})",
                 marks.next(),
                 marks.list(chunk.len())
             );

@@ -23,7 +23,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
-/// Event rows per INSERT statement (8 values each).
+/// Event rows per INSERT statement (7 values each).
 const EVENT_ROWS: usize = 100;
 
 type Reply = oneshot::Sender<Result<bool, String>>;
@@ -157,18 +157,20 @@ impl Store {
             let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
                 .map(|_| {
-                    let columns = marks.list(6);
+                    let columns = marks.list(5);
                     let (received, processed) = (marks.next(), marks.next());
                     format!("({columns}, 'processed', {received}, {processed})")
                 })
                 .collect();
+            // Processed at once, so without its data: the deliveries
+            // written below carry it (migration 0010).
             let sql = format!(
                 "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, \
-                 data, status, received_at, processed_at) VALUES {} \
+                 status, received_at, processed_at) VALUES {} \
                  ON CONFLICT (event_ref) DO NOTHING RETURNING event_ref",
                 rows.join(", ")
             );
-            let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 8);
+            let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 7);
             for e in chunk {
                 args.extend::<[Arg; _]>([
                     e.event_ref.as_str().into(),
@@ -176,7 +178,6 @@ impl Store {
                     e.public_event_type.as_str().into(),
                     e.occurred_at.millis().into(),
                     e.scope_json.as_str().into(),
-                    e.data_json.as_str().into(),
                     now.millis().into(),
                     now.millis().into(),
                 ]);
