@@ -155,7 +155,7 @@ impl Store {
         let alive = Arc::new(());
         if backend == Backend::Sqlite {
             // Automatic checkpoints are off on every connection (above).
-            checkpoint::spawn(pool.clone(), &alive);
+            checkpoint::spawn(pool.clone(), writer.clone(), &alive);
         }
         Ok(Store {
             pool,
