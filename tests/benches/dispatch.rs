@@ -1192,9 +1192,9 @@ async fn seed_backlog(
 /// prints the ceiling these costs alone put on the throughput ratios: on
 /// cores kept busy, a delivery costs at least the bare request plus its
 /// store work, so `ratio <= bare / (bare + store)` whatever else the
-/// dispatcher does. The live path pays the intake and the record (a fresh
-/// delivery is handed over, not claimed); the drain pays the claim and the
-/// record.
+/// dispatcher does. The live path pays the intake (the envelope's parsing
+/// and the group write) and the record (a fresh delivery is handed over,
+/// not claimed); the drain pays the claim and the record.
 async fn store_costs(cfg: &Config, summary: &mut Summary) {
     let app = Arc::new(TestApp::spawn(Backend::Sqlite).await);
     let kind = kinds()
@@ -1302,7 +1302,7 @@ async fn store_costs(cfg: &Config, summary: &mut Summary) {
         let live = intake_us + us(record);
         let drain = us(claim) + us(record);
         println!(
-            "   ceiling from the store alone, bare request {bare:.0} us of CPU: live (intake {intake_us:.0} + record {:.0} us) <= {:.2}; drain (claim {:.0} + record {:.0} us) <= {:.2}",
+            "   ceiling from these costs alone, bare request {bare:.0} us of CPU: live (intake {intake_us:.0} + record {:.0} us) <= {:.2}; drain (claim {:.0} + record {:.0} us) <= {:.2}",
             us(record),
             ceiling(live),
             us(claim),
