@@ -978,22 +978,24 @@ async fn memory(cfg: &Config, summary: &mut Summary) {
     // Queries the dispatcher runs against a big backlog: the first call
     // (cold caches) and the best of the next four.
     let endpoint = Ref::from_trusted(failing_ref.clone());
-    let mut times = [[Duration::ZERO; 5]; 3];
-    for i in 0..5 {
+    // One round per row; one query per column.
+    let mut rounds = [[Duration::ZERO; 3]; 5];
+    for round in &mut rounds {
         let t = Instant::now();
         let _ = app.store.endpoint_failing_since(&endpoint).await;
-        times[0][i] = t.elapsed();
+        round[0] = t.elapsed();
         let t = Instant::now();
         let _ = app.store.recent_attempt_outcomes(&endpoint, 100).await;
-        times[1][i] = t.elapsed();
+        round[1] = t.elapsed();
         let t = Instant::now();
         let _ = app
             .store
             .claim_due_deliveries("bench-probe", Timestamp::now(), Timestamp::now(), 256)
             .await;
-        times[2][i] = t.elapsed();
+        round[2] = t.elapsed();
     }
-    let [failing_since, outcomes, claim] = times.map(|t| {
+    let [failing_since, outcomes, claim] = [0, 1, 2].map(|q| {
+        let t: Vec<Duration> = rounds.iter().map(|r| r[q]).collect();
         let warm = t[1..].iter().min().copied().unwrap_or_default();
         format!(
             "{:.1} ms first, {:.2} ms warm",
