@@ -54,11 +54,7 @@ impl Lane {
                 | rusqlite::OpenFlags::SQLITE_OPEN_URI,
         )?;
         // As the pools' connections (`Store::connect`).
-        connection.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-             PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON; \
-             PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 0;",
-        )?;
+        connection.execute_batch(crate::SQLITE_PRAGMAS)?;
         connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -86,6 +86,16 @@ pub struct Store {
     _alive: Arc<()>,
 }
 
+/// How every SQLite connection of the store is set up (the pools' and the
+/// write lane's): WAL, a busy timeout of `BUSY_TIMEOUT`, foreign keys, and
+/// no automatic checkpoints (`checkpoint.rs` runs them).
+pub(crate) const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+     PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON; \
+     PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 0;";
+
+/// The busy timeout set by `SQLITE_PRAGMAS`.
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
+
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -130,13 +140,7 @@ impl Store {
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
                         if backend == Backend::Sqlite {
-                            conn.execute(
-                                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
-                                 PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON; \
-                                 PRAGMA temp_store = MEMORY; \
-                                 PRAGMA wal_autocheckpoint = 0;",
-                            )
-                            .await?;
+                            conn.execute(SQLITE_PRAGMAS).await?;
                         }
                         Ok(())
                     })
