@@ -293,12 +293,9 @@ impl Dispatcher {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "claiming due deliveries failed");
-                    if let Some(h) = self
-                        .idle(shutdown, handed, Duration::from_millis(500))
-                        .await
-                    {
-                        self.start_handed(h, &mut cache, slots, &results).await;
-                    }
+                    let wait = Duration::from_millis(500);
+                    self.idle(shutdown, handed, wait, (&mut cache, slots, &results))
+                        .await;
                     continue;
                 }
             };
@@ -308,9 +305,8 @@ impl Dispatcher {
                     0 => self.settings.poll_interval,
                     _ => Duration::from_millis(2).min(self.settings.poll_interval),
                 };
-                if let Some(h) = self.idle(shutdown, handed, wait).await {
-                    self.start_handed(h, &mut cache, slots, &results).await;
-                }
+                self.idle(shutdown, handed, wait, (&mut cache, slots, &results))
+                    .await;
                 continue;
             }
             let drained = claimed.len() < free as usize;
@@ -522,19 +518,42 @@ impl Dispatcher {
         }
     }
 
-    /// Waits for `wait`, new work (a wake-up or a hand-over, returned to be
-    /// started) or shutdown.
+    /// Waits for `wait`, a wake-up (work was left in the store) or
+    /// shutdown, starting the hand-overs that arrive meanwhile. A hand-over
+    /// does not end the wait: it needs no claim, and ending the wait for
+    /// each one made a claim (a read of the store) per event under a light
+    /// load.
     async fn idle(
         &self,
         shutdown: &CancellationToken,
         handed: &mut mpsc::UnboundedReceiver<HandedOver>,
         wait: Duration,
-    ) -> Option<HandedOver> {
-        tokio::select! {
-            _ = shutdown.cancelled() => None,
-            _ = self.wake.notified() => None,
-            h = handed.recv() => h,
-            _ = tokio::time::sleep(wait) => None,
+        (cache, slots, results): (
+            &mut EndpointCache,
+            &Arc<Slots>,
+            &mpsc::Sender<store::AttemptResult>,
+        ),
+    ) {
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            let h = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = self.wake.notified() => return,
+                _ = tokio::time::sleep_until(until) => return,
+                h = handed.recv() => match h {
+                    Some(h) => h,
+                    // The store dropped the hand-off: poll as before.
+                    None => {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => {}
+                            _ = self.wake.notified() => {}
+                            _ = tokio::time::sleep_until(until) => {}
+                        }
+                        return;
+                    }
+                },
+            };
+            self.start_handed(h, cache, slots, results).await;
         }
     }
 }

@@ -102,6 +102,8 @@ impl Store {
         let written = self.on_lane(async move {
             let (events, replies): (Vec<EventRow>, Vec<Reply>) = batch.into_iter().unzip();
             let outcome = store.insert_events(&events).await;
+            let left_due = matches!(outcome, Ok((_, true)));
+            let outcome = outcome.map(|(new, _)| new);
             let mut answered = HashSet::new();
             for (e, reply) in events.iter().zip(replies) {
                 let _ =
@@ -113,7 +115,9 @@ impl Store {
                     });
             }
             drop(turn);
-            if outcome.as_ref().is_ok_and(|new| !new.is_empty()) {
+            // Deliveries handed over need no claim: the dispatcher is woken
+            // (and claims) only for those left due in the store.
+            if left_due {
                 store.enqueued.notify_one();
             }
             Ok(())
@@ -135,7 +139,13 @@ impl Store {
     /// writes wait on them. Deliveries due now that this process's
     /// dispatcher has room for are born leased to it and handed over after
     /// the commit (`crate::handoff`).
-    async fn insert_events(&self, events: &[EventRow]) -> Result<HashSet<String>, StoreError> {
+    ///
+    /// Also returns whether any delivery was left due in the store (not
+    /// handed over) for a claim to find.
+    async fn insert_events(
+        &self,
+        events: &[EventRow],
+    ) -> Result<(HashSet<String>, bool), StoreError> {
         let mut tx = self.begin_write().await?;
         let (plan, versions) = plan_fan_out(&mut tx, self.backend(), events).await?;
         let handoff = self.handoff.get();
@@ -209,6 +219,11 @@ impl Store {
         }
         let created = insert_deliveries(&mut tx, self.backend(), &rows, now.millis()).await?;
         tx.commit().await?;
+        let left_due = rows.iter().any(|r| {
+            r.lease.is_none()
+                && r.new.status == DeliveryStatus::Pending
+                && created.contains(r.delivery_ref.as_str())
+        });
         if let Some(h) = &handoff {
             let handed: Vec<HandedOver> = tickets
                 .into_iter()
@@ -228,7 +243,7 @@ impl Store {
                 h.take(handed);
             }
         }
-        Ok(new)
+        Ok((new, left_due))
     }
 }
 

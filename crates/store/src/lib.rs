@@ -69,9 +69,11 @@ pub struct Store {
     pool: AnyPool,
     writer: AnyPool,
     backend: Backend,
-    /// Signalled when this process accepts an event into the embedded
-    /// queue, so an in-process fan-out starts at once instead of at its
-    /// next poll. Other processes still find the event by polling.
+    /// Signalled when this process leaves work for a dispatcher in the
+    /// store: events waiting for their fan-out (the outbox relay's) or
+    /// deliveries due now that the intake did not hand over, so an
+    /// in-process dispatcher starts at once instead of at its next poll.
+    /// Other processes still find them by polling.
     enqueued: Arc<tokio::sync::Notify>,
     /// Concurrent `enqueue_event` calls share one transaction.
     intake: Arc<intake::GroupCommit>,
@@ -240,7 +242,8 @@ impl Store {
         })
     }
 
-    /// Notified each time this process accepts a new event (see `enqueued`).
+    /// Notified each time this process leaves events or due deliveries in
+    /// the store for a dispatcher (see `enqueued`).
     pub fn events_enqueued(&self) -> Arc<tokio::sync::Notify> {
         self.enqueued.clone()
     }
