@@ -2,9 +2,12 @@
 //! per-endpoint concurrency limits and circuit breakers, runs attempts
 //! concurrently, and hands results to the recorder.
 //!
-//! Fairness: a delivery whose endpoint is at its limit or behind an open
-//! circuit is given back at once (due a little later), so a slow or failing
-//! endpoint holds at most its own slots and never delays healthy ones.
+//! Fairness: a delivery whose endpoint is behind an open circuit is given
+//! back at once (due a little later); one whose endpoint is at its limit
+//! waits here for that endpoint's next slot, for at most a second and
+//! within a claim batch in all (`Carried`), then goes back. A slow or
+//! failing endpoint holds at most its own slots and never delays healthy
+//! ones.
 //!
 //! Shutdown: stop leasing, let in-flight attempts finish (their leases
 //! expire if the process is killed first), flush the recorder.
@@ -64,9 +67,9 @@ impl Carried {
     }
 
     /// Brings the carried deliveries' endpoint versions up to date if they
-    /// were read more than `CARRIED_FRESH` ago: a delivery carried for an
-    /// endpoint that is no longer active comes back as `Err` (to be held),
-    /// and the others take the newest version. A failed read leaves them
+    /// were read more than `CARRIED_FRESH` ago: the deliveries carried for
+    /// an endpoint that is no longer active are taken out and returned (to
+    /// be given back held), and the others take the newest version. A failed read leaves them
     /// as they are; the next round tries again.
     async fn refresh(&mut self, store: &Store) -> Vec<domain::Ref> {
         if self.waiting.is_empty() || self.read_at.is_some_and(|t| t.elapsed() < CARRIED_FRESH) {
