@@ -16,9 +16,8 @@ use dispatcher::amqp::{self, AmqpSettings};
 use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeleteOptions};
 use lapin::types::AMQPValue;
 use serde_json::{json, Value};
-use std::sync::{Arc, Once};
+use std::sync::Once;
 use std::time::Duration;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -97,7 +96,6 @@ impl Fleet {
         let task = tokio::spawn(amqp::consume(
             self.app.store.clone(),
             self.settings.clone(),
-            Arc::new(Notify::new()),
             stop.clone(),
         ));
         Intake { stop, task }

@@ -15,9 +15,7 @@ use serde_json::json;
 use std::collections::HashSet;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 const SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
@@ -181,12 +179,7 @@ async fn a_broker_killed_and_restarted_mid_run_loses_no_event() {
     app.subscribed_endpoint(&receiver.url(), "order.created", 1)
         .await;
     let stop = CancellationToken::new();
-    let intake = tokio::spawn(amqp::consume(
-        app.store.clone(),
-        settings,
-        Arc::new(Notify::new()),
-        stop.clone(),
-    ));
+    let intake = tokio::spawn(amqp::consume(app.store.clone(), settings, stop.clone()));
     let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s"));
 
     // Publishing goes on through the outage: the publisher retries until

@@ -148,9 +148,9 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
         }
         if let Some(url) = config.amqp_url() {
             let settings = dispatcher::amqp::AmqpSettings::new(url);
-            let (store, wake, token) = (store.clone(), dispatcher.intake_waker(), shutdown.clone());
+            let (store, token) = (store.clone(), shutdown.clone());
             tasks.spawn(async move {
-                dispatcher::amqp::consume(store, settings, wake, token).await;
+                dispatcher::amqp::consume(store, settings, token).await;
                 Ok("amqp intake")
             });
         }

@@ -37,7 +37,7 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Exchange
 use std::sync::Arc;
 use std::time::Duration;
 use store::Store;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// The topic exchange domain events are published on.
@@ -304,20 +304,16 @@ pub async fn publish(url: &str, event_json: &[u8], routing_key: &str) -> Result<
 }
 
 /// Consumes `settings.queue` into the store until `shutdown` is cancelled,
-/// reconnecting with a backoff whenever the connection is lost. Notifies
-/// `wake` after accepting new events.
-pub async fn consume(
-    store: Store,
-    settings: AmqpSettings,
-    wake: Arc<Notify>,
-    shutdown: CancellationToken,
-) {
+/// reconnecting with a backoff whenever the connection is lost. The store
+/// wakes a dispatcher of this process itself: it hands fresh deliveries
+/// over, and signals those it left due (`Store::events_enqueued`).
+pub async fn consume(store: Store, settings: AmqpSettings, shutdown: CancellationToken) {
     let mut backoff = MIN_BACKOFF;
     loop {
         if shutdown.is_cancelled() {
             return;
         }
-        match session(&store, &settings, &wake, &shutdown, &mut backoff).await {
+        match session(&store, &settings, &shutdown, &mut backoff).await {
             Ok(()) => return,
             Err(e) => tracing::warn!(
                 error = %e,
@@ -338,12 +334,11 @@ pub async fn consume(
 async fn session(
     store: &Store,
     settings: &AmqpSettings,
-    wake: &Arc<Notify>,
     shutdown: &CancellationToken,
     backoff: &mut Duration,
 ) -> Result<(), AmqpError> {
     let connection = connect(&settings.url, &settings.connection_name).await?;
-    let result = run_session(&connection, store, settings, wake, shutdown, backoff).await;
+    let result = run_session(&connection, store, settings, shutdown, backoff).await;
     // Closing hands unacknowledged messages back to the broker.
     let _ = tokio::time::timeout(
         Duration::from_secs(2),
@@ -356,7 +351,6 @@ async fn session(
 struct Handler {
     store: Store,
     dead: Channel,
-    wake: Arc<Notify>,
     /// Cancelled by a handler whose dead letter channel failed.
     broken: CancellationToken,
     shutdown: CancellationToken,
@@ -366,7 +360,6 @@ async fn run_session(
     connection: &Connection,
     store: &Store,
     settings: &AmqpSettings,
-    wake: &Arc<Notify>,
     shutdown: &CancellationToken,
     backoff: &mut Duration,
 ) -> Result<(), AmqpError> {
@@ -394,7 +387,6 @@ async fn run_session(
     let handler = Arc::new(Handler {
         store: store.clone(),
         dead,
-        wake: wake.clone(),
         broken: CancellationToken::new(),
         shutdown: shutdown.clone(),
     });
@@ -446,13 +438,10 @@ impl Handler {
     async fn handle(&self, delivery: Delivery) {
         match intake::parse(&delivery.data) {
             Ok(event) => match self.store.enqueue_event(&event).await {
-                Ok(new) => {
+                Ok(_) => {
                     // The event is durable now: even if the ack is lost, a
                     // redelivery is a duplicate the store ignores.
                     metrics::counter!(m::EVENTS_CONSUMED, "source" => SOURCE).increment(1);
-                    if new {
-                        self.wake.notify_one();
-                    }
                     self.ack(&delivery).await;
                 }
                 Err(e) => {

@@ -146,8 +146,6 @@ pub struct Dispatcher {
     settings: Arc<DispatchSettings>,
     sender: Sender,
     wake: Arc<Notify>,
-    /// Wakes the fan-out loop when an event was accepted.
-    intake: Arc<Notify>,
     /// The fleet's shared schedule; `None` leases straight from the store.
     redis: Option<Arc<RedisSchedule>>,
 }
@@ -160,14 +158,8 @@ impl Dispatcher {
             settings: Arc::new(settings),
             sender,
             wake: Arc::new(Notify::new()),
-            intake: Arc::new(Notify::new()),
             redis: None,
         }
-    }
-
-    /// Notifying it makes the fan-out loop look for accepted events at once.
-    pub fn intake_waker(&self) -> Arc<Notify> {
-        self.intake.clone()
     }
 
     /// Takes due work from the Redis schedule (fleet mode) instead of
@@ -203,7 +195,7 @@ impl Dispatcher {
         let fanout = tokio::spawn(fan_out_loop(
             self.store.clone(),
             self.settings.clone(),
-            (self.wake.clone(), self.intake.clone()),
+            self.wake.clone(),
             shutdown.clone(),
         ));
         let slots = Arc::new(Slots::new(&self.settings));
@@ -561,16 +553,15 @@ impl Dispatcher {
     }
 }
 
-/// Fans out accepted events and keeps the backlog gauge current.
-/// `wakers`: the claim loop's (notified after new deliveries) and this
-/// loop's own (notified when an event is accepted).
+/// Fans out events left pending (the outbox relay's) and keeps the backlog
+/// gauge current; wakes the claim loop (`wake`) when the store signals work
+/// left for it (`Store::events_enqueued`).
 async fn fan_out_loop(
     store: Store,
     settings: Arc<DispatchSettings>,
-    wakers: (Arc<Notify>, Arc<Notify>),
+    wake: Arc<Notify>,
     shutdown: CancellationToken,
 ) {
-    let (wake, intake) = wakers;
     let enqueued = store.events_enqueued();
     let mut last_gauge = Instant::now() - Duration::from_secs(60);
     loop {
@@ -598,12 +589,11 @@ async fn fan_out_loop(
                 tracing::warn!(error = %e, "endpoint health gauge not updated");
             }
         }
-        // The intake fans events out as it accepts them; those of its
-        // deliveries that were not handed over are due now: wake the claim
-        // loop for them.
+        // The intake fans events out as it accepts them and signals the
+        // deliveries it did not hand over (due now), as the outbox relay
+        // signals events left pending: wake the claim loop for them.
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = intake.notified() => wake.notify_one(),
             _ = enqueued.notified() => wake.notify_one(),
             _ = tokio::time::sleep(settings.poll_interval) => {}
         }
