@@ -177,6 +177,12 @@ impl TestApp {
         self.req("POST", path).idem(&unique_key()).json(&body)
     }
 
+    /// A state-changing action with an empty body (pause, resume,
+    /// suspend, …), with a fresh idempotency key and `If-Match: if_match`.
+    pub fn action(&self, path: &str, if_match: &str) -> Call {
+        self.post(path, serde_json::json!({})).if_match(if_match)
+    }
+
     /// Creates a service account and returns it.
     pub async fn create_account(&self, name: &str) -> Value {
         let r = self

@@ -547,25 +547,10 @@ async fn preconditions(app: TestApp) {
         .expect_error(412, "precondition_failed");
     // A list of tags matches if any does; `*` matches anything.
     let list = format!("\"aaaa\", {}", ok.etag());
-    app.req("POST", &resume)
-        .idem(&unique_key())
-        .if_match(&list)
-        .json(&json!({}))
-        .send()
-        .await
-        .expect(200);
-    app.req("POST", &suspend)
-        .idem(&unique_key())
-        .if_match("*")
-        .json(&json!({}))
-        .send()
-        .await
-        .expect(200);
+    app.action(&resume, &list).send().await.expect(200);
+    app.action(&suspend, "*").send().await.expect(200);
     // Existence is checked before the precondition.
-    app.req("POST", "/api/v1/service_accounts/sa_AAAAAAAAAAAA/suspend")
-        .idem(&unique_key())
-        .if_match("\"x\"")
-        .json(&json!({}))
+    app.action("/api/v1/service_accounts/sa_AAAAAAAAAAAA/suspend", "\"x\"")
         .send()
         .await
         .expect_error(404, "not_found");

@@ -266,13 +266,10 @@ async fn redrive_delivers_generation_two(app: TestApp) {
 
 /// Pauses or resumes the endpoint (`action`: `pause` or `resume`).
 async fn set_paused(app: &TestApp, endpoint: &str, action: &str) {
-    app.req(
-        "POST",
+    app.action(
         &format!("/api/v1/webhook_endpoints/{endpoint}/{action}"),
+        "*",
     )
-    .idem(&unique_key())
-    .if_match("*")
-    .json(&json!({}))
     .send()
     .await
     .expect(200);
