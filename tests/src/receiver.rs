@@ -1,6 +1,7 @@
 //! `TestReceiver`: a local HTTP receiver of webhooks that records every
 //! request and can be told how to answer: succeed, fail, hang, redirect,
-//! ask to retry later, say it is gone, or send a huge body.
+//! ask to retry later, say it is gone, send a huge body, or fail a fraction
+//! of requests at random.
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -17,13 +18,20 @@ pub enum Behaviour {
     Redirect,
     RetryAfter(u16, u64),
     HugeBody(usize),
+    /// Answers 500 to this fraction (0 to 1) of requests, drawn at random
+    /// for each request independently, and 204 to the others.
+    FailRandomly(f64),
 }
 
 #[derive(Debug, Clone)]
 pub struct Received {
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// When the request arrived (before any answer was sent).
     pub at: Instant,
+    /// The status the receiver answered (or, for `Hang`, will answer once
+    /// it stops hanging; the sender may have given up by then).
+    pub status: u16,
 }
 
 impl Received {
@@ -35,6 +43,10 @@ impl Received {
     }
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
+    }
+    /// Whether the receiver answered 2xx.
+    pub fn succeeded(&self) -> bool {
+        (200..300).contains(&self.status)
     }
 }
 
@@ -86,37 +98,55 @@ impl TestReceiver {
 }
 
 async fn answer(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let at = Instant::now();
+    let behaviour = shared.behaviour.lock().expect("lock").clone();
+    // The answer is decided first, so that the record says what was answered.
+    let status = match behaviour {
+        Behaviour::Status(s) => StatusCode::from_u16(s).unwrap_or(StatusCode::OK),
+        Behaviour::Hang(_) => StatusCode::OK,
+        Behaviour::Redirect => StatusCode::FOUND,
+        Behaviour::RetryAfter(s, _) => {
+            StatusCode::from_u16(s).unwrap_or(StatusCode::TOO_MANY_REQUESTS)
+        }
+        Behaviour::HugeBody(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        Behaviour::FailRandomly(fraction) => {
+            let p = if fraction.is_nan() {
+                0.0
+            } else {
+                fraction.clamp(0.0, 1.0)
+            };
+            if rand::Rng::gen_bool(&mut rand::thread_rng(), p) {
+                StatusCode::INTERNAL_SERVER_ERROR
+            } else {
+                StatusCode::NO_CONTENT
+            }
+        }
+    };
     shared.received.lock().expect("lock").push(Received {
         headers,
         body,
-        at: Instant::now(),
+        at,
+        status: status.as_u16(),
     });
-    let behaviour = shared.behaviour.lock().expect("lock").clone();
     match behaviour {
-        Behaviour::Status(s) => StatusCode::from_u16(s)
-            .unwrap_or(StatusCode::OK)
-            .into_response(),
+        Behaviour::Status(_) | Behaviour::FailRandomly(_) => status.into_response(),
         Behaviour::Hang(d) => {
             tokio::time::sleep(d).await;
-            StatusCode::OK.into_response()
+            status.into_response()
         }
-        Behaviour::Redirect => (
-            StatusCode::FOUND,
-            [("location", "http://127.0.0.1:1/elsewhere")],
-        )
-            .into_response(),
-        Behaviour::RetryAfter(s, secs) => (
-            StatusCode::from_u16(s).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
-            [("retry-after", secs.to_string())],
-        )
-            .into_response(),
+        Behaviour::Redirect => {
+            (status, [("location", "http://127.0.0.1:1/elsewhere")]).into_response()
+        }
+        Behaviour::RetryAfter(_, secs) => {
+            (status, [("retry-after", secs.to_string())]).into_response()
+        }
         Behaviour::HugeBody(n) => {
             let chunk = Bytes::from(vec![b'x'; 64 * 1024]);
             let chunks = n / chunk.len();
             let stream = futures::stream::iter(
                 (0..chunks).map(move |_| Ok::<_, std::io::Error>(chunk.clone())),
             );
-            (StatusCode::INTERNAL_SERVER_ERROR, Body::from_stream(stream)).into_response()
+            (status, Body::from_stream(stream)).into_response()
         }
     }
 }

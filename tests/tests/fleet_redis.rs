@@ -179,7 +179,7 @@ async fn feed_schedules_the_stores_due_deliveries() {
     assert_eq!(f.schedule.leased_len().await.unwrap(), got.len() as u64);
 
     // Finishing drops the leases and counts an attempt per delivery.
-    f.schedule.finish(&got).await.unwrap();
+    f.schedule.finish(&got, &[]).await.unwrap();
     assert_eq!(f.schedule.leased_len().await.unwrap(), 0);
     assert_eq!(f.schedule.attempts(&got[0]).await.unwrap(), 1);
     assert_eq!(f.schedule.attempts(&later).await.unwrap(), 0);
@@ -283,7 +283,6 @@ async fn losing_all_redis_data_loses_no_delivery() {
     let feeder = tokio::spawn(rs::feed(
         f.app.store.clone(),
         f.schedule.clone(),
-        Duration::from_millis(50),
         stop.clone(),
     ));
     // The feed rebuilds the due set from the store: the twenty unleased.

@@ -3,6 +3,7 @@
 //! decide what follows.
 
 use crate::endpoints::EndpointView;
+use crate::failing::FailingSince;
 use crate::metrics as m;
 use crate::schedule::{after_attempt, Answer};
 use crate::sending::Sender;
@@ -20,6 +21,7 @@ pub async fn run(
     sender: &Sender,
     delivery: &DeliveryRecord,
     endpoint: &EndpointView,
+    failing: &FailingSince,
 ) -> AttemptResult {
     let started = Timestamp::now();
     let clock = Instant::now();
@@ -31,7 +33,7 @@ pub async fn run(
             endpoint.grant.as_ref(),
         ),
         // Written by the store as JSON; anything else was damaged at rest.
-        Err(e) => return unreadable(store, settings, delivery, started, e).await,
+        Err(e) => return unreadable((store, failing), settings, delivery, started, e).await,
     };
     let body = DeliveredBody::new(
         delivery.event_ref.as_str(),
@@ -56,14 +58,22 @@ pub async fn run(
             settings.timeout,
         )
         .await;
-    conclude(store, settings, delivery, (started, clock), response, body).await
+    conclude(
+        (store, failing),
+        settings,
+        delivery,
+        (started, clock),
+        response,
+        body,
+    )
+    .await
 }
 
 /// An attempt that sent nothing: the delivery's stored event data cannot
 /// be read. It fails like a refused request, so the retry schedule and
 /// exhaustion apply and an operator sees why in the attempt.
 async fn unreadable(
-    store: &Store,
+    store: (&Store, &FailingSince),
     settings: &DispatchSettings,
     delivery: &DeliveryRecord,
     started: Timestamp,
@@ -94,7 +104,7 @@ async fn unreadable(
 /// The attempt's result from the answer to its request: what follows
 /// (`schedule`), whether the endpoint has failed for too long, metrics.
 async fn conclude(
-    store: &Store,
+    (store, failing): (&Store, &FailingSince),
     settings: &DispatchSettings,
     delivery: &DeliveryRecord,
     (started, clock): (Timestamp, Instant),
@@ -115,8 +125,17 @@ async fn conclude(
         Timestamp::now(),
         rand::random(),
     );
-    if !success && !next.disable_endpoint {
-        next.disable_endpoint = failing_too_long(store, settings, delivery, started).await;
+    if success {
+        failing.succeeded(&delivery.endpoint_ref);
+    } else if !next.disable_endpoint {
+        next.disable_endpoint = failing
+            .too_long(
+                store,
+                &delivery.endpoint_ref,
+                started,
+                settings.disable_after,
+            )
+            .await;
         if next.disable_endpoint {
             // A disabled endpoint holds its deliveries until resumed.
             next.status = DeliveryStatus::Held;
@@ -168,21 +187,4 @@ async fn conclude(
         payload: body,
         disable_endpoint: next.disable_endpoint,
     }
-}
-
-/// True when every attempt to the endpoint has failed for `disable_after`.
-async fn failing_too_long(
-    store: &Store,
-    settings: &DispatchSettings,
-    d: &DeliveryRecord,
-    now: Timestamp,
-) -> bool {
-    let since = match store.endpoint_failing_since(&d.endpoint_ref).await {
-        Ok(since) => since.unwrap_or(now),
-        Err(e) => {
-            tracing::warn!(error = %e, "could not read the endpoint's failure history");
-            return false;
-        }
-    };
-    now.millis() - since.millis() >= settings.disable_after.as_millis() as i64
 }

@@ -1,7 +1,8 @@
 //! The dispatcher's side of `store::handoff`: room for attempts (the global
 //! and per-endpoint slots and the circuit breakers, shared with the claim
-//! loop), and the channel on which the intake hands over fresh deliveries
-//! leased to this dispatcher.
+//! loop), the channel on which the intake hands over fresh deliveries
+//! leased to this dispatcher, and (fleet mode) the one on which it reports
+//! those it left due, for the Redis schedule.
 //!
 //! Room is only reserved where the claim loop would start the attempt at
 //! once: a slot free for the endpoint and in total, and a circuit that is
@@ -9,8 +10,9 @@
 //! the claim loop's way, so fairness rules live in one place.
 
 use crate::breaker::Breakers;
+use crate::failing::FailingSince;
 use crate::settings::DispatchSettings;
-use domain::Ref;
+use domain::{Ref, Timestamp};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,6 +25,7 @@ pub struct Slots {
     per_endpoint: Mutex<HashMap<String, Arc<Semaphore>>>,
     per_endpoint_limit: usize,
     pub breakers: Mutex<Breakers>,
+    pub failing: FailingSince,
 }
 
 impl Slots {
@@ -32,6 +35,7 @@ impl Slots {
             per_endpoint: Mutex::default(),
             per_endpoint_limit: settings.max_in_flight_per_endpoint,
             breakers: Mutex::default(),
+            failing: FailingSince::default(),
         }
     }
 
@@ -61,6 +65,8 @@ pub struct Intake {
     lease: Duration,
     slots: Arc<Slots>,
     handed: mpsc::UnboundedSender<HandedOver>,
+    /// Fleet mode: where deliveries left due go, to be put into Redis.
+    left_due: Option<mpsc::UnboundedSender<Vec<(Ref, Timestamp)>>>,
 }
 
 impl Intake {
@@ -74,8 +80,19 @@ impl Intake {
             lease: settings.lease(),
             slots,
             handed,
+            left_due: None,
         };
         (intake, received)
+    }
+
+    /// Sends the deliveries the intake leaves due to `to` (fleet mode: a
+    /// task puts them into the Redis schedule).
+    pub fn forwarding_left_due(
+        mut self,
+        to: mpsc::UnboundedSender<Vec<(Ref, Timestamp)>>,
+    ) -> Intake {
+        self.left_due = Some(to);
+        self
     }
 }
 
@@ -106,6 +123,14 @@ impl Handoff for Intake {
             // A closed channel means the claim loop has stopped: the lease
             // expires and another claim takes the delivery.
             let _ = self.handed.send(d);
+        }
+    }
+
+    fn left_due(&self, deliveries: Vec<(Ref, Timestamp)>) {
+        if let Some(to) = &self.left_due {
+            // A closed channel means the dispatcher is stopping: the
+            // schedule's periodic pass finds them.
+            let _ = to.send(deliveries);
         }
     }
 }

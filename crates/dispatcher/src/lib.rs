@@ -19,6 +19,7 @@ pub mod amqp;
 pub mod attempt;
 pub mod breaker;
 pub mod endpoints;
+pub mod failing;
 pub mod handoff;
 pub mod intake;
 pub mod metrics;

@@ -1,6 +1,7 @@
 //! Writes attempt results in batches: one transaction for up to
 //! `MAX_BATCH` results, so a busy dispatcher does not pay one commit per
-//! attempt. A result is never dropped while the store is reachable; if it
+//! attempt. In a fleet it then clears the batch's Redis leases and puts
+//! its retries into the Redis schedule, due at their time. A result is never dropped while the store is reachable; if it
 //! is not, the delivery's lease expires and the attempt is made again
 //! (at-least-once).
 
@@ -56,7 +57,17 @@ pub async fn run(
         }
         if let Some(r) = &redis {
             let refs: Vec<String> = batch.iter().map(|a| a.delivery_ref.to_string()).collect();
-            if let Err(e) = r.finish(&refs).await {
+            // A result the store dropped (its lease was lost) schedules a
+            // stale member at worst, which a claim skips.
+            let retries: Vec<(String, i64)> = batch
+                .iter()
+                .filter_map(|a| {
+                    let due = a.next_attempt_at?;
+                    (a.delivery_status == domain::webhook::DeliveryStatus::Pending)
+                        .then(|| (a.delivery_ref.to_string(), due.millis()))
+                })
+                .collect();
+            if let Err(e) = r.finish(&refs, &retries).await {
                 tracing::warn!(error = %e, "clearing Redis leases failed; they expire by themselves");
             }
         }

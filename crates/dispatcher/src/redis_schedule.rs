@@ -12,15 +12,22 @@
 //! - `P:attempts:<delivery_ref>`, a counter of finished attempts, expiring
 //!   [`ATTEMPTS_TTL_SECS`] after the last one, so it never grows without
 //!   bound.
+//! - `P:fed`, a marker the feed's full pass sets: when it is missing, Redis
+//!   lost its data.
 //!
-//! The store stays the source of truth. Redis is only a fast index of it:
-//! `feed` writes the store's due deliveries into `P:due` again and again
-//! (an idempotent `ZADD`), so a Redis that lost its data (FLUSHALL, a
-//! restart without persistence) is rebuilt within one feed interval, and
-//! `claim` leases in the store what it took from Redis, with the SQL lease
-//! as the fence: a row another worker holds, or that finished or moved
-//! later meanwhile, is skipped and dropped from Redis. A stale or duplicate
-//! member is therefore harmless; it costs one skipped row.
+//! The store stays the source of truth. Redis is only a fast index of it,
+//! kept by the writers themselves: the intake puts the deliveries it left
+//! due (`index_left_due`), the recorder the retries it recorded (`finish`),
+//! a worker what it gives back (`give_back`). `feed` only repairs: a full
+//! pass over the store's due deliveries (an idempotent `ZADD`) when a write
+//! elsewhere signals deliveries made due (`store::signals`), when the
+//! marker shows Redis lost its data (FLUSHALL, a restart without
+//! persistence), and every [`FULL_PASS_EVERY`]; it never polls the store
+//! in between. `claim` leases in the store what it took from Redis, with
+//! the SQL lease as the fence: a row another worker holds, or that
+//! finished or moved later meanwhile, is skipped and dropped from Redis. A
+//! stale or duplicate member is therefore harmless; it costs one skipped
+//! row.
 
 use domain::Timestamp;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -69,6 +76,20 @@ end
 return #refs
 ";
 
+/// For each (ARGV[i] score, ARGV[i+1] member) pair: adds the member to
+/// KEYS[1] (due) unless it is in KEYS[2] (leased), where a worker has taken
+/// it and is leasing or attempting it; returns how many were added.
+const SCHEDULE_UNLEASED: &str = r"
+local n = 0
+for i = 1, #ARGV, 2 do
+  if not redis.call('ZSCORE', KEYS[2], ARGV[i + 1]) then
+    redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1])
+    n = n + 1
+  end
+end
+return n
+";
+
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {
     #[error("redis: {0}")]
@@ -86,8 +107,10 @@ pub struct RedisSchedule {
     prefix: String,
     due_key: String,
     leased_key: String,
+    fed_key: String,
     take_due: Arc<redis::Script>,
     reclaim: Arc<redis::Script>,
+    schedule_unleased: Arc<redis::Script>,
 }
 
 impl std::fmt::Debug for RedisSchedule {
@@ -114,8 +137,10 @@ impl RedisSchedule {
             prefix: key_prefix.to_owned(),
             due_key: format!("{key_prefix}:due"),
             leased_key: format!("{key_prefix}:leased"),
+            fed_key: format!("{key_prefix}:fed"),
             take_due: Arc::new(redis::Script::new(TAKE_DUE)),
             reclaim: Arc::new(redis::Script::new(RECLAIM)),
+            schedule_unleased: Arc::new(redis::Script::new(SCHEDULE_UNLEASED)),
         })
     }
 
@@ -144,6 +169,21 @@ impl RedisSchedule {
         Ok(())
     }
 
+    /// `schedule` for what a read of the store found due: a member a
+    /// worker has taken meanwhile (in the lease set) is left alone, so a
+    /// pass racing a claim does not put the claimed delivery back.
+    pub async fn schedule_unleased(&self, items: &[(String, i64)]) -> Result<(), ScheduleError> {
+        for chunk in items.chunks(CHUNK) {
+            let mut call = self.schedule_unleased.key(&self.due_key);
+            call.key(&self.leased_key);
+            for (delivery_ref, due_ms) in chunk {
+                call.arg(*due_ms).arg(delivery_ref);
+            }
+            call.invoke_async::<i64>(&mut self.conn.clone()).await?;
+        }
+        Ok(())
+    }
+
     /// Atomically moves up to `limit` members due at `now_ms` (score <=
     /// now) from the due set to the lease set, with score `lease_until_ms`,
     /// earliest first, and returns them. No two callers get the same member.
@@ -167,16 +207,30 @@ impl RedisSchedule {
             .await?)
     }
 
-    /// Removes finished leases (after the attempt is recorded) and counts
-    /// one attempt for each in `P:attempts:<delivery_ref>`.
-    pub async fn finish(&self, refs: &[String]) -> Result<(), ScheduleError> {
-        if refs.is_empty() {
+    /// Removes finished leases (after the attempt is recorded), counts one
+    /// attempt for each in `P:attempts:<delivery_ref>`, and schedules the
+    /// retries among them (`due`: reference and due time) in the same
+    /// transaction, so a retry is in the due set the moment its lease
+    /// leaves, whatever the feed does.
+    pub async fn finish(
+        &self,
+        refs: &[String],
+        due: &[(String, i64)],
+    ) -> Result<(), ScheduleError> {
+        if refs.is_empty() && due.is_empty() {
             return Ok(());
         }
         let mut pipe = redis::pipe();
         pipe.atomic();
         for chunk in refs.chunks(CHUNK) {
             pipe.cmd("ZREM").arg(&self.leased_key).arg(chunk).ignore();
+        }
+        for chunk in due.chunks(CHUNK) {
+            let add = pipe.cmd("ZADD").arg(&self.due_key);
+            for (delivery_ref, due_ms) in chunk {
+                add.arg(*due_ms).arg(delivery_ref);
+            }
+            add.ignore();
         }
         for r in refs {
             let key = self.attempts_key(r);
@@ -282,6 +336,26 @@ impl RedisSchedule {
             .await?;
         Ok(())
     }
+
+    /// Whether Redis still holds what the last full feed pass wrote: the
+    /// marker `P:fed` that pass set is gone when Redis lost its data
+    /// (FLUSHALL, a restart without persistence).
+    pub async fn is_fed(&self) -> Result<bool, ScheduleError> {
+        Ok(redis::cmd("EXISTS")
+            .arg(&self.fed_key)
+            .query_async::<u32>(&mut self.conn.clone())
+            .await?
+            == 1)
+    }
+
+    async fn mark_fed(&self) -> Result<(), ScheduleError> {
+        redis::cmd("SET")
+            .arg(&self.fed_key)
+            .arg(Timestamp::now().millis())
+            .query_async::<()>(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
 }
 
 /// What one feed pass did.
@@ -293,9 +367,9 @@ pub struct FeedPass {
     pub reclaimed: usize,
 }
 
-/// One pass of `feed`: schedules the store's unleased pending deliveries
-/// due within `horizon` (at most [`FEED_BATCH`], earliest first), then
-/// reclaims expired leases.
+/// One full pass of `feed`: schedules the store's unleased pending
+/// deliveries due within `horizon` (at most [`FEED_BATCH`], earliest
+/// first), reclaims expired leases, and marks the schedule fed.
 pub async fn feed_once(
     store: &Store,
     schedule: &RedisSchedule,
@@ -304,36 +378,122 @@ pub async fn feed_once(
     let now = Timestamp::now();
     let until = now.plus_millis(horizon.as_millis() as i64);
     let items = store.pending_due_refs(until, FEED_BATCH).await?;
-    schedule.schedule(&items).await?;
+    schedule.schedule_unleased(&items).await?;
     let reclaimed = schedule.reclaim_expired(now.millis()).await?;
+    schedule.mark_fed().await?;
     Ok(FeedPass {
         scheduled: items.len(),
         reclaimed,
     })
 }
 
-/// Keeps Redis fed from the store: every `interval`, schedules unleased
-/// pending deliveries due within the next few seconds (at least
-/// [`FEED_HORIZON`], at least two intervals), which also rebuilds the due
-/// set after Redis lost its data, and reclaims expired leases. Errors are
-/// logged and the next pass tries again. Runs until `shutdown`.
-pub async fn feed(
-    store: Store,
-    schedule: Arc<RedisSchedule>,
-    interval: Duration,
-    shutdown: CancellationToken,
-) {
-    let horizon = FEED_HORIZON.max(interval * 2);
+/// How often the feed reclaims expired leases and checks that Redis still
+/// holds the schedule (two Redis commands, no query of the store).
+pub const FEED_TICK: Duration = Duration::from_secs(1);
+/// Longest time between two full passes over the store. Writers put what
+/// they make due into Redis themselves (the intake, the recorder's
+/// retries, give-backs) or signal it (`Store::due_signals`), so a full
+/// pass only repairs what a crash between a commit and its Redis write
+/// left behind.
+pub const FULL_PASS_EVERY: Duration = Duration::from_secs(30);
+
+/// After Redis lost its data, how long every tick makes a full pass: longer
+/// than any lease, so the deliveries leased when Redis forgot them are
+/// scheduled again once their store leases end.
+const AFTER_LOSS: Duration = Duration::from_secs(60);
+
+/// How long the feed gathers signals before the pass they ask for.
+const SIGNAL_GATHER: Duration = Duration::from_millis(20);
+
+/// Keeps Redis an index of the store's due deliveries, driven by events
+/// rather than polling: a full pass (`feed_once`, looking
+/// [`FULL_PASS_EVERY`] plus [`FEED_HORIZON`] ahead) runs at start, when a
+/// write of the store signals deliveries made due (this process's, or
+/// another's through PostgreSQL `NOTIFY`), when Redis lost its data (the
+/// `P:fed` marker is gone, and every tick for [`AFTER_LOSS`] after that),
+/// after a pass that filled a whole batch, and every [`FULL_PASS_EVERY`];
+/// every [`FEED_TICK`] expired leases are reclaimed. Errors are logged and the next tick tries again. Runs until
+/// `shutdown`.
+pub async fn feed(store: Store, schedule: Arc<RedisSchedule>, shutdown: CancellationToken) {
+    let horizon = FULL_PASS_EVERY + FEED_HORIZON;
+    let mut signals = store.due_signals().await;
+    let mut last_full: Option<tokio::time::Instant> = None;
+    let mut lost_at: Option<tokio::time::Instant> = None;
+    let mut wanted = true;
     loop {
         if shutdown.is_cancelled() {
             return;
         }
-        if let Err(e) = feed_once(&store, &schedule, horizon).await {
+        let stale = last_full.is_none_or(|t| t.elapsed() >= FULL_PASS_EVERY);
+        match schedule.is_fed().await {
+            Ok(false) => lost_at = Some(tokio::time::Instant::now()),
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the Redis schedule's marker failed; retrying");
+            }
+        }
+        // Leases Redis forgot come back to the store's pool only as they
+        // expire: keep passing every tick until the longest has.
+        let recovering = lost_at.is_some_and(|t| t.elapsed() < AFTER_LOSS);
+        let outcome = if wanted || stale || recovering {
+            feed_once(&store, &schedule, horizon).await.map(|pass| {
+                last_full = Some(tokio::time::Instant::now());
+                // A full batch may have left more behind it.
+                wanted = pass.scheduled >= FEED_BATCH as usize;
+            })
+        } else {
+            schedule
+                .reclaim_expired(Timestamp::now().millis())
+                .await
+                .map(|_| ())
+        };
+        if let Err(e) = outcome {
             tracing::warn!(error = %e, "feeding the Redis schedule failed; retrying");
+            wanted = true;
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
+            _ = signals.next() => {
+                wanted = true;
+                // Writes that make deliveries due come in bursts (a batch
+                // redrive): one pass for the burst, not one per write.
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(SIGNAL_GATHER) => {}
+                }
+            }
+            _ = tokio::time::sleep(FEED_TICK) => {}
+        }
+    }
+}
+
+/// Puts the deliveries the intake left due (`handoff::Intake::left_due`)
+/// into the due set, a batch per round trip, and wakes the claim loop
+/// (`wake`). If Redis cannot take them, the next feed pass over the store
+/// is asked for instead. Runs until the intake's sender is dropped.
+pub async fn index_left_due(
+    store: Store,
+    schedule: Arc<RedisSchedule>,
+    mut left: tokio::sync::mpsc::UnboundedReceiver<Vec<(domain::Ref, Timestamp)>>,
+    wake: Arc<tokio::sync::Notify>,
+) {
+    while let Some(first) = left.recv().await {
+        let mut items: Vec<(String, i64)> = first
+            .into_iter()
+            .map(|(r, due)| (r.into_string(), due.millis()))
+            .collect();
+        while let Ok(more) = left.try_recv() {
+            items.extend(
+                more.into_iter()
+                    .map(|(r, due)| (r.into_string(), due.millis())),
+            );
+        }
+        match schedule.schedule(&items).await {
+            Ok(()) => wake.notify_one(),
+            Err(e) => {
+                tracing::warn!(error = %e, "indexing new deliveries in Redis failed; the feed will");
+                store.due_signalled();
+            }
         }
     }
 }

@@ -12,7 +12,7 @@
 //! Shutdown: stop leasing, let in-flight attempts finish (their leases
 //! expire if the process is killed first), flush the recorder.
 
-use crate::breaker::Gate;
+use crate::breaker::{Gate, Outcome};
 use crate::endpoints::EndpointCache;
 use crate::handoff::{self, Slots};
 use crate::metrics as m;
@@ -31,6 +31,11 @@ use tokio_util::sync::CancellationToken;
 
 /// How long a busy fan-out gathers new events before its next batch.
 const FAN_OUT_WINDOW: Duration = Duration::from_millis(5);
+
+/// How often the fan-out looks for pending events unasked. Only the
+/// embedded outbox relay leaves events pending, and it signals each batch
+/// (`Store::events_enqueued`): this poll is a safety net, not the way in.
+const FAN_OUT_POLL: Duration = Duration::from_secs(1);
 
 /// How long the claim loop gathers new due work after it took all there was.
 const CLAIM_WINDOW: Duration = Duration::from_millis(3);
@@ -188,18 +193,27 @@ impl Dispatcher {
             tokio::spawn(redis_schedule::feed(
                 self.store.clone(),
                 r,
-                self.settings.poll_interval,
                 shutdown.clone(),
             ))
         });
         let fanout = tokio::spawn(fan_out_loop(
             self.store.clone(),
-            self.settings.clone(),
             self.wake.clone(),
             shutdown.clone(),
         ));
         let slots = Arc::new(Slots::new(&self.settings));
-        let (intake, mut handed) = handoff::Intake::new(&self.settings, slots.clone());
+        let (mut intake, mut handed) = handoff::Intake::new(&self.settings, slots.clone());
+        let mut indexer = None;
+        if let Some(r) = &self.redis {
+            let (left_tx, left_rx) = mpsc::unbounded_channel();
+            intake = intake.forwarding_left_due(left_tx);
+            indexer = Some(tokio::spawn(redis_schedule::index_left_due(
+                self.store.clone(),
+                r.clone(),
+                left_rx,
+                self.wake.clone(),
+            )));
+        }
         self.store.set_handoff(Arc::new(intake));
         self.claim_loop(&slots, &mut handed, results_tx, &shutdown)
             .await;
@@ -219,6 +233,16 @@ impl Dispatcher {
         )
         .await;
         let _ = fanout.await;
+        if let Some(mut indexer) = indexer {
+            // Its sender went with the hand-off (cleared above); what it
+            // could not index in time, the next feed pass finds.
+            if tokio::time::timeout(Duration::from_secs(2), &mut indexer)
+                .await
+                .is_err()
+            {
+                indexer.abort();
+            }
+        }
         if let Some(feed) = feed {
             let _ = feed.await;
         }
@@ -428,12 +452,13 @@ impl Dispatcher {
         let sender = self.sender.clone();
         tokio::spawn(async move {
             metrics::gauge!(m::IN_FLIGHT).increment(1.0);
-            let result = attempt::run(&store, &settings, &sender, &delivery, &view).await;
+            let result =
+                attempt::run(&store, &settings, &sender, &delivery, &view, &slots.failing).await;
             metrics::gauge!(m::IN_FLIGHT).decrement(1.0);
             if let Ok(mut b) = slots.breakers.lock() {
                 b.record(
                     delivery.endpoint_ref.as_str(),
-                    result.status == domain::webhook::AttemptStatus::Succeeded,
+                    Outcome::of(result.response_status),
                     Instant::now(),
                 );
             }
@@ -556,12 +581,7 @@ impl Dispatcher {
 /// Fans out events left pending (the outbox relay's) and keeps the backlog
 /// gauge current; wakes the claim loop (`wake`) when the store signals work
 /// left for it (`Store::events_enqueued`).
-async fn fan_out_loop(
-    store: Store,
-    settings: Arc<DispatchSettings>,
-    wake: Arc<Notify>,
-    shutdown: CancellationToken,
-) {
+async fn fan_out_loop(store: Store, wake: Arc<Notify>, shutdown: CancellationToken) {
     let enqueued = store.events_enqueued();
     let mut last_gauge = Instant::now() - Duration::from_secs(60);
     loop {
@@ -595,7 +615,7 @@ async fn fan_out_loop(
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = enqueued.notified() => wake.notify_one(),
-            _ = tokio::time::sleep(settings.poll_interval) => {}
+            _ = tokio::time::sleep(FAN_OUT_POLL) => {}
         }
     }
 }

@@ -152,7 +152,13 @@ impl Store {
         self.on_lane(async move {
             let mut tx = store.begin_write().await?;
             let created = store.fan_out_in(&mut tx, &events).await?;
+            if created > 0 {
+                store.signal_due(&mut tx).await?;
+            }
             tx.commit().await?;
+            if created > 0 {
+                store.due_signalled();
+            }
             Ok(created)
         })
         .await
@@ -634,32 +640,39 @@ impl Store {
         if refs.is_empty() {
             return Ok(claimed);
         }
-        // Rows locked by a concurrent claimer are skipped, not waited for
-        // (that claimer leases them), so two claimers never deadlock.
-        let lock = match self.backend() {
-            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
-            Backend::Sqlite => "",
-        };
         let mut refs: Vec<&str> = refs.iter().map(String::as_str).collect();
         refs.sort_unstable();
         refs.dedup();
         let mut tx = self.write_tx().await?;
         for chunk in refs.chunks(CHUNK) {
-            let sql = format!(
-                "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
-                 WHERE delivery_ref IN \
-                 (SELECT delivery_ref FROM webhook_deliveries WHERE delivery_ref IN ({}) \
-                  AND status = 'pending' AND next_attempt_at <= $3 \
-                  AND (lease_until IS NULL OR lease_until < $3){lock}) \
-                 RETURNING *",
-                crate::webhooks::placeholders(4, chunk.len())
-            );
-            let mut q = sqlx::query(&sql)
-                .bind(owner)
-                .bind(lease_until.millis())
-                .bind(now.millis());
+            // Two statements, each selecting by primary key alone
+            // (`statements::lock_by_ref`). The rows are locked (or, on
+            // SQLite, the write transaction is exclusive) before they are
+            // checked, so the check still holds at the update.
+            let sql = statements::lock_by_ref(self.backend(), chunk.len());
+            let mut q = sqlx::query(&sql);
             for r in chunk {
                 q = q.bind(*r);
+            }
+            let mut claimable: Vec<String> = Vec::with_capacity(chunk.len());
+            for row in q.fetch_all(&mut *tx).await? {
+                let status: String = row.try_get("status")?;
+                let due: Option<i64> = row.try_get("next_attempt_at")?;
+                let lease: Option<i64> = row.try_get("lease_until")?;
+                if status == DeliveryStatus::Pending.as_str()
+                    && due.is_some_and(|d| d <= now.millis())
+                    && lease.is_none_or(|l| l < now.millis())
+                {
+                    claimable.push(row.try_get("delivery_ref")?);
+                }
+            }
+            if claimable.is_empty() {
+                continue;
+            }
+            let sql = statements::lease_by_ref(claimable.len());
+            let mut q = sqlx::query(&sql).bind(owner).bind(lease_until.millis());
+            for r in &claimable {
+                q = q.bind(r.as_str());
             }
             for row in q.fetch_all(&mut *tx).await? {
                 claimed.push(delivery_from_row(&row)?);
@@ -671,22 +684,19 @@ impl Store {
 
     /// Up to `limit` pending deliveries due at or before `until` and not
     /// held by a live lease, earliest first, with their due time (Unix
-    /// milliseconds): what an external schedule must hold.
+    /// milliseconds): what an external schedule must hold. Ordered by the
+    /// due-time index alone, so the scan stops at `limit` however large
+    /// the backlog.
     pub async fn pending_due_refs(
         &self,
         until: Timestamp,
         limit: u32,
     ) -> Result<Vec<(String, i64)>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT delivery_ref, next_attempt_at FROM webhook_deliveries \
-             WHERE status = 'pending' AND next_attempt_at <= $1 \
-             AND (lease_until IS NULL OR lease_until < $2) \
-             ORDER BY next_attempt_at, delivery_ref LIMIT {limit}"
-        ))
-        .bind(until.millis())
-        .bind(Timestamp::now().millis())
-        .fetch_all(self.pool())
-        .await?;
+        let rows = sqlx::query(&statements::pending_due(limit))
+            .bind(until.millis())
+            .bind(Timestamp::now().millis())
+            .fetch_all(self.pool())
+            .await?;
         rows.iter()
             .map(|row| {
                 Ok((
@@ -695,5 +705,51 @@ impl Store {
                 ))
             })
             .collect()
+    }
+}
+
+/// The statements of the fleet's claim path, public so that a test can
+/// check their plans on PostgreSQL (`EXPLAIN`) with the very text that
+/// runs: each must cost the same per delivery whatever the backlog.
+pub mod statements {
+    use crate::Backend;
+
+    /// Locks the rows of `n` references (`$1`…) and reads what decides
+    /// whether each is claimable. By primary key alone: with a claimability
+    /// condition here, a planner with statistics prefers the partial
+    /// due-time index and scans the whole due backlog for every claim. Rows
+    /// locked by a concurrent claimer are skipped, not waited for (that
+    /// claimer leases them), so two claimers never deadlock.
+    pub fn lock_by_ref(backend: Backend, n: usize) -> String {
+        let lock = match backend {
+            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        format!(
+            "SELECT delivery_ref, status, next_attempt_at, lease_until FROM webhook_deliveries \
+             WHERE delivery_ref IN ({}){lock}",
+            crate::webhooks::placeholders(1, n)
+        )
+    }
+
+    /// Leases `n` locked, claimable rows (`$3`…) to `$1` until `$2`.
+    pub fn lease_by_ref(n: usize) -> String {
+        format!(
+            "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
+             WHERE delivery_ref IN ({}) RETURNING *",
+            crate::webhooks::placeholders(3, n)
+        )
+    }
+
+    /// Up to `limit` unleased pending deliveries due by `$1` (lease ended
+    /// before `$2`), earliest first. Ordered by the due-time index alone,
+    /// so the scan stops at `limit` however large the backlog.
+    pub fn pending_due(limit: u32) -> String {
+        format!(
+            "SELECT delivery_ref, next_attempt_at FROM webhook_deliveries \
+             WHERE status = 'pending' AND next_attempt_at <= $1 \
+             AND (lease_until IS NULL OR lease_until < $2) \
+             ORDER BY next_attempt_at LIMIT {limit}"
+        )
     }
 }

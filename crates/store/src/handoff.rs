@@ -17,7 +17,7 @@
 //! again. A ticket dropped without a hand-over gives its slots back.
 
 use crate::DeliveryRecord;
-use domain::Ref;
+use domain::{Ref, Timestamp};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::OwnedSemaphorePermit;
@@ -47,6 +47,10 @@ pub trait Handoff: Send + Sync {
     fn reserve(&self, endpoint_ref: &Ref) -> Option<Ticket>;
     /// Starts the attempts of committed, leased deliveries.
     fn take(&self, deliveries: Vec<HandedOver>);
+    /// Committed deliveries due at the given time that got no room, left
+    /// unleased in the store for a claim: a dispatcher whose schedule
+    /// lives outside the store (Redis) indexes them there.
+    fn left_due(&self, _deliveries: Vec<(Ref, Timestamp)>) {}
 }
 
 /// The registered dispatcher, shared by every clone of a `Store`.

@@ -218,13 +218,28 @@ impl Store {
             rows.push(row);
         }
         let created = insert_deliveries(&mut tx, self.backend(), &rows, now.millis()).await?;
+        let left: Vec<(domain::Ref, Timestamp)> = rows
+            .iter()
+            .filter(|r| {
+                r.lease.is_none()
+                    && r.new.status == DeliveryStatus::Pending
+                    && created.contains(r.delivery_ref.as_str())
+            })
+            .map(|r| (r.delivery_ref.clone(), now))
+            .collect();
+        let left_due = !left.is_empty();
+        // With no dispatcher here to index them, other processes' are told.
+        if left_due && handoff.is_none() {
+            self.signal_due(&mut tx).await?;
+        }
         tx.commit().await?;
-        let left_due = rows.iter().any(|r| {
-            r.lease.is_none()
-                && r.new.status == DeliveryStatus::Pending
-                && created.contains(r.delivery_ref.as_str())
-        });
+        if left_due && handoff.is_none() {
+            self.due_signalled();
+        }
         if let Some(h) = &handoff {
+            if left_due {
+                h.left_due(left);
+            }
             let handed: Vec<HandedOver> = tickets
                 .into_iter()
                 .filter(|(i, _)| created.contains(rows[*i].delivery_ref.as_str()))

@@ -28,6 +28,7 @@ mod outbox;
 mod page;
 mod request_logs;
 mod service_accounts;
+pub mod signals;
 pub mod webhooks;
 
 pub use credentials::{AuthRecord, CredentialRecord, NewCredential};
@@ -79,6 +80,11 @@ pub struct Store {
     intake: Arc<intake::GroupCommit>,
     /// Signalled after this process emitted events into the outbox.
     outbox_written: Arc<tokio::sync::Notify>,
+    /// Signalled after this process made deliveries due outside the
+    /// dispatcher's hot path (`signals`).
+    due: Arc<tokio::sync::Notify>,
+    /// PostgreSQL only: where `signals` listens.
+    pg_url: Option<Arc<str>>,
     /// This process's dispatcher, if one runs here (`handoff`).
     handoff: handoff::Slot,
     /// SQLite only: where the hot write transactions run (`lane`).
@@ -170,6 +176,8 @@ impl Store {
             enqueued: Arc::default(),
             intake: Arc::default(),
             outbox_written: Arc::default(),
+            due: Arc::default(),
+            pg_url: (backend == Backend::Postgres).then(|| Arc::from(url.as_str())),
             handoff: handoff::Slot::default(),
             lane: match sqlite_file {
                 Some(file) => Some(Arc::new(lane::Lane::start(&file)?)),

@@ -134,7 +134,14 @@ impl Store {
             .ok_or(StoreError::Duplicate)?;
         let mut tx = Tx::Sqlx(tx);
         mark_url_immutable(&mut tx, self.backend(), &[new.endpoint_ref.as_str()], now).await?;
+        let due = new.status == DeliveryStatus::Pending;
+        if due {
+            self.signal_due(&mut tx).await?;
+        }
         tx.commit().await?;
+        if due {
+            self.due_signalled();
+        }
         delivery_from_row(&row)
     }
 
@@ -276,6 +283,13 @@ impl Store {
         .fetch_optional(self.writer())
         .await?
         .ok_or(StoreError::Conflict)?;
+        if due.is_some() {
+            // The generation stands even if the signal is lost: the
+            // schedule's periodic pass finds it.
+            if let Err(e) = self.signal_due_now().await {
+                tracing::warn!(error = %e, "signalling a redriven delivery failed");
+            }
+        }
         delivery_from_row(&row)
     }
 }

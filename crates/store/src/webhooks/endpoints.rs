@@ -266,7 +266,15 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
+        let mut tx = Tx::Sqlx(tx);
+        let resumed = status == EndpointStatus::Active;
+        if resumed {
+            self.signal_due(&mut tx).await?;
+        }
         tx.commit().await?;
+        if resumed {
+            self.due_signalled();
+        }
         self.endpoint(&current.environment_ref, &current.endpoint_ref)
             .await
     }

@@ -1,0 +1,80 @@
+//! When each endpoint's current run of failures began, as the store last
+//! said, so that deciding whether an endpoint has failed for
+//! `delivery.disable_after` reads the store's attempt history once per run
+//! of failures, not once per failed attempt.
+//!
+//! The store stays the authority. A cached start can be older than the
+//! truth (another dispatcher's success moved it later), so a "too long" is
+//! always confirmed by the store before the endpoint is disabled; or later
+//! (another dispatcher failed first), which only says "not yet" for that
+//! moment longer. One map entry per endpoint this process attempted.
+
+use domain::{Ref, Timestamp};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+use store::Store;
+
+/// What is known of an endpoint's current run of failures.
+#[derive(Clone, Copy)]
+enum Run {
+    /// This process saw it succeed last: a failure now starts a run.
+    Succeeded,
+    /// The run began then (the store's answer, or this process's first
+    /// failure after a success it saw).
+    Since(Timestamp),
+}
+
+#[derive(Default)]
+pub struct FailingSince {
+    runs: Mutex<HashMap<String, Run>>,
+}
+
+impl FailingSince {
+    /// A success ends the endpoint's run.
+    pub fn succeeded(&self, endpoint_ref: &Ref) {
+        self.lock().insert(endpoint_ref.to_string(), Run::Succeeded);
+    }
+
+    /// After a failed attempt started at `now`: true when every attempt to
+    /// the endpoint has failed for at least `limit`.
+    pub async fn too_long(
+        &self,
+        store: &Store,
+        endpoint_ref: &Ref,
+        now: Timestamp,
+        limit: Duration,
+    ) -> bool {
+        let limit = limit.as_millis() as i64;
+        let known = {
+            let mut runs = self.lock();
+            let run = runs.get(endpoint_ref.as_str()).copied();
+            if let Some(Run::Succeeded) = run {
+                // A run that starts now; another dispatcher's failures may
+                // have started it a moment earlier, which only delays a
+                // disable by that moment.
+                runs.insert(endpoint_ref.to_string(), Run::Since(now));
+            }
+            run
+        };
+        match known {
+            Some(Run::Succeeded) => return false,
+            Some(Run::Since(since)) if now.millis() - since.millis() < limit => return false,
+            _ => {}
+        }
+        let since = match store.endpoint_failing_since(endpoint_ref).await {
+            Ok(since) => since.unwrap_or(now),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the endpoint's failure history");
+                return false;
+            }
+        };
+        self.lock()
+            .insert(endpoint_ref.to_string(), Run::Since(since));
+        now.millis() - since.millis() >= limit
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Run>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,127 @@
+//! Signals that deliveries were made due by a write other than the
+//! dispatcher's own hot path (a redrive, a resume, a test send, a fan-out
+//! of pending events, an intake with no dispatcher to hand them to), for a
+//! dispatcher whose schedule lives outside the store (Redis in a fleet).
+//!
+//! Within a process the signal is a `Notify`; across processes it is
+//! PostgreSQL's `NOTIFY` on [`CHANNEL`], sent inside the write's
+//! transaction, so it is delivered exactly when the write commits. SQLite
+//! has only the in-process signal (one process owns the file).
+//!
+//! A signal carries nothing: it asks for a pass over the store, which is
+//! the source of truth. A lost listener connection counts as a signal
+//! (notifications may have been missed meanwhile).
+
+use crate::exec::Tx;
+use crate::{Backend, Store, StoreError};
+use sqlx::postgres::PgListener;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
+/// The PostgreSQL notification channel of deliveries made due.
+pub const CHANNEL: &str = "billing_deliveries_due";
+
+/// Waits for the next signal: see the module docs.
+pub struct DueSignals {
+    local: Arc<Notify>,
+    listener: Option<PgListener>,
+    url: Option<String>,
+}
+
+impl DueSignals {
+    /// Resolves at the next signal, from this process or (PostgreSQL)
+    /// another one.
+    pub async fn next(&mut self) {
+        let Some(listener) = self.listener.as_mut() else {
+            if let Some(url) = &self.url {
+                // The listener could not connect before: try again now and
+                // then, and count a success as a signal (something may have
+                // been missed meanwhile).
+                tokio::select! {
+                    _ = self.local.notified() => {}
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                        if let Ok(l) = listen(url).await {
+                            self.listener = Some(l);
+                        }
+                    }
+                }
+            } else {
+                self.local.notified().await;
+            }
+            return;
+        };
+        tokio::select! {
+            _ = self.local.notified() => {}
+            received = listener.try_recv() => match received {
+                Ok(Some(_)) => {}
+                // The connection dropped: it is re-established on the
+                // next call.
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "listening for due deliveries failed; retrying");
+                    self.listener = None;
+                }
+            },
+        }
+    }
+}
+
+async fn listen(url: &str) -> Result<PgListener, StoreError> {
+    let mut listener = PgListener::connect(url).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+impl Store {
+    /// The signals of deliveries made due (module docs). With PostgreSQL
+    /// it holds a connection of its own, opened now (or, if the server
+    /// cannot be reached now, later).
+    pub async fn due_signals(&self) -> DueSignals {
+        let url = self.pg_url.as_deref().map(str::to_owned);
+        let listener = match &url {
+            Some(url) => match listen(url).await {
+                Ok(l) => Some(l),
+                Err(e) => {
+                    tracing::warn!(error = %e, "listening for due deliveries failed; retrying");
+                    None
+                }
+            },
+            None => None,
+        };
+        DueSignals {
+            local: self.due.clone(),
+            listener,
+            url,
+        }
+    }
+
+    /// Signals, inside `tx`, that it makes deliveries due: PostgreSQL
+    /// delivers the notification when `tx` commits. The caller also calls
+    /// `due_signalled` after the commit, for this process.
+    pub(crate) async fn signal_due(&self, tx: &mut Tx) -> Result<(), StoreError> {
+        if self.backend() == Backend::Postgres {
+            tx.execute(&format!("NOTIFY {CHANNEL}"), &[]).await?;
+        }
+        Ok(())
+    }
+
+    /// `signal_due` for a write made outside a transaction of ours (a
+    /// single statement that committed on its own).
+    pub(crate) async fn signal_due_now(&self) -> Result<(), StoreError> {
+        if self.backend() == Backend::Postgres {
+            sqlx::query(&format!("NOTIFY {CHANNEL}"))
+                .execute(self.writer())
+                .await?;
+        }
+        self.due_signalled();
+        Ok(())
+    }
+
+    /// The in-process half of the signal, after the write committed; also
+    /// for a dispatcher that failed to index deliveries it was told of and
+    /// wants the next pass over the store to find them.
+    pub fn due_signalled(&self) {
+        self.due.notify_one();
+    }
+}

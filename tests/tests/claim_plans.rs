@@ -1,0 +1,153 @@
+//! The fleet's claim path keeps its cost per delivery whatever the size of
+//! the due backlog, on a PostgreSQL that has planner statistics, as in
+//! production (this machine's server runs with autovacuum off, so the
+//! test runs `ANALYZE` itself). With 12,000 deliveries due, each statement
+//! of the claim path is explained with the very text the store runs
+//! (`store::dispatch::statements`): the claim finds its rows by primary key
+//! and never walks the due-time index, and the feed's read stops at its
+//! limit.
+//!
+//! Runs with `BILLING_TEST_FLEET=1` only (PostgreSQL).
+
+use billing_tests::{fleet_enabled, Backend, TestApp};
+use serde_json::Value;
+use sqlx::{Connection, Executor, PgConnection};
+use store::dispatch::statements;
+
+/// Due deliveries seeded: the worst backlog the fleet benchmark builds.
+const DUE: usize = 12_000;
+/// Finished deliveries beside them.
+const DONE: usize = 30_000;
+/// References per claim, as the claim loop takes them.
+const CLAIM: usize = 256;
+
+/// Every index a plan scans, and its total shared buffers.
+fn plan_facts(explained: &Value) -> (Vec<String>, u64) {
+    fn walk(node: &Value, indexes: &mut Vec<String>) {
+        if let Some(name) = node.get("Index Name").and_then(Value::as_str) {
+            indexes.push(name.to_owned());
+        }
+        for child in node
+            .get("Plans")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            walk(child, indexes);
+        }
+    }
+    let plan = &explained[0]["Plan"];
+    let mut indexes = Vec::new();
+    walk(plan, &mut indexes);
+    let buffers = ["Shared Hit Blocks", "Shared Read Blocks"]
+        .iter()
+        .filter_map(|k| plan.get(*k).and_then(Value::as_u64))
+        .sum();
+    (indexes, buffers)
+}
+
+/// `EXPLAIN (ANALYZE, BUFFERS)` of `sql` with `args` bound, in a
+/// transaction that is rolled back.
+async fn explain(conn: &mut PgConnection, sql: &str, args: &[Value]) -> Value {
+    let mut tx = conn.begin().await.expect("begin");
+    let text = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}");
+    let mut q = sqlx::query_scalar::<_, sqlx::types::Json<Value>>(&text);
+    for a in args {
+        q = match a {
+            Value::String(s) => q.bind(s.clone()),
+            Value::Number(n) => q.bind(n.as_i64().expect("integer")),
+            other => panic!("unsupported argument {other}"),
+        };
+    }
+    let plan = q.fetch_one(&mut *tx).await.expect("explain").0;
+    tx.rollback().await.expect("rollback");
+    plan
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_and_feed_cost_the_same_whatever_the_backlog() {
+    if !fleet_enabled() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "claim plan test not run: set BILLING_TEST_FLEET=1"
+        );
+        return;
+    }
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint("http://127.0.0.1:9/hook", "order.created", 1)
+        .await;
+    let mut conn = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let now: i64 = 1_800_000_000_000;
+    conn.execute(
+        format!(
+            "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, event_ref, \
+             public_event_type, dto_version, status, diagnostic, generation, attempt_count, \
+             next_attempt_at, occurred_at, event_data, match_reasons, body_status, created_at, updated_at) \
+             SELECT 'wdl_seed' || lpad(i::text, 8, '0'), '{env}', '{endpoint}', 'evt_seed' || i, \
+             'order.created', 1, CASE WHEN i <= {DUE} THEN 'pending' ELSE 'succeeded' END, 0, 1, 1, \
+             CASE WHEN i <= {DUE} THEN {now} - i ELSE NULL END, 0, '{{}}', '[]', 'available', 0, 0 \
+             FROM generate_series(1, {total}) AS i",
+            env = app.sandbox.environment_ref,
+            total = DUE + DONE,
+        )
+        .as_str(),
+    )
+    .await
+    .expect("seed");
+    conn.execute("ANALYZE").await.expect("analyze");
+
+    // A claim of 256 due deliveries spread over the backlog.
+    let refs: Vec<Value> = (0..CLAIM)
+        .map(|i| Value::from(format!("wdl_seed{:08}", 1 + i * (DUE / CLAIM))))
+        .collect();
+    let lock = explain(
+        &mut conn,
+        &statements::lock_by_ref(store::Backend::Postgres, CLAIM),
+        &refs,
+    )
+    .await;
+    let mut args = vec![Value::from("worker"), Value::from(now + 60_000)];
+    args.extend(refs.iter().cloned());
+    let lease = explain(&mut conn, &statements::lease_by_ref(CLAIM), &args).await;
+    // Per row: a primary-key lookup reads a handful of pages; the lease's
+    // update also writes a new row version and its index entries.
+    for (name, plan, per_row) in [("lock", &lock, 12), ("lease", &lease, 32)] {
+        let (indexes, buffers) = plan_facts(plan);
+        assert!(
+            indexes.iter().all(|i| i == "webhook_deliveries_pkey"),
+            "the claim's {name} statement must find its rows by primary key, not scan {indexes:?}: {plan}"
+        );
+        assert!(
+            buffers <= (CLAIM as u64) * per_row,
+            "the claim's {name} statement touched {buffers} buffers for {CLAIM} rows: {plan}"
+        );
+    }
+
+    // The feed's read of the earliest due stops at its limit.
+    let feed = explain(
+        &mut conn,
+        &statements::pending_due(CLAIM as u32),
+        &[Value::from(now + 60_000), Value::from(now)],
+    )
+    .await;
+    let (_, buffers) = plan_facts(&feed);
+    let text = feed.to_string();
+    assert!(
+        !text.contains("\"Sort\""),
+        "the feed's read must not sort the backlog: {feed}"
+    );
+    assert!(
+        buffers <= (CLAIM as u64) * 12,
+        "the feed's read of {CLAIM} touched {buffers} buffers over a backlog of {DUE}: {feed}"
+    );
+    eprintln!(
+        "claim lock {} buffers, lease {} buffers, feed {} buffers for {CLAIM} rows over {DUE} due",
+        plan_facts(&lock).1,
+        plan_facts(&lease).1,
+        buffers
+    );
+}
