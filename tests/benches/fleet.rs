@@ -1,0 +1,1806 @@
+//! Benchmark of the `billing` binary in fleet mode (PostgreSQL, RabbitMQ and
+//! Redis), measured end to end from outside, as a separate process, as an
+//! external user would see it: events go in through RabbitMQ, deliveries
+//! come out as HTTP requests to local receivers.
+//!
+//! Before anything else the release binary is built (`cargo build --release
+//! -p billing`, from the workspace root; `cargo bench` does not build other
+//! packages' binaries) and the one cargo reports is used.
+//!
+//! Every case starts from nothing, so that no case sees another's events:
+//! its own PostgreSQL database (`billing_bench_<pid>_<hex>`), its own
+//! RabbitMQ virtual host of the same name (`rabbitmqctl add_vhost`, guest
+//! given every permission on it), its own Redis logical database (one of
+//! 1..15 picked at random among the empty ones, `FLUSHDB` before and after),
+//! free ports for the API and the metrics listener. `billing serve` runs
+//! over them as a child process (inherited `BILLING_*` and `RUST_LOG`
+//! variables removed; `BILLING_LOG__LEVEL=warn`, private destinations
+//! allowed, a fresh secret key; its standard error kept in a temporary
+//! file, whose tail is printed when it is not empty). Once `GET /readyz`
+//! answers 200, `billing admin bootstrap --json` gives the sandbox secret
+//! and environment, and the endpoints are created and subscribed to
+//! `order.created` through the HTTP API. The database is then `ANALYZE`d,
+//! and again every 5 s while the case runs, from a connection of its own
+//! (this machine's PostgreSQL runs with autovacuum off; production's
+//! auto-analyze keeps the planner's statistics fresh). One warm-up event
+//! (not measured) opens the service's connections. At the end of a case,
+//! whether it passed or failed, the child gets SIGTERM (by its PID), the
+//! virtual host is deleted, the Redis database flushed and the PostgreSQL
+//! database dropped (a drop guard). Leftovers of earlier runs whose process
+//! is gone are removed at start.
+//!
+//! Events are published with lapin on the case's virtual host to the
+//! durable topic exchange `billing.events` (routing key = the event type,
+//! persistent, `mandatory`), on a channel in confirm mode: up to
+//! `BENCH_CONFIRM_WINDOW` confirms outstanding (default 1,000), so
+//! publishing is pipelined. The envelopes carry a fresh `evt_` reference
+//! (`Ref::generate`) and the catalogue's example data of `order.created`;
+//! an event's send time is taken just before its publish. One axum
+//! receiver on 127.0.0.1 serves every endpoint of a case (a path each),
+//! answers 204 (or 500 at random in the fault case), keeps no bodies, and
+//! records the time of the first successful receipt of each (event,
+//! endpoint), matched by the delivered body's `event_ref`.
+//!
+//! Cases (`BENCH_CASES`, comma-separated, default all of them):
+//!
+//! - `one`: one endpoint, `BENCH_EVENTS` events (default 10,000) published
+//!   as fast as the confirms allow (saturation).
+//! - `fanout`: 10 endpoints all subscribed to the type,
+//!   `BENCH_FANOUT_EVENTS` events (default 2,000), 10 deliveries each.
+//! - `latency`: one in flight: publish an event, wait for its confirm and
+//!   its receipt, repeat; `BENCH_LATENCY_EVENTS` events (default 500).
+//! - `paced`: `BENCH_PACED_RATE` events per second (default 100, a tokio
+//!   interval) for `BENCH_PACED_SECONDS` (default 20).
+//! - `faults`: the receiver answers 500 to 20 % of requests at random, the
+//!   service runs with `BILLING_DELIVERY__RETRY_SCHEDULE=0s,1s,1s,2s`;
+//!   `BENCH_FAULT_EVENTS` events (default 2,000). Deliveries whose four
+//!   attempts all failed (status `failed` in the store) are counted apart
+//!   and left out of the latencies.
+//!
+//! Figures of each case, over the measured window (from the first publish
+//! to the last successful receipt needed):
+//!
+//! - delivered/s: distinct successful (event, endpoint) receipts divided by
+//!   the window;
+//! - send-to-receipt p50, p99 and max: from an event's publish to the first
+//!   successful receipt of each of its deliveries;
+//! - CPU time per delivery of each process of the stack, `utime + stime`
+//!   from `/proc/<pid>/stat` before and after the window, in ticks of
+//!   `getconf CLK_TCK`: the `billing` child; every process named
+//!   `postgres`, `beam.smp` (RabbitMQ) and `redis-server`, with their
+//!   reaped children (`cutime + cstime`, so a backend that ended inside the
+//!   window still counts). These are machine-wide: anything else using
+//!   those servers meanwhile is counted too. Shown apart, outside the
+//!   total: PostgreSQL's share that is the case's own (the backends of its
+//!   database and the background processes, found in `pg_stat_activity`,
+//!   with a note when other databases had clients meanwhile), and the
+//!   benchmark's own process (publisher and receiver). The `idle` column
+//!   is each one's CPU (in cores) over 2 quiet seconds just before the
+//!   window, after the warm-up: what the stack burns doing nothing;
+//! - the peak resident memory of `billing` (`VmHWM`);
+//! - PostgreSQL work per delivery, approximate: deltas of `pg_stat_database`
+//!   for the case's database (transactions committed, tuples inserted,
+//!   updated, deleted, fetched and returned, blocks hit + read), read 2 s
+//!   after setup and 1.5 s after the window (backends report their
+//!   statistics at most once a second; the periodic `ANALYZE` counts in);
+//! - the peak of outstanding deliveries (published × endpoints − received,
+//!   as the benchmark sees them);
+//! - the deliveries by status in the store at the end.
+//!
+//! Goals are printed beside the figures with PASS or MISS. The binary fails
+//! only when something went wrong (a setup step failed, a publish was not
+//! confirmed, a case did not complete within `BENCH_CASE_LIMIT` seconds
+//! after its last publish, default 120, or cleanup failed), not on a missed
+//! goal. A case that does not complete prints what was missing, by status
+//! in the store.
+//!
+//! Other settings: `BILLING_TEST_PG_URL` (the PostgreSQL server's admin
+//! URL, default `postgres://postgres@127.0.0.1:5432/postgres`). Redis and
+//! RabbitMQ are expected on 127.0.0.1:6379 and 127.0.0.1:5672
+//! (guest/guest), with `rabbitmqctl` on the `PATH`.
+//!
+//! Run with `cargo bench -p billing-tests --bench fleet`.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::serve::ListenerExt;
+use base64::Engine as _;
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
+};
+use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, ExchangeKind};
+use sqlx::{Connection, Executor, PgConnection};
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::{Child, ExitCode, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+const EVENT_TYPE: &str = "order.created";
+const EXCHANGE: &str = "billing.events";
+/// The queue `billing serve` consumes; publishing waits until it exists.
+const QUEUE: &str = "billing.events.dispatcher";
+const AMQP_BASE: &str = "amqp://guest:guest@127.0.0.1:5672";
+const REDIS_BASE: &str = "redis://127.0.0.1:6379";
+const FAULT_RATE: f64 = 0.2;
+const FAULT_SCHEDULE: &str = "0s,1s,1s,2s";
+const FANOUT_ENDPOINTS: usize = 10;
+const ANALYZE_EVERY: Duration = Duration::from_secs(5);
+/// Longest wait for `billing serve` to answer `/readyz` with 200.
+const READY_LIMIT: Duration = Duration::from_secs(60);
+/// Longest wait for the warm-up event and for one event of `latency`.
+const ONE_EVENT_LIMIT: Duration = Duration::from_secs(30);
+/// The quiet moment before the window, over which idle CPU is measured.
+const IDLE_SAMPLE: Duration = Duration::from_secs(2);
+/// Longest wait for the child to exit after SIGTERM (its grace is 25 s).
+const STOP_LIMIT: Duration = Duration::from_secs(30);
+
+const GOAL_ONE_RATE: f64 = 3_000.0;
+const GOAL_ONE_CPU_US: f64 = 600.0;
+const GOAL_FANOUT_RATE: f64 = 8_000.0;
+const GOAL_PACED_CPU_US: f64 = 1_500.0;
+const GOAL_FAULTS_P99_MS: f64 = 6_000.0;
+
+/// Set when a drop guard could not clean up; the run then fails.
+static CLEANUP_FAILED: AtomicBool = AtomicBool::new(false);
+
+// ------------------------------------------------------------------ config
+
+struct Config {
+    cases: Vec<String>,
+    events: usize,
+    fanout_events: usize,
+    latency_events: usize,
+    paced_rate: u64,
+    paced_seconds: u64,
+    fault_events: usize,
+    window: usize,
+    limit: Duration,
+}
+
+fn env_num<T: std::str::FromStr + PartialOrd + Default>(
+    name: &str,
+    default: T,
+) -> Result<T, String> {
+    match std::env::var(name) {
+        Ok(v) => match v.trim().parse::<T>() {
+            Ok(n) if n > T::default() => Ok(n),
+            _ => Err(format!("{name} must be a positive integer, got {v:?}")),
+        },
+        Err(_) => Ok(default),
+    }
+}
+
+const ALL_CASES: [&str; 5] = ["one", "fanout", "latency", "paced", "faults"];
+
+fn config() -> Result<Config, String> {
+    let cases: Vec<String> = std::env::var("BENCH_CASES")
+        .unwrap_or_else(|_| ALL_CASES.join(","))
+        .split(',')
+        .map(|c| c.trim().to_owned())
+        .filter(|c| !c.is_empty())
+        .collect();
+    if let Some(bad) = cases.iter().find(|c| !ALL_CASES.contains(&c.as_str())) {
+        return Err(format!(
+            "BENCH_CASES: unknown case {bad:?} (known: {})",
+            ALL_CASES.join(", ")
+        ));
+    }
+    Ok(Config {
+        cases,
+        events: env_num("BENCH_EVENTS", 10_000)?,
+        fanout_events: env_num("BENCH_FANOUT_EVENTS", 2_000)?,
+        latency_events: env_num("BENCH_LATENCY_EVENTS", 500)?,
+        paced_rate: env_num("BENCH_PACED_RATE", 100)?,
+        paced_seconds: env_num("BENCH_PACED_SECONDS", 20)?,
+        fault_events: env_num("BENCH_FAULT_EVENTS", 2_000)?,
+        window: env_num("BENCH_CONFIRM_WINDOW", 1_000)?,
+        limit: Duration::from_secs(env_num("BENCH_CASE_LIMIT", 120)?),
+    })
+}
+
+/// How events are published.
+#[derive(Clone, Copy)]
+enum Pace {
+    /// As fast as the confirms allow, this many outstanding.
+    Window(usize),
+    /// One event at a time, each waited for until received.
+    OneInFlight,
+    /// Events per second.
+    Rate(u64),
+}
+
+struct Case {
+    name: &'static str,
+    endpoints: usize,
+    events: usize,
+    pace: Pace,
+    /// Probability that the receiver answers 500.
+    fail_p: f64,
+    retry_schedule: Option<&'static str>,
+}
+
+fn cases(cfg: &Config) -> Vec<Case> {
+    let all = [
+        Case {
+            name: "one",
+            endpoints: 1,
+            events: cfg.events,
+            pace: Pace::Window(cfg.window),
+            fail_p: 0.0,
+            retry_schedule: None,
+        },
+        Case {
+            name: "fanout",
+            endpoints: FANOUT_ENDPOINTS,
+            events: cfg.fanout_events,
+            pace: Pace::Window(cfg.window),
+            fail_p: 0.0,
+            retry_schedule: None,
+        },
+        Case {
+            name: "latency",
+            endpoints: 1,
+            events: cfg.latency_events,
+            pace: Pace::OneInFlight,
+            fail_p: 0.0,
+            retry_schedule: None,
+        },
+        Case {
+            name: "paced",
+            endpoints: 1,
+            events: (cfg.paced_rate * cfg.paced_seconds) as usize,
+            pace: Pace::Rate(cfg.paced_rate),
+            fail_p: 0.0,
+            retry_schedule: None,
+        },
+        Case {
+            name: "faults",
+            endpoints: 1,
+            events: cfg.fault_events,
+            pace: Pace::Window(cfg.window),
+            fail_p: FAULT_RATE,
+            retry_schedule: Some(FAULT_SCHEDULE),
+        },
+    ];
+    all.into_iter()
+        .filter(|c| cfg.cases.iter().any(|n| n == c.name))
+        .collect()
+}
+
+// ------------------------------------------------------------------ binary
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests package is inside the workspace")
+        .to_path_buf()
+}
+
+/// Builds the release `billing` binary and returns its path, as cargo
+/// reports it (`target/release/billing`, or under `CARGO_TARGET_DIR`).
+fn build_billing() -> Result<PathBuf, String> {
+    let root = workspace_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    println!("building the release binary: cargo build --release -p billing");
+    let out = std::process::Command::new(&cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "billing",
+            "--bin",
+            "billing",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo build --release -p billing: {}", out.status));
+    }
+    let reported = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "billing")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from));
+    let path = reported.unwrap_or_else(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .map(|t| if t.is_relative() { root.join(t) } else { t })
+            .unwrap_or_else(|| root.join("target"));
+        target.join("release").join("billing")
+    });
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!("no binary at {}", path.display()))
+    }
+}
+
+/// A `billing` command with the inherited `BILLING_*` and `RUST_LOG`
+/// variables removed and `envs` set.
+fn billing_command(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    envs: &[(String, String)],
+) -> std::process::Command {
+    let mut c = std::process::Command::new(bin);
+    for (k, _) in std::env::vars_os() {
+        let name = k.to_string_lossy();
+        if name.starts_with("BILLING_") || name == "RUST_LOG" {
+            c.env_remove(&k);
+        }
+    }
+    c.current_dir(dir);
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c
+}
+
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port: {e}"))
+}
+
+// -------------------------------------------------------- backing services
+
+fn pg_admin_url() -> String {
+    std::env::var("BILLING_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+fn pg_url_for(db: &str) -> String {
+    let base = pg_admin_url();
+    let cut = base.rfind('/').unwrap_or(base.len());
+    format!("{}/{db}", &base[..cut])
+}
+
+async fn pg_admin() -> Result<PgConnection, String> {
+    PgConnection::connect(&pg_admin_url())
+        .await
+        .map_err(|e| format!("PostgreSQL at {}: {e}", pg_admin_url()))
+}
+
+/// Percent-encodes a virtual host name for an AMQP URL.
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+async fn rabbitmqctl(args: &[&str]) -> Result<String, String> {
+    let out = tokio::process::Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run rabbitmqctl: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "rabbitmqctl {}: {} {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Whether the benchmark process that named `name`
+/// (`billing_bench_<pid>_<hex>`) has exited.
+fn owner_exited(name: &str) -> bool {
+    name.strip_prefix("billing_bench_")
+        .and_then(|r| r.split('_').next())
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_some_and(|pid| {
+            pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        })
+}
+
+/// Drops the databases and virtual hosts left by runs that did not clean
+/// up (killed), whose process is gone.
+async fn remove_leftovers() {
+    if let Ok(mut conn) = pg_admin().await {
+        let dbs: Vec<String> = sqlx::query_scalar(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'billing\\_bench\\_%'",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap_or_default();
+        for db in dbs.into_iter().filter(|d| owner_exited(d)) {
+            println!("removing the leftover database {db}");
+            let _ = conn
+                .execute(format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)").as_str())
+                .await;
+        }
+        let _ = conn.close().await;
+    }
+    if let Ok(list) = rabbitmqctl(&["-q", "list_vhosts", "name"]).await {
+        for vhost in list.lines().map(str::trim).filter(|v| owner_exited(v)) {
+            println!("removing the leftover virtual host {vhost}");
+            let _ = rabbitmqctl(&["delete_vhost", vhost]).await;
+        }
+    }
+}
+
+/// An empty Redis logical database among 1..15, picked at random.
+async fn pick_redis_db() -> Result<u8, String> {
+    use rand::seq::SliceRandom;
+    let mut dbs: Vec<u8> = (1..=15).collect();
+    dbs.shuffle(&mut rand::thread_rng());
+    let mut first = None;
+    for n in dbs {
+        let client = redis::Client::open(format!("{REDIS_BASE}/{n}")).map_err(|e| e.to_string())?;
+        let mut conn = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| format!("Redis at {REDIS_BASE}: {e}"))?;
+        let size: u64 = redis::cmd("DBSIZE")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if size == 0 {
+            return Ok(n);
+        }
+        first.get_or_insert(n);
+    }
+    first.ok_or_else(|| "no Redis database".to_owned())
+}
+
+async fn flush_redis(n: u8) -> Result<(), String> {
+    let client = redis::Client::open(format!("{REDIS_BASE}/{n}")).map_err(|e| e.to_string())?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("Redis at {REDIS_BASE}: {e}"))?;
+    redis::cmd("FLUSHDB")
+        .query_async::<()>(&mut conn)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+// ------------------------------------------------------------- the fleet
+
+/// One case's resources; dropping it releases them all, in every case:
+/// the child is stopped (SIGTERM by PID, SIGKILL after `STOP_LIMIT`), the
+/// virtual host deleted, the Redis database flushed, the PostgreSQL
+/// database dropped.
+struct Fleet {
+    /// The database's and the virtual host's name.
+    name: String,
+    dir: tempfile::TempDir,
+    db_created: bool,
+    vhost_created: bool,
+    redis_db: Option<u8>,
+    child: Option<Child>,
+    stderr_path: PathBuf,
+}
+
+impl Fleet {
+    fn new() -> Result<Fleet, String> {
+        let name = format!(
+            "billing_bench_{}_{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        let dir = tempfile::tempdir().map_err(|e| format!("temporary folder: {e}"))?;
+        let stderr_path = dir.path().join("billing.stderr");
+        Ok(Fleet {
+            name,
+            dir,
+            db_created: false,
+            vhost_created: false,
+            redis_db: None,
+            child: None,
+            stderr_path,
+        })
+    }
+
+    fn child_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGTERM to the child, by its PID; waits for it to exit.
+    fn stop_child(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + STOP_LIMIT;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    println!(
+                        "   !! billing (pid {}) did not stop within {} s of SIGTERM; killing it",
+                        child.id(),
+                        STOP_LIMIT.as_secs()
+                    );
+                    let _ = child.kill();
+                    return child.wait().ok();
+                }
+            }
+        }
+    }
+
+    /// The last `n` lines of the child's standard error.
+    fn stderr_tail(&self, n: usize) -> (usize, Vec<String>) {
+        let lines: Vec<String> = std::fs::File::open(&self.stderr_path)
+            .map(|f| {
+                std::io::BufReader::new(f)
+                    .lines()
+                    .map_while(Result::ok)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let total = lines.len();
+        (
+            total,
+            lines.into_iter().skip(total.saturating_sub(n)).collect(),
+        )
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let fail = |what: String| {
+            println!("   !! cleanup: {what}");
+            CLEANUP_FAILED.store(true, Ordering::SeqCst);
+        };
+        self.stop_child();
+        if self.vhost_created {
+            match std::process::Command::new("rabbitmqctl")
+                .args(["-q", "delete_vhost", &self.name])
+                .output()
+            {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => fail(format!(
+                    "delete_vhost {}: {}",
+                    self.name,
+                    String::from_utf8_lossy(&o.stderr).trim()
+                )),
+                Err(e) => fail(format!("rabbitmqctl: {e}")),
+            }
+        }
+        if let Some(n) = self.redis_db {
+            let flushed = redis::Client::open(format!("{REDIS_BASE}/{n}")).and_then(|c| {
+                let mut conn = c.get_connection_with_timeout(Duration::from_secs(5))?;
+                redis::cmd("FLUSHDB").query::<()>(&mut conn)
+            });
+            if let Err(e) = flushed {
+                fail(format!("FLUSHDB of Redis database {n}: {e}"));
+            }
+        }
+        if self.db_created {
+            // A runtime of its own on a thread of its own: this may run
+            // inside the benchmark's runtime.
+            let db = self.name.clone();
+            let dropped = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                rt.block_on(async {
+                    let mut conn = pg_admin().await?;
+                    conn.execute(format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)").as_str())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let _ = conn.close().await;
+                    Ok::<(), String>(())
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the dropping thread panicked".to_owned()));
+            if let Err(e) = dropped {
+                fail(format!("DROP DATABASE {}: {e}", self.name));
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ sink
+
+/// The receiver of every endpoint of a case (`/hook/{i}`).
+struct Sink {
+    fail_p: f64,
+    /// First successful receipt of each (event, endpoint).
+    first_ok: Mutex<HashMap<(String, u16), Instant>>,
+    /// Distinct successful receipts so far.
+    ok: watch::Sender<usize>,
+    /// Events answered 204 without being counted (the warm-up).
+    ignored: Mutex<std::collections::HashSet<String>>,
+    requests: AtomicU64,
+    refused: AtomicU64,
+    repeats: AtomicU64,
+    unreadable: AtomicU64,
+}
+
+#[derive(serde::Deserialize)]
+struct DeliveredRef {
+    event_ref: String,
+}
+
+async fn hook(State(sink): State<Arc<Sink>>, Path(i): Path<u16>, body: Bytes) -> StatusCode {
+    let at = Instant::now();
+    sink.requests.fetch_add(1, Ordering::Relaxed);
+    let Ok(delivered) = serde_json::from_slice::<DeliveredRef>(&body) else {
+        sink.unreadable.fetch_add(1, Ordering::Relaxed);
+        return StatusCode::NO_CONTENT;
+    };
+    if sink
+        .ignored
+        .lock()
+        .expect("lock")
+        .contains(&delivered.event_ref)
+    {
+        return StatusCode::NO_CONTENT;
+    }
+    if sink.fail_p > 0.0 && rand::random::<f64>() < sink.fail_p {
+        sink.refused.fetch_add(1, Ordering::Relaxed);
+        return StatusCode::INTERNAL_SERVER_ERROR;
+    }
+    let new = {
+        use std::collections::hash_map::Entry;
+        match sink
+            .first_ok
+            .lock()
+            .expect("lock")
+            .entry((delivered.event_ref, i))
+        {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(v) => {
+                v.insert(at);
+                true
+            }
+        }
+    };
+    if new {
+        sink.ok.send_modify(|n| *n += 1);
+    } else {
+        sink.repeats.fetch_add(1, Ordering::Relaxed);
+    }
+    StatusCode::NO_CONTENT
+}
+
+impl Sink {
+    async fn start(fail_p: f64) -> Result<(Arc<Sink>, String), String> {
+        let sink = Arc::new(Sink {
+            fail_p,
+            first_ok: Mutex::default(),
+            ok: watch::Sender::new(0),
+            ignored: Mutex::default(),
+            requests: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            repeats: AtomicU64::new(0),
+            unreadable: AtomicU64::new(0),
+        });
+        let app = axum::Router::new()
+            .route("/hook/{i}", axum::routing::post(hook))
+            .with_state(sink.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("receiver: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok((sink, format!("http://{addr}/hook")))
+    }
+
+    fn ok(&self) -> usize {
+        *self.ok.borrow()
+    }
+
+    /// Waits until `n` distinct successes were received, at most `limit`.
+    async fn wait_ok(&self, n: usize, limit: Duration) -> bool {
+        let mut rx = self.ok.subscribe();
+        tokio::time::timeout(limit, rx.wait_for(|v| *v >= n))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+}
+
+// --------------------------------------------------------------- /proc
+
+/// `getconf CLK_TCK`, the unit of `/proc/<pid>/stat` times (100 if unknown).
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .filter(|t| *t > 0.0)
+        .unwrap_or(100.0)
+}
+
+/// `(utime + stime, cutime + cstime)` of a process, in ticks.
+fn proc_ticks(pid: &str) -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let f = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Some((f(11) + f(12), f(13) + f(14)))
+}
+
+/// The processes measured, as printed.
+const GROUPS: [&str; 4] = [
+    "billing",
+    "postgres (every process)",
+    "rabbitmq (beam.smp)",
+    "redis-server",
+];
+
+/// CPU ticks of each group of `GROUPS`, and of this process.
+#[derive(Clone)]
+struct CpuSample {
+    groups: [u64; 4],
+    bench: u64,
+    /// Own ticks of the PostgreSQL processes that work for the case: the
+    /// backends connected to its database and the background processes
+    /// (WAL writer, checkpointer, …), by PID.
+    pg_ours: HashMap<u32, u64>,
+    /// Client backends of other databases (other work on the server).
+    pg_others: usize,
+    at: Instant,
+}
+
+impl CpuSample {
+    /// Ticks of the case's PostgreSQL processes since `before` (a backend
+    /// that ended in between is missing).
+    fn pg_ours_since(&self, before: &CpuSample) -> u64 {
+        self.pg_ours
+            .iter()
+            .map(|(pid, t)| t.saturating_sub(before.pg_ours.get(pid).copied().unwrap_or(0)))
+            .sum()
+    }
+}
+
+async fn cpu_sample(billing_pid: u32, admin: &mut PgConnection, db: &str) -> CpuSample {
+    // Which PostgreSQL processes are the case's: asked first, so the
+    // question's own work is not in the sample.
+    let activity: Vec<(i32, Option<String>, Option<String>, bool)> = sqlx::query_as(
+        "SELECT pid, datname::text, backend_type, pid = pg_backend_pid() FROM pg_stat_activity",
+    )
+    .fetch_all(admin)
+    .await
+    .unwrap_or_default();
+    let mut ours = Vec::new();
+    let mut pg_others = 0;
+    for (pid, datname, backend_type, me) in activity {
+        match datname.as_deref() {
+            Some(d) if d == db => ours.push(pid as u32),
+            None if backend_type.as_deref() != Some("client backend") => ours.push(pid as u32),
+            Some(_) if !me && backend_type.as_deref() == Some("client backend") => pg_others += 1,
+            _ => {}
+        }
+    }
+    let pg_ours = ours
+        .into_iter()
+        .filter_map(|pid| proc_ticks(&pid.to_string()).map(|(own, _)| (pid, own)))
+        .collect();
+    let mut groups = [0u64; 4];
+    groups[0] = proc_ticks(&billing_pid.to_string()).map_or(0, |(own, _)| own);
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for entry in dir.flatten() {
+            let pid = entry.file_name();
+            let pid = pid.to_string_lossy();
+            if !pid.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let group = match comm.trim() {
+                "postgres" => 1,
+                "beam.smp" => 2,
+                "redis-server" => 3,
+                _ => continue,
+            };
+            if let Some((own, children)) = proc_ticks(&pid) {
+                groups[group] += own + children;
+            }
+        }
+    }
+    CpuSample {
+        groups,
+        bench: proc_ticks("self").map_or(0, |(own, _)| own),
+        pg_ours,
+        pg_others,
+        at: Instant::now(),
+    }
+}
+
+/// `VmHWM` of a process, in MiB.
+fn peak_rss_mb(pid: u32) -> Option<f64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+}
+
+// ------------------------------------------------------------- PostgreSQL
+
+const PG_FIELDS: [&str; 7] = [
+    "transactions",
+    "tup_inserted",
+    "tup_updated",
+    "tup_deleted",
+    "tup_fetched",
+    "tup_returned",
+    "blocks (hit + read)",
+];
+
+async fn pg_stats(conn: &mut PgConnection, db: &str) -> Result<[i64; 7], String> {
+    let row: (i64, i64, i64, i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted, tup_fetched, tup_returned, \
+         blks_hit + blks_read FROM pg_stat_database WHERE datname = $1",
+    )
+    .bind(db)
+    .fetch_one(conn)
+    .await
+    .map_err(|e| format!("pg_stat_database: {e}"))?;
+    Ok([row.0, row.1, row.2, row.3, row.4, row.5, row.6])
+}
+
+/// Deliveries by status in the case's database.
+async fn delivery_statuses(db: &str) -> Result<Vec<(String, i64)>, String> {
+    let mut conn = PgConnection::connect(&pg_url_for(db))
+        .await
+        .map_err(|e| e.to_string())?;
+    let rows = sqlx::query_as(
+        "SELECT status, count(*) FROM webhook_deliveries GROUP BY status ORDER BY status",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .map_err(|e| e.to_string());
+    let _ = conn.close().await;
+    rows
+}
+
+async fn failed_deliveries(conn: &mut PgConnection) -> Result<usize, String> {
+    let n: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries WHERE status = 'failed'")
+            .fetch_one(conn)
+            .await
+            .map_err(|e| e.to_string())?;
+    Ok(n as usize)
+}
+
+/// `ANALYZE` every `ANALYZE_EVERY` from a connection of its own until
+/// `stop`; returns how many ran.
+async fn analyzer(db: String, stop: CancellationToken) -> usize {
+    let Ok(mut conn) = PgConnection::connect(&pg_url_for(&db)).await else {
+        return 0;
+    };
+    let mut runs = 0;
+    let mut tick =
+        tokio::time::interval_at(tokio::time::Instant::now() + ANALYZE_EVERY, ANALYZE_EVERY);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {
+                if conn.execute("ANALYZE").await.is_ok() {
+                    runs += 1;
+                }
+            }
+        }
+    }
+    let _ = conn.close().await;
+    runs
+}
+
+// ------------------------------------------------------------- publishing
+
+fn envelope(env_ref: &str, data: &serde_json::Value) -> (String, Vec<u8>) {
+    let event_ref = domain::Ref::generate(domain::Prefix::Event).into_string();
+    let body = serde_json::json!({
+        "event_ref": event_ref,
+        "public_event_type": EVENT_TYPE,
+        "environment_ref": env_ref,
+        "occurred_at": domain::Timestamp::now().to_rfc3339(),
+        "scope": {"product_refs": [], "buyer_ref": null, "beneficiary_business_ref": null},
+        "data": data,
+    });
+    (event_ref, body.to_string().into_bytes())
+}
+
+struct Publisher {
+    connection: lapin::Connection,
+    channel: Channel,
+}
+
+impl Publisher {
+    /// A channel in confirm mode on `url`, once the service's queue exists
+    /// (published messages would otherwise be unroutable).
+    async fn connect(url: &str) -> Result<Publisher, String> {
+        let connection = dispatcher::amqp::connect(url, "billing-fleet-bench")
+            .await
+            .map_err(|e| format!("RabbitMQ: {e}"))?;
+        let deadline = Instant::now() + READY_LIMIT;
+        loop {
+            // A failed passive declare closes its channel: one channel each.
+            let probe = connection
+                .create_channel()
+                .await
+                .map_err(|e| e.to_string())?;
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            };
+            if probe
+                .queue_declare(QUEUE, passive, FieldTable::default())
+                .await
+                .is_ok()
+            {
+                let _ = probe.close(200, "found").await;
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the queue {QUEUE} was never declared"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| e.to_string())?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        channel
+            .exchange_declare(
+                EXCHANGE,
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Publisher {
+            connection,
+            channel,
+        })
+    }
+
+    async fn publish(&self, body: &[u8]) -> Result<PublisherConfirm, String> {
+        let options = BasicPublishOptions {
+            mandatory: true,
+            ..BasicPublishOptions::default()
+        };
+        let properties = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_delivery_mode(2);
+        self.channel
+            .basic_publish(EXCHANGE, EVENT_TYPE, options, body, properties)
+            .await
+            .map_err(|e| format!("publish: {e}"))
+    }
+
+    async fn close(self) {
+        let _ = self.connection.close(200, "done").await;
+    }
+}
+
+fn confirmed(c: Result<Confirmation, lapin::Error>) -> Result<(), String> {
+    match c {
+        Ok(Confirmation::Ack(None)) => Ok(()),
+        Ok(Confirmation::Ack(Some(_))) => Err("a message was unroutable".to_owned()),
+        Ok(other) => Err(format!("a message was not confirmed: {other:?}")),
+        Err(e) => Err(format!("confirm: {e}")),
+    }
+}
+
+/// What the publisher did: each event's send time.
+struct Published {
+    at: HashMap<String, Instant>,
+    first: Instant,
+    /// When the last confirm came.
+    done: Instant,
+}
+
+/// Publishes `case.events` events at the case's pace; `sent` counts them.
+async fn publish_load(
+    publisher: &Publisher,
+    case: &Case,
+    env_ref: &str,
+    sink: &Sink,
+    sent: &AtomicUsize,
+) -> Result<Published, String> {
+    let data = domain::webhook::catalogue::example(EVENT_TYPE, 1).unwrap_or_default();
+    let mut at = HashMap::with_capacity(case.events);
+    let mut inflight = FuturesUnordered::new();
+    let mut first = None;
+    match case.pace {
+        Pace::Window(window) => {
+            // Serialised before the clock starts: a producer's work.
+            let bodies: Vec<(String, Vec<u8>)> =
+                (0..case.events).map(|_| envelope(env_ref, &data)).collect();
+            for (event_ref, body) in bodies {
+                while inflight.len() >= window {
+                    if let Some(c) = inflight.next().await {
+                        confirmed(c)?;
+                    }
+                }
+                let t = Instant::now();
+                first.get_or_insert(t);
+                inflight.push(publisher.publish(&body).await?);
+                at.insert(event_ref, t);
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Pace::OneInFlight => {
+            for i in 0..case.events {
+                let (event_ref, body) = envelope(env_ref, &data);
+                let t = Instant::now();
+                first.get_or_insert(t);
+                let confirm = publisher.publish(&body).await?;
+                at.insert(event_ref, t);
+                sent.fetch_add(1, Ordering::Relaxed);
+                let target = (i + 1) * case.endpoints;
+                let (c, received) = tokio::join!(confirm, sink.wait_ok(target, ONE_EVENT_LIMIT));
+                confirmed(c)?;
+                if !received {
+                    return Err(format!(
+                        "event {} of {} not received within {} s",
+                        i + 1,
+                        case.events,
+                        ONE_EVENT_LIMIT.as_secs()
+                    ));
+                }
+            }
+        }
+        Pace::Rate(per_sec) => {
+            let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / per_sec));
+            for _ in 0..case.events {
+                tick.tick().await;
+                let (event_ref, body) = envelope(env_ref, &data);
+                let t = Instant::now();
+                first.get_or_insert(t);
+                inflight.push(publisher.publish(&body).await?);
+                at.insert(event_ref, t);
+                sent.fetch_add(1, Ordering::Relaxed);
+                while let Some(Some(c)) = inflight.next().now_or_never() {
+                    confirmed(c)?;
+                }
+            }
+        }
+    }
+    while let Some(c) = inflight.next().await {
+        confirmed(c)?;
+    }
+    let done = Instant::now();
+    Ok(Published {
+        at,
+        first: first.unwrap_or(done),
+        done,
+    })
+}
+
+// ---------------------------------------------------------------- a case
+
+struct Report {
+    lines: Vec<String>,
+    /// `(what, figure, goal, pass)`.
+    goals: Vec<(String, String, String, bool)>,
+    errors: Vec<String>,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1000.0)
+}
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} ms"))
+}
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn row(what: &str, value: String) -> String {
+    format!("   {what:<34} {value}")
+}
+
+async fn run_case(
+    bin: &std::path::Path,
+    cfg: &Config,
+    case: &Case,
+    fleet: &mut Fleet,
+    ticks: f64,
+) -> Result<Report, String> {
+    let name = fleet.name.clone();
+    let mut admin = pg_admin().await?;
+
+    // Isolation: database, virtual host, Redis database.
+    admin
+        .execute(format!("CREATE DATABASE \"{name}\"").as_str())
+        .await
+        .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
+    fleet.db_created = true;
+    rabbitmqctl(&["-q", "add_vhost", &name]).await?;
+    fleet.vhost_created = true;
+    rabbitmqctl(&[
+        "-q",
+        "set_permissions",
+        "-p",
+        &name,
+        "guest",
+        ".*",
+        ".*",
+        ".*",
+    ])
+    .await?;
+    let redis_db = pick_redis_db().await?;
+    fleet.redis_db = Some(redis_db);
+    flush_redis(redis_db).await?;
+
+    let (sink, hook_base) = Sink::start(case.fail_p).await?;
+
+    // The service.
+    let amqp_url = format!("{AMQP_BASE}/{}", url_encode(&name));
+    let (api_port, metrics_port) = (free_port()?, free_port()?);
+    let mut key = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut key);
+    let mut envs: Vec<(String, String)> = [
+        ("BILLING_STORE__URL", pg_url_for(&name)),
+        ("BILLING_QUEUE__URL", amqp_url.clone()),
+        ("BILLING_SCHEDULER__URL", format!("{REDIS_BASE}/{redis_db}")),
+        ("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")),
+        (
+            "BILLING_METRICS__LISTEN",
+            format!("127.0.0.1:{metrics_port}"),
+        ),
+        (
+            "BILLING_DELIVERY__ALLOW_PRIVATE_NETWORKS",
+            "true".to_owned(),
+        ),
+        (
+            "BILLING_SECRETS__KEY",
+            base64::engine::general_purpose::STANDARD.encode(key),
+        ),
+        ("BILLING_LOG__LEVEL", "warn".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    if let Some(schedule) = case.retry_schedule {
+        envs.push((
+            "BILLING_DELIVERY__RETRY_SCHEDULE".to_owned(),
+            schedule.to_owned(),
+        ));
+    }
+    let stderr = std::fs::File::create(&fleet.stderr_path).map_err(|e| e.to_string())?;
+    let child = billing_command(bin, fleet.dir.path(), &envs)
+        .arg("serve")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let pid = child.id();
+    fleet.child = Some(child);
+
+    let api = format!("http://127.0.0.1:{api_port}");
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    loop {
+        if let Some(Ok(Some(status))) = fleet.child.as_mut().map(Child::try_wait) {
+            return Err(format!("billing serve exited during start-up: {status}"));
+        }
+        if let Ok(r) = client.get(format!("{api}/readyz")).send().await {
+            if r.status() == 200 {
+                break;
+            }
+        }
+        if started.elapsed() > READY_LIMIT {
+            return Err(format!(
+                "GET /readyz did not answer 200 within {} s",
+                READY_LIMIT.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ready_after = started.elapsed();
+
+    let boot = tokio::process::Command::from(billing_command(bin, fleet.dir.path(), &envs))
+        .args(["admin", "bootstrap", "--json"])
+        .output()
+        .await
+        .map_err(|e| format!("billing admin bootstrap: {e}"))?;
+    if !boot.status.success() {
+        return Err(format!(
+            "billing admin bootstrap: {}: {}",
+            boot.status,
+            String::from_utf8_lossy(&boot.stderr).trim()
+        ));
+    }
+    let boot: serde_json::Value = serde_json::from_slice(&boot.stdout)
+        .map_err(|e| format!("billing admin bootstrap --json: {e}"))?;
+    let sandbox = boot["environments"]
+        .as_array()
+        .and_then(|envs| envs.iter().find(|e| e["mode"] == "sandbox"))
+        .ok_or("bootstrap printed no sandbox environment")?;
+    let (Some(secret), Some(env_ref)) = (
+        sandbox["secret"].as_str(),
+        sandbox["environment_ref"].as_str(),
+    ) else {
+        return Err(format!("bootstrap output without secret: {sandbox}"));
+    };
+
+    for i in 0..case.endpoints {
+        let post = |path: String, body: serde_json::Value| {
+            client
+                .post(format!("{api}{path}"))
+                .bearer_auth(secret)
+                .header(
+                    "Idempotency-Key",
+                    format!("bench-{:016x}", rand::random::<u64>()),
+                )
+                .json(&body)
+                .send()
+        };
+        let r = post(
+            "/api/v1/webhook_endpoints".to_owned(),
+            serde_json::json!({"url": format!("{hook_base}/{i}")}),
+        )
+        .await
+        .map_err(|e| format!("create endpoint: {e}"))?;
+        let status = r.status();
+        let body: serde_json::Value = r.json().await.unwrap_or_default();
+        let Some(endpoint) = body["data"]["endpoint_ref"]
+            .as_str()
+            .filter(|_| status == 201)
+        else {
+            return Err(format!("create endpoint: {status} {body}"));
+        };
+        let r = post(
+            format!("/api/v1/webhook_endpoints/{endpoint}/subscriptions"),
+            serde_json::json!({"public_event_type": EVENT_TYPE, "scope_type": "environment",
+                "scope_ref": env_ref, "dto_version": 1}),
+        )
+        .await
+        .map_err(|e| format!("create subscription: {e}"))?;
+        if r.status() != 201 {
+            let status = r.status();
+            return Err(format!(
+                "create subscription: {status} {}",
+                r.text().await.unwrap_or_default()
+            ));
+        }
+    }
+
+    let publisher = Publisher::connect(&amqp_url).await?;
+
+    // Warm-up: one event, not measured, answered 204 by every endpoint.
+    let data = domain::webhook::catalogue::example(EVENT_TYPE, 1).unwrap_or_default();
+    let (warm_ref, warm_body) = envelope(env_ref, &data);
+    sink.ignored.lock().expect("lock").insert(warm_ref.clone());
+    confirmed(publisher.publish(&warm_body).await?.await)?;
+    let warm_started = Instant::now();
+    loop {
+        let seen = sink.requests.load(Ordering::Relaxed) as usize;
+        if seen >= case.endpoints {
+            break;
+        }
+        if warm_started.elapsed() > ONE_EVENT_LIMIT {
+            return Err(format!(
+                "the warm-up event reached {seen} of {} endpoints within {} s",
+                case.endpoints,
+                ONE_EVENT_LIMIT.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let warm_up = warm_started.elapsed();
+    let warm_requests = sink.requests.load(Ordering::Relaxed);
+
+    // Statistics for the planner, now and every 5 s.
+    let mut case_conn = PgConnection::connect(&pg_url_for(&name))
+        .await
+        .map_err(|e| format!("PostgreSQL {name}: {e}"))?;
+    case_conn
+        .execute("ANALYZE")
+        .await
+        .map_err(|e| format!("ANALYZE: {e}"))?;
+    let stop_analyzer = CancellationToken::new();
+    let analyzer_task = tokio::spawn(analyzer(name.clone(), stop_analyzer.clone()));
+
+    // A quiet moment: the statistics of the setup reach pg_stat_database,
+    // and the stack's idle CPU is measured.
+    let cpu_idle = cpu_sample(pid, &mut admin, &name).await;
+    tokio::time::sleep(IDLE_SAMPLE).await;
+    let pg_before = pg_stats(&mut admin, &name).await?;
+
+    // The measured window.
+    let expected = case.events * case.endpoints;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let outstanding_peak = Arc::new(AtomicUsize::new(0));
+    let stop_sampler = CancellationToken::new();
+    let sampler = {
+        let (sink, sent, peak, stop) = (
+            sink.clone(),
+            sent.clone(),
+            outstanding_peak.clone(),
+            stop_sampler.clone(),
+        );
+        let endpoints = case.endpoints;
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let out = (sent.load(Ordering::Relaxed) * endpoints).saturating_sub(sink.ok());
+                peak.fetch_max(out, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    println!(
+        "   ready after {:.1} s; warm-up delivered in {:.0} ms; publishing {} events ...",
+        ready_after.as_secs_f64(),
+        warm_up.as_secs_f64() * 1000.0,
+        thousands(case.events as u64)
+    );
+    let cpu_before = cpu_sample(pid, &mut admin, &name).await;
+    let published = publish_load(&publisher, case, env_ref, &sink, &sent).await;
+    let published = match published {
+        Ok(p) => p,
+        Err(e) => {
+            stop_sampler.cancel();
+            stop_analyzer.cancel();
+            return Err(e);
+        }
+    };
+
+    // Until every delivery succeeded or failed for good.
+    let deadline = published.done + cfg.limit;
+    let mut failed = 0usize;
+    let mut last_ok = (sink.ok(), Instant::now());
+    let complete = loop {
+        let ok = sink.ok();
+        if ok >= expected {
+            break true;
+        }
+        if ok != last_ok.0 {
+            last_ok = (ok, Instant::now());
+        }
+        // Deliveries that failed for good are only asked for when the
+        // receipts have stalled, so as not to load the store meanwhile.
+        if case.fail_p > 0.0 && last_ok.1.elapsed() > Duration::from_millis(500) {
+            failed = failed_deliveries(&mut case_conn).await?;
+            if ok + failed >= expected {
+                break true;
+            }
+            last_ok.1 = Instant::now();
+        }
+        if Instant::now() > deadline {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    };
+    let cpu_after = cpu_sample(pid, &mut admin, &name).await;
+    let hwm = peak_rss_mb(pid);
+    stop_sampler.cancel();
+    stop_analyzer.cancel();
+    let _ = sampler.await;
+    let analyzes = analyzer_task.await.unwrap_or(0);
+    publisher.close().await;
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let pg_after = pg_stats(&mut admin, &name).await?;
+    let statuses = delivery_statuses(&name).await.unwrap_or_default();
+    let _ = case_conn.close().await;
+    let _ = admin.close().await;
+
+    // Figures.
+    let first_ok = std::mem::take(&mut *sink.first_ok.lock().expect("lock"));
+    let mut latencies: Vec<Duration> = Vec::with_capacity(first_ok.len());
+    let mut last_receipt = published.first;
+    for ((event_ref, _), at) in &first_ok {
+        if let Some(t0) = published.at.get(event_ref) {
+            latencies.push(at.saturating_duration_since(*t0));
+            last_receipt = last_receipt.max(*at);
+        }
+    }
+    latencies.sort_unstable();
+    let delivered = latencies.len();
+    let window = last_receipt.saturating_duration_since(published.first);
+    let rate = delivered as f64 / window.as_secs_f64().max(1e-9);
+    let cpu_wall = cpu_after.at - cpu_before.at;
+    let per = delivered.max(1) as f64;
+    let us = |t: u64| t as f64 / ticks * 1e6 / per;
+    let cores = |t: u64| t as f64 / ticks / cpu_wall.as_secs_f64().max(1e-9);
+
+    let mut report = Report {
+        lines: Vec::new(),
+        goals: Vec::new(),
+        errors: Vec::new(),
+    };
+    let l = &mut report.lines;
+    l.push(format!(
+        "   billing pid {pid}; database and vhost {name}; Redis db {redis_db}; \
+         {analyzes} periodic ANALYZE"
+    ));
+    l.push(row(
+        "deliveries succeeded",
+        format!(
+            "{} of {}{}",
+            thousands(delivered as u64),
+            thousands(expected as u64),
+            if case.fail_p > 0.0 {
+                format!(" (+ {failed} failed for good after 4 attempts)")
+            } else {
+                String::new()
+            }
+        ),
+    ));
+    let publish_secs = (published.done - published.first).as_secs_f64();
+    l.push(row(
+        "published (confirmed)",
+        format!(
+            "{} events in {:.2} s = {:.0} events/s",
+            thousands(published.at.len() as u64),
+            publish_secs,
+            published.at.len() as f64 / publish_secs.max(1e-9)
+        ),
+    ));
+    l.push(row(
+        "window (first publish to last)",
+        format!("{:.2} s", window.as_secs_f64()),
+    ));
+    l.push(row("delivered/s", format!("{rate:.0}")));
+    let p50 = percentile(&latencies, 50.0);
+    let p99 = percentile(&latencies, 99.0);
+    l.push(row(
+        "send-to-receipt p50 / p99 / max",
+        format!(
+            "{} / {} / {}",
+            ms(p50),
+            ms(p99),
+            ms(latencies.last().map(|d| d.as_secs_f64() * 1000.0))
+        ),
+    ));
+    l.push(format!(
+        "   {:<34} {:>10} {:>8} {:>8}",
+        format!(
+            "CPU per {}",
+            if case.endpoints == 1 {
+                "delivery (= event)"
+            } else {
+                "delivery"
+            }
+        ),
+        "us",
+        "cores",
+        "idle"
+    ));
+    let idle_wall = (cpu_before.at - cpu_idle.at).as_secs_f64().max(1e-9);
+    let mut cpu_row = |label: &str, t: u64, idle: u64| {
+        l.push(format!(
+            "     {label:<32} {:>10.1} {:>8.2} {:>8.3}",
+            us(t),
+            cores(t),
+            idle as f64 / ticks / idle_wall
+        ));
+    };
+    let (mut total, mut total_idle) = (0u64, 0u64);
+    for (g, label) in GROUPS.iter().enumerate() {
+        let t = cpu_after.groups[g].saturating_sub(cpu_before.groups[g]);
+        let idle = cpu_before.groups[g].saturating_sub(cpu_idle.groups[g]);
+        total += t;
+        total_idle += idle;
+        cpu_row(label, t, idle);
+    }
+    cpu_row("whole stack", total, total_idle);
+    cpu_row(
+        "(postgres: this database only)",
+        cpu_after.pg_ours_since(&cpu_before),
+        cpu_before.pg_ours_since(&cpu_idle),
+    );
+    cpu_row(
+        "(this benchmark: publisher+sink)",
+        cpu_after.bench.saturating_sub(cpu_before.bench),
+        cpu_before.bench.saturating_sub(cpu_idle.bench),
+    );
+    let others = cpu_before.pg_others.max(cpu_after.pg_others);
+    if others > 0 {
+        l.push(format!(
+            "     note: {others} client backends of other databases were connected: other work \
+             was running, and the machine-wide figures (postgres, rabbitmq, redis) include it"
+        ));
+    }
+    l.push(row(
+        "billing peak RSS (VmHWM)",
+        hwm.map_or_else(|| "-".to_owned(), |m| format!("{m:.1} MiB")),
+    ));
+    l.push(format!(
+        "   PostgreSQL per delivery (approximate, pg_stat_database of {name}):"
+    ));
+    l.push(format!(
+        "     {}",
+        PG_FIELDS
+            .iter()
+            .enumerate()
+            .map(|(i, f)| format!("{f} {:.1}", (pg_after[i] - pg_before[i]) as f64 / per))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    l.push(row(
+        "peak outstanding (sent - received)",
+        thousands(outstanding_peak.load(Ordering::Relaxed) as u64),
+    ));
+    let requests = sink.requests.load(Ordering::Relaxed) - warm_requests;
+    l.push(row(
+        "receiver requests",
+        format!(
+            "{} ({} answered 500 on purpose, {} repeated successes)",
+            thousands(requests),
+            thousands(sink.refused.load(Ordering::Relaxed)),
+            sink.repeats.load(Ordering::Relaxed)
+        ),
+    ));
+    l.push(row(
+        "in the store (with the warm-up)",
+        statuses
+            .iter()
+            .map(|(s, n)| format!("{s} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    ));
+
+    let unreadable = sink.unreadable.load(Ordering::Relaxed);
+    if unreadable > 0 {
+        report.errors.push(format!(
+            "{unreadable} delivered bodies without an event_ref"
+        ));
+    }
+    if !complete {
+        report.errors.push(format!(
+            "incomplete after {} s past the last publish: {} of {} deliveries succeeded, {} \
+             still missing; in the store: {}",
+            cfg.limit.as_secs(),
+            delivered,
+            expected,
+            expected.saturating_sub(delivered + failed),
+            statuses
+                .iter()
+                .map(|(s, n)| format!("{s} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+
+    let stack_us = us(total);
+    let g = &mut report.goals;
+    match case.name {
+        "one" => {
+            g.push((
+                "delivered/s".into(),
+                format!("{rate:.0}"),
+                format!(">= {GOAL_ONE_RATE:.0}"),
+                complete && rate >= GOAL_ONE_RATE,
+            ));
+            g.push((
+                "whole-stack CPU per delivery".into(),
+                format!("{stack_us:.0} us"),
+                format!("<= {GOAL_ONE_CPU_US:.0} us"),
+                complete && stack_us <= GOAL_ONE_CPU_US,
+            ));
+        }
+        "fanout" => g.push((
+            "delivered/s".into(),
+            format!("{rate:.0}"),
+            format!(">= {GOAL_FANOUT_RATE:.0}"),
+            complete && rate >= GOAL_FANOUT_RATE,
+        )),
+        "paced" => g.push((
+            "whole-stack CPU per event".into(),
+            format!("{stack_us:.0} us"),
+            format!("<= {GOAL_PACED_CPU_US:.0} us"),
+            complete && stack_us <= GOAL_PACED_CPU_US,
+        )),
+        "faults" => g.push((
+            "p99 send-to-first-success".into(),
+            ms(p99),
+            format!("<= {GOAL_FAULTS_P99_MS:.0} ms"),
+            complete && p99.is_some_and(|p| p <= GOAL_FAULTS_P99_MS),
+        )),
+        _ => {}
+    }
+    Ok(report)
+}
+
+// ------------------------------------------------------------------ main
+
+#[derive(Default)]
+struct Summary {
+    verdicts: Vec<String>,
+    errors: Vec<String>,
+}
+
+async fn case(bin: &std::path::Path, cfg: &Config, case: &Case, summary: &mut Summary, ticks: f64) {
+    println!();
+    let pace = match case.pace {
+        Pace::Window(w) => format!("as fast as confirms allow ({w} outstanding)"),
+        Pace::OneInFlight => "one in flight".to_owned(),
+        Pace::Rate(r) => format!("{r} events/s"),
+    };
+    println!(
+        "== {}: {} endpoint{}, {} events, {pace}{}{}",
+        case.name,
+        case.endpoints,
+        if case.endpoints == 1 { "" } else { "s" },
+        thousands(case.events as u64),
+        if case.fail_p > 0.0 {
+            format!(
+                ", receiver answers 500 to {:.0} % at random",
+                case.fail_p * 100.0
+            )
+        } else {
+            String::new()
+        },
+        case.retry_schedule
+            .map(|s| format!(", retry schedule {s}"))
+            .unwrap_or_default()
+    );
+    let mut fleet = match Fleet::new() {
+        Ok(f) => f,
+        Err(e) => {
+            summary.errors.push(format!("{}: {e}", case.name));
+            println!("   !! {e}");
+            return;
+        }
+    };
+    let outcome = run_case(bin, cfg, case, &mut fleet, ticks).await;
+    let pid = fleet.child_pid();
+    let exit = tokio::task::block_in_place(|| fleet.stop_child());
+    let (lines, tail) = fleet.stderr_tail(20);
+    let mut failed = false;
+    match outcome {
+        Ok(report) => {
+            for l in &report.lines {
+                println!("{l}");
+            }
+            for (what, figure, goal, pass) in &report.goals {
+                let line = format!(
+                    "{:<4} {}: {what}: {figure} (goal {goal})",
+                    if *pass { "PASS" } else { "MISS" },
+                    case.name
+                );
+                println!("   -> {line}");
+                summary.verdicts.push(line);
+            }
+            for e in report.errors {
+                println!("   !! {e}");
+                summary.errors.push(format!("{}: {e}", case.name));
+                failed = true;
+            }
+        }
+        Err(e) => {
+            println!("   !! {e}");
+            summary.errors.push(format!("{}: {e}", case.name));
+            failed = true;
+        }
+    }
+    if let (Some(pid), Some(status)) = (pid, exit) {
+        if !status.success() {
+            println!("   !! billing (pid {pid}) exited with {status} after SIGTERM");
+        }
+    }
+    if lines > 0 {
+        println!("   billing's standard error: {lines} lines; the last ones:");
+        for l in tail {
+            println!("     | {l}");
+        }
+    } else if failed {
+        println!("   billing's standard error: empty");
+    }
+    tokio::task::block_in_place(|| drop(fleet));
+    let _ = std::io::stdout().flush();
+}
+
+async fn bench(cfg: Config, bin: PathBuf) -> ExitCode {
+    let ticks = clock_ticks();
+    println!(
+        "fleet benchmark: {} (billing serve over PostgreSQL, RabbitMQ, Redis on 127.0.0.1); \
+         {} cores, CLK_TCK {ticks}",
+        bin.display(),
+        std::thread::available_parallelism().map_or(0, |p| p.get())
+    );
+    remove_leftovers().await;
+    let mut summary = Summary::default();
+    for c in cases(&cfg) {
+        case(&bin, &cfg, &c, &mut summary, ticks).await;
+    }
+    if CLEANUP_FAILED.load(Ordering::SeqCst) {
+        summary.errors.push("cleanup failed (see above)".to_owned());
+    }
+    println!();
+    println!("summary:");
+    for v in &summary.verdicts {
+        println!("  {v}");
+    }
+    if summary.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        println!("errors:");
+        for e in &summary.errors {
+            println!("  {e}");
+        }
+        ExitCode::FAILURE
+    }
+}
+
+fn main() -> ExitCode {
+    let cfg = match config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let bin = match build_billing() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime builds");
+    runtime.block_on(bench(cfg, bin))
+}
