@@ -4,8 +4,9 @@
 //!
 //! Fairness: a delivery whose endpoint is behind an open circuit is given
 //! back at once (due a little later); one whose endpoint is at its limit
-//! waits here for that endpoint's next slot, for at most a second and
-//! within a claim batch in all (`Carried`), then goes back. A slow or
+//! waits here for that endpoint's next slot, for at most a second, at most
+//! half a claim batch per endpoint and a claim batch in all (`Carried`),
+//! then goes back. A slow or
 //! failing endpoint holds at most its own slots and never delays healthy
 //! ones.
 //!
@@ -55,9 +56,11 @@ const CARRIED_FRESH: Duration = Duration::from_millis(50);
 /// Claimed deliveries whose endpoint was at its limit, kept (leased) for
 /// its next free slot instead of being given back: a claim of a whole batch
 /// finds most endpoints busy under load, and giving those back meant a
-/// write, a delay and another claim each. At most one endpoint's limit of
-/// them per endpoint, and at most a claim batch in all, so a slow endpoint
-/// cannot hold back claims for the others.
+/// write, a delay and another claim each (for a single busy endpoint, most
+/// of every claim went back and came again). At most half a claim batch
+/// per endpoint (at least its limit), and at most a claim batch in all, so
+/// a slow endpoint holds back at most half of each claim for the others,
+/// and for at most `CARRY_FOR`.
 #[derive(Default)]
 struct Carried {
     waiting: std::collections::VecDeque<(DeliveryRecord, i64, Instant)>,
@@ -143,6 +146,42 @@ impl Carried {
             self.read_at = None;
         }
         self.waiting.drain(..).collect()
+    }
+}
+
+/// How many deliveries the next claim takes: a whole batch while claims
+/// find room for what they take, half as many after a claim that had to
+/// give most of its deliveries back because their endpoints were busy and
+/// their carry was full (one saturated endpoint otherwise had most of
+/// every claim written back and claimed again), growing back as soon as a
+/// claim gives none back.
+struct ClaimSize {
+    current: usize,
+    batch: usize,
+}
+
+impl ClaimSize {
+    /// The smallest claim: below it a claim costs more than it carries.
+    const MIN: usize = 16;
+
+    fn new(batch: usize) -> ClaimSize {
+        ClaimSize {
+            current: batch,
+            batch,
+        }
+    }
+
+    fn get(&self) -> usize {
+        self.current
+    }
+
+    /// After a claim of `taken` deliveries of which `busy` went back.
+    fn after(&mut self, taken: usize, busy: usize) {
+        if busy * 2 > taken {
+            self.current = (self.current / 2).max(Self::MIN.min(self.batch));
+        } else if busy == 0 {
+            self.current = (self.current * 2).min(self.batch);
+        }
     }
 }
 
@@ -259,10 +298,12 @@ impl Dispatcher {
         let mut cache = EndpointCache::default();
         let owner = self.settings.worker_id.clone();
         let mut carried = Carried::default();
+        let batch = self.settings.claim_batch as usize;
         let carry_limits = (
-            self.settings.max_in_flight_per_endpoint,
-            self.settings.claim_batch as usize,
+            (batch / 2).max(self.settings.max_in_flight_per_endpoint),
+            batch,
         );
+        let mut claim_size = ClaimSize::new(batch);
         loop {
             if shutdown.is_cancelled() {
                 let back: Vec<_> = carried
@@ -297,8 +338,9 @@ impl Dispatcher {
             let free = slots
                 .global
                 .available_permits()
-                .min(self.settings.claim_batch as usize)
-                .saturating_sub(carried.len()) as u32;
+                .min(batch)
+                .saturating_sub(carried.len())
+                .min(claim_size.get()) as u32;
             if free == 0 {
                 // On shutdown the loop's top gives the carried ones back.
                 tokio::select! {
@@ -343,6 +385,7 @@ impl Dispatcher {
                 }
             };
             let mut back = Vec::new();
+            let (taken, mut busy) = (claimed.len(), 0);
             for delivery in claimed {
                 let Some(&(version, status)) = versions.get(delivery.endpoint_ref.as_str()) else {
                     continue;
@@ -362,6 +405,7 @@ impl Dispatcher {
                 }
                 let Some(ticket) = slots.try_reserve(&delivery.endpoint_ref) else {
                     if let Err(d) = carried.keep(delivery, version, carry_limits) {
+                        busy += 1;
                         back.push((d, Some(BUSY_RETRY)));
                     }
                     continue;
@@ -369,6 +413,7 @@ impl Dispatcher {
                 self.start(delivery, version, ticket, &mut cache, slots, &results)
                     .await;
             }
+            claim_size.after(taken, busy);
             self.give_back_many(&owner, &back).await;
             if drained {
                 // Everything due was taken: let new work gather for a moment
@@ -617,5 +662,29 @@ async fn fan_out_loop(store: Store, wake: Arc<Notify>, shutdown: CancellationTok
             _ = enqueued.notified() => wake.notify_one(),
             _ = tokio::time::sleep(FAN_OUT_POLL) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClaimSize;
+
+    #[test]
+    fn claims_shrink_while_most_go_back_and_grow_back() {
+        let mut size = ClaimSize::new(256);
+        size.after(256, 200);
+        assert_eq!(size.get(), 128);
+        for _ in 0..10 {
+            size.after(size.get(), size.get());
+        }
+        assert_eq!(size.get(), ClaimSize::MIN);
+        size.after(16, 3);
+        assert_eq!(size.get(), 16, "some went back: hold");
+        size.after(16, 0);
+        assert_eq!(size.get(), 32);
+        for _ in 0..10 {
+            size.after(size.get(), 0);
+        }
+        assert_eq!(size.get(), 256);
     }
 }
