@@ -5,7 +5,9 @@
 //!
 //! Before anything else the release binary is built (`cargo build --release
 //! -p billing`, from the workspace root; `cargo bench` does not build other
-//! packages' binaries) and the one cargo reports is used.
+//! packages' binaries) and the one cargo reports is used, unless
+//! `BENCH_BILLING_BIN` names another binary to measure (an older build, to
+//! compare before and after a change).
 //!
 //! Every case starts from nothing, so that no case sees another's events:
 //! its own PostgreSQL database (`billing_bench_<pid>_<hex>`), its own
@@ -289,6 +291,18 @@ fn workspace_root() -> PathBuf {
 /// Builds the release `billing` binary and returns its path, as cargo
 /// reports it (`target/release/billing`, or under `CARGO_TARGET_DIR`).
 fn build_billing() -> Result<PathBuf, String> {
+    if let Some(given) = std::env::var_os("BENCH_BILLING_BIN") {
+        let path = PathBuf::from(given);
+        println!("using the binary in BENCH_BILLING_BIN (not built)");
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "BENCH_BILLING_BIN: no binary at {}",
+                path.display()
+            ))
+        };
+    }
     let root = workspace_root();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     println!("building the release binary: cargo build --release -p billing");

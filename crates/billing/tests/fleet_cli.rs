@@ -236,3 +236,197 @@ fn rand_u32() -> u32 {
         .unwrap();
     t.subsec_nanos() ^ std::process::id()
 }
+
+/// Processes the test started, killed if the test ends early: a
+/// dispatcher left running would share the next run's Redis schedule and
+/// take its deliveries.
+struct Children(Vec<std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for p in &mut self.0 {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+}
+
+/// A fleet of two processes, `billing api` and `billing dispatcher`, over
+/// PostgreSQL and Redis: a test send made through the API process reaches
+/// the receiver at once, because the API's write notifies the dispatcher
+/// (PostgreSQL `NOTIFY`); the dispatcher does not poll the store for it
+/// (its periodic pass comes only every 30 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_test_send_through_an_api_process_wakes_the_dispatcher_process() {
+    if !fleet() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "fleet CLI test not run: set BILLING_TEST_FLEET=1"
+        );
+        return;
+    }
+    let db = format!("billing_cli_{}_{:08x}", std::process::id(), rand_u32());
+    let mut admin = PgConnection::connect(&pg_admin_url())
+        .await
+        .expect("PostgreSQL reachable");
+    admin
+        .execute(format!("CREATE DATABASE \"{db}\"").as_str())
+        .await
+        .unwrap();
+    let base = pg_admin_url();
+    let store_url = format!("{}/{db}", &base[..base.rfind('/').unwrap()]);
+    let dir = tempfile::tempdir().unwrap();
+    let api_port = free_port();
+    // The events queue stays in the store: this fleet must not share the
+    // broker's dispatcher queue with the other test's. Redis database 5
+    // keeps its schedule (under the fixed prefix `billing`) apart from
+    // theirs; it is emptied first, in case an earlier run was killed.
+    let envs = vec![
+        ("BILLING_STORE__URL", store_url.clone()),
+        ("BILLING_QUEUE__URL", "embedded".to_owned()),
+        (
+            "BILLING_SCHEDULER__URL",
+            "redis://127.0.0.1:6379/5".to_owned(),
+        ),
+        ("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")),
+        (
+            "BILLING_DELIVERY__ALLOW_PRIVATE_NETWORKS",
+            "true".to_owned(),
+        ),
+        (
+            "BILLING_SECRETS__KEY",
+            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=".to_owned(),
+        ),
+    ];
+    use dispatcher::redis_schedule::redis;
+    let redis = redis::Client::open("redis://127.0.0.1:6379/5").unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("FLUSHDB")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    // As if this schedule had been fed before: the dispatcher must not
+    // take the test for a Redis that lost its data (which makes it pass
+    // over the store every second for a minute).
+    redis::cmd("SET")
+        .arg("billing:fed")
+        .arg(1)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    let with_metrics = |port: u16| {
+        let mut e = envs.clone();
+        e.push(("BILLING_METRICS__LISTEN", format!("127.0.0.1:{port}")));
+        e
+    };
+    let boot = billing(dir.path(), &with_metrics(free_port()))
+        .args(["admin", "bootstrap", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        boot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&boot.stderr)
+    );
+    let boot: serde_json::Value = serde_json::from_slice(&boot.stdout).unwrap();
+    let secret = boot["environments"][0]["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let seen: Seen = Arc::default();
+    let app = axum::Router::new()
+        .fallback(receive)
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let mut processes = Children(Vec::new());
+    for role in ["dispatcher", "api"] {
+        let log = std::fs::File::create(dir.path().join(format!("{role}.log"))).unwrap();
+        processes.0.push(
+            billing(dir.path(), &with_metrics(free_port()))
+                .arg(role)
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        );
+    }
+    let logs = || {
+        ["dispatcher", "api"]
+            .map(|role| {
+                let text = std::fs::read_to_string(dir.path().join(format!("{role}.log")))
+                    .unwrap_or_default();
+                format!("--- {role}:\n{text}")
+            })
+            .join("\n")
+    };
+    let api = format!("http://127.0.0.1:{api_port}");
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    while client.get(format!("{api}/readyz")).send().await.is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the API did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let endpoint: serde_json::Value = client
+        .post(format!("{api}/api/v1/webhook_endpoints"))
+        .bearer_auth(&secret)
+        .header("Idempotency-Key", "cli-notify-endpoint")
+        .json(&serde_json::json!({"url": hook}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let endpoint_ref = endpoint["data"]["endpoint_ref"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Past the dispatcher's start-up pass over the store.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let sent = Instant::now();
+    let r = client
+        .post(format!(
+            "{api}/api/v1/webhook_endpoints/{endpoint_ref}/test_send"
+        ))
+        .bearer_auth(&secret)
+        .header("Idempotency-Key", "cli-notify-test-send")
+        .json(&serde_json::json!({"public_event_type": "webhook.test"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    while seen.lock().unwrap().is_empty() {
+        assert!(
+            sent.elapsed() < Duration::from_secs(5),
+            "the dispatcher process did not hear of the test send: it would find it only at its next periodic pass\n{}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!(
+        "test send through the API process received after {} ms",
+        sent.elapsed().as_millis()
+    );
+
+    for mut p in std::mem::take(&mut processes.0) {
+        Command::new("kill")
+            .args(["-TERM", &p.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(p.wait().unwrap().success());
+    }
+    drop(
+        admin
+            .execute(format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)").as_str())
+            .await,
+    );
+}

@@ -13,8 +13,15 @@ use tokio::sync::{mpsc, Notify};
 
 pub const MAX_BATCH: usize = 256;
 
-/// How long a batch waits for more results before it is written.
-const WINDOW: Duration = Duration::from_millis(5);
+/// How long a batch waits for more results before it is written. Under a
+/// light load this decides how many results share a commit (at 100
+/// attempts/s, two or three instead of one each); nothing waits for the
+/// record but the lease, which outlives it by far.
+const WINDOW: Duration = Duration::from_millis(20);
+
+/// A retry due this soon after its record wakes the claim loop at once;
+/// later ones are found by its next claim.
+const DUE_SOON: i64 = 50;
 
 pub async fn run(
     store: Store,
@@ -71,7 +78,13 @@ pub async fn run(
                 tracing::warn!(error = %e, "clearing Redis leases failed; they expire by themselves");
             }
         }
+        let soon = domain::Timestamp::now().millis() + DUE_SOON;
+        if batch.iter().any(|a| {
+            a.delivery_status == domain::webhook::DeliveryStatus::Pending
+                && a.next_attempt_at.is_some_and(|t| t.millis() <= soon)
+        }) {
+            recorded.notify_one();
+        }
         batch.clear();
-        recorded.notify_one();
     }
 }

@@ -175,7 +175,7 @@ impl Store {
             .iter()
             .flat_map(|(_, d)| d.iter().map(DeliveryRow::unleased))
             .collect();
-        let created = insert_deliveries(tx, self.backend(), &rows, now)
+        let created = insert_deliveries(tx, self.backend(), &rows, now, &Default::default())
             .await?
             .len();
         for chunk in events.chunks(DELIVERY_ROWS * 10) {
@@ -467,13 +467,15 @@ impl<'a> DeliveryRow<'a> {
 
 /// Inserts deliveries (one per event, endpoint and dto version: an
 /// existing one is left as it is) and marks their endpoints' URLs
-/// immutable, inside `tx`; returns the references of those created.
-/// Pending deliveries are due at `now`.
+/// immutable, inside `tx`, unless `tx` read them fixed already
+/// (`url_fixed`); returns the references of those created. Pending
+/// deliveries are due at `now`.
 pub(crate) async fn insert_deliveries(
     tx: &mut Tx,
     backend: Backend,
     rows: &[DeliveryRow<'_>],
     now: i64,
+    url_fixed: &std::collections::HashSet<String>,
 ) -> Result<std::collections::HashSet<String>, StoreError> {
     let mut created = std::collections::HashSet::new();
     let mut endpoints = std::collections::HashSet::new();
@@ -529,7 +531,11 @@ pub(crate) async fn insert_deliveries(
             endpoints.insert(text(&r, "endpoint_ref")?);
         }
     }
-    let endpoints: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+    let endpoints: Vec<&str> = endpoints
+        .iter()
+        .filter(|e| !url_fixed.contains(*e))
+        .map(String::as_str)
+        .collect();
     mark_url_immutable(tx, backend, &endpoints, now).await?;
     Ok(created)
 }

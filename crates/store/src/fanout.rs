@@ -20,7 +20,7 @@ use crate::{Backend, NewDelivery, Store, StoreError, SubscriptionRecord};
 use domain::webhook::shaping::{convert, converts, scope_holds, Scope};
 use domain::webhook::{catalogue, DeliveryStatus, EndpointStatus};
 use domain::{Ref, Timestamp};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 /// The deliveries of each event, in the order of the events given.
 pub type Plan = Vec<(Ref, Vec<NewDelivery>)>;
@@ -84,7 +84,7 @@ impl Store {
         let store = self.clone();
         self.on_lane(async move {
             let mut tx = store.begin_write().await?;
-            let (plan, _) = plan_fan_out(&mut tx, store.backend(), &events).await?;
+            let (plan, _, _) = plan_fan_out(&mut tx, store.backend(), &events).await?;
             let created = store.fan_out_in(&mut tx, &plan).await?;
             tx.commit().await?;
             Ok(created)
@@ -96,13 +96,13 @@ impl Store {
 /// Reads the subscriptions and endpoint statuses `events` need (one query
 /// each for the whole batch) inside `tx`, the transaction that will write
 /// their deliveries, and plans them; also returns the endpoint versions
-/// read. On SQLite this runs on the write lane's connection: no statement
+/// read and the endpoints whose url is already fixed. On SQLite this runs on the write lane's connection: no statement
 /// waits for another thread.
 pub(crate) async fn plan_fan_out(
     tx: &mut Tx,
     backend: Backend,
     events: &[EventRow],
-) -> Result<(Plan, EndpointVersions), StoreError> {
+) -> Result<(Plan, EndpointVersions, HashSet<String>), StoreError> {
     let environments: BTreeSet<&str> = events.iter().map(|e| e.environment_ref.as_str()).collect();
     let types: BTreeSet<&str> = events
         .iter()
@@ -122,7 +122,7 @@ pub(crate) async fn plan_fan_out(
         .flatten()
         .map(|s| &s.endpoint_ref)
         .collect();
-    let statuses = endpoint_versions_in(tx, &endpoint_refs).await?;
+    let (statuses, url_fixed) = endpoint_versions_in(tx, &endpoint_refs).await?;
     let plan = events
         .iter()
         .map(|e| {
@@ -134,7 +134,7 @@ pub(crate) async fn plan_fan_out(
             (e.event_ref.clone(), plan(e, subs, &statuses))
         })
         .collect();
-    Ok((plan, statuses))
+    Ok((plan, statuses, url_fixed))
 }
 
 /// The deliveries of `event` among `subscriptions` (those of its

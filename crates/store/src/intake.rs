@@ -147,7 +147,7 @@ impl Store {
         events: &[EventRow],
     ) -> Result<(HashSet<String>, bool), StoreError> {
         let mut tx = self.begin_write().await?;
-        let (plan, versions) = plan_fan_out(&mut tx, self.backend(), events).await?;
+        let (plan, versions, url_fixed) = plan_fan_out(&mut tx, self.backend(), events).await?;
         let handoff = self.handoff.get();
         let now = Timestamp::now();
         let mut new = HashSet::new();
@@ -217,7 +217,8 @@ impl Store {
             }
             rows.push(row);
         }
-        let created = insert_deliveries(&mut tx, self.backend(), &rows, now.millis()).await?;
+        let created =
+            insert_deliveries(&mut tx, self.backend(), &rows, now.millis(), &url_fixed).await?;
         let left: Vec<(domain::Ref, Timestamp)> = rows
             .iter()
             .filter(|r| {

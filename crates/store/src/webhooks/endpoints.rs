@@ -340,7 +340,8 @@ pub type EndpointVersions = std::collections::HashMap<String, (i64, EndpointStat
 
 fn versions_query(n: usize) -> String {
     format!(
-        "SELECT endpoint_ref, version, status FROM webhook_endpoints WHERE endpoint_ref IN ({})",
+        "SELECT endpoint_ref, version, status, url_immutable FROM webhook_endpoints \
+         WHERE endpoint_ref IN ({})",
         placeholders(1, n)
     )
 }
@@ -352,18 +353,25 @@ fn version_entry(row: &impl Columns) -> Result<(String, (i64, EndpointStatus)), 
 }
 
 /// `Store::endpoint_versions`, read inside `tx` (the fan-out plans in the
-/// transaction that writes its deliveries).
+/// transaction that writes its deliveries), with the endpoints whose url
+/// is already fixed (`url_immutable`: it never goes back, so a delivery
+/// written in this transaction need not fix it again).
 pub(crate) async fn endpoint_versions_in(
     tx: &mut Tx,
     refs: &[&Ref],
-) -> Result<EndpointVersions, StoreError> {
+) -> Result<(EndpointVersions, std::collections::HashSet<String>), StoreError> {
+    let mut versions = EndpointVersions::new();
+    let mut fixed = std::collections::HashSet::new();
     if refs.is_empty() {
-        return Ok(EndpointVersions::new());
+        return Ok((versions, fixed));
     }
     let args: Vec<ExecArg> = refs.iter().map(|r| r.as_str().into()).collect();
-    tx.fetch(&versions_query(refs.len()), &args)
-        .await?
-        .iter()
-        .map(version_entry)
-        .collect()
+    for row in tx.fetch(&versions_query(refs.len()), &args).await? {
+        let (endpoint_ref, entry) = version_entry(&row)?;
+        if int(&row, "url_immutable")? != 0 {
+            fixed.insert(endpoint_ref.clone());
+        }
+        versions.insert(endpoint_ref, entry);
+    }
+    Ok((versions, fixed))
 }
