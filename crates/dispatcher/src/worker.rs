@@ -6,9 +6,9 @@
 //! back at once (due a little later); one whose endpoint is at its limit
 //! waits here for that endpoint's next slot, for at most a second, at most
 //! half a claim batch per endpoint and a claim batch in all (`Carried`),
-//! then goes back. A slow or
-//! failing endpoint holds at most its own slots and never delays healthy
-//! ones.
+//! then goes back. A slow or failing endpoint holds at most its own slots
+//! and never delays healthy ones; a claim shrinks while most of what it
+//! takes cannot start (`ClaimSize`).
 //!
 //! Shutdown: stop leasing, let in-flight attempts finish (their leases
 //! expire if the process is killed first), flush the recorder.
