@@ -9,6 +9,7 @@
 
 pub mod pg;
 pub mod receiver;
+pub mod redis;
 pub mod verifier;
 
 use billing::bootstrap::{bootstrap, BootstrappedEnvironment};

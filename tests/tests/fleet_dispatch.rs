@@ -10,30 +10,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-fn redis_url() -> String {
-    std::env::var("BILLING_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
 
-/// Deletes every key of `prefix`: what a FLUSHALL does to this schedule.
-async fn flush(prefix: &str) {
-    let client = dispatcher::redis_schedule::redis::Client::open(redis_url()).expect("redis url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis reachable");
-    let keys: Vec<String> = dispatcher::redis_schedule::redis::cmd("KEYS")
-        .arg(format!("{prefix}:*"))
-        .query_async(&mut conn)
-        .await
-        .expect("keys");
-    if !keys.is_empty() {
-        let _: () = dispatcher::redis_schedule::redis::cmd("DEL")
-            .arg(keys)
-            .query_async(&mut conn)
-            .await
-            .expect("del");
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_dispatchers_over_redis_survive_losing_its_data() {
@@ -48,7 +25,7 @@ async fn two_dispatchers_over_redis_survive_losing_its_data() {
     let app = TestApp::spawn(Backend::Postgres).await;
     let prefix = format!("billing-test:{}", billing_tests::unique_key());
     let schedule = Arc::new(
-        RedisSchedule::connect(&redis_url(), &prefix)
+        RedisSchedule::connect(&billing_tests::redis::url(), &prefix)
             .await
             .expect("redis reachable"),
     );
@@ -63,7 +40,7 @@ async fn two_dispatchers_over_redis_survive_losing_its_data() {
     let b = app.start_redis_dispatcher(app.dispatch_settings("0s"), schedule.clone());
     app.eventually(30, || async { (receiver.count() >= N / 4).then_some(()) })
         .await;
-    flush(&prefix).await;
+    billing_tests::redis::delete_prefix(&prefix).await;
     for _ in 0..N / 2 {
         app.publish("order.created", json!({})).await;
     }
@@ -94,5 +71,5 @@ async fn two_dispatchers_over_redis_survive_losing_its_data() {
             .unwrap(),
         0
     );
-    flush(&prefix).await;
+    billing_tests::redis::delete_prefix(&prefix).await;
 }

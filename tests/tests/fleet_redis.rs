@@ -9,16 +9,13 @@
 //! other tests share the server.
 
 use billing_tests::{fleet_enabled, Backend, TestApp};
-use dispatcher::redis_schedule::{self as rs, redis, RedisSchedule};
+use dispatcher::redis_schedule::{self as rs, RedisSchedule};
 use domain::Timestamp;
 use std::collections::HashSet;
 use std::sync::{Arc, Once};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-fn redis_url() -> String {
-    std::env::var("BILLING_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
 
 /// A store with `endpoints × events` pending deliveries, due now, and a
 /// schedule under a fresh key prefix; `None` (said once) without
@@ -43,12 +40,12 @@ async fn fixture(endpoints: usize, events: usize) -> Option<Fixture> {
     }
     let app = TestApp::spawn(Backend::Postgres).await;
     let prefix = format!("billing-test:{}", billing_tests::unique_key());
-    let schedule = RedisSchedule::connect(&redis_url(), &prefix)
+    let schedule = RedisSchedule::connect(&billing_tests::redis::url(), &prefix)
         .await
         .unwrap_or_else(|e| {
             panic!(
                 "BILLING_TEST_FLEET=1 but Redis is not reachable at {}: {e}",
-                redis_url()
+                billing_tests::redis::url()
             )
         });
     schedule.ping().await.expect("Redis answers PING");
@@ -78,38 +75,6 @@ async fn fixture(endpoints: usize, events: usize) -> Option<Fixture> {
     })
 }
 
-/// What FLUSHALL does to this deployment: every key under its prefix gone.
-async fn delete_all_keys(prefix: &str) {
-    let client = redis::Client::open(redis_url()).expect("redis url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis connection");
-    let pattern = format!("{prefix}:*");
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(&mut conn)
-            .await
-            .expect("SCAN");
-        if !keys.is_empty() {
-            redis::cmd("DEL")
-                .arg(&keys)
-                .query_async::<()>(&mut conn)
-                .await
-                .expect("DEL");
-        }
-        if next == 0 {
-            return;
-        }
-        cursor = next;
-    }
-}
 
 fn lease(ms: i64) -> (Timestamp, Timestamp) {
     let now = Timestamp::now();
@@ -183,7 +148,7 @@ async fn feed_schedules_the_stores_due_deliveries() {
     assert_eq!(f.schedule.leased_len().await.unwrap(), 0);
     assert_eq!(f.schedule.attempts(&got[0]).await.unwrap(), 1);
     assert_eq!(f.schedule.attempts(&later).await.unwrap(), 0);
-    delete_all_keys(f.schedule.key_prefix()).await;
+    billing_tests::redis::delete_prefix(f.schedule.key_prefix()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,7 +189,7 @@ async fn concurrent_claimers_never_share_a_delivery() {
         .await
         .unwrap();
     assert!(again.is_empty());
-    delete_all_keys(f.schedule.key_prefix()).await;
+    billing_tests::redis::delete_prefix(f.schedule.key_prefix()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,7 +223,7 @@ async fn an_expired_lease_returns_to_the_due_set() {
     // Another worker gets them: the store's lease expired too.
     let alive = claim_all(&f, "alive-worker", 100, 60_000).await;
     assert_eq!(set(&alive), set(&f.refs));
-    delete_all_keys(f.schedule.key_prefix()).await;
+    billing_tests::redis::delete_prefix(f.schedule.key_prefix()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -275,7 +240,7 @@ async fn losing_all_redis_data_loses_no_delivery() {
         .await
         .unwrap();
     assert_eq!(held.len(), 10);
-    delete_all_keys(f.schedule.key_prefix()).await;
+    billing_tests::redis::delete_prefix(f.schedule.key_prefix()).await;
     assert_eq!(f.schedule.due_len().await.unwrap(), 0);
     assert_eq!(f.schedule.leased_len().await.unwrap(), 0);
 
@@ -319,7 +284,7 @@ async fn losing_all_redis_data_loses_no_delivery() {
         .await
         .expect("the feed stops on shutdown")
         .unwrap();
-    delete_all_keys(f.schedule.key_prefix()).await;
+    billing_tests::redis::delete_prefix(f.schedule.key_prefix()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,5 +328,5 @@ async fn claim_skips_what_the_store_leases_to_someone_else() {
         .await
         .unwrap();
     assert_eq!(pass.scheduled, 0);
-    delete_all_keys(f.schedule.key_prefix()).await;
+    billing_tests::redis::delete_prefix(f.schedule.key_prefix()).await;
 }

@@ -427,31 +427,7 @@ async fn embedded_partial_failure_delivers_every_success_on_schedule() {
     check(&report);
 }
 
-fn redis_url() -> String {
-    std::env::var("BILLING_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
-}
 
-/// Deletes every key of `prefix`.
-async fn flush(prefix: &str) {
-    use dispatcher::redis_schedule::redis;
-    let client = redis::Client::open(redis_url()).expect("redis url");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis reachable");
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}:*"))
-        .query_async(&mut conn)
-        .await
-        .expect("keys");
-    if !keys.is_empty() {
-        let _: () = redis::cmd("DEL")
-            .arg(keys)
-            .query_async(&mut conn)
-            .await
-            .expect("del");
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_partial_failure_delivers_every_success_on_schedule() {
@@ -466,7 +442,7 @@ async fn fleet_partial_failure_delivers_every_success_on_schedule() {
     let app = TestApp::spawn(Backend::Postgres).await;
     let prefix = format!("billing-test:{}", billing_tests::unique_key());
     let schedule = Arc::new(
-        RedisSchedule::connect(&redis_url(), &prefix)
+        RedisSchedule::connect(&billing_tests::redis::url(), &prefix)
             .await
             .expect("redis reachable"),
     );
@@ -474,6 +450,6 @@ async fn fleet_partial_failure_delivers_every_success_on_schedule() {
         app.start_redis_dispatcher(s, schedule.clone())
     })
     .await;
-    flush(&prefix).await;
+    billing_tests::redis::delete_prefix(&prefix).await;
     check(&report);
 }

@@ -47,16 +47,9 @@ async fn receive(State(seen): State<Seen>, headers: HeaderMap) -> &'static str {
     "ok"
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_in_fleet_mode_delivers_a_published_event() {
-    if !fleet() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "fleet CLI test not run: set BILLING_TEST_FLEET=1"
-        );
-        return;
-    }
+/// A fresh database on the fleet's PostgreSQL: the admin connection (to
+/// drop it at the end), its name and the store URL for it.
+async fn fresh_database() -> (PgConnection, String, String) {
     let db = format!("billing_cli_{}_{:08x}", std::process::id(), rand_u32());
     let mut admin = PgConnection::connect(&pg_admin_url())
         .await
@@ -67,6 +60,52 @@ async fn serve_in_fleet_mode_delivers_a_published_event() {
         .unwrap();
     let base = pg_admin_url();
     let store_url = format!("{}/{db}", &base[..base.rfind('/').unwrap()]);
+    (admin, db, store_url)
+}
+
+/// A local receiver recording every request's headers, and its URL.
+async fn receiver() -> (Seen, String) {
+    let seen: Seen = Arc::default();
+    let app = axum::Router::new()
+        .fallback(receive)
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (seen, hook)
+}
+
+/// `billing admin bootstrap --json`: the sandbox environment's secret and
+/// reference.
+fn bootstrap(dir: &std::path::Path, envs: &[(&str, String)]) -> (String, String) {
+    let boot = billing(dir, envs)
+        .args(["admin", "bootstrap", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        boot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&boot.stderr)
+    );
+    let boot: serde_json::Value = serde_json::from_slice(&boot.stdout).unwrap();
+    let sandbox = &boot["environments"][0];
+    (
+        sandbox["secret"].as_str().unwrap().to_owned(),
+        sandbox["environment_ref"].as_str().unwrap().to_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_in_fleet_mode_delivers_a_published_event() {
+    if !fleet() {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "fleet CLI test not run: set BILLING_TEST_FLEET=1"
+        );
+        return;
+    }
+    let (mut admin, db, store_url) = fresh_database().await;
 
     let dir = tempfile::tempdir().unwrap();
     let (api_port, metrics_port) = (free_port(), free_port());
@@ -94,32 +133,9 @@ async fn serve_in_fleet_mode_delivers_a_published_event() {
             "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=".to_owned(),
         ),
     ];
-    let boot = billing(dir.path(), &envs)
-        .args(["admin", "bootstrap", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        boot.status.success(),
-        "{}",
-        String::from_utf8_lossy(&boot.stderr)
-    );
-    let boot: serde_json::Value = serde_json::from_slice(&boot.stdout).unwrap();
-    let secret = boot["environments"][0]["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let env_ref = boot["environments"][0]["environment_ref"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (secret, env_ref) = bootstrap(dir.path(), &envs);
 
-    let seen: Seen = Arc::default();
-    let app = axum::Router::new()
-        .fallback(receive)
-        .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (seen, hook) = receiver().await;
 
     let mut serve = billing(dir.path(), &envs)
         .arg("serve")
@@ -266,16 +282,7 @@ async fn a_test_send_through_an_api_process_wakes_the_dispatcher_process() {
         );
         return;
     }
-    let db = format!("billing_cli_{}_{:08x}", std::process::id(), rand_u32());
-    let mut admin = PgConnection::connect(&pg_admin_url())
-        .await
-        .expect("PostgreSQL reachable");
-    admin
-        .execute(format!("CREATE DATABASE \"{db}\"").as_str())
-        .await
-        .unwrap();
-    let base = pg_admin_url();
-    let store_url = format!("{}/{db}", &base[..base.rfind('/').unwrap()]);
+    let (mut admin, db, store_url) = fresh_database().await;
     let dir = tempfile::tempdir().unwrap();
     let api_port = free_port();
     // The events queue stays in the store: this fleet must not share the
@@ -320,28 +327,9 @@ async fn a_test_send_through_an_api_process_wakes_the_dispatcher_process() {
         e.push(("BILLING_METRICS__LISTEN", format!("127.0.0.1:{port}")));
         e
     };
-    let boot = billing(dir.path(), &with_metrics(free_port()))
-        .args(["admin", "bootstrap", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        boot.status.success(),
-        "{}",
-        String::from_utf8_lossy(&boot.stderr)
-    );
-    let boot: serde_json::Value = serde_json::from_slice(&boot.stdout).unwrap();
-    let secret = boot["environments"][0]["secret"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (secret, _) = bootstrap(dir.path(), &with_metrics(free_port()));
 
-    let seen: Seen = Arc::default();
-    let app = axum::Router::new()
-        .fallback(receive)
-        .with_state(seen.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let (seen, hook) = receiver().await;
 
     let mut processes = Children(Vec::new());
     for role in ["dispatcher", "api"] {

@@ -283,6 +283,7 @@ impl Store {
         releases: &[(Ref, Option<Timestamp>)],
     ) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await?;
+        by_primary_key(&mut tx, self.backend()).await?;
         for chunk in releases.chunks(UPDATE_ROWS * 2) {
             let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
@@ -348,6 +349,7 @@ impl Store {
             .map(|_| Ref::generate(Prefix::DeliveryAttempt))
             .collect();
         let mut tx = self.begin_write().await?;
+        by_primary_key(&mut tx, self.backend()).await?;
         let mut recorded: Vec<(&AttemptResult, &Ref)> = Vec::with_capacity(unique.len());
         for (chunk, refs) in unique
             .chunks(UPDATE_ROWS)
@@ -441,6 +443,14 @@ impl Store {
         .await?;
         Ok(t.map(Timestamp::from_millis))
     }
+}
+
+/// Makes the rest of `tx` find rows by key (`statements::BY_PRIMARY_KEY`).
+async fn by_primary_key(tx: &mut Tx, backend: Backend) -> Result<(), StoreError> {
+    if backend == Backend::Postgres {
+        tx.execute(statements::BY_PRIMARY_KEY, &[]).await?;
+    }
+    Ok(())
 }
 
 /// A delivery to insert: its reference (chosen by the caller, which may
@@ -650,6 +660,11 @@ impl Store {
         refs.sort_unstable();
         refs.dedup();
         let mut tx = self.write_tx().await?;
+        if self.backend() == Backend::Postgres {
+            sqlx::query(statements::BY_PRIMARY_KEY)
+                .execute(&mut *tx)
+                .await?;
+        }
         for chunk in refs.chunks(CHUNK) {
             // Two statements, each selecting by primary key alone
             // (`statements::lock_by_ref`). The rows are locked (or, on
@@ -719,6 +734,14 @@ impl Store {
 /// runs: each must cost the same per delivery whatever the backlog.
 pub mod statements {
     use crate::Backend;
+
+    /// Run first in PostgreSQL transactions whose statements address a
+    /// bounded set of deliveries by primary key (claims, records,
+    /// releases). On a table of some tens of thousands of rows the planner
+    /// prefers a sequential scan to a few hundred key lookups, and every
+    /// claim then reads the whole table; a plan whose cost follows the
+    /// rows asked for, not the table, is the one wanted at any size.
+    pub const BY_PRIMARY_KEY: &str = "SET LOCAL enable_seqscan = off";
 
     /// Locks the rows of `n` references (`$1`…) and reads what decides
     /// whether each is claimable. By primary key alone: with a claimability

@@ -1,0 +1,43 @@
+//! The fleet tests' Redis: where it is, and how a test clears the keys it
+//! made (every test keeps its schedule under a key prefix of its own and
+//! deletes only that; other tests share the server).
+
+use dispatcher::redis_schedule::redis;
+
+/// `BILLING_TEST_REDIS_URL`, or the local server.
+pub fn url() -> String {
+    std::env::var("BILLING_TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
+}
+
+/// Deletes every key under `prefix`: what a FLUSHALL does to a schedule.
+pub async fn delete_prefix(prefix: &str) {
+    let client = redis::Client::open(url()).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis reachable");
+    let pattern = format!("{prefix}:*");
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .expect("SCAN");
+        if !keys.is_empty() {
+            redis::cmd("DEL")
+                .arg(&keys)
+                .query_async::<()>(&mut conn)
+                .await
+                .expect("DEL");
+        }
+        if next == 0 {
+            return;
+        }
+        cursor = next;
+    }
+}
