@@ -10,8 +10,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_dispatchers_over_redis_survive_losing_its_data() {
     if !fleet_enabled() {

@@ -16,7 +16,6 @@ use std::sync::{Arc, Once};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-
 /// A store with `endpoints × events` pending deliveries, due now, and a
 /// schedule under a fresh key prefix; `None` (said once) without
 /// `BILLING_TEST_FLEET=1`.
@@ -74,7 +73,6 @@ async fn fixture(endpoints: usize, events: usize) -> Option<Fixture> {
         refs,
     })
 }
-
 
 fn lease(ms: i64) -> (Timestamp, Timestamp) {
     let now = Timestamp::now();

@@ -427,8 +427,6 @@ async fn embedded_partial_failure_delivers_every_success_on_schedule() {
     check(&report);
 }
 
-
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_partial_failure_delivers_every_success_on_schedule() {
     if !fleet_enabled() {

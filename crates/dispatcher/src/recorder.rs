@@ -1,9 +1,9 @@
 //! Writes attempt results in batches: one transaction for up to
 //! `MAX_BATCH` results, so a busy dispatcher does not pay one commit per
 //! attempt. In a fleet it then clears the batch's Redis leases and puts
-//! its retries into the Redis schedule, due at their time. A result is never dropped while the store is reachable; if it
-//! is not, the delivery's lease expires and the attempt is made again
-//! (at-least-once).
+//! its retries into the Redis schedule, due at their time. A result is
+//! never dropped while the store is reachable; if it is not, the
+//! delivery's lease expires and the attempt is made again (at-least-once).
 
 use crate::redis_schedule::RedisSchedule;
 use std::sync::Arc;

@@ -34,22 +34,24 @@ impl DueSignals {
     /// another one.
     pub async fn next(&mut self) {
         let Some(listener) = self.listener.as_mut() else {
-            if let Some(url) = &self.url {
-                // The listener could not connect before: try again now and
-                // then, and count a success as a signal (something may have
-                // been missed meanwhile).
+            let Some(url) = &self.url else {
+                self.local.notified().await;
+                return;
+            };
+            // The listener lost its connection or never had one: try again
+            // every second, and count getting it back as a signal
+            // (something may have been missed meanwhile).
+            loop {
                 tokio::select! {
-                    _ = self.local.notified() => {}
+                    _ = self.local.notified() => return,
                     _ = tokio::time::sleep(Duration::from_secs(1)) => {
                         if let Ok(l) = listen(url).await {
                             self.listener = Some(l);
+                            return;
                         }
                     }
                 }
-            } else {
-                self.local.notified().await;
             }
-            return;
         };
         tokio::select! {
             _ = self.local.notified() => {}
