@@ -64,7 +64,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::serve::ListenerExt;
-use billing_tests::{Backend, TestApp};
+use billing_tests::{env_num, ms, percentile_ms, Backend, TestApp};
 use domain::webhook::body::DeliveredBody;
 use domain::webhook::retry::RetrySchedule;
 use domain::webhook::signing::{self, SigningSecret};
@@ -104,19 +104,6 @@ struct Config {
 impl Config {
     fn runs(&self, phase: &str) -> bool {
         self.phases.iter().any(|p| p == phase)
-    }
-}
-
-fn env_num<T: std::str::FromStr + PartialOrd + Default>(
-    name: &str,
-    default: T,
-) -> Result<T, String> {
-    match std::env::var(name) {
-        Ok(v) => match v.trim().parse::<T>() {
-            Ok(n) if n > T::default() => Ok(n),
-            _ => Err(format!("{name} must be a positive integer, got {v:?}")),
-        },
-        Err(_) => Ok(default),
     }
 }
 
@@ -471,19 +458,6 @@ fn rss_mb() -> (f64, f64) {
             .map_or(f64::NAN, |kb| kb / 1024.0)
     };
     (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// Nearest-rank percentile of sorted `values`.
-fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1000.0)
-}
-
-fn ms(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} ms"))
 }
 
 fn rate(n: usize, d: Duration) -> f64 {
@@ -897,11 +871,11 @@ async fn latency(cfg: &Config, summary: &mut Summary) {
         rate(total, spawned),
         latencies.len()
     );
-    let p99 = percentile(&latencies, 99.0);
+    let p99 = percentile_ms(&latencies, 99.0);
     println!(
         "   event-to-receipt: p50 {}, p90 {}, p99 {}, max {}",
-        ms(percentile(&latencies, 50.0)),
-        ms(percentile(&latencies, 90.0)),
+        ms(percentile_ms(&latencies, 50.0)),
+        ms(percentile_ms(&latencies, 90.0)),
         ms(p99),
         ms(latencies.last().map(|d| d.as_secs_f64() * 1000.0))
     );
@@ -1063,8 +1037,8 @@ async fn memory(cfg: &Config, summary: &mut Summary) {
         healthy_tally.count(),
         BACKLOG_LIVE_RATE,
         if live_done.is_some() { "" } else { " - INCOMPLETE" },
-        ms(percentile(&live_latencies, 50.0)),
-        ms(percentile(&live_latencies, 99.0)),
+        ms(percentile_ms(&live_latencies, 50.0)),
+        ms(percentile_ms(&live_latencies, 99.0)),
         failing_tally.count()
     );
     println!("   RSS after the dispatcher stopped: {after:.1} MiB");
@@ -1344,20 +1318,7 @@ async fn bench(cfg: Config) -> ExitCode {
     if cfg.runs("store") {
         store_costs(&cfg, &mut summary).await;
     }
-    println!();
-    println!("summary:");
-    for v in &summary.verdicts {
-        println!("  {v}");
-    }
-    if summary.errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        println!("errors:");
-        for e in &summary.errors {
-            println!("  {e}");
-        }
-        ExitCode::FAILURE
-    }
+    billing_tests::bench_summary(&summary.verdicts, &summary.errors)
 }
 
 fn main() -> ExitCode {

@@ -108,6 +108,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::serve::ListenerExt;
 use base64::Engine as _;
+use billing_tests::{env_num, ms, percentile_ms};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use lapin::options::{
@@ -171,19 +172,6 @@ struct Config {
     fault_events: usize,
     window: usize,
     limit: Duration,
-}
-
-fn env_num<T: std::str::FromStr + PartialOrd + Default>(
-    name: &str,
-    default: T,
-) -> Result<T, String> {
-    match std::env::var(name) {
-        Ok(v) => match v.trim().parse::<T>() {
-            Ok(n) if n > T::default() => Ok(n),
-            _ => Err(format!("{name} must be a positive integer, got {v:?}")),
-        },
-        Err(_) => Ok(default),
-    }
 }
 
 const ALL_CASES: [&str; 5] = ["one", "fanout", "latency", "paced", "faults"];
@@ -1145,18 +1133,6 @@ struct Report {
     errors: Vec<String>,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1000.0)
-}
-
-fn ms(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} ms"))
-}
-
 /// `1234567` as `1,234,567`.
 fn thousands(n: u64) -> String {
     let s = n.to_string();
@@ -1519,8 +1495,8 @@ async fn run_case(
         format!("{:.2} s", window.as_secs_f64()),
     ));
     l.push(row("delivered/s", format!("{rate:.0}")));
-    let p50 = percentile(&latencies, 50.0);
-    let p99 = percentile(&latencies, 99.0);
+    let p50 = percentile_ms(&latencies, 50.0);
+    let p99 = percentile_ms(&latencies, 99.0);
     l.push(row(
         "send-to-receipt p50 / p99 / max",
         format!(
@@ -1785,20 +1761,7 @@ async fn bench(cfg: Config, bin: PathBuf) -> ExitCode {
     if CLEANUP_FAILED.load(Ordering::SeqCst) {
         summary.errors.push("cleanup failed (see above)".to_owned());
     }
-    println!();
-    println!("summary:");
-    for v in &summary.verdicts {
-        println!("  {v}");
-    }
-    if summary.errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        println!("errors:");
-        for e in &summary.errors {
-            println!("  {e}");
-        }
-        ExitCode::FAILURE
-    }
+    billing_tests::bench_summary(&summary.verdicts, &summary.errors)
 }
 
 fn main() -> ExitCode {

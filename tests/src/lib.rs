@@ -491,3 +491,53 @@ impl Resp {
             .unwrap_or_default()
     }
 }
+
+/// Prints a benchmark's summary (its verdicts, then its errors, if any)
+/// and the exit code it ends with: a failure only when something went
+/// wrong, never for a missed target.
+pub fn bench_summary(verdicts: &[String], errors: &[String]) -> std::process::ExitCode {
+    println!();
+    println!("summary:");
+    for v in verdicts {
+        println!("  {v}");
+    }
+    if errors.is_empty() {
+        return std::process::ExitCode::SUCCESS;
+    }
+    println!("errors:");
+    for e in errors {
+        println!("  {e}");
+    }
+    std::process::ExitCode::FAILURE
+}
+
+/// A benchmark setting: the positive number in the variable `name`, or
+/// `default` when it is not set.
+pub fn env_num<T: std::str::FromStr + PartialOrd + Default>(
+    name: &str,
+    default: T,
+) -> Result<T, String> {
+    match std::env::var(name) {
+        Ok(v) => match v.trim().parse::<T>() {
+            Ok(n) if n > T::default() => Ok(n),
+            _ => Err(format!("{name} must be a positive integer, got {v:?}")),
+        },
+        Err(_) => Ok(default),
+    }
+}
+
+/// Nearest-rank percentile `p` (0–100) of `sorted`; `None` when empty.
+pub fn percentile(sorted: &[std::time::Duration], p: f64) -> Option<std::time::Duration> {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    (!sorted.is_empty()).then(|| sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+/// A benchmark's percentile `p` of sorted latencies, in milliseconds.
+pub fn percentile_ms(sorted: &[std::time::Duration], p: f64) -> Option<f64> {
+    percentile(sorted, p).map(|d| d.as_secs_f64() * 1000.0)
+}
+
+/// Milliseconds as a benchmark prints them (`-` when unknown).
+pub fn ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1} ms"))
+}

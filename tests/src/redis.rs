@@ -41,3 +41,21 @@ pub async fn delete_prefix(prefix: &str) {
         cursor = next;
     }
 }
+
+/// A schedule under a fresh key prefix on the test Redis, and the prefix
+/// (for `delete_prefix` at the end).
+pub async fn fresh_schedule() -> (
+    std::sync::Arc<dispatcher::redis_schedule::RedisSchedule>,
+    String,
+) {
+    let prefix = format!("billing-test:{}", crate::unique_key());
+    let schedule = dispatcher::redis_schedule::RedisSchedule::connect(&url(), &prefix)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "BILLING_TEST_FLEET=1 but Redis is not reachable at {}: {e}",
+                url()
+            )
+        });
+    (std::sync::Arc::new(schedule), prefix)
+}

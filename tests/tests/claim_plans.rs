@@ -10,7 +10,7 @@
 //!
 //! Runs with `BILLING_TEST_FLEET=1` only (PostgreSQL).
 
-use billing_tests::{fleet_enabled, Backend, TestApp};
+use billing_tests::TestApp;
 use serde_json::Value;
 use sqlx::{Connection, Executor, PgConnection};
 use store::dispatch::statements;
@@ -76,15 +76,9 @@ async fn explain(conn: &mut PgConnection, sql: &str, args: &[Value]) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_and_feed_cost_the_same_whatever_the_backlog() {
-    if !fleet_enabled() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "claim plan test not run: set BILLING_TEST_FLEET=1"
-        );
+    let Some(app) = TestApp::spawn_fleet().await else {
         return;
-    }
-    let app = TestApp::spawn(Backend::Postgres).await;
+    };
     let (endpoint, _) = app
         .subscribed_endpoint("http://127.0.0.1:9/hook", "order.created", 1)
         .await;

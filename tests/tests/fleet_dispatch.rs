@@ -3,30 +3,17 @@
 //! PostgreSQL must be up.
 
 use billing_tests::receiver::{Behaviour, TestReceiver};
-use billing_tests::{fleet_enabled, Backend, TestApp};
-use dispatcher::redis_schedule::RedisSchedule;
+use billing_tests::TestApp;
 use serde_json::json;
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_dispatchers_over_redis_survive_losing_its_data() {
-    if !fleet_enabled() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "fleet dispatch test not run: set BILLING_TEST_FLEET=1"
-        );
+    let Some(app) = TestApp::spawn_fleet().await else {
         return;
-    }
-    let app = TestApp::spawn(Backend::Postgres).await;
-    let prefix = format!("billing-test:{}", billing_tests::unique_key());
-    let schedule = Arc::new(
-        RedisSchedule::connect(&billing_tests::redis::url(), &prefix)
-            .await
-            .expect("redis reachable"),
-    );
+    };
+    let (schedule, prefix) = billing_tests::redis::fresh_schedule().await;
     let receiver = TestReceiver::start(Behaviour::Status(200)).await;
     app.subscribed_endpoint(&receiver.url(), "order.created", 1)
         .await;

@@ -8,11 +8,11 @@
 //! Each test keeps its keys under its own prefix and deletes only those:
 //! other tests share the server.
 
-use billing_tests::{fleet_enabled, Backend, TestApp};
+use billing_tests::TestApp;
 use dispatcher::redis_schedule::{self as rs, RedisSchedule};
 use domain::Timestamp;
 use std::collections::HashSet;
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -26,27 +26,8 @@ struct Fixture {
 }
 
 async fn fixture(endpoints: usize, events: usize) -> Option<Fixture> {
-    static NOTICE: Once = Once::new();
-    if !fleet_enabled() {
-        NOTICE.call_once(|| {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "fleet tests (Redis schedule) not run: set BILLING_TEST_FLEET=1 to run them"
-            );
-        });
-        return None;
-    }
-    let app = TestApp::spawn(Backend::Postgres).await;
-    let prefix = format!("billing-test:{}", billing_tests::unique_key());
-    let schedule = RedisSchedule::connect(&billing_tests::redis::url(), &prefix)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "BILLING_TEST_FLEET=1 but Redis is not reachable at {}: {e}",
-                billing_tests::redis::url()
-            )
-        });
+    let app = TestApp::spawn_fleet().await?;
+    let (schedule, _) = billing_tests::redis::fresh_schedule().await;
     schedule.ping().await.expect("Redis answers PING");
     for i in 0..endpoints {
         app.subscribed_endpoint(&format!("http://127.0.0.1:9/hook{i}"), "refund.created", 1)
@@ -69,7 +50,7 @@ async fn fixture(endpoints: usize, events: usize) -> Option<Fixture> {
     assert_eq!(refs.len(), created);
     Some(Fixture {
         app,
-        schedule: Arc::new(schedule),
+        schedule,
         refs,
     })
 }

@@ -30,9 +30,7 @@ fn payment() -> Value {
 
 /// Nearest-rank percentile `p` of sorted `values`.
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    assert!(!sorted.is_empty(), "no latencies measured");
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    billing_tests::percentile(sorted, p).expect("no latencies measured")
 }
 
 /// Publishes `RATE` events a second for `SECONDS` and returns the healthy

@@ -17,13 +17,11 @@
 //! BILLING_TEST_FLEET=1, and then unreachable services are a failure).
 
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
-use billing_tests::{fleet_enabled, Backend, DispatcherHandle, TestApp};
-use dispatcher::redis_schedule::RedisSchedule;
+use billing_tests::{Backend, DispatcherHandle, TestApp};
 use dispatcher::DispatchSettings;
 use serde_json::json;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const EVENTS: usize = 2_000;
@@ -51,13 +49,9 @@ const DEADLINE: Duration = Duration::from_secs(60);
 /// After everything settled, how long to watch for stray attempts.
 const QUIET: Duration = Duration::from_millis(500);
 
-/// Nearest-rank percentile `p` of sorted `values`.
+/// Nearest-rank percentile `p` of sorted `values` (zero when empty).
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
+    billing_tests::percentile(sorted, p).unwrap_or_default()
 }
 
 /// What the receiver saw, per event, in order of arrival.
@@ -429,21 +423,10 @@ async fn embedded_partial_failure_delivers_every_success_on_schedule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_partial_failure_delivers_every_success_on_schedule() {
-    if !fleet_enabled() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "fleet partial failure test not run: set BILLING_TEST_FLEET=1"
-        );
+    let Some(app) = TestApp::spawn_fleet().await else {
         return;
-    }
-    let app = TestApp::spawn(Backend::Postgres).await;
-    let prefix = format!("billing-test:{}", billing_tests::unique_key());
-    let schedule = Arc::new(
-        RedisSchedule::connect(&billing_tests::redis::url(), &prefix)
-            .await
-            .expect("redis reachable"),
-    );
+    };
+    let (schedule, prefix) = billing_tests::redis::fresh_schedule().await;
     let report = run(&app, "fleet (PostgreSQL + Redis)", |s| {
         app.start_redis_dispatcher(s, schedule.clone())
     })

@@ -11,8 +11,18 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Whether fleet tests run; if not, says so (on the stream itself:
+/// libtest captures `eprintln!`).
 fn fleet() -> bool {
-    std::env::var("BILLING_TEST_FLEET").is_ok_and(|v| v == "1")
+    let on = std::env::var("BILLING_TEST_FLEET").is_ok_and(|v| v == "1");
+    if !on {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "fleet CLI test not run: set BILLING_TEST_FLEET=1"
+        );
+    }
+    on
 }
 
 fn pg_admin_url() -> String {
@@ -95,14 +105,43 @@ fn bootstrap(dir: &std::path::Path, envs: &[(&str, String)]) -> (String, String)
     )
 }
 
+/// Waits (up to 30 s) for the API at `api` to answer `/readyz`; its body.
+async fn wait_ready(client: &reqwest::Client, api: &str) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        if let Ok(r) = client.get(format!("{api}/readyz")).send().await {
+            return r.json().await.unwrap();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the API did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Creates an endpoint for `hook` through the API; its reference.
+async fn create_endpoint(client: &reqwest::Client, api: &str, secret: &str, hook: &str) -> String {
+    let endpoint: serde_json::Value = client
+        .post(format!("{api}/api/v1/webhook_endpoints"))
+        .bearer_auth(secret)
+        .header("Idempotency-Key", "cli-endpoint")
+        .json(&serde_json::json!({"url": hook}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    endpoint["data"]["endpoint_ref"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_in_fleet_mode_delivers_a_published_event() {
     if !fleet() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "fleet CLI test not run: set BILLING_TEST_FLEET=1"
-        );
         return;
     }
     let (mut admin, db, store_url) = fresh_database().await;
@@ -145,35 +184,11 @@ async fn serve_in_fleet_mode_delivers_a_published_event() {
         .unwrap();
     let api = format!("http://127.0.0.1:{api_port}");
     let client = reqwest::Client::new();
-    let started = Instant::now();
-    let ready = loop {
-        if let Ok(r) = client.get(format!("{api}/readyz")).send().await {
-            break r.json::<serde_json::Value>().await.unwrap();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "serve did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let ready = wait_ready(&client, &api).await;
     assert_eq!(ready["checks"]["queue"], "ok", "{ready}");
     assert_eq!(ready["checks"]["scheduler"], "ok", "{ready}");
 
-    let endpoint: serde_json::Value = client
-        .post(format!("{api}/api/v1/webhook_endpoints"))
-        .bearer_auth(&secret)
-        .header("Idempotency-Key", "cli-endpoint")
-        .json(&serde_json::json!({"url": hook}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let endpoint_ref = endpoint["data"]["endpoint_ref"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let endpoint_ref = create_endpoint(&client, &api, &secret, &hook).await;
     let sub = client
         .post(format!(
             "{api}/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions"
@@ -275,11 +290,6 @@ impl Drop for Children {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_test_send_through_an_api_process_wakes_the_dispatcher_process() {
     if !fleet() {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "fleet CLI test not run: set BILLING_TEST_FLEET=1"
-        );
         return;
     }
     let (mut admin, db, store_url) = fresh_database().await;
@@ -354,29 +364,8 @@ async fn a_test_send_through_an_api_process_wakes_the_dispatcher_process() {
     };
     let api = format!("http://127.0.0.1:{api_port}");
     let client = reqwest::Client::new();
-    let started = Instant::now();
-    while client.get(format!("{api}/readyz")).send().await.is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the API did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let endpoint: serde_json::Value = client
-        .post(format!("{api}/api/v1/webhook_endpoints"))
-        .bearer_auth(&secret)
-        .header("Idempotency-Key", "cli-notify-endpoint")
-        .json(&serde_json::json!({"url": hook}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let endpoint_ref = endpoint["data"]["endpoint_ref"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    wait_ready(&client, &api).await;
+    let endpoint_ref = create_endpoint(&client, &api, &secret, &hook).await;
     // Past the dispatcher's start-up pass over the store.
     tokio::time::sleep(Duration::from_secs(2)).await;
 

@@ -62,27 +62,21 @@ pub async fn run(
                 }
             }
         }
+        // A result the store dropped (its lease was lost) schedules a stale
+        // member at worst, which a claim skips.
+        let retries: Vec<(String, i64)> = batch
+            .iter()
+            .filter(|a| a.delivery_status == domain::webhook::DeliveryStatus::Pending)
+            .filter_map(|a| Some((a.delivery_ref.to_string(), a.next_attempt_at?.millis())))
+            .collect();
         if let Some(r) = &redis {
             let refs: Vec<String> = batch.iter().map(|a| a.delivery_ref.to_string()).collect();
-            // A result the store dropped (its lease was lost) schedules a
-            // stale member at worst, which a claim skips.
-            let retries: Vec<(String, i64)> = batch
-                .iter()
-                .filter_map(|a| {
-                    let due = a.next_attempt_at?;
-                    (a.delivery_status == domain::webhook::DeliveryStatus::Pending)
-                        .then(|| (a.delivery_ref.to_string(), due.millis()))
-                })
-                .collect();
             if let Err(e) = r.finish(&refs, &retries).await {
                 tracing::warn!(error = %e, "clearing Redis leases failed; they expire by themselves");
             }
         }
         let soon = domain::Timestamp::now().millis() + DUE_SOON;
-        if batch.iter().any(|a| {
-            a.delivery_status == domain::webhook::DeliveryStatus::Pending
-                && a.next_attempt_at.is_some_and(|t| t.millis() <= soon)
-        }) {
+        if retries.iter().any(|(_, due)| *due <= soon) {
             recorded.notify_one();
         }
         batch.clear();

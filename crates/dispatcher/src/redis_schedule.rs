@@ -158,15 +158,21 @@ impl RedisSchedule {
             return Ok(());
         }
         let mut pipe = redis::pipe();
-        for chunk in items.chunks(CHUNK) {
-            let cmd = pipe.cmd("ZADD").arg(&self.due_key);
-            for (delivery_ref, due_ms) in chunk {
-                cmd.arg(*due_ms).arg(delivery_ref);
-            }
-            cmd.ignore();
-        }
+        self.add_due(&mut pipe, items);
         pipe.query_async::<()>(&mut self.conn.clone()).await?;
         Ok(())
+    }
+
+    /// Adds to `pipe` the `ZADD`s that schedule `items` (reference, due
+    /// time), a command per [`CHUNK`].
+    fn add_due(&self, pipe: &mut redis::Pipeline, items: &[(String, i64)]) {
+        for chunk in items.chunks(CHUNK) {
+            let add = pipe.cmd("ZADD").arg(&self.due_key);
+            for (delivery_ref, due_ms) in chunk {
+                add.arg(*due_ms).arg(delivery_ref);
+            }
+            add.ignore();
+        }
     }
 
     /// `schedule` for what a read of the store found due: a member a
@@ -225,13 +231,7 @@ impl RedisSchedule {
         for chunk in refs.chunks(CHUNK) {
             pipe.cmd("ZREM").arg(&self.leased_key).arg(chunk).ignore();
         }
-        for chunk in due.chunks(CHUNK) {
-            let add = pipe.cmd("ZADD").arg(&self.due_key);
-            for (delivery_ref, due_ms) in chunk {
-                add.arg(*due_ms).arg(delivery_ref);
-            }
-            add.ignore();
-        }
+        self.add_due(&mut pipe, due);
         for r in refs {
             let key = self.attempts_key(r);
             pipe.cmd("INCR").arg(&key).ignore();
@@ -271,12 +271,8 @@ impl RedisSchedule {
                 rem.arg(delivery_ref);
             }
             rem.ignore();
-            let add = pipe.cmd("ZADD").arg(&self.due_key);
-            for (delivery_ref, due_ms) in chunk {
-                add.arg(*due_ms).arg(delivery_ref);
-            }
-            add.ignore();
         }
+        self.add_due(&mut pipe, items);
         pipe.query_async::<()>(&mut self.conn.clone()).await?;
         Ok(())
     }
@@ -412,8 +408,8 @@ const SIGNAL_GATHER: Duration = Duration::from_millis(20);
 /// another's through PostgreSQL `NOTIFY`), when Redis lost its data (the
 /// `P:fed` marker is gone, and every tick for [`AFTER_LOSS`] after that),
 /// after a pass that filled a whole batch, and every [`FULL_PASS_EVERY`];
-/// every [`FEED_TICK`] expired leases are reclaimed. Errors are logged and the next tick tries again. Runs until
-/// `shutdown`.
+/// every [`FEED_TICK`] expired leases are reclaimed. Errors are logged and
+/// the next tick tries again. Runs until `shutdown`.
 pub async fn feed(store: Store, schedule: Arc<RedisSchedule>, shutdown: CancellationToken) {
     let horizon = FULL_PASS_EVERY + FEED_HORIZON;
     let mut signals = store.due_signals().await;
@@ -477,17 +473,14 @@ pub async fn index_left_due(
     mut left: tokio::sync::mpsc::UnboundedReceiver<Vec<(domain::Ref, Timestamp)>>,
     wake: Arc<tokio::sync::Notify>,
 ) {
-    while let Some(first) = left.recv().await {
-        let mut items: Vec<(String, i64)> = first
+    while let Some(mut batch) = left.recv().await {
+        while let Ok(more) = left.try_recv() {
+            batch.extend(more);
+        }
+        let items: Vec<(String, i64)> = batch
             .into_iter()
             .map(|(r, due)| (r.into_string(), due.millis()))
             .collect();
-        while let Ok(more) = left.try_recv() {
-            items.extend(
-                more.into_iter()
-                    .map(|(r, due)| (r.into_string(), due.millis())),
-            );
-        }
         match schedule.schedule(&items).await {
             Ok(()) => wake.notify_one(),
             Err(e) => {
