@@ -20,8 +20,9 @@ use domain::etag::IfMatch;
 use domain::{Prefix, Ref, Timestamp};
 use futures::{FutureExt, StreamExt};
 use std::panic::AssertUnwindSafe;
+use sync_wrapper::SyncWrapper;
 use std::time::Instant;
-use store::{IdempotencyScope, RequestLogRecord, Reservation, StoredResponse};
+use store::{Claim, IdempotencyScope, RequestLogRecord, StoredResponse};
 
 /// Requests by operation id (bounded: the table's ids) and status.
 pub const HTTP_REQUESTS: &str = "billing_http_requests_total";
@@ -162,14 +163,22 @@ async fn execute(
         body,
         if_match,
     };
-    let ctx = Ctx {
+    let mut ctx = Ctx {
         state: state.clone(),
         caller: caller.clone(),
         op,
+        tx: None,
     };
 
     let Some(key) = key else {
-        let reply = call(ctx, input).await?;
+        // A write without a key is still one unit of work.
+        if op.method == Method::Post {
+            ctx.tx = Some(SyncWrapper::new(state.store.begin().await?));
+        }
+        let reply = call(&mut ctx, input).await?;
+        if let Some(tx) = ctx.tx.take() {
+            tx.into_inner().commit().await?;
+        }
         return Ok(served(op, reply));
     };
     let scope = IdempotencyScope {
@@ -178,26 +187,21 @@ async fn execute(
         operation_id: op.id.to_owned(),
         key,
     };
-    let settings = &state.settings;
-    let reservation = state
+    let now = Timestamp::now();
+    let retention = state.settings.idempotency_retention.as_millis() as i64;
+    let claim = state
         .store
-        .reserve_idempotency_key(
-            &scope,
-            &fingerprint,
-            Timestamp::now(),
-            settings.idempotency_retention.as_millis() as i64,
-            settings.idempotency_stale_after.as_millis() as i64,
-        )
+        .claim_idempotency_key(&scope, &fingerprint, now, retention)
         .await?;
-    match reservation {
-        Reservation::Reserved => {}
-        Reservation::Mismatch => return Err(ApiError::IdempotencyMismatch),
-        Reservation::InFlight => {
+    let mut tx = match claim {
+        Claim::Owned(tx) => tx,
+        Claim::Mismatch => return Err(ApiError::IdempotencyMismatch),
+        Claim::InFlight => {
             return Err(ApiError::VersionConflict(
                 "a request with this Idempotency-Key is still executing; retry",
             ))
         }
-        Reservation::Replay(stored) => {
+        Claim::Replay(stored) => {
             let error_code = serde_json::from_str::<serde_json::Value>(&stored.body)
                 .ok()
                 .and_then(|v| v["error"]["code"].as_str().map(str::to_owned));
@@ -209,51 +213,56 @@ async fn execute(
                 error_code,
             });
         }
-    }
-    let result = call(ctx, input).await;
-    let decided = match &result {
-        Ok(reply) => Some(served(op, reply.clone())),
-        Err(e) if keeps_result(e) => Some(Served {
-            status: e.status(),
-            body: e.body_json(request_id),
-            etag: None,
-            replayed: false,
-            error_code: Some(e.code().to_owned()),
-        }),
-        Err(_) => None,
     };
-    match decided {
-        Some(s) => {
+    // The key, the operation's writes, its events and its result are one
+    // unit of work: they commit together, or the transaction is dropped
+    // and nothing of the request remains.
+    tx.mark().await?;
+    ctx.tx = Some(SyncWrapper::new(tx));
+    let result = call(&mut ctx, input).await;
+    let Some(mut tx) = ctx.tx.take().map(SyncWrapper::into_inner) else {
+        return Err(ApiError::Internal("the unit of work was lost".into()));
+    };
+    let (decided, kept_body) = match result {
+        Ok(reply) => {
             // A reply that reveals a secret is kept without it.
-            let kept_body = match &result {
-                Ok(crate::reply::Reply {
-                    replay_data: Some(d),
-                    ..
-                }) => serde_json::json!({ "data": d }).to_string(),
-                _ => s.body.clone(),
-            };
-            let stored = StoredResponse {
-                status: s.status.as_u16(),
-                body: kept_body,
-                etag: s.etag.clone(),
-            };
-            if let Err(e) = state.store.complete_idempotency_key(&scope, &stored).await {
-                tracing::error!(error = %e, "could not record idempotent result");
-            }
-            // A kept error is served exactly as it will be replayed.
-            Ok(s)
+            let kept = reply
+                .replay_data
+                .as_ref()
+                .map(|d| serde_json::json!({ "data": d }).to_string());
+            let s = served(op, reply);
+            let kept = kept.unwrap_or_else(|| s.body.clone());
+            (s, kept)
         }
-        None => {
-            if let Err(e) = state.store.release_idempotency_key(&scope).await {
-                tracing::error!(error = %e, "could not release idempotency key");
-            }
-            result.map(|reply| served(op, reply))
+        Err(e) if keeps_result(&e) => {
+            // The decided error stands; whatever the operation wrote
+            // before deciding it does not.
+            tx.undo_to_mark().await?;
+            let s = Served {
+                status: e.status(),
+                body: e.body_json(request_id),
+                etag: None,
+                replayed: false,
+                error_code: Some(e.code().to_owned()),
+            };
+            let kept = s.body.clone();
+            (s, kept)
         }
-    }
+        Err(e) => return Err(e),
+    };
+    let stored = StoredResponse {
+        status: decided.status.as_u16(),
+        body: kept_body,
+        etag: decided.etag.clone(),
+    };
+    tx.keep_result(&scope, &fingerprint, now, &stored).await?;
+    tx.commit().await?;
+    // A kept error is served exactly as it will be replayed.
+    Ok(decided)
 }
 
 /// Runs the operation's handler; a panic becomes an opaque 500.
-async fn call(ctx: Ctx, input: Input) -> Result<crate::reply::Reply, ApiError> {
+async fn call(ctx: &mut Ctx, input: Input) -> Result<crate::reply::Reply, ApiError> {
     let op = ctx.op;
     let Some(handler) = handlers::handler(op.id) else {
         return Err(ApiError::NotFound(format!(

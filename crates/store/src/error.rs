@@ -21,7 +21,7 @@ pub enum StoreError {
     /// The database could not be reached or answered with an error.
     #[error("database error")]
     Database(#[source] sqlx::Error),
-    /// The same, from the write lane's own SQLite connection (`crate::lane`).
+    /// The same, from the write lane's own SQLite connection (`crate::db::lane`).
     #[error("database error")]
     Sqlite(#[source] rusqlite::Error),
     /// A write made together with other callers' failed (or its outcome

@@ -11,35 +11,23 @@
 //! bumped by each write; every conditional write is `... WHERE version = $n`
 //! so a lost race is reported as `StoreError::Conflict`, never half-applied.
 
-mod checkpoint;
-mod credentials;
+pub mod admin;
+pub mod db;
 pub mod dispatch;
-mod environments;
 mod error;
-mod exec;
-pub mod fanout;
-mod grants;
-pub mod handoff;
-mod idempotency;
-mod intake;
-mod lane;
-mod marks;
-mod outbox;
-mod page;
-mod request_logs;
-mod service_accounts;
-pub mod signals;
 pub mod webhooks;
 
-pub use credentials::{AuthRecord, CredentialRecord, NewCredential};
+pub use dispatch::{fanout, handoff, signals};
+pub use admin::credentials::{AuthRecord, CredentialRecord, NewCredential};
 pub use dispatch::{AttemptResult, EventData, EventRecord};
-pub use environments::EnvironmentRecord;
+pub use admin::environments::EnvironmentRecord;
 pub use error::StoreError;
-pub use grants::GrantRecord;
-pub use idempotency::{IdempotencyScope, Reservation, StoredResponse};
-pub use page::{Page, PageRequest};
-pub use request_logs::{RequestLogFilter, RequestLogRecord};
-pub use service_accounts::ServiceAccountRecord;
+pub use admin::grants::GrantRecord;
+pub use admin::idempotency::{Claim, IdempotencyScope, StoredResponse};
+pub use db::page::{Page, PageRequest};
+pub use db::tx::WriteTx;
+pub use admin::request_logs::{RequestLogFilter, RequestLogRecord};
+pub use admin::service_accounts::ServiceAccountRecord;
 pub use webhooks::data_profiles::{DataProfileGrantRecord, NewDataProfileGrant, StoredBody};
 pub use webhooks::deliveries::{AttemptRecord, DeliveryRecord, NewDelivery};
 pub use webhooks::endpoints::{EndpointRecord, NewSecret, StoredSecretVersion};
@@ -77,7 +65,7 @@ pub struct Store {
     /// Other processes still find them by polling.
     enqueued: Arc<tokio::sync::Notify>,
     /// Concurrent `enqueue_event` calls share one transaction.
-    intake: Arc<intake::GroupCommit>,
+    intake: Arc<dispatch::intake::GroupCommit>,
     /// Signalled after this process emitted events into the outbox.
     outbox_written: Arc<tokio::sync::Notify>,
     /// Signalled after this process made deliveries due outside the
@@ -86,9 +74,11 @@ pub struct Store {
     /// PostgreSQL only: where `signals` listens.
     pg_url: Option<Arc<str>>,
     /// This process's dispatcher, if one runs here (`handoff`).
-    handoff: handoff::Slot,
+    handoff: dispatch::handoff::Slot,
     /// SQLite only: where the hot write transactions run (`lane`).
-    lane: Option<Arc<lane::Lane>>,
+    lane: Option<Arc<db::lane::Lane>>,
+    /// Idempotency keys claimed by this process's open transactions.
+    claimed: Arc<admin::idempotency::Claimed>,
     /// Held by every clone; the SQLite checkpoint task stops once the last
     /// clone is dropped.
     _alive: Arc<()>,
@@ -167,7 +157,7 @@ impl Store {
         let alive = Arc::new(());
         if backend == Backend::Sqlite {
             // Automatic checkpoints are off on every connection (above).
-            checkpoint::spawn(pool.clone(), writer.clone(), &alive);
+            db::checkpoint::spawn(pool.clone(), writer.clone(), &alive);
         }
         Ok(Store {
             pool,
@@ -178,11 +168,12 @@ impl Store {
             outbox_written: Arc::default(),
             due: Arc::default(),
             pg_url: (backend == Backend::Postgres).then(|| Arc::from(url.as_str())),
-            handoff: handoff::Slot::default(),
+            handoff: dispatch::handoff::Slot::default(),
             lane: match sqlite_file {
-                Some(file) => Some(Arc::new(lane::Lane::start(&file)?)),
+                Some(file) => Some(Arc::new(db::lane::Lane::start(&file)?)),
                 None => None,
             },
+            claimed: Arc::default(),
             _alive: alive,
         })
     }
@@ -214,6 +205,31 @@ impl Store {
         self.pool.close().await;
     }
 
+    /// Begins a unit of work: a write transaction on the writer (SQLite
+    /// takes its write lock up front, `BEGIN IMMEDIATE`, so that two
+    /// writers queue instead of failing when a read lock is upgraded).
+    /// Every write the caller makes through it, and every event it emits,
+    /// commits together or not at all.
+    pub async fn begin(&self) -> Result<WriteTx, StoreError> {
+        let conn = match self.backend {
+            Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.writer.begin().await?,
+        };
+        Ok(WriteTx::new(
+            db::tx::Conn::Sqlx(conn),
+            self.backend,
+            Some(self.wake()),
+        ))
+    }
+
+    /// The in-process signals a commit of this store sends.
+    pub(crate) fn wake(&self) -> db::tx::Wake {
+        db::tx::Wake {
+            outbox: self.outbox_written.clone(),
+            due: self.due.clone(),
+        }
+    }
+
     /// Starts a write transaction. SQLite takes its write lock up front
     /// (`BEGIN IMMEDIATE`) so that two writers queue on the busy timeout
     /// instead of failing when a read lock is upgraded.
@@ -243,11 +259,12 @@ impl Store {
     /// A write transaction for the hot writes: on the lane's connection
     /// (SQLite; `lane`, so call it from a future on the lane), or a pooled
     /// one (PostgreSQL).
-    pub(crate) async fn begin_write(&self) -> Result<exec::Tx, StoreError> {
-        Ok(match &self.lane {
-            Some(lane) => exec::Tx::Lite(lane.begin(&self.writer).await?),
-            None => exec::Tx::Sqlx(self.writer.begin().await?),
-        })
+    pub(crate) async fn begin_write(&self) -> Result<WriteTx, StoreError> {
+        let conn = match &self.lane {
+            Some(lane) => db::tx::Conn::Lite(lane.begin(&self.writer).await?),
+            None => db::tx::Conn::Sqlx(self.writer.begin().await?),
+        };
+        Ok(WriteTx::new(conn, self.backend, Some(self.wake())))
     }
 
     /// Notified each time this process leaves events or due deliveries in

@@ -16,15 +16,30 @@ use crate::operations::Operation;
 use crate::reply::Reply;
 use crate::state::AppState;
 use futures::future::BoxFuture;
+use sync_wrapper::SyncWrapper;
 
 /// Everything a handler may use besides its input.
 pub struct Ctx {
     pub state: AppState,
     pub caller: Caller,
     pub op: &'static Operation,
+    /// The request's unit of work, for write operations (`pipeline`).
+    /// Only ever used through `&mut`, so the wrapper lets handlers share
+    /// `&Ctx` across await points although a transaction is not `Sync`.
+    pub(crate) tx: Option<SyncWrapper<store::WriteTx>>,
 }
 
 impl Ctx {
+    /// The request's write transaction: every write of a handler goes
+    /// through it, so that the request's rows, events and idempotent
+    /// result commit together.
+    pub fn tx(&mut self) -> Result<&mut store::WriteTx, ApiError> {
+        self.tx
+            .as_mut()
+            .map(SyncWrapper::get_mut)
+            .ok_or_else(|| ApiError::Internal("a read operation tried to write".into()))
+    }
+
     pub fn store(&self) -> &store::Store {
         &self.state.store
     }
@@ -34,7 +49,7 @@ impl Ctx {
     }
 }
 
-pub type HandlerFn = fn(Ctx, Input) -> BoxFuture<'static, Result<Reply, ApiError>>;
+pub type HandlerFn = for<'a> fn(&'a mut Ctx, Input) -> BoxFuture<'a, Result<Reply, ApiError>>;
 
 /// A schema for the OpenAPI document: its name and the component schemas
 /// it needs (itself included).

@@ -6,7 +6,7 @@
 
 use super::endpoints::EndpointRecord;
 use super::{json_col, to_json};
-use crate::service_accounts::opt_ts;
+use crate::admin::service_accounts::opt_ts;
 use crate::{Store, StoreError};
 use domain::webhook::{BodyStatus, DataClass, DataProfileGrantStatus, Purpose};
 use domain::{Ref, Timestamp};

@@ -2,10 +2,10 @@
 //! attempts.
 
 use super::to_json;
-use crate::exec::Arg as Value;
-use crate::exec::{int, text, Columns, Tx};
-use crate::page::{fetch_page, Arg, Page, PageRequest};
-use crate::service_accounts::opt_ts;
+use crate::db::tx::Arg as Value;
+use crate::db::tx::{int, text, Columns, WriteTx};
+use crate::db::page::{fetch_page, Arg, Page, PageRequest};
+use crate::admin::service_accounts::opt_ts;
 use crate::{Store, StoreError};
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus};
 use domain::{Prefix, Ref, Timestamp};
@@ -132,11 +132,11 @@ impl Store {
         let row = insert_delivery(&mut tx, &new, Some(&new.payload), now)
             .await?
             .ok_or(StoreError::Duplicate)?;
-        let mut tx = Tx::Sqlx(tx);
+        let mut tx = WriteTx::new(crate::db::tx::Conn::Sqlx(tx), self.backend(), Some(self.wake()));
         mark_url_immutable(&mut tx, self.backend(), &[new.endpoint_ref.as_str()], now).await?;
         let due = new.status == DeliveryStatus::Pending;
         if due {
-            self.signal_due(&mut tx).await?;
+            tx.signal_due().await?;
         }
         tx.commit().await?;
         if due {
@@ -334,7 +334,7 @@ pub(crate) async fn insert_delivery(
 /// Fixes endpoints' urls once they have a delivery (`url_immutable`), in
 /// one statement for all the endpoints a write touched.
 pub(crate) async fn mark_url_immutable(
-    tx: &mut Tx,
+    tx: &mut WriteTx,
     backend: crate::Backend,
     endpoint_refs: &[&str],
     now: i64,
@@ -342,7 +342,7 @@ pub(crate) async fn mark_url_immutable(
     if endpoint_refs.is_empty() {
         return Ok(());
     }
-    let mut marks = crate::marks::Marks::new(backend);
+    let mut marks = crate::db::marks::Marks::new(backend);
     let sql = format!(
         "UPDATE webhook_endpoints SET url_immutable = 1, version = version + 1, updated_at = {} \
          WHERE url_immutable = 0 AND endpoint_ref IN ({})",

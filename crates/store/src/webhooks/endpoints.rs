@@ -1,9 +1,9 @@
 //! Webhook endpoints and their signing secret versions.
 
 use super::placeholders;
-use crate::exec::{int, text, Arg as ExecArg, Columns, Tx};
-use crate::page::{fetch_page, Arg, Page, PageRequest};
-use crate::service_accounts::opt_ts;
+use crate::db::tx::{int, text, Arg as ExecArg, Columns, WriteTx};
+use crate::db::page::{fetch_page, Arg, Page, PageRequest};
+use crate::admin::service_accounts::opt_ts;
 use crate::{Store, StoreError};
 use domain::webhook::secret_version::{SecretVersion, SecretVersionStatus};
 use domain::webhook::{DeliveryStatus, EndpointStatus};
@@ -266,10 +266,10 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        let mut tx = Tx::Sqlx(tx);
+        let mut tx = WriteTx::new(crate::db::tx::Conn::Sqlx(tx), self.backend(), Some(self.wake()));
         let resumed = status == EndpointStatus::Active;
         if resumed {
-            self.signal_due(&mut tx).await?;
+            tx.signal_due().await?;
         }
         tx.commit().await?;
         if resumed {
@@ -357,7 +357,7 @@ fn version_entry(row: &impl Columns) -> Result<(String, (i64, EndpointStatus)), 
 /// is already fixed (`url_immutable`: it never goes back, so a delivery
 /// written in this transaction need not fix it again).
 pub(crate) async fn endpoint_versions_in(
-    tx: &mut Tx,
+    tx: &mut WriteTx,
     refs: &[&Ref],
 ) -> Result<(EndpointVersions, std::collections::HashSet<String>), StoreError> {
     let mut versions = EndpointVersions::new();

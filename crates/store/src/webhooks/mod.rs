@@ -13,10 +13,10 @@ pub mod subscriptions;
 use crate::StoreError;
 
 pub(crate) fn json_col<T: serde::de::DeserializeOwned>(
-    row: &impl crate::exec::Columns,
+    row: &impl crate::db::tx::Columns,
     col: &str,
 ) -> Result<T, StoreError> {
-    let text = crate::exec::text(row, col)?;
+    let text = crate::db::tx::text(row, col)?;
     serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
 }
 

@@ -2,7 +2,7 @@
 //! an endpoint receives.
 
 use super::{json_col, to_json};
-use crate::exec::{int, text, Arg, Columns, Tx};
+use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::{Backend, Store, StoreError};
 use domain::webhook::ScopeType;
 use domain::{Ref, Timestamp};
@@ -45,7 +45,7 @@ fn from_row(row: &impl Columns) -> Result<SubscriptionRecord, StoreError> {
 /// (environment, type) pairs at once and picks them out of the result, in
 /// the transaction that writes its deliveries.
 pub(crate) async fn subscriptions_for_types(
-    tx: &mut Tx,
+    tx: &mut WriteTx,
     backend: Backend,
     environments: &[&str],
     types: &[&str],
@@ -53,7 +53,7 @@ pub(crate) async fn subscriptions_for_types(
     if environments.is_empty() || types.is_empty() {
         return Ok(Vec::new());
     }
-    let mut marks = crate::marks::Marks::new(backend);
+    let mut marks = crate::db::marks::Marks::new(backend);
     let sql = format!(
         "SELECT * FROM webhook_subscriptions WHERE environment_ref IN ({}) \
          AND public_event_type IN ({}) ORDER BY endpoint_ref, created_at",

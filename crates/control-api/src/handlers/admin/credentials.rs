@@ -88,9 +88,9 @@ pub struct RevokeCredential {
     pub reason: String,
 }
 
-pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    let account = load(&ctx, &input).await?;
+    let account = load(ctx, &input).await?;
     let rows = ctx
         .store()
         .list_credentials(ctx.env(), &account.principal_ref)
@@ -98,7 +98,7 @@ pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     Ok(Reply::all(rows.iter().map(|r| dto(r, None)).collect()))
 }
 
-pub async fn issue(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn issue(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: IssueCredential = input.body()?;
     if let Some(n) = &body.name {
         check_text("name", n, 1, 100)?;
@@ -115,7 +115,7 @@ pub async fn issue(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
             Some(t)
         }
     };
-    let account = load(&ctx, &input).await?;
+    let account = load(ctx, &input).await?;
     if account.status == ServiceAccountStatus::Retired {
         return Err(ApiError::semantic(
             "a retired service account cannot get credentials",
@@ -141,7 +141,7 @@ async fn load_credential(ctx: &Ctx, input: &Input) -> Result<CredentialRecord, A
     }
 }
 
-pub async fn rotate(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn rotate(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: RotateCredential = input.body()?;
     let grace = body
         .grace_period_seconds
@@ -152,7 +152,7 @@ pub async fn rotate(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
             "must be from 0 to 604800",
         ));
     }
-    let current = load_credential(&ctx, &input).await?;
+    let current = load_credential(ctx, &input).await?;
     input.check_etag(&credential_etag(&current))?;
     if current.status != CredentialStatus::Active {
         return Err(ApiError::semantic(format!(
@@ -168,10 +168,10 @@ pub async fn rotate(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     Ok(reply(&row, Some(&secret)))
 }
 
-pub async fn revoke(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: RevokeCredential = input.body()?;
     check_text("reason", &body.reason, 1, 500)?;
-    let current = load_credential(&ctx, &input).await?;
+    let current = load_credential(ctx, &input).await?;
     input.check_etag(&credential_etag(&current))?;
     if current.status == CredentialStatus::Revoked {
         return Err(ApiError::semantic("the credential is already revoked"));

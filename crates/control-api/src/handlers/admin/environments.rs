@@ -17,7 +17,7 @@ pub struct EnvironmentDto {
     pub created_at: String,
 }
 
-pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
     let env = ctx.store().environment(ctx.env()).await?;
     Ok(Reply::all(vec![EnvironmentDto {

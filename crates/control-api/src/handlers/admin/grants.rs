@@ -77,9 +77,9 @@ fn known_permission(field: &str, p: &str) -> Result<(), ApiError> {
     }
 }
 
-pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    let account = load(&ctx, &input).await?;
+    let account = load(ctx, &input).await?;
     let rows = ctx
         .store()
         .list_grants(ctx.env(), &account.principal_ref)
@@ -87,10 +87,10 @@ pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     Ok(Reply::all(rows.iter().map(GrantDto::from).collect()))
 }
 
-pub async fn grant(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn grant(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: GrantPermission = input.body()?;
     known_permission("permission_action", &body.permission_action)?;
-    let account = load(&ctx, &input).await?;
+    let account = load(ctx, &input).await?;
     if account.status == ServiceAccountStatus::Retired {
         return Err(ApiError::semantic(
             "a retired service account cannot get grants",
@@ -107,14 +107,14 @@ pub async fn grant(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     Ok(reply(&row))
 }
 
-pub async fn revoke(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: ReasonBody = input.body()?;
     if let Some(r) = &body.reason {
         super::service_accounts::check_text("reason", r, 0, 500)?;
     }
     let permission = input.path_str("permission_action").to_owned();
     known_permission("permission_action", &permission)?;
-    let account = load(&ctx, &input).await?;
+    let account = load(ctx, &input).await?;
     let held = ctx
         .store()
         .list_grants(ctx.env(), &account.principal_ref)
@@ -127,7 +127,7 @@ pub async fn revoke(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
         ));
     }
     input.check_etag(&account_etag(&account))?;
-    if permission == MANAGE_GRANT && is_self(&ctx, &account.principal_ref) {
+    if permission == MANAGE_GRANT && is_self(ctx, &account.principal_ref) {
         return Err(ApiError::semantic(
             "a principal may not revoke its own grants:manage_grant",
         ));

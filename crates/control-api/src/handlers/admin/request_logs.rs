@@ -46,7 +46,7 @@ impl From<&RequestLogRecord> for RequestLogDto {
     }
 }
 
-pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&["limit", "cursor", "operation_id", "status"])?;
     let operation_id = input.query_value("operation_id");
     if let Some(id) = operation_id {

@@ -105,7 +105,7 @@ pub(crate) async fn load(ctx: &Ctx, input: &Input) -> Result<ServiceAccountRecor
     }
 }
 
-pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
     let rows = ctx.store().list_service_accounts(ctx.env()).await?;
     Ok(Reply::all(
@@ -113,7 +113,7 @@ pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     ))
 }
 
-pub async fn create(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: CreateServiceAccount = input.body()?;
     check_text("name", &body.name, 1, 100)?;
     if let Some(d) = &body.description {
@@ -132,33 +132,33 @@ pub async fn create(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     Ok(reply(&row))
 }
 
-pub async fn retrieve(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
-    Ok(reply(&load(&ctx, &input).await?))
+pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
+    Ok(reply(&load(ctx, &input).await?))
 }
 
-pub async fn suspend(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn suspend(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     transition(ctx, input, ServiceAccountStatus::suspend).await
 }
 
-pub async fn resume(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn resume(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     transition(ctx, input, ServiceAccountStatus::resume).await
 }
 
-pub async fn retire(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn retire(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     transition(ctx, input, ServiceAccountStatus::retire).await
 }
 
 type Transition =
     fn(ServiceAccountStatus) -> Result<ServiceAccountStatus, domain::principal::TransitionError>;
 
-async fn transition(ctx: Ctx, input: Input, step: Transition) -> Result<Reply, ApiError> {
+async fn transition(ctx: &mut Ctx, input: Input, step: Transition) -> Result<Reply, ApiError> {
     let body: ReasonBody = input.body()?;
     check_reason(&body)?;
-    let current = load(&ctx, &input).await?;
+    let current = load(ctx, &input).await?;
     input.check_etag(&account_etag(&current))?;
     let next = step(current.status).map_err(|e| ApiError::semantic(e.to_string()))?;
     let self_lockout =
-        next != ServiceAccountStatus::Active && is_self(&ctx, &current.principal_ref);
+        next != ServiceAccountStatus::Active && is_self(ctx, &current.principal_ref);
     if self_lockout {
         return Err(ApiError::semantic(
             "a principal may not suspend or retire itself",

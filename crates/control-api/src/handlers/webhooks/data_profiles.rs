@@ -109,9 +109,9 @@ fn uncovered(grant: Option<&GrantView>) -> impl Fn(&StoredBody<'_>) -> bool + '_
     }
 }
 
-pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    let endpoint = load_endpoint(&ctx, &input).await?;
+    let endpoint = load_endpoint(ctx, &input).await?;
     let rows = ctx
         .store()
         .list_data_profile_grants(ctx.env(), &endpoint.endpoint_ref)
@@ -121,7 +121,7 @@ pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     ))
 }
 
-pub async fn create(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: CreateDataProfileGrant = input.body()?;
     let purpose = Purpose::parse(&body.purpose).ok_or_else(|| {
         ApiError::validation(
@@ -147,7 +147,7 @@ pub async fn create(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
         data_classes.push(class);
     }
     let cf_refs = custom_field_refs("custom_field_refs", &body.custom_field_refs)?;
-    let endpoint = load_endpoint(&ctx, &input).await?;
+    let endpoint = load_endpoint(ctx, &input).await?;
     let new = NewDataProfileGrant {
         purpose,
         reason: body.reason,
@@ -171,10 +171,10 @@ pub async fn create(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     Ok(reply(&row))
 }
 
-pub async fn revoke(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: RevokeDataProfileGrant = input.body()?;
     check_reason(&body.reason)?;
-    let endpoint = load_endpoint(&ctx, &input).await?;
+    let endpoint = load_endpoint(ctx, &input).await?;
     input.check_etag(&endpoint_etag(&endpoint))?;
     let row = ctx
         .store()

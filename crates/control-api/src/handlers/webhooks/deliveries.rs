@@ -108,14 +108,14 @@ impl From<&AttemptRecord> for AttemptDto {
     }
 }
 
-pub async fn retrieve(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    Ok(reply(&load_delivery(&ctx, &input).await?))
+    Ok(reply(&load_delivery(ctx, &input).await?))
 }
 
-pub async fn body(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn body(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    let d = load_delivery(&ctx, &input).await?;
+    let d = load_delivery(ctx, &input).await?;
     let match_reasons = serde_json::from_str(&d.match_reasons)
         .map_err(|e| store::StoreError::Corrupt(format!("match_reasons: {e}")))?;
     let retention = ctx.state.settings.webhooks.body_retention.as_millis() as i64;
@@ -141,9 +141,9 @@ pub async fn body(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     ))
 }
 
-pub async fn attempts(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn attempts(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&["limit", "cursor"])?;
-    let d = load_delivery(&ctx, &input).await?;
+    let d = load_delivery(ctx, &input).await?;
     let list_scope = scope(
         ctx.op.id,
         &[("delivery_ref", Some(d.delivery_ref.as_str()))],
@@ -161,9 +161,9 @@ pub async fn attempts(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     ))
 }
 
-pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&["limit", "cursor"])?;
-    let endpoint = load_endpoint(&ctx, &input).await?;
+    let endpoint = load_endpoint(ctx, &input).await?;
     let list_scope = scope(
         ctx.op.id,
         &[("endpoint_ref", Some(endpoint.endpoint_ref.as_str()))],

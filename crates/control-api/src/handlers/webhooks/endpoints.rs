@@ -124,7 +124,7 @@ pub struct CreateEndpoint {
 #[serde(deny_unknown_fields)]
 pub struct EmptyBody {}
 
-pub async fn create(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: CreateEndpoint = input.body()?;
     if let Some(d) = &body.description {
         crate::handlers::admin::service_accounts::check_text("description", d, 0, 500)?;
@@ -143,7 +143,7 @@ pub async fn create(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
             ctx.env(),
             url.as_str(),
             body.description.as_deref(),
-            seal(&ctx, &secret),
+            seal(ctx, &secret),
         )
         .await?;
     Ok(reply(&row, Some((1, &secret))))
@@ -167,7 +167,7 @@ async fn check_resolved(url: &EndpointUrl) -> Result<(), ApiError> {
     Ok(())
 }
 
-pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&["limit", "cursor", "status"])?;
     let status_text = input.query_value("status");
     let status =
@@ -188,25 +188,25 @@ pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     ))
 }
 
-pub async fn retrieve(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    Ok(reply(&load_endpoint(&ctx, &input).await?, None))
+    Ok(reply(&load_endpoint(ctx, &input).await?, None))
 }
 
-pub async fn pause(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn pause(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     transition(ctx, input, EndpointStatus::pause).await
 }
 
-pub async fn resume(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn resume(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     transition(ctx, input, EndpointStatus::resume).await
 }
 
 type Transition =
     fn(EndpointStatus) -> Result<EndpointStatus, domain::webhook::EndpointTransitionError>;
 
-async fn transition(ctx: Ctx, input: Input, step: Transition) -> Result<Reply, ApiError> {
+async fn transition(ctx: &mut Ctx, input: Input, step: Transition) -> Result<Reply, ApiError> {
     let _: EmptyBody = input.body()?;
-    let current = load_endpoint(&ctx, &input).await?;
+    let current = load_endpoint(ctx, &input).await?;
     input.check_etag(&endpoint_etag(&current))?;
     let next = step(current.status).map_err(|e| ApiError::semantic(e.to_string()))?;
     let row = ctx.store().set_endpoint_status(&current, next).await?;

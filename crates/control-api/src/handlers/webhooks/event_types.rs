@@ -22,7 +22,7 @@ pub struct EventTypeDto {
     pub example: serde_json::Value,
 }
 
-pub async fn list(_ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn list(_ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
     let items = catalogue::all()
         .iter()

@@ -22,9 +22,9 @@ pub struct EndpointHealthDto {
     pub last_delivery_status: Option<String>,
 }
 
-pub async fn retrieve(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    let endpoint = load_endpoint(&ctx, &input).await?;
+    let endpoint = load_endpoint(ctx, &input).await?;
     let recent = ctx
         .store()
         .recent_attempt_outcomes(&endpoint.endpoint_ref, WINDOW)

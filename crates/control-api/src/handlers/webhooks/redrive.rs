@@ -57,12 +57,12 @@ async fn redrive_one(ctx: &Ctx, delivery: &DeliveryRecord) -> Result<RedriveOutc
     Ok(outcome)
 }
 
-pub async fn single(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn single(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: Redrive = input.body()?;
     check_reason(&body.reason)?;
-    let delivery = load_delivery(&ctx, &input).await?;
+    let delivery = load_delivery(ctx, &input).await?;
     input.check_etag(&delivery_etag(&delivery))?;
-    let outcome = redrive_one(&ctx, &delivery).await?;
+    let outcome = redrive_one(ctx, &delivery).await?;
     Ok(Reply::one(
         RedriveOutcomeDto {
             delivery_ref: delivery.delivery_ref.to_string(),
@@ -72,7 +72,7 @@ pub async fn single(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     ))
 }
 
-pub async fn batch(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn batch(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: BatchRedrive = input.body()?;
     check_reason(&body.reason)?;
     if body.delivery_refs.is_empty() || body.delivery_refs.len() > MAX_BATCH {
@@ -105,7 +105,7 @@ pub async fn batch(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
             Err(StoreError::NotFound) => RedriveOutcome::NotFound,
             Err(e) => return Err(e.into()),
             Ok(d) if !if_match.matches(&delivery_etag(&d)) => RedriveOutcome::PreconditionFailed,
-            Ok(d) => match redrive_one(&ctx, &d).await {
+            Ok(d) => match redrive_one(ctx, &d).await {
                 // A concurrent writer changed it after our check.
                 Err(ApiError::VersionConflict(_)) => RedriveOutcome::PreconditionFailed,
                 other => other?,

@@ -29,21 +29,21 @@ async fn prepare(ctx: &Ctx, input: &Input) -> Result<store::EndpointRecord, ApiE
     Ok(current)
 }
 
-pub async fn rotate(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
-    let current = prepare(&ctx, &input).await?;
+pub async fn rotate(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
+    let current = prepare(ctx, &input).await?;
     let added = secret_version::rotate(&versions(&current), Timestamp::now())
         .map_err(|e| ApiError::semantic(e.to_string()))?;
     let secret = SigningSecret::generate();
     let number = added.version;
     let row = ctx
         .store()
-        .update_secret_versions(&current, &[], Some((added, seal(&ctx, &secret))))
+        .update_secret_versions(&current, &[], Some((added, seal(ctx, &secret))))
         .await?;
     Ok(reply(&row, Some((number, &secret))))
 }
 
-pub async fn confirm(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
-    let current = prepare(&ctx, &input).await?;
+pub async fn confirm(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
+    let current = prepare(ctx, &input).await?;
     let mut v = versions(&current);
     let grace = ctx.state.settings.webhooks.secret_grace.as_millis() as i64;
     secret_version::confirm(&mut v, Timestamp::now(), grace)
@@ -55,8 +55,8 @@ pub async fn confirm(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     Ok(reply(&row, None))
 }
 
-pub async fn revoke(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
-    let current = prepare(&ctx, &input).await?;
+pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
+    let current = prepare(ctx, &input).await?;
     let mut v = versions(&current);
     secret_version::revoke(&mut v, Timestamp::now())
         .map_err(|e| ApiError::semantic(e.to_string()))?;

@@ -50,9 +50,9 @@ pub struct CreateSubscription {
     pub custom_field_refs: Vec<String>,
 }
 
-pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    let endpoint = load_endpoint(&ctx, &input).await?;
+    let endpoint = load_endpoint(ctx, &input).await?;
     let rows = ctx
         .store()
         .list_subscriptions(ctx.env(), &endpoint.endpoint_ref)
@@ -60,7 +60,7 @@ pub async fn list(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
     Ok(Reply::all(rows.iter().map(SubscriptionDto::from).collect()))
 }
 
-pub async fn create(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: CreateSubscription = input.body()?;
     let event = catalogue::find(&body.public_event_type)
         .filter(|e| !e.diagnostic)
@@ -94,7 +94,7 @@ pub async fn create(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
         ));
     }
     let cf_refs = custom_field_refs("custom_field_refs", &body.custom_field_refs)?;
-    let endpoint = load_endpoint(&ctx, &input).await?;
+    let endpoint = load_endpoint(ctx, &input).await?;
     let new = NewSubscription {
         public_event_type: event.name,
         scope_type,

@@ -22,12 +22,12 @@ pub struct SendTest {
     pub public_event_type: String,
 }
 
-pub async fn send(ctx: Ctx, input: Input) -> Result<Reply, ApiError> {
+pub async fn send(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: SendTest = input.body()?;
     let event = catalogue::find(&body.public_event_type).ok_or_else(|| {
         ApiError::validation("public_event_type", "not an event type of the catalogue")
     })?;
-    let endpoint = load_endpoint(&ctx, &input).await?;
+    let endpoint = load_endpoint(ctx, &input).await?;
     let dto_version = event.dto_versions.iter().copied().max().unwrap_or(1);
     let example = catalogue::example(event.name, dto_version).unwrap_or_default();
     let grant = ctx

@@ -11,10 +11,10 @@
 //! dispatch benchmark's live phase topped out near 1,000 events/s).
 
 use crate::dispatch::{insert_deliveries, DeliveryRow, EventRecord};
-use crate::exec::Arg;
-use crate::fanout::{plan_fan_out, EventRow};
-use crate::handoff::HandedOver;
-use crate::marks::Marks;
+use crate::db::tx::Arg;
+use crate::dispatch::fanout::{plan_fan_out, EventRow};
+use crate::dispatch::handoff::HandedOver;
+use crate::db::marks::Marks;
 use crate::DeliveryRecord;
 use crate::{Store, StoreError};
 use domain::webhook::{BodyStatus, DeliveryStatus};
@@ -231,12 +231,9 @@ impl Store {
         let left_due = !left.is_empty();
         // With no dispatcher here to index them, other processes' are told.
         if left_due && handoff.is_none() {
-            self.signal_due(&mut tx).await?;
+            tx.signal_due().await?;
         }
         tx.commit().await?;
-        if left_due && handoff.is_none() {
-            self.due_signalled();
-        }
         if let Some(h) = &handoff {
             if left_due {
                 h.left_due(left);

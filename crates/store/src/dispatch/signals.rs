@@ -12,7 +12,6 @@
 //! the source of truth. A lost listener connection counts as a signal
 //! (notifications may have been missed meanwhile).
 
-use crate::exec::Tx;
 use crate::{Backend, Store, StoreError};
 use sqlx::postgres::PgListener;
 use std::sync::Arc;
@@ -96,16 +95,6 @@ impl Store {
             listener,
             url,
         }
-    }
-
-    /// Signals, inside `tx`, that it makes deliveries due: PostgreSQL
-    /// delivers the notification when `tx` commits. The caller also calls
-    /// `due_signalled` after the commit, for this process.
-    pub(crate) async fn signal_due(&self, tx: &mut Tx) -> Result<(), StoreError> {
-        if self.backend() == Backend::Postgres {
-            tx.execute(&format!("NOTIFY {CHANNEL}"), &[]).await?;
-        }
-        Ok(())
     }
 
     /// `signal_due` for a write made outside a transaction of ours (a

@@ -1,6 +1,6 @@
 //! Credentials: bearer secrets of service accounts, stored as digests.
 
-use crate::service_accounts::opt_ts;
+use crate::admin::service_accounts::opt_ts;
 use crate::{Store, StoreError};
 use domain::principal::{CredentialStatus, Mode, ServiceAccountStatus};
 use domain::secret::CredentialSecret;

@@ -1,7 +1,7 @@
 //! Permission grants of service accounts. At most one active grant per
 //! (principal, permission); the history of revoked grants is kept.
 
-use crate::service_accounts::opt_ts;
+use crate::admin::service_accounts::opt_ts;
 use crate::{Store, StoreError};
 use domain::principal::GrantStatus;
 use domain::{Ref, Timestamp};

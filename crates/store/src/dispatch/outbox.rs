@@ -1,5 +1,5 @@
 //! The transactional outbox: the events a write emits are rows inserted in
-//! that write's own transaction (`emit`), so they exist if and only if the
+//! that write's own transaction (`WriteTx::emit`), so they exist if and only if the
 //! write committed. A relay (`dispatcher::outbox`) reads them oldest first
 //! (`outbox_batch`), hands them to the queue and only then deletes them
 //! (`outbox_relayed`), or, in the embedded mode, moves them into the event
@@ -10,44 +10,20 @@
 //! This module never talks to a queue; it only keeps the rows.
 
 use crate::dispatch::{event_from_row, EventRecord};
-use crate::marks::Marks;
-use crate::webhooks::to_json;
+use crate::db::marks::Marks;
 use crate::{Backend, Store, StoreError};
 use domain::{Ref, Timestamp};
-
-/// Inserts `event` into the outbox inside the caller's transaction.
-pub(crate) async fn emit(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    event: &EventRecord,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO outbox (event_ref, environment_ref, public_event_type, occurred_at, scope, data, \
-         created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-    )
-    .bind(event.event_ref.as_str())
-    .bind(event.environment_ref.as_str())
-    .bind(&event.public_event_type)
-    .bind(event.occurred_at.millis())
-    .bind(to_json(&event.scope))
-    .bind(event.data.as_str())
-    .bind(Timestamp::now().millis())
-    .execute(&mut **tx)
-    .await?;
-    Ok(())
-}
 
 impl Store {
     /// Emits events in a transaction of their own: for producers whose
     /// change is not in this store (the operator's CLI, other systems'
-    /// adapters). Writes made by the store emit through `emit` instead.
+    /// adapters). A write of the store emits through its own `WriteTx`.
     pub async fn emit_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
-        let mut tx = self.write_tx().await?;
+        let mut tx = self.begin().await?;
         for event in events {
-            emit(&mut tx, event).await?;
+            tx.emit(event).await?;
         }
-        tx.commit().await?;
-        self.outbox_written.notify_one();
-        Ok(())
+        tx.commit().await
     }
 
     /// Signalled after this process emitted events, so its relay starts at

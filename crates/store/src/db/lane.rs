@@ -12,7 +12,7 @@
 //! else competes, so a transaction's round trips follow each other at once.
 //!
 //! The lane has its own SQLite connection, on which the hot writes run
-//! their statements synchronously (`crate::exec`): no statement waits for
+//! their statements synchronously (`crate::db::tx`): no statement waits for
 //! another thread. Its turn at the database's write lock is the store's
 //! sqlx writer (a pool of one), held for the transaction, so the lane and
 //! the other writes of this process take turns instead of meeting SQLite's
@@ -22,7 +22,7 @@
 //! the lane runs to its end even if its caller stops waiting, so a group
 //! write is never abandoned half-way by a cancelled caller.
 
-use crate::exec::LiteTx;
+use crate::db::tx::LiteTx;
 use crate::StoreError;
 use sqlx::AnyPool;
 use std::future::Future;

@@ -20,7 +20,7 @@ pub struct ServiceAccountRecord {
 }
 
 pub(crate) fn opt_ts(
-    row: &impl crate::exec::Columns,
+    row: &impl crate::db::tx::Columns,
     col: &str,
 ) -> Result<Option<Timestamp>, StoreError> {
     Ok(row.int(col)?.map(Timestamp::from_millis))

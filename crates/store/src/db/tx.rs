@@ -1,8 +1,13 @@
-//! One write transaction, whichever engine runs it: the hot writes of the
-//! dispatcher and the intake are written once against `Tx` and run on
-//! PostgreSQL through sqlx, or on SQLite through the write lane's own
-//! connection (`crate::lane`), synchronously: a `Lite` statement never
-//! waits for another thread.
+//! `WriteTx`, the one write transaction of the store, whichever engine runs
+//! it. Every write of every domain module is a function of a `WriteTx`, so
+//! a caller can make several writes and emit their events (`emit`) in one
+//! unit of work: all of it commits, or none of it.
+//!
+//! It runs on PostgreSQL through sqlx, on SQLite through sqlx's writer
+//! connection (`Store::begin`, the API's transactions) or through the
+//! write lane's own connection (`crate::db::lane`, the dispatcher's hot
+//! writes), synchronously: a `Lite` statement never waits for another
+//! thread.
 //!
 //! Why two drivers: through sqlx every SQLite statement is a round trip to
 //! its connection thread (arguments converted for `Any`, then each
@@ -11,12 +16,15 @@
 //! and the dispatcher spent most of its serial time in them.
 //!
 //! Statements given to `Tx` bind their values in mark order: anonymous `?`
-//! marks (`crate::marks`) or `$1, $2, …` each first written in that order.
+//! marks (`crate::db::marks`) or `$1, $2, …` each first written in that order.
 //! This module must never decide what to write; it only runs statements.
 
-use crate::StoreError;
+use crate::dispatch::EventRecord;
+use crate::{Backend, StoreError};
+use domain::Timestamp;
 use sqlx::Row;
 use std::sync::{Arc, Mutex};
+use tokio::sync::Notify;
 
 /// A value bound to a statement.
 #[derive(Debug, Clone, Copy)]
@@ -126,11 +134,38 @@ pub(crate) fn int(row: &impl Columns, name: &str) -> Result<i64, StoreError> {
         .ok_or_else(|| StoreError::Corrupt(format!("{name} is null")))
 }
 
-/// An open write transaction; dropped without `commit`, it rolls back.
-pub(crate) enum Tx {
+/// An open write transaction; dropped without `commit`, it rolls back
+/// (and wakes nobody).
+pub struct WriteTx {
+    conn: Conn,
+    backend: Backend,
+    wake: Option<Wake>,
+    /// What the commit has to announce in this process.
+    emitted: bool,
+    made_due: bool,
+    /// Released when the transaction ends, committed or not (an
+    /// idempotency key's in-process claim).
+    _held: Option<Box<dyn Send + Sync>>,
+}
+
+/// The connection a `WriteTx` runs on.
+pub(crate) enum Conn {
     Sqlx(sqlx::Transaction<'static, sqlx::Any>),
     Lite(LiteTx),
 }
+
+/// The in-process signals a commit sends (the store's).
+#[derive(Clone)]
+pub(crate) struct Wake {
+    /// Events were emitted into the outbox (its relay starts at once).
+    pub(crate) outbox: Arc<Notify>,
+    /// Deliveries were made due (`crate::signals`).
+    pub(crate) due: Arc<Notify>,
+}
+
+/// The savepoint that separates an operation's own writes from the rest
+/// of its unit of work (`WriteTx::mark`).
+const MARK: &str = "operation";
 
 /// A transaction on the write lane's connection, which it takes from its
 /// slot for its duration (and puts back when dropped), holding the
@@ -179,24 +214,114 @@ impl Drop for LiteTx {
     }
 }
 
-impl Tx {
-    pub(crate) async fn commit(self) -> Result<(), StoreError> {
-        match self {
-            Tx::Sqlx(tx) => Ok(tx.commit().await?),
+impl WriteTx {
+    pub(crate) fn new(conn: Conn, backend: Backend, wake: Option<Wake>) -> Self {
+        WriteTx {
+            conn,
+            backend,
+            wake,
+            emitted: false,
+            made_due: false,
+            _held: None,
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Keeps `value` until the transaction ends.
+    pub(crate) fn hold(&mut self, value: Box<dyn Send + Sync>) {
+        self._held = Some(value);
+    }
+
+    /// Commits, then wakes this process's relay and dispatcher for what
+    /// the transaction emitted or made due.
+    pub async fn commit(self) -> Result<(), StoreError> {
+        let WriteTx {
+            conn,
+            wake,
+            emitted,
+            made_due,
+            _held,
+            ..
+        } = self;
+        match conn {
+            Conn::Sqlx(tx) => tx.commit().await?,
             // A failed COMMIT leaves the transaction open: the drop rolls
             // it back.
-            Tx::Lite(tx) => Ok(tx.conn()?.execute_batch("COMMIT")?),
+            Conn::Lite(tx) => tx.conn()?.execute_batch("COMMIT")?,
         }
+        if let Some(wake) = wake {
+            if emitted {
+                wake.outbox.notify_one();
+            }
+            if made_due {
+                wake.due.notify_one();
+            }
+        }
+        Ok(())
+    }
+
+    /// Inserts `event` into the outbox (`crate::dispatch::outbox`): it
+    /// exists if and only if this transaction commits.
+    pub async fn emit(&mut self, event: &EventRecord) -> Result<(), StoreError> {
+        let scope = crate::webhooks::to_json(&event.scope);
+        let now = Timestamp::now().millis();
+        self.execute(
+            "INSERT INTO outbox (event_ref, environment_ref, public_event_type, occurred_at, scope, \
+             data, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                event.event_ref.as_str().into(),
+                event.environment_ref.as_str().into(),
+                event.public_event_type.as_str().into(),
+                event.occurred_at.millis().into(),
+                scope.as_str().into(),
+                event.data.as_str().into(),
+                now.into(),
+            ],
+        )
+        .await?;
+        self.emitted = true;
+        Ok(())
+    }
+
+    /// Records that this transaction makes deliveries due: PostgreSQL
+    /// delivers its `NOTIFY` when the transaction commits, and the commit
+    /// wakes this process's dispatcher (`crate::signals`).
+    pub(crate) async fn signal_due(&mut self) -> Result<(), StoreError> {
+        if self.backend == Backend::Postgres {
+            self.execute(&format!("NOTIFY {}", crate::signals::CHANNEL), &[])
+                .await?;
+        }
+        self.made_due = true;
+        Ok(())
+    }
+
+    /// Marks the point an operation's own writes start, so that
+    /// `undo_to_mark` can take them back and keep what came before.
+    pub async fn mark(&mut self) -> Result<(), StoreError> {
+        self.execute(&format!("SAVEPOINT {MARK}"), &[]).await?;
+        Ok(())
+    }
+
+    /// Takes back every write since `mark`, events included.
+    pub async fn undo_to_mark(&mut self) -> Result<(), StoreError> {
+        self.execute(&format!("ROLLBACK TO SAVEPOINT {MARK}"), &[])
+            .await?;
+        self.emitted = false;
+        self.made_due = false;
+        Ok(())
     }
 
     /// Runs `sql`; returns the number of rows it changed.
     pub(crate) async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
-        match self {
-            Tx::Sqlx(tx) => Ok(sqlx_query(sql, args)
+        match &mut self.conn {
+            Conn::Sqlx(tx) => Ok(sqlx_query(sql, args)
                 .execute(&mut **tx)
                 .await?
                 .rows_affected()),
-            Tx::Lite(tx) => {
+            Conn::Lite(tx) => {
                 let mut stmt = lite_statement(tx.conn()?, sql, args)?;
                 Ok(stmt.raw_execute()? as u64)
             }
@@ -209,8 +334,8 @@ impl Tx {
         sql: &str,
         args: &[Arg<'_>],
     ) -> Result<Vec<CellRow>, StoreError> {
-        match self {
-            Tx::Sqlx(tx) => {
+        match &mut self.conn {
+            Conn::Sqlx(tx) => {
                 let rows = sqlx_query(sql, args).fetch_all(&mut **tx).await?;
                 let Some(first) = rows.first() else {
                     return Ok(Vec::new());
@@ -232,7 +357,7 @@ impl Tx {
                     })
                     .collect()
             }
-            Tx::Lite(tx) => {
+            Conn::Lite(tx) => {
                 let mut stmt = lite_statement(tx.conn()?, sql, args)?;
                 let names: Arc<[String]> =
                     stmt.column_names().into_iter().map(str::to_owned).collect();
@@ -337,11 +462,11 @@ fn lite_cell(row: &rusqlite::Row<'_>, i: usize) -> Result<Cell, StoreError> {
 mod tests {
     use super::*;
 
-    fn lite() -> Tx {
+    fn lite() -> WriteTx {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
         conn.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY, n BIGINT)")
             .unwrap();
-        Tx::Lite(LiteTx::begin(Arc::new(Mutex::new(Some(conn))), None).unwrap())
+        WriteTx::new(Conn::Lite(LiteTx::begin(Arc::new(Mutex::new(Some(conn))), None).unwrap()), Backend::Sqlite, None)
     }
 
     #[tokio::test]
@@ -394,13 +519,13 @@ mod tests {
         conn.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY)")
             .unwrap();
         let home = Arc::new(Mutex::new(Some(conn)));
-        let mut tx = Tx::Lite(LiteTx::begin(home.clone(), None).unwrap());
+        let mut tx = WriteTx::new(Conn::Lite(LiteTx::begin(home.clone(), None).unwrap()), Backend::Sqlite, None);
         tx.execute("INSERT INTO t (k) VALUES (?)", &["a".into()])
             .await
             .unwrap();
         assert!(LiteTx::begin(home.clone(), None).is_err(), "one at a time");
         drop(tx);
-        let mut tx = Tx::Lite(LiteTx::begin(home.clone(), None).unwrap());
+        let mut tx = WriteTx::new(Conn::Lite(LiteTx::begin(home.clone(), None).unwrap()), Backend::Sqlite, None);
         let rows = tx.fetch("SELECT k FROM t", &[]).await.unwrap();
         assert!(rows.is_empty());
         tx.execute("INSERT INTO t (k) VALUES (?)", &["b".into()])

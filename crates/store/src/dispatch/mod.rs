@@ -7,8 +7,14 @@
 //! when a worker dies, and an attempt is recorded together with the
 //! delivery's next state in one transaction.
 
-use crate::exec::{text, Arg, Tx};
-use crate::marks::Marks;
+pub mod fanout;
+pub mod handoff;
+pub(crate) mod intake;
+pub(crate) mod outbox;
+pub mod signals;
+
+use crate::db::tx::{text, Arg, WriteTx};
+use crate::db::marks::Marks;
 use crate::webhooks::deliveries::{
     delivery_from_row, mark_url_immutable, DeliveryRecord, NewDelivery,
 };
@@ -153,12 +159,9 @@ impl Store {
             let mut tx = store.begin_write().await?;
             let created = store.fan_out_in(&mut tx, &events).await?;
             if created > 0 {
-                store.signal_due(&mut tx).await?;
+                tx.signal_due().await?;
             }
             tx.commit().await?;
-            if created > 0 {
-                store.due_signalled();
-            }
             Ok(created)
         })
         .await
@@ -167,7 +170,7 @@ impl Store {
     /// `fan_out`'s writes, inside `tx`.
     pub(crate) async fn fan_out_in(
         &self,
-        tx: &mut Tx,
+        tx: &mut WriteTx,
         events: &[(Ref, Vec<NewDelivery>)],
     ) -> Result<usize, StoreError> {
         let now = Timestamp::now().millis();
@@ -446,7 +449,7 @@ impl Store {
 }
 
 /// Makes the rest of `tx` find rows by key (`statements::BY_PRIMARY_KEY`).
-async fn by_primary_key(tx: &mut Tx, backend: Backend) -> Result<(), StoreError> {
+async fn by_primary_key(tx: &mut WriteTx, backend: Backend) -> Result<(), StoreError> {
     if backend == Backend::Postgres {
         tx.execute(statements::BY_PRIMARY_KEY, &[]).await?;
     }
@@ -481,7 +484,7 @@ impl<'a> DeliveryRow<'a> {
 /// (`url_fixed`); returns the references of those created. Pending
 /// deliveries are due at `now`.
 pub(crate) async fn insert_deliveries(
-    tx: &mut Tx,
+    tx: &mut WriteTx,
     backend: Backend,
     rows: &[DeliveryRow<'_>],
     now: i64,
@@ -554,7 +557,7 @@ pub(crate) async fn insert_deliveries(
 /// of that generation, in one statement; returns the references written.
 /// The explicit casts give PostgreSQL the VALUES columns' types.
 async fn update_leased(
-    tx: &mut Tx,
+    tx: &mut WriteTx,
     backend: Backend,
     owner: &str,
     chunk: &[&AttemptResult],
@@ -609,7 +612,7 @@ async fn update_leased(
         .collect())
 }
 
-async fn disable_endpoint(tx: &mut Tx, endpoint_ref: &Ref, now: i64) -> Result<(), StoreError> {
+async fn disable_endpoint(tx: &mut WriteTx, endpoint_ref: &Ref, now: i64) -> Result<(), StoreError> {
     let done = tx
         .execute(
             "UPDATE webhook_endpoints SET status = $1, updated_at = $2, version = version + 1 \

@@ -12,7 +12,7 @@
 //! (the outbox, a dispatcher that stopped between the two).
 
 use crate::dispatch::EventRecord;
-use crate::exec::Tx;
+use crate::db::tx::WriteTx;
 use crate::webhooks::endpoints::{endpoint_versions_in, EndpointVersions};
 use crate::webhooks::subscriptions::subscriptions_for_types;
 use crate::webhooks::to_json;
@@ -99,7 +99,7 @@ impl Store {
 /// read and the endpoints whose url is already fixed. On SQLite this runs on the write lane's connection: no statement
 /// waits for another thread.
 pub(crate) async fn plan_fan_out(
-    tx: &mut Tx,
+    tx: &mut WriteTx,
     backend: Backend,
     events: &[EventRow],
 ) -> Result<(Plan, EndpointVersions, HashSet<String>), StoreError> {

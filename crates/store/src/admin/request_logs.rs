@@ -1,7 +1,7 @@
 //! Request logs: one row per API request, written after its response is
 //! decided. Bodies, secrets and query strings are never recorded.
 
-use crate::page::{fetch_page, Arg, Page, PageRequest};
+use crate::db::page::{fetch_page, Arg, Page, PageRequest};
 use crate::{Store, StoreError};
 use domain::{Ref, Timestamp};
 use sqlx::Row;

@@ -1,0 +1,220 @@
+//! Idempotency records: one row per (environment, principal, operation,
+//! key), written in the unit of work of the request that decided it.
+//!
+//! `Store::claim_idempotency_key` opens the request's write transaction and
+//! claims the key in it; the request's writes, its events and its result
+//! (`WriteTx::keep_result`) then commit together. So a key has a stored
+//! result if and only if its operation's writes committed: a crash at any
+//! point leaves both or neither, and a replay never runs the operation
+//! again. No row says "in flight": the claim is held by the open
+//! transaction itself (a process-local set, and on PostgreSQL a
+//! transaction-scoped advisory lock for other processes), so it ends with
+//! the transaction, whatever ends it.
+
+use crate::db::tx::{int, text, Columns, WriteTx};
+use crate::{Backend, Store, StoreError};
+use domain::Timestamp;
+use sha2::{Digest, Sha256};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+#[derive(Debug, Clone)]
+pub struct IdempotencyScope {
+    pub environment_ref: String,
+    pub principal_ref: String,
+    pub operation_id: String,
+    pub key: String,
+}
+
+impl IdempotencyScope {
+    /// One string per scope, for the in-process claims and the lock id.
+    fn id(&self) -> String {
+        [
+            self.environment_ref.as_str(),
+            &self.principal_ref,
+            &self.operation_id,
+            &self.key,
+        ]
+        .join("\u{1f}")
+    }
+
+    /// The PostgreSQL advisory lock that claims this scope across
+    /// processes: the first 8 bytes of its SHA-256 (a collision only makes
+    /// two keys wait for each other's 409).
+    fn lock_id(&self) -> i64 {
+        let digest = Sha256::digest(self.id().as_bytes());
+        let mut head = [0u8; 8];
+        head.copy_from_slice(&digest[..8]);
+        i64::from_be_bytes(head)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub body: String,
+    pub etag: Option<String>,
+}
+
+/// The outcome of claiming a key.
+pub enum Claim {
+    /// The caller owns the key in this transaction: run the operation in
+    /// it, keep its result (`WriteTx::keep_result`) and commit.
+    Owned(WriteTx),
+    /// The key was used with another request.
+    Mismatch,
+    /// A request with this key is still executing.
+    InFlight,
+    /// The key already decided a response: replay it.
+    Replay(StoredResponse),
+}
+
+/// The keys claimed by open transactions of this process.
+#[derive(Default)]
+pub(crate) struct Claimed(Mutex<HashSet<String>>);
+
+/// One claimed key; released when the transaction holding it ends.
+struct ClaimGuard {
+    claimed: Arc<Claimed>,
+    id: String,
+}
+
+impl Drop for ClaimGuard {
+    fn drop(&mut self) {
+        self.claimed
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.id);
+    }
+}
+
+const SCOPE: &str =
+    "environment_ref = $1 AND principal_ref = $2 AND operation_id = $3 AND idem_key = $4";
+
+impl Store {
+    /// Claims `scope`'s key and begins the request's unit of work with it
+    /// (module docs). A record older than `retention_ms` no longer exists
+    /// for the client and is replaced.
+    pub async fn claim_idempotency_key(
+        &self,
+        scope: &IdempotencyScope,
+        fingerprint: &str,
+        now: Timestamp,
+        retention_ms: i64,
+    ) -> Result<Claim, StoreError> {
+        let id = scope.id();
+        if !self
+            .claimed
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone())
+        {
+            return Ok(Claim::InFlight);
+        }
+        let guard = ClaimGuard {
+            claimed: self.claimed.clone(),
+            id,
+        };
+        let mut tx = self.begin().await?;
+        tx.hold(Box::new(guard));
+        if tx.backend() == Backend::Postgres {
+            let locked = tx
+                .fetch(
+                    "SELECT CAST(CASE WHEN pg_try_advisory_xact_lock($1) THEN 1 ELSE 0 END AS BIGINT) \
+                     AS locked",
+                    &[scope.lock_id().into()],
+                )
+                .await?;
+            let locked = match locked.first() {
+                Some(row) => int(row, "locked")? == 1,
+                None => false,
+            };
+            if !locked {
+                return Ok(Claim::InFlight);
+            }
+        }
+        let args = scope_args(scope);
+        // `in_flight` rows are left by versions that reserved a key in a
+        // transaction of its own; whether their operation committed cannot
+        // be known, and such a row was taken over once stale.
+        tx.execute(
+            &format!("DELETE FROM idempotency_keys WHERE {SCOPE} AND (created_at < $5 OR state <> 'done')"),
+            &[args[0], args[1], args[2], args[3], (now.millis() - retention_ms).into()],
+        )
+        .await?;
+        let rows = tx
+            .fetch(
+                &format!(
+                    "SELECT fingerprint, status_code, response_body, response_etag \
+                     FROM idempotency_keys WHERE {SCOPE}"
+                ),
+                &args,
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(Claim::Owned(tx));
+        };
+        if text(row, "fingerprint")? != fingerprint {
+            return Ok(Claim::Mismatch);
+        }
+        Ok(Claim::Replay(StoredResponse {
+            status: u16::try_from(int(row, "status_code")?)
+                .map_err(|_| StoreError::Corrupt("status_code out of range".into()))?,
+            body: text(row, "response_body")?,
+            etag: row.text("response_etag")?,
+        }))
+    }
+
+    /// Deletes records past retention; returns how many.
+    pub async fn purge_idempotency_keys(&self, cutoff: Timestamp) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
+            .bind(cutoff.millis())
+            .execute(self.writer())
+            .await?;
+        Ok(done.rows_affected())
+    }
+}
+
+impl WriteTx {
+    /// Keeps `response` as the result of the key this transaction claimed
+    /// (`Store::claim_idempotency_key`); it stands once the transaction
+    /// commits.
+    pub async fn keep_result(
+        &mut self,
+        scope: &IdempotencyScope,
+        fingerprint: &str,
+        now: Timestamp,
+        response: &StoredResponse,
+    ) -> Result<(), StoreError> {
+        let args = scope_args(scope);
+        self.execute(
+            "INSERT INTO idempotency_keys (environment_ref, principal_ref, operation_id, idem_key, \
+             fingerprint, state, created_at, locked_at, status_code, response_body, response_etag) \
+             VALUES ($1, $2, $3, $4, $5, 'done', $6, $6, $7, $8, $9)",
+            &[
+                args[0],
+                args[1],
+                args[2],
+                args[3],
+                fingerprint.into(),
+                now.millis().into(),
+                i64::from(response.status).into(),
+                response.body.as_str().into(),
+                response.etag.as_deref().into(),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+fn scope_args(scope: &IdempotencyScope) -> [crate::db::tx::Arg<'_>; 4] {
+    [
+        scope.environment_ref.as_str().into(),
+        scope.principal_ref.as_str().into(),
+        scope.operation_id.as_str().into(),
+        scope.key.as_str().into(),
+    ]
+}

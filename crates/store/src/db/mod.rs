@@ -1,0 +1,11 @@
+//! The shared layer every domain module of the store writes through: the
+//! write transaction (`tx`: arguments, rows, columns, the outbox's `emit`),
+//! bind marks, keyset paging, SQLite's write lane and its checkpoints.
+//!
+//! Nothing here knows a table of a domain; it only runs statements.
+
+pub(crate) mod checkpoint;
+pub(crate) mod lane;
+pub(crate) mod marks;
+pub mod page;
+pub mod tx;
