@@ -155,13 +155,11 @@ fn prefix_of(param: &str) -> Prefix {
 /// A principal holding `permissions`, made through the store (setup only).
 async fn principal_holding(app: &TestApp, permissions: &[&str]) -> String {
     let env = Ref::parse(Prefix::Environment, &app.sandbox.environment_ref).unwrap();
-    let sa = app
-        .store
-        .create_service_account(&env, "perm-test", None)
+    let mut tx = app.store.begin().await.unwrap();
+    let sa = store::admin::service_accounts::create(&mut tx, &env, "perm-test", None)
         .await
         .unwrap();
-    app.store
-        .ensure_grants(&env, &sa.principal_ref, permissions)
+    store::admin::grants::ensure(&mut tx, &env, &sa.principal_ref, permissions)
         .await
         .unwrap();
     let secret = CredentialSecret::generate(Mode::Sandbox);
@@ -169,10 +167,10 @@ async fn principal_holding(app: &TestApp, permissions: &[&str]) -> String {
         name: None,
         expires_at: None,
     };
-    app.store
-        .issue_credential(&env, &sa.principal_ref, new, &secret)
+    store::admin::credentials::issue(&mut tx, &env, &sa.principal_ref, new, &secret)
         .await
         .unwrap();
+    tx.commit().await.unwrap();
     secret.reveal().to_owned()
 }
 
@@ -449,12 +447,14 @@ async fn same_key_in_flight_is_a_conflict(app: TestApp) {
     };
     let fp = domain::idempotency::fingerprint("POST", "/api/v1/service_accounts", &body);
     let now = domain::Timestamp::now();
-    let reserved = app
+    let claim = app
         .store
-        .reserve_idempotency_key(&scope, &fp, now, 86_400_000, 60_000)
+        .claim_idempotency_key(&scope, &fp, now, 86_400_000)
         .await
         .unwrap();
-    assert_eq!(reserved, store::Reservation::Reserved);
+    let store::Claim::Owned(held) = claim else {
+        panic!("a fresh key is owned");
+    };
     let r = app
         .req("POST", "/api/v1/service_accounts")
         .idem(&key)
@@ -463,7 +463,7 @@ async fn same_key_in_flight_is_a_conflict(app: TestApp) {
         .await;
     r.expect_error(409, "version_conflict");
     assert_eq!(r.header("retry-after"), Some("1"));
-    app.store.release_idempotency_key(&scope).await.unwrap();
+    drop(held);
     app.req("POST", "/api/v1/service_accounts")
         .idem(&key)
         .json(&body)
@@ -758,10 +758,7 @@ async fn openapi_health_and_readiness(app: TestApp) {
     doc.expect(200);
     assert_eq!(doc.json["openapi"], "3.1.0");
     let paths = doc.json["paths"].as_object().unwrap();
-    for op in OPERATIONS
-        .iter()
-        .filter(|o| control_api::handlers::binding(o.id).is_some())
-    {
+    for op in OPERATIONS.iter().filter(|o| o.binding.is_some()) {
         let method = match op.method {
             Method::Get => "get",
             Method::Post => "post",

@@ -104,7 +104,11 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             let url = url.to_owned();
             let probe: Probe = Arc::new(move || {
                 let url = url.clone();
-                Box::pin(async move { dispatcher::amqp::reachable(&url).await })
+                Box::pin(async move {
+                    dispatcher::amqp::reachable(&url)
+                        .await
+                        .map_err(|e| e.to_string())
+                })
             });
             state = state.with_probe("queue", probe);
         }

@@ -221,7 +221,11 @@ impl Config {
                 field: "queue.url",
                 issue: format!(
                     "must be `embedded` or an amqp:// or amqps:// URL ({})",
-                    e.replace(&self.queue.url, &redact_url(&self.queue.url))
+                    match e {
+                        dispatcher::amqp::AmqpError::InvalidUrl(reason) => reason,
+                        other => other.to_string(),
+                    }
+                    .replace(&self.queue.url, &redact_url(&self.queue.url))
                 ),
             })?;
         }

@@ -14,6 +14,7 @@ use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use store::webhooks::{endpoints, subscriptions};
 use store::{EventData, EventRecord, NewSecret, NewSubscription, Store};
 
 const EVENTS: usize = 10_000;
@@ -78,11 +79,12 @@ async fn sigkill_mid_run_loses_nothing() {
     .unwrap();
     store.migrate().await.unwrap();
     billing::bootstrap::bootstrap(&store).await.unwrap();
-    let env = store
-        .ensure_environment(domain::principal::Mode::Sandbox)
+    let mut tx = store.begin().await.unwrap();
+    let env = store::admin::environments::ensure(&mut tx, domain::principal::Mode::Sandbox)
         .await
         .unwrap()
         .environment_ref;
+    tx.commit().await.unwrap();
 
     let seen: Seen = Arc::default();
     let app = axum::Router::new()
@@ -97,8 +99,8 @@ async fn sigkill_mid_run_loses_nothing() {
         ciphertext: SecretCipher::new(key).encrypt(secret.as_bytes()),
         hint: secret.hint(),
     };
-    let endpoint = store
-        .create_endpoint(&env, &url, None, sealed)
+    let mut tx = store.begin().await.unwrap();
+    let endpoint = endpoints::create(&mut tx, &env, &url, None, sealed)
         .await
         .unwrap();
     let sub = NewSubscription {
@@ -108,10 +110,10 @@ async fn sigkill_mid_run_loses_nothing() {
         dto_version: 1,
         custom_field_refs: &[],
     };
-    store
-        .create_subscription(&env, &endpoint.endpoint_ref, sub)
+    subscriptions::create(&mut tx, &env, &endpoint.endpoint_ref, sub)
         .await
         .unwrap();
+    tx.commit().await.unwrap();
     for _ in 0..EVENTS {
         let event = EventRecord {
             event_ref: Ref::generate(Prefix::Event),

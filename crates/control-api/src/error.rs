@@ -179,6 +179,13 @@ pub struct ErrorObject {
     pub details: Vec<Detail>,
 }
 
+/// By variant, never by text: a missing row is 404, a lost race 409, and
+/// only an unreachable or busy database (`StoreError::is_unavailable`,
+/// which for a shared write asks its cause) is 503 `dependency_unavailable`.
+/// Anything else (a refused or malformed statement, a corrupt row, a
+/// uniqueness rule the handler did not map, a defect of the store) is a
+/// 500 `internal_error`, whose source `into_response_for` logs once with
+/// the request id.
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> ApiError {
         match e {
@@ -189,5 +196,32 @@ impl From<StoreError> for ApiError {
             e if e.is_unavailable() => ApiError::DependencyUnavailable,
             e => ApiError::Internal(Box::new(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapped(e: StoreError) -> (StatusCode, &'static str) {
+        let e = ApiError::from(e);
+        (e.status(), e.code())
+    }
+
+    #[test]
+    fn store_errors_that_are_not_outages_are_internal_errors() {
+        let internal = (StatusCode::INTERNAL_SERVER_ERROR, "internal_error");
+        assert_eq!(mapped(StoreError::Duplicate), internal);
+        assert_eq!(mapped(StoreError::Corrupt("status".into())), internal);
+        let shared = StoreError::Shared(std::sync::Arc::new(StoreError::Corrupt("status".into())));
+        assert_eq!(mapped(shared), internal);
+        assert_eq!(
+            mapped(StoreError::NotFound),
+            (StatusCode::NOT_FOUND, "not_found")
+        );
+        assert_eq!(
+            mapped(StoreError::Conflict),
+            (StatusCode::CONFLICT, "version_conflict")
+        );
     }
 }

@@ -1,8 +1,8 @@
-//! The OpenAPI 3.1 document, built from the operation table and the wire
-//! schemas of the handler registry, so it cannot drift from the routes.
+//! The OpenAPI 3.1 document, built from the operation table (its rows and
+//! the wire schemas of their handlers), so it cannot drift from the routes.
 
 use crate::error::ErrorBody;
-use crate::handlers::{binding, schema};
+use crate::handlers::schema;
 use crate::operations::{Method, OPERATIONS};
 use serde_json::{json, Map, Value};
 use std::sync::OnceLock;
@@ -27,7 +27,7 @@ fn build() -> Value {
     add(error_schemas);
     let mut paths = Map::new();
     for op in OPERATIONS {
-        let Some(b) = binding(op.id) else { continue };
+        let Some(b) = &op.binding else { continue };
         let (resp_name, resp_schemas) = (b.response)();
         add(resp_schemas);
         let item = json!({"$ref": format!("#/components/schemas/{resp_name}")});
@@ -59,7 +59,7 @@ fn build() -> Value {
         }
         let mut responses = Map::new();
         responses.insert(
-            op.success_status().to_string(),
+            op.success_status.to_string(),
             json!({"description": "Success", "content": {"application/json": {"schema": {
                 "type": "object", "required": ["data"], "properties": {"data": data}}}}}),
         );

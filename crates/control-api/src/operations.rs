@@ -1,9 +1,25 @@
 //! The operation table of `interface.md`, as data.
 //!
 //! This is the one source of truth for each operation's method, path,
-//! permission, idempotency, precondition, paging and error set. Routing,
-//! authentication checks, the OpenAPI document and the tests all read it.
-//! Generated once from `interface.md`; edit it together with that file.
+//! permission, idempotency, precondition, paging, error set, success status
+//! and handler. Routing, authentication checks, the pipeline, the OpenAPI
+//! document and the tests all read it. Generated once from `interface.md`;
+//! edit it together with that file.
+//!
+//! Adding an operation is one row here plus its handler function (bound
+//! with `bind!`). A row without a handler is an operation not built yet: it
+//! is routed and checked, and answers `404 not_found`.
+
+// Handler modules, abbreviated for the table.
+use crate::handlers::admin::{
+    credentials as cr, environments as env, grants as gr, request_logs as rl,
+    service_accounts as sa,
+};
+use crate::handlers::webhooks::{
+    data_profiles as dp, deliveries as dl, endpoints as ep, event_types as et, health as hl,
+    redrive as rd, secrets as sec, subscriptions as sub, test_send as ts,
+};
+use crate::handlers::{bind, Binding};
 
 /// HTTP method of an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,25 +111,17 @@ pub struct Operation {
     /// Pages with `limit` and `cursor`.
     pub cursor: bool,
     pub errors: ErrorSet,
+    /// The HTTP status of a success: 201 for operations that create.
+    pub success_status: u16,
+    /// The handler and wire schemas; `None` for operations not built yet.
+    pub binding: Option<Binding>,
 }
 
-impl Operation {
-    /// The status of a success: 201 for operations that create.
-    pub fn success_status(&self) -> u16 {
-        let creates = ["create", "issue", "grant"]
-            .iter()
-            .any(|p| self.id.starts_with(p))
-            || self.id == "sendWebhookTest";
-        if creates {
-            201
-        } else {
-            200
-        }
-    }
-}
-
+/// One row: method, path, operation id, permission, idempotent, if-match,
+/// cursor, error set, `=>` success status and, for built operations, the
+/// `bind!` of the handler.
 macro_rules! op {
-    ($m:ident $path:literal $id:literal $perm:literal $idem:literal $ifm:literal $cur:literal $e:ident) => {
+    ($m:ident $path:literal $id:literal $perm:literal $idem:literal $ifm:literal $cur:literal $e:ident => $status:literal $($binding:expr)?) => {
         Operation {
             method: Method::$m,
             path: $path,
@@ -123,100 +131,104 @@ macro_rules! op {
             if_match: $ifm,
             cursor: $cur,
             errors: ErrorSet::$e,
+            success_status: $status,
+            binding: op!(@binding $($binding)?),
         }
     };
+    (@binding) => { None };
+    (@binding $binding:expr) => { Some($binding) };
 }
 
 /// Every operation of `interface.md`, in its order.
 #[rustfmt::skip]
 pub static OPERATIONS: &[Operation] = &[
-    op!(Get "/api/v1/buyers" "listBuyers" "buyers:read_list" false false true E2),
-    op!(Get "/api/v1/buyers/{buyer_ref}" "retrieveBuyer" "buyers:read_retrieve" false false false E2),
-    op!(Get "/api/v1/captures" "listCaptures" "captures:read_list" false false true E2),
-    op!(Get "/api/v1/captures/{capture_ref}" "retrieveCapture" "captures:read_retrieve" false false false E2),
-    op!(Post "/api/v1/checkout-configs" "createCheckoutConfig" "checkout_configs:write_create" true false false E3),
-    op!(Get "/api/v1/checkout-configs/{config_ref}" "retrieveCheckoutConfig" "checkout_configs:read_retrieve" false false false E2),
-    op!(Post "/api/v1/checkout-configs/{config_ref}/publish" "publishCheckoutConfig" "checkout_configs:write_publish" true false false E3),
-    op!(Post "/api/v1/checkout-configs/{config_ref}/versions" "createCheckoutConfigVersion" "checkout_configs:write_create_version" true false false E3),
-    op!(Get "/api/v1/checkout-sessions" "listCheckoutSessions" "checkout_sessions:read_list" false false true E2),
-    op!(Post "/api/v1/checkout-sessions" "createCheckoutSession" "checkout_sessions:write_create" true false false E3),
-    op!(Get "/api/v1/checkout-sessions/{checkout_session_ref}" "retrieveCheckoutSession" "checkout_sessions:read_retrieve" false false false E2),
-    op!(Post "/api/v1/checkout-sessions/{checkout_session_ref}/pay" "payCheckoutSession" "checkout_sessions:write_pay" true false false E3),
-    op!(Post "/api/v1/credentials/{credential_ref}/revoke" "revokeServiceAccountCredential" "credentials:manage_revoke" true true false E4),
-    op!(Post "/api/v1/credentials/{credential_ref}/rotate" "rotateServiceAccountCredential" "credentials:manage_rotate" true true false E4),
-    op!(Get "/api/v1/disputes" "listDisputes" "disputes:read_list" false false true E1),
-    op!(Get "/api/v1/disputes/{dispute_ref}" "retrieveDispute" "disputes:read" false false false E1),
-    op!(Get "/api/v1/entitlements" "listEntitlements" "entitlements:read_list" false false true E2),
-    op!(Get "/api/v1/entitlements/{entitlement_ref}" "retrieveEntitlement" "entitlements:read_retrieve" false false false E2),
-    op!(Get "/api/v1/environments" "listEnvironments" "environments:read_list" false false false E2),
-    op!(Get "/api/v1/invoices" "listInvoices" "invoices:read_list" false false true E2),
-    op!(Get "/api/v1/invoices/{invoice_ref}" "retrieveInvoice" "invoices:read_retrieve" false false false E2),
-    op!(Get "/api/v1/journeys" "listJourneys" "journeys:read_list" false false true E2),
-    op!(Get "/api/v1/journeys/{journey_ref}" "retrieveJourney" "journeys:read_retrieve" false false false E2),
-    op!(Get "/api/v1/offers" "listOffers" "offers:read_list" false false true E2),
-    op!(Get "/api/v1/offers/{offer_ref}" "retrieveOffer" "offers:read_retrieve" false false false E2),
-    op!(Post "/api/v1/offers/{offer_ref}/reprice" "repriceOffer" "products:reprice" true false false E3),
-    op!(Get "/api/v1/orders" "listOrders" "orders:read_list" false false true E2),
-    op!(Get "/api/v1/orders/{order_ref}" "retrieveOrder" "orders:read_retrieve" false false false E2),
-    op!(Get "/api/v1/participations" "listParticipations" "participations:read_list" false false true E1),
-    op!(Get "/api/v1/participations/{participation_ref}" "retrieveParticipation" "participations:read" false false false E1),
-    op!(Get "/api/v1/payment_methods" "listStoredPaymentMethods" "payment_methods:read_list" false false true E2),
-    op!(Get "/api/v1/payment_methods/{stored_payment_method_ref}" "retrieveStoredPaymentMethod" "payment_methods:read_retrieve" false false false E2),
-    op!(Get "/api/v1/payments" "listPayments" "payments:read_list" false false true E2),
-    op!(Get "/api/v1/payments/{payment_ref}" "retrievePayment" "payments:read_retrieve" false false false E2),
-    op!(Get "/api/v1/payouts" "listPayouts" "payouts:read_list" false false true E1),
-    op!(Get "/api/v1/payouts/{payout_ref}" "retrievePayout" "payouts:read" false false false E1),
-    op!(Get "/api/v1/prices" "listPrices" "prices:read_list" false false true E2),
-    op!(Post "/api/v1/prices" "createPrice" "prices:write_create" true false false E3),
-    op!(Get "/api/v1/prices/{price_ref}" "retrievePrice" "prices:read_retrieve" false false false E2),
-    op!(Post "/api/v1/prices/{price_ref}/publish" "publishPrice" "prices:write_publish" true false false E3),
-    op!(Get "/api/v1/products" "listProducts" "products:read_list" false false true E2),
-    op!(Post "/api/v1/products" "createProduct" "products:write_create" true false false E3),
-    op!(Get "/api/v1/products/{product_ref}" "retrieveProduct" "products:read_retrieve" false false false E2),
-    op!(Post "/api/v1/products/{product_ref}/publish" "publishProduct" "products:write_publish" true false false E3),
-    op!(Post "/api/v1/promotions/apply" "applyPromotion" "promotion:manage_apply" true true false E3),
-    op!(Post "/api/v1/promotions/plan" "planPromotion" "promotion:read_plan" false false false E5),
-    op!(Get "/api/v1/refunds" "listRefunds" "refunds:read_list" false false true E1),
-    op!(Post "/api/v1/refunds" "createRefund" "refunds:write_create" true false false E3),
-    op!(Get "/api/v1/refunds/{refund_ref}" "retrieveRefund" "refunds:read" false false false E1),
-    op!(Get "/api/v1/request_logs" "listPublicRequestLogs" "request_logs:read_list" false false true E1),
-    op!(Get "/api/v1/service_accounts" "listServiceAccounts" "service_accounts:read_list" false false false E1),
-    op!(Post "/api/v1/service_accounts" "createServiceAccount" "service_accounts:manage_create" true false false E4),
-    op!(Get "/api/v1/service_accounts/{principal_ref}" "retrieveServiceAccount" "service_accounts:read_retrieve" false false false E1),
-    op!(Get "/api/v1/service_accounts/{principal_ref}/credentials" "listServiceAccountCredentials" "credentials:read_list" false false false E1),
-    op!(Post "/api/v1/service_accounts/{principal_ref}/credentials" "issueServiceAccountCredential" "credentials:manage_issue" true false false E4),
-    op!(Get "/api/v1/service_accounts/{principal_ref}/grants" "listServiceAccountGrants" "grants:read_list" false false false E1),
-    op!(Post "/api/v1/service_accounts/{principal_ref}/grants" "grantServiceAccountPermission" "grants:manage_grant" true false false E4),
-    op!(Post "/api/v1/service_accounts/{principal_ref}/grants/{permission_action}/revoke" "revokeServiceAccountPermission" "grants:manage_revoke" true true false E4),
-    op!(Post "/api/v1/service_accounts/{principal_ref}/resume" "resumeServiceAccount" "service_accounts:manage_resume" true true false E4),
-    op!(Post "/api/v1/service_accounts/{principal_ref}/retire" "retireServiceAccount" "service_accounts:manage_retire" true true false E4),
-    op!(Post "/api/v1/service_accounts/{principal_ref}/suspend" "suspendServiceAccount" "service_accounts:manage_suspend" true true false E4),
-    op!(Get "/api/v1/subscription-changes" "listSubscriptionChanges" "subscription_changes:read_list" false false true E2),
-    op!(Get "/api/v1/subscription-changes/{subscription_change_ref}" "retrieveSubscriptionChange" "subscription_changes:read_retrieve" false false false E2),
-    op!(Get "/api/v1/subscriptions" "listSubscriptions" "subscriptions:read_list" false false true E2),
-    op!(Get "/api/v1/subscriptions/{subscription_ref}" "retrieveSubscription" "subscriptions:read_retrieve" false false false E2),
-    op!(Get "/api/v1/webhook_deliveries/{delivery_ref}" "retrieveWebhookDelivery" "webhooks:read_retrieve_delivery" false false false E1),
-    op!(Get "/api/v1/webhook_deliveries/{delivery_ref}/attempts" "listWebhookDeliveryAttempts" "webhooks:read_list_attempts" false false true E1),
-    op!(Get "/api/v1/webhook_deliveries/{delivery_ref}/body" "retrieveWebhookDeliveryBody" "webhooks:read_delivery_body" false false false E1),
-    op!(Post "/api/v1/webhook_deliveries/{delivery_ref}/redrive" "redriveWebhookDelivery" "webhooks:redrive_unit" true true false E3),
-    op!(Post "/api/v1/webhook_deliveries/redrive" "batchRedriveWebhookDeliveries" "webhooks:redrive_batch" true true false E3),
-    op!(Get "/api/v1/webhook_endpoints" "listWebhookEndpoints" "webhooks:read_list_endpoints" false false true E1),
-    op!(Post "/api/v1/webhook_endpoints" "createWebhookEndpoint" "webhooks:manage_create_endpoint" true false false E3),
-    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}" "retrieveWebhookEndpoint" "webhooks:read_retrieve_endpoint" false false false E1),
-    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants" "listWebhookDataProfileGrants" "webhooks:read_list_data_profile" false false false E1),
-    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants" "createWebhookDataProfileGrant" "webhooks:manage_create_data_profile" true false false E3),
-    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants/revoke" "revokeWebhookDataProfileGrant" "webhooks:manage_revoke_data_profile" true true false E3),
-    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/deliveries" "listWebhookDeliveries" "webhooks:read_list_deliveries" false false true E1),
-    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/health" "retrieveWebhookEndpointHealth" "webhooks:read_health" false false false E1),
-    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/pause" "pauseWebhookEndpoint" "webhooks:manage_pause_endpoint" true true false E3),
-    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/resume" "resumeWebhookEndpoint" "webhooks:manage_resume_endpoint" true true false E3),
-    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/confirm" "confirmWebhookSecret" "webhooks:rotate_confirm" true true false E3),
-    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/revoke" "revokeWebhookSecret" "webhooks:rotate_revoke" true true false E3),
-    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/rotate" "rotateWebhookSecret" "webhooks:rotate_secret" true true false E3),
-    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions" "listWebhookSubscriptions" "webhooks:read_list_subscriptions" false false false E1),
-    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions" "createWebhookSubscription" "webhooks:manage_create_subscription" true false false E3),
-    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/test_send" "sendWebhookTest" "webhooks:manage_test_send" true false false E3),
-    op!(Get "/api/v1/webhook_event_types" "listWebhookEventTypes" "webhooks:read_event_catalog" false false false E1),
+    op!(Get "/api/v1/buyers" "listBuyers" "buyers:read_list" false false true E2 => 200),
+    op!(Get "/api/v1/buyers/{buyer_ref}" "retrieveBuyer" "buyers:read_retrieve" false false false E2 => 200),
+    op!(Get "/api/v1/captures" "listCaptures" "captures:read_list" false false true E2 => 200),
+    op!(Get "/api/v1/captures/{capture_ref}" "retrieveCapture" "captures:read_retrieve" false false false E2 => 200),
+    op!(Post "/api/v1/checkout-configs" "createCheckoutConfig" "checkout_configs:write_create" true false false E3 => 201),
+    op!(Get "/api/v1/checkout-configs/{config_ref}" "retrieveCheckoutConfig" "checkout_configs:read_retrieve" false false false E2 => 200),
+    op!(Post "/api/v1/checkout-configs/{config_ref}/publish" "publishCheckoutConfig" "checkout_configs:write_publish" true false false E3 => 200),
+    op!(Post "/api/v1/checkout-configs/{config_ref}/versions" "createCheckoutConfigVersion" "checkout_configs:write_create_version" true false false E3 => 201),
+    op!(Get "/api/v1/checkout-sessions" "listCheckoutSessions" "checkout_sessions:read_list" false false true E2 => 200),
+    op!(Post "/api/v1/checkout-sessions" "createCheckoutSession" "checkout_sessions:write_create" true false false E3 => 201),
+    op!(Get "/api/v1/checkout-sessions/{checkout_session_ref}" "retrieveCheckoutSession" "checkout_sessions:read_retrieve" false false false E2 => 200),
+    op!(Post "/api/v1/checkout-sessions/{checkout_session_ref}/pay" "payCheckoutSession" "checkout_sessions:write_pay" true false false E3 => 200),
+    op!(Post "/api/v1/credentials/{credential_ref}/revoke" "revokeServiceAccountCredential" "credentials:manage_revoke" true true false E4 => 200 bind!(cr::revoke, req: cr::RevokeCredential, resp: cr::CredentialDto)),
+    op!(Post "/api/v1/credentials/{credential_ref}/rotate" "rotateServiceAccountCredential" "credentials:manage_rotate" true true false E4 => 200 bind!(cr::rotate, req: cr::RotateCredential, resp: cr::CredentialDto)),
+    op!(Get "/api/v1/disputes" "listDisputes" "disputes:read_list" false false true E1 => 200),
+    op!(Get "/api/v1/disputes/{dispute_ref}" "retrieveDispute" "disputes:read" false false false E1 => 200),
+    op!(Get "/api/v1/entitlements" "listEntitlements" "entitlements:read_list" false false true E2 => 200),
+    op!(Get "/api/v1/entitlements/{entitlement_ref}" "retrieveEntitlement" "entitlements:read_retrieve" false false false E2 => 200),
+    op!(Get "/api/v1/environments" "listEnvironments" "environments:read_list" false false false E2 => 200 bind!(env::list, resp: env::EnvironmentDto)),
+    op!(Get "/api/v1/invoices" "listInvoices" "invoices:read_list" false false true E2 => 200),
+    op!(Get "/api/v1/invoices/{invoice_ref}" "retrieveInvoice" "invoices:read_retrieve" false false false E2 => 200),
+    op!(Get "/api/v1/journeys" "listJourneys" "journeys:read_list" false false true E2 => 200),
+    op!(Get "/api/v1/journeys/{journey_ref}" "retrieveJourney" "journeys:read_retrieve" false false false E2 => 200),
+    op!(Get "/api/v1/offers" "listOffers" "offers:read_list" false false true E2 => 200),
+    op!(Get "/api/v1/offers/{offer_ref}" "retrieveOffer" "offers:read_retrieve" false false false E2 => 200),
+    op!(Post "/api/v1/offers/{offer_ref}/reprice" "repriceOffer" "products:reprice" true false false E3 => 200),
+    op!(Get "/api/v1/orders" "listOrders" "orders:read_list" false false true E2 => 200),
+    op!(Get "/api/v1/orders/{order_ref}" "retrieveOrder" "orders:read_retrieve" false false false E2 => 200),
+    op!(Get "/api/v1/participations" "listParticipations" "participations:read_list" false false true E1 => 200),
+    op!(Get "/api/v1/participations/{participation_ref}" "retrieveParticipation" "participations:read" false false false E1 => 200),
+    op!(Get "/api/v1/payment_methods" "listStoredPaymentMethods" "payment_methods:read_list" false false true E2 => 200),
+    op!(Get "/api/v1/payment_methods/{stored_payment_method_ref}" "retrieveStoredPaymentMethod" "payment_methods:read_retrieve" false false false E2 => 200),
+    op!(Get "/api/v1/payments" "listPayments" "payments:read_list" false false true E2 => 200),
+    op!(Get "/api/v1/payments/{payment_ref}" "retrievePayment" "payments:read_retrieve" false false false E2 => 200),
+    op!(Get "/api/v1/payouts" "listPayouts" "payouts:read_list" false false true E1 => 200),
+    op!(Get "/api/v1/payouts/{payout_ref}" "retrievePayout" "payouts:read" false false false E1 => 200),
+    op!(Get "/api/v1/prices" "listPrices" "prices:read_list" false false true E2 => 200),
+    op!(Post "/api/v1/prices" "createPrice" "prices:write_create" true false false E3 => 201),
+    op!(Get "/api/v1/prices/{price_ref}" "retrievePrice" "prices:read_retrieve" false false false E2 => 200),
+    op!(Post "/api/v1/prices/{price_ref}/publish" "publishPrice" "prices:write_publish" true false false E3 => 200),
+    op!(Get "/api/v1/products" "listProducts" "products:read_list" false false true E2 => 200),
+    op!(Post "/api/v1/products" "createProduct" "products:write_create" true false false E3 => 201),
+    op!(Get "/api/v1/products/{product_ref}" "retrieveProduct" "products:read_retrieve" false false false E2 => 200),
+    op!(Post "/api/v1/products/{product_ref}/publish" "publishProduct" "products:write_publish" true false false E3 => 200),
+    op!(Post "/api/v1/promotions/apply" "applyPromotion" "promotion:manage_apply" true true false E3 => 200),
+    op!(Post "/api/v1/promotions/plan" "planPromotion" "promotion:read_plan" false false false E5 => 200),
+    op!(Get "/api/v1/refunds" "listRefunds" "refunds:read_list" false false true E1 => 200),
+    op!(Post "/api/v1/refunds" "createRefund" "refunds:write_create" true false false E3 => 201),
+    op!(Get "/api/v1/refunds/{refund_ref}" "retrieveRefund" "refunds:read" false false false E1 => 200),
+    op!(Get "/api/v1/request_logs" "listPublicRequestLogs" "request_logs:read_list" false false true E1 => 200 bind!(rl::list, resp: rl::RequestLogDto)),
+    op!(Get "/api/v1/service_accounts" "listServiceAccounts" "service_accounts:read_list" false false false E1 => 200 bind!(sa::list, resp: sa::ServiceAccountDto)),
+    op!(Post "/api/v1/service_accounts" "createServiceAccount" "service_accounts:manage_create" true false false E4 => 201 bind!(sa::create, req: sa::CreateServiceAccount, resp: sa::ServiceAccountDto)),
+    op!(Get "/api/v1/service_accounts/{principal_ref}" "retrieveServiceAccount" "service_accounts:read_retrieve" false false false E1 => 200 bind!(sa::retrieve, resp: sa::ServiceAccountDto)),
+    op!(Get "/api/v1/service_accounts/{principal_ref}/credentials" "listServiceAccountCredentials" "credentials:read_list" false false false E1 => 200 bind!(cr::list, resp: cr::CredentialDto)),
+    op!(Post "/api/v1/service_accounts/{principal_ref}/credentials" "issueServiceAccountCredential" "credentials:manage_issue" true false false E4 => 201 bind!(cr::issue, req: cr::IssueCredential, resp: cr::CredentialDto)),
+    op!(Get "/api/v1/service_accounts/{principal_ref}/grants" "listServiceAccountGrants" "grants:read_list" false false false E1 => 200 bind!(gr::list, resp: gr::GrantDto)),
+    op!(Post "/api/v1/service_accounts/{principal_ref}/grants" "grantServiceAccountPermission" "grants:manage_grant" true false false E4 => 201 bind!(gr::grant, req: gr::GrantPermission, resp: gr::GrantDto)),
+    op!(Post "/api/v1/service_accounts/{principal_ref}/grants/{permission_action}/revoke" "revokeServiceAccountPermission" "grants:manage_revoke" true true false E4 => 200 bind!(gr::revoke, req: sa::ReasonBody, resp: gr::GrantDto)),
+    op!(Post "/api/v1/service_accounts/{principal_ref}/resume" "resumeServiceAccount" "service_accounts:manage_resume" true true false E4 => 200 bind!(sa::resume, req: sa::ReasonBody, resp: sa::ServiceAccountDto)),
+    op!(Post "/api/v1/service_accounts/{principal_ref}/retire" "retireServiceAccount" "service_accounts:manage_retire" true true false E4 => 200 bind!(sa::retire, req: sa::ReasonBody, resp: sa::ServiceAccountDto)),
+    op!(Post "/api/v1/service_accounts/{principal_ref}/suspend" "suspendServiceAccount" "service_accounts:manage_suspend" true true false E4 => 200 bind!(sa::suspend, req: sa::ReasonBody, resp: sa::ServiceAccountDto)),
+    op!(Get "/api/v1/subscription-changes" "listSubscriptionChanges" "subscription_changes:read_list" false false true E2 => 200),
+    op!(Get "/api/v1/subscription-changes/{subscription_change_ref}" "retrieveSubscriptionChange" "subscription_changes:read_retrieve" false false false E2 => 200),
+    op!(Get "/api/v1/subscriptions" "listSubscriptions" "subscriptions:read_list" false false true E2 => 200),
+    op!(Get "/api/v1/subscriptions/{subscription_ref}" "retrieveSubscription" "subscriptions:read_retrieve" false false false E2 => 200),
+    op!(Get "/api/v1/webhook_deliveries/{delivery_ref}" "retrieveWebhookDelivery" "webhooks:read_retrieve_delivery" false false false E1 => 200 bind!(dl::retrieve, resp: dl::DeliveryDto)),
+    op!(Get "/api/v1/webhook_deliveries/{delivery_ref}/attempts" "listWebhookDeliveryAttempts" "webhooks:read_list_attempts" false false true E1 => 200 bind!(dl::attempts, resp: dl::AttemptDto)),
+    op!(Get "/api/v1/webhook_deliveries/{delivery_ref}/body" "retrieveWebhookDeliveryBody" "webhooks:read_delivery_body" false false false E1 => 200 bind!(dl::body, resp: dl::DeliveryBodyDto)),
+    op!(Post "/api/v1/webhook_deliveries/{delivery_ref}/redrive" "redriveWebhookDelivery" "webhooks:redrive_unit" true true false E3 => 200 bind!(rd::single, req: rd::Redrive, resp: rd::RedriveOutcomeDto)),
+    op!(Post "/api/v1/webhook_deliveries/redrive" "batchRedriveWebhookDeliveries" "webhooks:redrive_batch" true true false E3 => 200 bind!(rd::batch, req: rd::BatchRedrive, resp: rd::BatchRedriveDto)),
+    op!(Get "/api/v1/webhook_endpoints" "listWebhookEndpoints" "webhooks:read_list_endpoints" false false true E1 => 200 bind!(ep::list, resp: ep::EndpointDto)),
+    op!(Post "/api/v1/webhook_endpoints" "createWebhookEndpoint" "webhooks:manage_create_endpoint" true false false E3 => 201 bind!(ep::create, req: ep::CreateEndpoint, resp: ep::EndpointDto)),
+    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}" "retrieveWebhookEndpoint" "webhooks:read_retrieve_endpoint" false false false E1 => 200 bind!(ep::retrieve, resp: ep::EndpointDto)),
+    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants" "listWebhookDataProfileGrants" "webhooks:read_list_data_profile" false false false E1 => 200 bind!(dp::list, resp: dp::DataProfileGrantDto)),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants" "createWebhookDataProfileGrant" "webhooks:manage_create_data_profile" true false false E3 => 201 bind!(dp::create, req: dp::CreateDataProfileGrant, resp: dp::DataProfileGrantDto)),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants/revoke" "revokeWebhookDataProfileGrant" "webhooks:manage_revoke_data_profile" true true false E3 => 200 bind!(dp::revoke, req: dp::RevokeDataProfileGrant, resp: dp::DataProfileGrantDto)),
+    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/deliveries" "listWebhookDeliveries" "webhooks:read_list_deliveries" false false true E1 => 200 bind!(dl::list, resp: dl::DeliveryDto)),
+    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/health" "retrieveWebhookEndpointHealth" "webhooks:read_health" false false false E1 => 200 bind!(hl::retrieve, resp: hl::EndpointHealthDto)),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/pause" "pauseWebhookEndpoint" "webhooks:manage_pause_endpoint" true true false E3 => 200 bind!(ep::pause, req: ep::EmptyBody, resp: ep::EndpointDto)),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/resume" "resumeWebhookEndpoint" "webhooks:manage_resume_endpoint" true true false E3 => 200 bind!(ep::resume, req: ep::EmptyBody, resp: ep::EndpointDto)),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/confirm" "confirmWebhookSecret" "webhooks:rotate_confirm" true true false E3 => 200 bind!(sec::confirm, req: sec::SecretReason, resp: ep::EndpointDto)),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/revoke" "revokeWebhookSecret" "webhooks:rotate_revoke" true true false E3 => 200 bind!(sec::revoke, req: sec::SecretReason, resp: ep::EndpointDto)),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/rotate" "rotateWebhookSecret" "webhooks:rotate_secret" true true false E3 => 200 bind!(sec::rotate, req: sec::SecretReason, resp: ep::EndpointDto)),
+    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions" "listWebhookSubscriptions" "webhooks:read_list_subscriptions" false false false E1 => 200 bind!(sub::list, resp: sub::SubscriptionDto)),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions" "createWebhookSubscription" "webhooks:manage_create_subscription" true false false E3 => 201 bind!(sub::create, req: sub::CreateSubscription, resp: sub::SubscriptionDto)),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/test_send" "sendWebhookTest" "webhooks:manage_test_send" true false false E3 => 201 bind!(ts::send, req: ts::SendTest, resp: dl::DeliveryDto)),
+    op!(Get "/api/v1/webhook_event_types" "listWebhookEventTypes" "webhooks:read_event_catalog" false false false E1 => 200 bind!(et::list, resp: et::EventTypeDto)),
 ];
 
 /// The operation named `id`.
@@ -252,6 +264,33 @@ mod tests {
                 "{}",
                 o.id
             );
+            // Operations that create answer 201, all others 200.
+            let creates = ["create", "issue", "grant"]
+                .iter()
+                .any(|p| o.id.starts_with(p))
+                || o.id == "sendWebhookTest";
+            assert_eq!(
+                o.success_status,
+                if creates { 201 } else { 200 },
+                "{}",
+                o.id
+            );
+            // Writes take a body; reads do not.
+            if let Some(b) = &o.binding {
+                assert_eq!(b.request.is_some(), o.method == Method::Post, "{}", o.id);
+            }
         }
+        let mut ids: Vec<&str> = OPERATIONS.iter().map(|o| o.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), OPERATIONS.len(), "operation ids are unique");
+    }
+
+    #[test]
+    fn built_operations_are_bound() {
+        // The administration (15) and webhook (22) surfaces are built; the
+        // billing surface (contract section 10) is not yet.
+        let built = OPERATIONS.iter().filter(|o| o.binding.is_some());
+        assert_eq!(built.count(), 37);
     }
 }

@@ -264,7 +264,7 @@ async fn execute(
 /// Runs the operation's handler; a panic becomes an opaque 500.
 async fn call(ctx: &mut Ctx, input: Input) -> Result<crate::reply::Reply, ApiError> {
     let op = ctx.op;
-    let Some(handler) = handlers::handler(op.id) else {
+    let Some(handlers::Binding { handler, .. }) = op.binding else {
         return Err(ApiError::NotFound(format!(
             "operation `{}` is not available in this version of the service",
             op.id
@@ -279,7 +279,7 @@ async fn call(ctx: &mut Ctx, input: Input) -> Result<crate::reply::Reply, ApiErr
 fn served(op: &Operation, reply: crate::reply::Reply) -> Served {
     let envelope = serde_json::json!({ "data": reply.data });
     Served {
-        status: StatusCode::from_u16(op.success_status()).unwrap_or(StatusCode::OK),
+        status: StatusCode::from_u16(op.success_status).unwrap_or(StatusCode::OK),
         body: envelope.to_string(),
         etag: reply.etag,
         replayed: false,

@@ -11,9 +11,6 @@ use store::Store;
 pub struct ApiSettings {
     /// How long idempotency records are kept (at least 24 h by default).
     pub idempotency_retention: Duration,
-    /// An in-flight idempotency record older than this was left by a
-    /// crashed request and may be taken over.
-    pub idempotency_stale_after: Duration,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
     pub webhooks: WebhookSettings,
@@ -51,7 +48,6 @@ impl ApiSettings {
     pub fn new(webhooks: WebhookSettings) -> ApiSettings {
         ApiSettings {
             idempotency_retention: Duration::from_secs(24 * 3600),
-            idempotency_stale_after: Duration::from_secs(60),
             max_body_bytes: 1 << 20,
             webhooks,
         }

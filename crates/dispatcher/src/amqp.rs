@@ -120,6 +120,15 @@ pub enum AmqpError {
     ConsumerCancelled,
     #[error("publishing a dead letter failed; reconnecting")]
     DeadLetterChannel,
+    /// The URL does not parse as `amqp://` or `amqps://` (lapin's reason).
+    #[error("invalid AMQP URL: {0}")]
+    InvalidUrl(String),
+    /// The broker refused or dropped a TCP connection.
+    #[error("RabbitMQ unreachable: {0}")]
+    Unreachable(#[source] std::io::Error),
+    /// The broker did not accept a TCP connection in time.
+    #[error("RabbitMQ did not answer within {} s", .0.as_secs())]
+    NoAnswer(Duration),
 }
 
 /// Hides the password of an `amqp://user:password@host/vhost` URL.
@@ -136,8 +145,8 @@ fn redact(url: &str) -> String {
 /// Parses an `amqp://` or `amqps://` URL. The URL parser of lapin 2 takes
 /// only domain names as hosts and silently replaces an IP address with
 /// `localhost`; the address is restored here.
-pub fn parse_url(url: &str) -> Result<AMQPUri, String> {
-    let mut uri: AMQPUri = url.parse()?;
+pub fn parse_url(url: &str) -> Result<AMQPUri, AmqpError> {
+    let mut uri: AMQPUri = url.parse().map_err(AmqpError::InvalidUrl)?;
     let authority = url
         .split_once("://")
         .map_or("", |(_, rest)| rest)
@@ -160,7 +169,7 @@ pub async fn connect(url: &str, connection_name: &str) -> Result<Connection, lap
     let uri = parse_url(url).map_err(|e| {
         lapin::Error::IOError(Arc::new(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
-            format!("invalid AMQP URL: {e}"),
+            e.to_string(),
         )))
     })?;
     let properties = ConnectionProperties::default()
@@ -449,13 +458,14 @@ impl Handler {
                     self.hand_back(&delivery).await;
                 }
             },
-            Err(reason) => self.dead_letter(&delivery, reason).await,
+            Err(refused) => self.dead_letter(&delivery, refused).await,
         }
     }
 
     /// Keeps a refused message in the store and on `billing.events.dead`,
     /// then acknowledges it.
-    async fn dead_letter(&self, delivery: &Delivery, reason: String) {
+    async fn dead_letter(&self, delivery: &Delivery, refused: intake::EnvelopeError) {
+        let reason = refused.to_string();
         if let Err(e) = self
             .store
             .dead_letter(&String::from_utf8_lossy(&delivery.data), &reason)
@@ -529,18 +539,15 @@ impl Handler {
 
 /// Whether the broker accepts a TCP connection: the readiness probe of
 /// processes that do not hold a connection of their own (the API).
-pub async fn reachable(url: &str) -> Result<(), String> {
+pub async fn reachable(url: &str) -> Result<(), AmqpError> {
+    /// How long the probe waits for the TCP connection.
+    const WAIT: Duration = Duration::from_secs(2);
     let uri = parse_url(url)?;
     let addr = (uri.authority.host.clone(), uri.authority.port);
-    match tokio::time::timeout(
-        std::time::Duration::from_secs(2),
-        tokio::net::TcpStream::connect(addr),
-    )
-    .await
-    {
+    match tokio::time::timeout(WAIT, tokio::net::TcpStream::connect(addr)).await {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("RabbitMQ unreachable: {e}")),
-        Err(_) => Err("RabbitMQ did not answer within 2 s".to_owned()),
+        Ok(Err(e)) => Err(AmqpError::Unreachable(e)),
+        Err(_) => Err(AmqpError::NoAnswer(WAIT)),
     }
 }
 
@@ -574,7 +581,10 @@ mod tests {
             (u.authority.host.as_str(), u.authority.port),
             ("rabbit.internal", 5671)
         );
-        assert!(parse_url("http://h/").is_err());
+        assert!(matches!(
+            parse_url("http://h/"),
+            Err(AmqpError::InvalidUrl(_))
+        ));
         assert!(parse_url("amqp://h:port/").is_err());
     }
 

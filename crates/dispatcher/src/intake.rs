@@ -7,7 +7,7 @@
 use crate::metrics as m;
 use domain::webhook::catalogue;
 use domain::webhook::shaping::Scope;
-use domain::{Prefix, Ref, Timestamp};
+use domain::{Prefix, Ref, RefError, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use store::{EventData, EventRecord, Store, StoreError};
@@ -33,34 +33,60 @@ struct ScopeWire {
     beneficiary_business_ref: Option<String>,
 }
 
+/// Why a message is refused as an event: the reason it is dead-lettered
+/// with (its text is the `x-dead-reason`).
+#[derive(Debug, thiserror::Error)]
+pub enum EnvelopeError {
+    /// Not JSON, or not the envelope's shape.
+    #[error("not a valid envelope: {0}")]
+    Malformed(#[source] serde_json::Error),
+    /// A reference of the envelope (`field`, a dotted path) is malformed.
+    #[error("{field} {source}")]
+    Reference {
+        field: String,
+        #[source]
+        source: RefError,
+    },
+    /// Not a business event type of the catalogue.
+    #[error("public_event_type `{0}` is not in the catalogue")]
+    UnknownEventType(String),
+    #[error("occurred_at must be an RFC 3339 timestamp")]
+    OccurredAt,
+    /// `data` is not a JSON object (`EventData::object`'s reason).
+    #[error("{0}")]
+    Data(String),
+}
+
+/// `text` as a reference of `prefix`, or why `field` is refused.
+fn reference(prefix: Prefix, text: &str, field: impl Into<String>) -> Result<Ref, EnvelopeError> {
+    Ref::parse(prefix, text).map_err(|source| EnvelopeError::Reference {
+        field: field.into(),
+        source,
+    })
+}
+
 /// Parses and validates one message; the error says why it is refused.
-pub fn parse(body: &[u8]) -> Result<EventRecord, String> {
-    let e: Envelope =
-        serde_json::from_slice(body).map_err(|e| format!("not a valid envelope: {e}"))?;
-    let event_ref =
-        Ref::parse(Prefix::Event, &e.event_ref).map_err(|err| format!("event_ref {err}"))?;
-    let environment_ref = Ref::parse(Prefix::Environment, &e.environment_ref)
-        .map_err(|err| format!("environment_ref {err}"))?;
+pub fn parse(body: &[u8]) -> Result<EventRecord, EnvelopeError> {
+    let e: Envelope = serde_json::from_slice(body).map_err(EnvelopeError::Malformed)?;
+    let event_ref = reference(Prefix::Event, &e.event_ref, "event_ref")?;
+    let environment_ref = reference(Prefix::Environment, &e.environment_ref, "environment_ref")?;
     let event_type = catalogue::find(&e.public_event_type)
         .filter(|t| !t.diagnostic)
-        .ok_or_else(|| {
-            format!(
-                "public_event_type `{}` is not in the catalogue",
-                e.public_event_type
-            )
-        })?;
-    let occurred_at =
-        Timestamp::parse(&e.occurred_at).ok_or("occurred_at must be an RFC 3339 timestamp")?;
-    let data = EventData::object(e.data)?;
+        .ok_or_else(|| EnvelopeError::UnknownEventType(e.public_event_type.clone()))?;
+    let occurred_at = Timestamp::parse(&e.occurred_at).ok_or(EnvelopeError::OccurredAt)?;
+    let data = EventData::object(e.data).map_err(EnvelopeError::Data)?;
     for (i, p) in e.scope.product_refs.iter().enumerate() {
-        Ref::parse(Prefix::Product, p).map_err(|err| format!("scope.product_refs.{i} {err}"))?;
+        reference(Prefix::Product, p, format!("scope.product_refs.{i}"))?;
     }
     if let Some(b) = &e.scope.buyer_ref {
-        Ref::parse(Prefix::Buyer, b).map_err(|err| format!("scope.buyer_ref {err}"))?;
+        reference(Prefix::Buyer, b, "scope.buyer_ref")?;
     }
     if let Some(b) = &e.scope.beneficiary_business_ref {
-        Ref::parse(Prefix::BeneficiaryBusiness, b)
-            .map_err(|err| format!("scope.beneficiary_business_ref {err}"))?;
+        reference(
+            Prefix::BeneficiaryBusiness,
+            b,
+            "scope.beneficiary_business_ref",
+        )?;
     }
     Ok(EventRecord {
         event_ref,
@@ -122,8 +148,9 @@ pub async fn accept(
                 Accepted::Duplicate
             })
         }
-        Err(reason) => {
+        Err(refused) => {
             metrics::counter!(m::EVENTS_DEAD, "source" => source).increment(1);
+            let reason = refused.to_string();
             store
                 .dead_letter(&String::from_utf8_lossy(body), &reason)
                 .await?;
@@ -195,7 +222,7 @@ mod tests {
         for (field, value, needle) in cases {
             let mut e = envelope();
             e[field] = value;
-            let err = parse(e.to_string().as_bytes()).unwrap_err();
+            let err = parse(e.to_string().as_bytes()).unwrap_err().to_string();
             assert!(err.contains(needle), "{field}: {err}");
         }
         assert!(parse(b"not json").is_err());

@@ -19,6 +19,7 @@ pub mod amqp;
 pub mod attempt;
 pub mod breaker;
 pub mod endpoints;
+pub mod error;
 pub mod failing;
 pub mod handoff;
 pub mod intake;
@@ -32,5 +33,6 @@ pub mod settings;
 pub mod signing;
 pub mod worker;
 
+pub use error::DispatchError;
 pub use settings::DispatchSettings;
 pub use worker::Dispatcher;

@@ -1,6 +1,7 @@
 //! Metric names and the Prometheus exporter. Labels are bounded: outcome,
 //! status class, event type (a catalogue name), never a reference or url.
 
+use crate::DispatchError;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use std::net::SocketAddr;
 
@@ -16,15 +17,14 @@ pub const EVENTS_DEAD: &str = "billing_events_dead_lettered_total";
 pub const OUTBOX_RELAYED: &str = "billing_outbox_relayed_total";
 
 /// Serves `GET /metrics` on `addr` for this process.
-pub fn install(addr: SocketAddr) -> Result<(), String> {
+pub fn install(addr: SocketAddr) -> Result<(), DispatchError> {
     PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets(&[
             0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-        ])
-        .map_err(|e| e.to_string())?
-        .install()
-        .map_err(|e| e.to_string())
+        ])?
+        .install()?;
+    Ok(())
 }
 
 /// `2xx`, `4xx`, … or `none` when no response came.

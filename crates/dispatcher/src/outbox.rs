@@ -11,6 +11,7 @@
 use crate::amqp::{AmqpError, Publisher};
 use crate::intake;
 use crate::metrics as m;
+use crate::DispatchError;
 use std::time::Duration;
 use store::{EventRecord, Store};
 use tokio_util::sync::CancellationToken;
@@ -43,7 +44,7 @@ pub async fn relay(store: Store, target: Target, shutdown: CancellationToken) {
         let outcome = match store.outbox_batch(BATCH).await {
             Ok(batch) if batch.is_empty() => Ok(0),
             Ok(batch) => round(&store, &target, &mut publisher, &batch).await,
-            Err(e) => Err(format!("reading the outbox failed: {e}")),
+            Err(e) => Err(e.into()),
         };
         let wait = match outcome {
             Ok(0) => POLL,
@@ -70,30 +71,25 @@ pub async fn relay(store: Store, target: Target, shutdown: CancellationToken) {
     }
 }
 
-/// Relays one batch; returns how many events left the outbox.
+/// Relays one batch; returns how many events left the outbox. On an
+/// error, the events not relayed stay in the outbox (a failed delete
+/// leaves relayed ones there too, to be relayed again).
 async fn round(
     store: &Store,
     target: &Target,
     publisher: &mut Option<Publisher>,
     batch: &[EventRecord],
-) -> Result<usize, String> {
+) -> Result<usize, DispatchError> {
     let refs: Vec<&domain::Ref> = batch.iter().map(|e| &e.event_ref).collect();
     let url = match target {
         Target::StoreQueue => {
-            return store
-                .outbox_to_queue(&refs)
-                .await
-                .map(|()| refs.len())
-                .map_err(|e| format!("moving events into the queue failed: {e}"));
+            store.outbox_to_queue(&refs).await?;
+            return Ok(refs.len());
         }
         Target::Amqp(url) => url,
     };
     if publisher.is_none() {
-        *publisher = Some(
-            Publisher::connect(url)
-                .await
-                .map_err(|e| format!("connecting to RabbitMQ failed: {e}"))?,
-        );
+        *publisher = Some(Publisher::connect(url).await?);
     }
     let Some(p) = publisher.as_ref() else {
         return Ok(0);
@@ -112,22 +108,19 @@ async fn round(
             }
         }
     }
-    store
-        .outbox_relayed(&confirmed)
-        .await
-        .map_err(|e| format!("deleting relayed events failed (they will be relayed again): {e}"))?;
+    store.outbox_relayed(&confirmed).await?;
     match failure {
         None => Ok(confirmed.len()),
-        Some(e) => {
+        Some(source) => {
             // A fresh connection next round: this one may be broken.
             if let Some(p) = publisher.take() {
                 p.close().await;
             }
-            Err(format!(
-                "publishing to RabbitMQ failed after {} of {} events: {e}",
-                confirmed.len(),
-                batch.len()
-            ))
+            Err(DispatchError::PartlyPublished {
+                published: confirmed.len(),
+                batch: batch.len(),
+                source,
+            })
         }
     }
 }

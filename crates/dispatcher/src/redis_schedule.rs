@@ -29,12 +29,13 @@
 //! stale or duplicate member is therefore harmless; it costs one skipped
 //! row.
 
+use crate::DispatchError;
 use domain::Timestamp;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use store::{DeliveryRecord, Store, StoreError};
+use store::{DeliveryRecord, Store};
 use tokio_util::sync::CancellationToken;
 
 /// The Redis client crate, for callers (tests) that need a raw connection.
@@ -90,14 +91,6 @@ end
 return n
 ";
 
-#[derive(Debug, thiserror::Error)]
-pub enum ScheduleError {
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-}
-
 /// The due set, lease set and attempt counters of one deployment (its key
 /// prefix) in Redis. Cheap to clone; clones share one connection, which
 /// reconnects by itself after a Redis restart.
@@ -124,7 +117,7 @@ impl std::fmt::Debug for RedisSchedule {
 impl RedisSchedule {
     /// Connects to `url` (`redis://…`), keeping every key under
     /// `key_prefix`. Fails when Redis cannot be reached now.
-    pub async fn connect(url: &str, key_prefix: &str) -> Result<RedisSchedule, ScheduleError> {
+    pub async fn connect(url: &str, key_prefix: &str) -> Result<RedisSchedule, DispatchError> {
         let client = redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Duration::from_secs(5))
@@ -153,7 +146,7 @@ impl RedisSchedule {
     }
 
     /// Adds (or moves) due times: `ZADD P:due due_ms delivery_ref`.
-    pub async fn schedule(&self, items: &[(String, i64)]) -> Result<(), ScheduleError> {
+    pub async fn schedule(&self, items: &[(String, i64)]) -> Result<(), DispatchError> {
         if items.is_empty() {
             return Ok(());
         }
@@ -178,7 +171,7 @@ impl RedisSchedule {
     /// `schedule` for what a read of the store found due: a member a
     /// worker has taken meanwhile (in the lease set) is left alone, so a
     /// pass racing a claim does not put the claimed delivery back.
-    pub async fn schedule_unleased(&self, items: &[(String, i64)]) -> Result<(), ScheduleError> {
+    pub async fn schedule_unleased(&self, items: &[(String, i64)]) -> Result<(), DispatchError> {
         for chunk in items.chunks(CHUNK) {
             let mut call = self.schedule_unleased.key(&self.due_key);
             call.key(&self.leased_key);
@@ -198,7 +191,7 @@ impl RedisSchedule {
         now_ms: i64,
         lease_until_ms: i64,
         limit: usize,
-    ) -> Result<Vec<String>, ScheduleError> {
+    ) -> Result<Vec<String>, DispatchError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -222,7 +215,7 @@ impl RedisSchedule {
         &self,
         refs: &[String],
         due: &[(String, i64)],
-    ) -> Result<(), ScheduleError> {
+    ) -> Result<(), DispatchError> {
         if refs.is_empty() && due.is_empty() {
             return Ok(());
         }
@@ -243,7 +236,7 @@ impl RedisSchedule {
 
     /// Drops leases without counting an attempt (the store refused the
     /// lease, or the worker gave the delivery back to the store).
-    pub async fn release(&self, refs: &[String]) -> Result<(), ScheduleError> {
+    pub async fn release(&self, refs: &[String]) -> Result<(), DispatchError> {
         if refs.is_empty() {
             return Ok(());
         }
@@ -259,7 +252,7 @@ impl RedisSchedule {
     /// times, atomically: for a worker that gives a delivery back (busy
     /// endpoint, open circuit) and wants it retried sooner than the next
     /// feed pass.
-    pub async fn give_back(&self, items: &[(String, i64)]) -> Result<(), ScheduleError> {
+    pub async fn give_back(&self, items: &[(String, i64)]) -> Result<(), DispatchError> {
         if items.is_empty() {
             return Ok(());
         }
@@ -280,7 +273,7 @@ impl RedisSchedule {
     /// Moves leases that ended before `now_ms` back to the due set (due
     /// now, unless the member is already scheduled there): the attempts of
     /// a worker that died return to the pool. Returns how many moved.
-    pub async fn reclaim_expired(&self, now_ms: i64) -> Result<usize, ScheduleError> {
+    pub async fn reclaim_expired(&self, now_ms: i64) -> Result<usize, DispatchError> {
         let mut total = 0;
         loop {
             let moved: usize = self
@@ -300,7 +293,7 @@ impl RedisSchedule {
 
     /// Members of the due set, due now or within the feed's horizon (the
     /// backlog gauge).
-    pub async fn due_len(&self) -> Result<u64, ScheduleError> {
+    pub async fn due_len(&self) -> Result<u64, DispatchError> {
         Ok(redis::cmd("ZCARD")
             .arg(&self.due_key)
             .query_async(&mut self.conn.clone())
@@ -308,7 +301,7 @@ impl RedisSchedule {
     }
 
     /// Members of the lease set (attempts taken and not finished).
-    pub async fn leased_len(&self) -> Result<u64, ScheduleError> {
+    pub async fn leased_len(&self) -> Result<u64, DispatchError> {
         Ok(redis::cmd("ZCARD")
             .arg(&self.leased_key)
             .query_async(&mut self.conn.clone())
@@ -318,7 +311,7 @@ impl RedisSchedule {
     /// Attempts finished for `delivery_ref` in the last
     /// [`ATTEMPTS_TTL_SECS`] (0 when unknown, e.g. after Redis lost its
     /// data: the store's `attempt_count` is the authority).
-    pub async fn attempts(&self, delivery_ref: &str) -> Result<u64, ScheduleError> {
+    pub async fn attempts(&self, delivery_ref: &str) -> Result<u64, DispatchError> {
         let n: Option<u64> = redis::cmd("GET")
             .arg(self.attempts_key(delivery_ref))
             .query_async(&mut self.conn.clone())
@@ -326,7 +319,7 @@ impl RedisSchedule {
         Ok(n.unwrap_or(0))
     }
 
-    pub async fn ping(&self) -> Result<(), ScheduleError> {
+    pub async fn ping(&self) -> Result<(), DispatchError> {
         redis::cmd("PING")
             .query_async::<String>(&mut self.conn.clone())
             .await?;
@@ -336,7 +329,7 @@ impl RedisSchedule {
     /// Whether Redis still holds what the last full feed pass wrote: the
     /// marker `P:fed` that pass set is gone when Redis lost its data
     /// (FLUSHALL, a restart without persistence).
-    pub async fn is_fed(&self) -> Result<bool, ScheduleError> {
+    pub async fn is_fed(&self) -> Result<bool, DispatchError> {
         Ok(redis::cmd("EXISTS")
             .arg(&self.fed_key)
             .query_async::<u32>(&mut self.conn.clone())
@@ -344,7 +337,7 @@ impl RedisSchedule {
             == 1)
     }
 
-    async fn mark_fed(&self) -> Result<(), ScheduleError> {
+    async fn mark_fed(&self) -> Result<(), DispatchError> {
         redis::cmd("SET")
             .arg(&self.fed_key)
             .arg(Timestamp::now().millis())
@@ -370,7 +363,7 @@ pub async fn feed_once(
     store: &Store,
     schedule: &RedisSchedule,
     horizon: Duration,
-) -> Result<FeedPass, ScheduleError> {
+) -> Result<FeedPass, DispatchError> {
     let now = Timestamp::now();
     let until = now.plus_millis(horizon.as_millis() as i64);
     let items = store.pending_due_refs(until, FEED_BATCH).await?;
@@ -505,7 +498,7 @@ pub async fn claim(
     now: Timestamp,
     lease_until: Timestamp,
     limit: u32,
-) -> Result<Vec<DeliveryRecord>, ScheduleError> {
+) -> Result<Vec<DeliveryRecord>, DispatchError> {
     let refs = schedule
         .take_due(now.millis(), lease_until.millis(), limit as usize)
         .await?;

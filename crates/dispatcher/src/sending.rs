@@ -5,7 +5,7 @@
 //! network.
 
 use domain::webhook::retry::retry_after;
-use domain::webhook::url::{forbidden_ip, EndpointUrl};
+use domain::webhook::url::{forbidden_ip, EndpointUrl, UrlError};
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ impl Resolve for GuardedResolver {
                 .filter(|a| allow_private || !forbidden_ip(a.ip()))
                 .collect();
             if allowed.is_empty() {
-                return Err("the destination resolves only to forbidden addresses".into());
+                return Err(Box::new(DestinationError::ForbiddenAddresses) as _);
             }
             Ok(Box::new(allowed.into_iter()) as Addrs)
         })
@@ -49,7 +49,23 @@ impl Resolve for GuardedResolver {
 /// Where an endpoint's attempts go: its url parsed and checked once per
 /// endpoint version (`crate::endpoints`), not once per attempt.
 #[derive(Debug, Clone)]
-pub struct Destination(Result<reqwest::Url, String>);
+pub struct Destination(Result<reqwest::Url, DestinationError>);
+
+/// Why requests to an endpoint's url are refused. Not returned: an
+/// attempt to such a destination fails with this as its recorded error.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DestinationError {
+    /// The url breaks the endpoint url rules (scheme, host, address).
+    #[error("destination refused: {0}")]
+    Url(#[from] UrlError),
+    /// The HTTP client cannot parse the url.
+    #[error("destination refused: {0}")]
+    Unparsable(#[source] <reqwest::Url as std::str::FromStr>::Err),
+    /// Every address the host resolves to is forbidden (checked at
+    /// connect time, so DNS rebinding cannot reach a private network).
+    #[error("the destination resolves only to forbidden addresses")]
+    ForbiddenAddresses,
+}
 
 #[derive(Clone)]
 pub struct Sender {
@@ -66,7 +82,10 @@ impl Sender {
             .tcp_nodelay(true)
             .user_agent(concat!("billing-webhooks/", env!("CARGO_PKG_VERSION")))
             .build()
-            .unwrap_or_else(|_| reqwest::Client::new());
+            // Only a TLS backend that cannot start fails here. A default
+            // client instead would follow redirects and skip the address
+            // guard, so the process stops rather than send without them.
+            .expect("the webhook HTTP client could not be built (TLS backend)");
         Sender {
             client,
             allow_private,
@@ -78,10 +97,8 @@ impl Sender {
         // An address literal never reaches the resolver: check it here.
         Destination(
             EndpointUrl::parse(url, true, self.allow_private)
-                .map_err(|e| format!("destination refused: {e}"))
-                .and_then(|_| {
-                    reqwest::Url::parse(url).map_err(|e| format!("destination refused: {e}"))
-                }),
+                .map_err(DestinationError::from)
+                .and_then(|_| reqwest::Url::parse(url).map_err(DestinationError::Unparsable)),
         )
     }
 
@@ -95,7 +112,7 @@ impl Sender {
     ) -> Response {
         let url = match &to.0 {
             Ok(url) => url.clone(),
-            Err(refused) => return failure(refused.clone()),
+            Err(refused) => return failure(refused.to_string()),
         };
         let mut request = self
             .client

@@ -20,7 +20,7 @@ use crate::metrics as m;
 use crate::redis_schedule::{self, RedisSchedule};
 use crate::sending::Sender;
 use crate::settings::DispatchSettings;
-use crate::{attempt, recorder};
+use crate::{attempt, recorder, DispatchError};
 use domain::webhook::EndpointStatus;
 use domain::Timestamp;
 use std::sync::Arc;
@@ -54,10 +54,9 @@ const CARRY_FOR: Duration = Duration::from_secs(1);
 const CARRIED_FRESH: Duration = Duration::from_millis(50);
 
 /// Claimed deliveries whose endpoint was at its limit, kept (leased) for
-/// its next free slot instead of being given back: a claim of a whole batch
-/// finds most endpoints busy under load, and giving those back meant a
-/// write, a delay and another claim each (for a single busy endpoint, most
-/// of every claim went back and came again). At most half a claim batch
+/// its next free slot instead of being given back: under load a claim of a
+/// whole batch finds most endpoints busy, and each delivery given back
+/// costs a write, a delay and another claim. At most half a claim batch
 /// per endpoint (at least its limit), and at most a claim batch in all, so
 /// a slow endpoint holds back at most half of each claim for the others,
 /// and for at most `CARRY_FOR`.
@@ -152,9 +151,9 @@ impl Carried {
 /// How many deliveries the next claim takes: a whole batch while claims
 /// find room for what they take, half as many after a claim that had to
 /// give most of its deliveries back because their endpoints were busy and
-/// their carry was full (one saturated endpoint otherwise had most of
-/// every claim written back and claimed again), growing back as soon as a
-/// claim gives none back.
+/// their carry was full, growing back as soon as a claim gives none back.
+/// So one saturated endpoint does not have most of every claim written
+/// back and claimed again.
 struct ClaimSize {
     current: usize,
     batch: usize,
@@ -520,16 +519,13 @@ impl Dispatcher {
         now: Timestamp,
         lease_until: Timestamp,
         limit: u32,
-    ) -> Result<Vec<DeliveryRecord>, String> {
+    ) -> Result<Vec<DeliveryRecord>, DispatchError> {
         match &self.redis {
-            Some(r) => redis_schedule::claim(&self.store, r, owner, now, lease_until, limit)
-                .await
-                .map_err(|e| e.to_string()),
-            None => self
+            Some(r) => redis_schedule::claim(&self.store, r, owner, now, lease_until, limit).await,
+            None => Ok(self
                 .store
                 .claim_due_deliveries(owner, now, lease_until, limit)
-                .await
-                .map_err(|e| e.to_string()),
+                .await?),
         }
     }
 
@@ -541,8 +537,9 @@ impl Dispatcher {
 
     /// Gives leased deliveries back without an attempt, in one write: each
     /// due again after its delay, or held (`None`: its endpoint is not
-    /// active). One statement per claim batch, not one per delivery: a
-    /// claim that found many endpoints at their limit gave back hundreds.
+    /// active). One write for all of them, never one per delivery: a claim
+    /// that finds many endpoints at their limit gives back up to a whole
+    /// batch.
     async fn give_back_many(&self, owner: &str, items: &[(domain::Ref, Option<Duration>)]) {
         if items.is_empty() {
             return;
@@ -585,9 +582,9 @@ impl Dispatcher {
 
     /// Waits for `wait`, a wake-up (work was left in the store) or
     /// shutdown, starting the hand-overs that arrive meanwhile. A hand-over
-    /// does not end the wait: it needs no claim, and ending the wait for
-    /// each one made a claim (a read of the store) per event under a light
-    /// load.
+    /// does not end the wait: it needs no claim, and a wait that ended for
+    /// each would cost a claim (a read of the store) per event under a
+    /// light load.
     async fn idle(
         &self,
         shutdown: &CancellationToken,

@@ -21,7 +21,7 @@ pub use dispatch::{fanout, handoff, signals};
 pub use admin::credentials::{AuthRecord, CredentialRecord, NewCredential};
 pub use dispatch::{AttemptResult, EventData, EventRecord};
 pub use admin::environments::EnvironmentRecord;
-pub use error::StoreError;
+pub use error::{LaneError, StoreError};
 pub use admin::grants::GrantRecord;
 pub use admin::idempotency::{Claim, IdempotencyScope, StoredResponse};
 pub use db::page::{Page, PageRequest};
@@ -47,12 +47,12 @@ pub enum Backend {
 
 /// A handle on the database; cheap to clone.
 ///
-/// Writes go through `writer`. With SQLite that is a pool of one
-/// connection, so the writers of this process queue fairly inside the pool
-/// instead of colliding on SQLite's write lock and sleeping in its busy
-/// handler (which showed up as tens of milliseconds of tail latency under
-/// load); reads keep their own connections (WAL lets them run beside the
-/// writer). With PostgreSQL both are the same pool.
+/// Writes go through `writer`, reads through `pool`. With SQLite the writer
+/// is a pool of one connection, so the writers of this process queue fairly
+/// inside the pool instead of meeting SQLite's write lock, whose busy
+/// handler sleeps; reads run beside it (WAL). With PostgreSQL the two are
+/// separate pools, so that a request holding a write transaction never
+/// waits for a connection to read.
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
@@ -149,10 +149,12 @@ impl Store {
                 let writer = pool_of(1).connect_with(options.clone()).await?;
                 (pool_of(8).connect_with(options).await?, writer)
             }
-            Backend::Postgres => {
-                let pool = pool_of(16).connect_with(options).await?;
-                (pool.clone(), pool)
-            }
+            // Reads have a pool of their own, so that requests holding a
+            // write transaction can always read.
+            Backend::Postgres => (
+                pool_of(8).connect_with(options.clone()).await?,
+                pool_of(16).connect_with(options).await?,
+            ),
         };
         let alive = Arc::new(());
         if backend == Backend::Sqlite {

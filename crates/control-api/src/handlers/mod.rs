@@ -1,5 +1,5 @@
-//! Operation handlers, and the registry binding each `operation_id` of the
-//! table to its handler and its wire schemas.
+//! Operation handlers, and what binds them to the rows of the operation
+//! table (`Binding`, `bind!`; the rows themselves are in `operations`).
 //!
 //! A handler receives an authenticated, authorised `Ctx` and a parsed
 //! `Input`; the pipeline has already checked headers and parsed the body as
@@ -61,7 +61,9 @@ pub type SchemaFn = fn() -> (
     )>,
 );
 
-/// How an operation is served and described.
+/// How an operation is served and described: the handler of a row of
+/// `OPERATIONS` and its wire schemas (built with `bind!`).
+#[derive(Debug, Clone, Copy)]
 pub struct Binding {
     pub handler: HandlerFn,
     /// Request body schema, for operations that take one.
@@ -85,107 +87,24 @@ pub fn schema<T: utoipa::ToSchema>() -> (
     (name, all)
 }
 
+/// The `Binding` of a handler `async fn(&mut Ctx, Input) -> Result<Reply,
+/// ApiError>`, with its request body type (if it takes one) and the type
+/// of its `data` (of one item, for lists). Used in the rows of
+/// `OPERATIONS`.
 macro_rules! bind {
     ($f:path, req: $req:ty, resp: $resp:ty) => {
-        Binding {
-            handler: |ctx, input| Box::pin($f(ctx, input)),
-            request: Some(schema::<$req>),
-            response: schema::<$resp>,
+        $crate::handlers::Binding {
+            handler: |ctx, input| ::std::boxed::Box::pin($f(ctx, input)),
+            request: Some($crate::handlers::schema::<$req>),
+            response: $crate::handlers::schema::<$resp>,
         }
     };
     ($f:path, resp: $resp:ty) => {
-        Binding {
-            handler: |ctx, input| Box::pin($f(ctx, input)),
+        $crate::handlers::Binding {
+            handler: |ctx, input| ::std::boxed::Box::pin($f(ctx, input)),
             request: None,
-            response: schema::<$resp>,
+            response: $crate::handlers::schema::<$resp>,
         }
     };
 }
-
-/// The binding of `operation_id`, or `None` for operations not built yet.
-pub fn binding(operation_id: &str) -> Option<Binding> {
-    use admin::{
-        credentials as cr, environments as env, grants as gr, request_logs as rl,
-        service_accounts as sa,
-    };
-    use webhooks::{
-        data_profiles as dp, deliveries as dl, endpoints as ep, event_types as et, health as hl,
-        redrive as rd, secrets as sec, subscriptions as sub, test_send as ts,
-    };
-    Some(match operation_id {
-        "listEnvironments" => bind!(env::list, resp: env::EnvironmentDto),
-        "listServiceAccounts" => bind!(sa::list, resp: sa::ServiceAccountDto),
-        "createServiceAccount" => {
-            bind!(sa::create, req: sa::CreateServiceAccount, resp: sa::ServiceAccountDto)
-        }
-        "retrieveServiceAccount" => bind!(sa::retrieve, resp: sa::ServiceAccountDto),
-        "suspendServiceAccount" => {
-            bind!(sa::suspend, req: sa::ReasonBody, resp: sa::ServiceAccountDto)
-        }
-        "resumeServiceAccount" => {
-            bind!(sa::resume, req: sa::ReasonBody, resp: sa::ServiceAccountDto)
-        }
-        "retireServiceAccount" => {
-            bind!(sa::retire, req: sa::ReasonBody, resp: sa::ServiceAccountDto)
-        }
-        "listServiceAccountCredentials" => bind!(cr::list, resp: cr::CredentialDto),
-        "issueServiceAccountCredential" => {
-            bind!(cr::issue, req: cr::IssueCredential, resp: cr::CredentialDto)
-        }
-        "rotateServiceAccountCredential" => {
-            bind!(cr::rotate, req: cr::RotateCredential, resp: cr::CredentialDto)
-        }
-        "revokeServiceAccountCredential" => {
-            bind!(cr::revoke, req: cr::RevokeCredential, resp: cr::CredentialDto)
-        }
-        "listServiceAccountGrants" => bind!(gr::list, resp: gr::GrantDto),
-        "grantServiceAccountPermission" => {
-            bind!(gr::grant, req: gr::GrantPermission, resp: gr::GrantDto)
-        }
-        "revokeServiceAccountPermission" => {
-            bind!(gr::revoke, req: sa::ReasonBody, resp: gr::GrantDto)
-        }
-        "listPublicRequestLogs" => bind!(rl::list, resp: rl::RequestLogDto),
-        "listWebhookEndpoints" => bind!(ep::list, resp: ep::EndpointDto),
-        "createWebhookEndpoint" => {
-            bind!(ep::create, req: ep::CreateEndpoint, resp: ep::EndpointDto)
-        }
-        "retrieveWebhookEndpoint" => bind!(ep::retrieve, resp: ep::EndpointDto),
-        "pauseWebhookEndpoint" => bind!(ep::pause, req: ep::EmptyBody, resp: ep::EndpointDto),
-        "resumeWebhookEndpoint" => bind!(ep::resume, req: ep::EmptyBody, resp: ep::EndpointDto),
-        "rotateWebhookSecret" => bind!(sec::rotate, req: sec::SecretReason, resp: ep::EndpointDto),
-        "confirmWebhookSecret" => {
-            bind!(sec::confirm, req: sec::SecretReason, resp: ep::EndpointDto)
-        }
-        "revokeWebhookSecret" => bind!(sec::revoke, req: sec::SecretReason, resp: ep::EndpointDto),
-        "listWebhookSubscriptions" => bind!(sub::list, resp: sub::SubscriptionDto),
-        "createWebhookSubscription" => {
-            bind!(sub::create, req: sub::CreateSubscription, resp: sub::SubscriptionDto)
-        }
-        "listWebhookDataProfileGrants" => bind!(dp::list, resp: dp::DataProfileGrantDto),
-        "createWebhookDataProfileGrant" => {
-            bind!(dp::create, req: dp::CreateDataProfileGrant, resp: dp::DataProfileGrantDto)
-        }
-        "revokeWebhookDataProfileGrant" => {
-            bind!(dp::revoke, req: dp::RevokeDataProfileGrant, resp: dp::DataProfileGrantDto)
-        }
-        "listWebhookDeliveries" => bind!(dl::list, resp: dl::DeliveryDto),
-        "retrieveWebhookDelivery" => bind!(dl::retrieve, resp: dl::DeliveryDto),
-        "retrieveWebhookDeliveryBody" => bind!(dl::body, resp: dl::DeliveryBodyDto),
-        "listWebhookDeliveryAttempts" => bind!(dl::attempts, resp: dl::AttemptDto),
-        "retrieveWebhookEndpointHealth" => bind!(hl::retrieve, resp: hl::EndpointHealthDto),
-        "redriveWebhookDelivery" => {
-            bind!(rd::single, req: rd::Redrive, resp: rd::RedriveOutcomeDto)
-        }
-        "batchRedriveWebhookDeliveries" => {
-            bind!(rd::batch, req: rd::BatchRedrive, resp: rd::BatchRedriveDto)
-        }
-        "sendWebhookTest" => bind!(ts::send, req: ts::SendTest, resp: dl::DeliveryDto),
-        "listWebhookEventTypes" => bind!(et::list, resp: et::EventTypeDto),
-        _ => return None,
-    })
-}
-
-pub fn handler(operation_id: &str) -> Option<HandlerFn> {
-    binding(operation_id).map(|b| b.handler)
-}
+pub(crate) use bind;

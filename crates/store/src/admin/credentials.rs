@@ -1,11 +1,11 @@
 //! Credentials: bearer secrets of service accounts, stored as digests.
 
 use crate::admin::service_accounts::opt_ts;
+use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Store, StoreError};
-use domain::principal::{CredentialStatus, Mode, ServiceAccountStatus};
+use domain::principal::{CredentialStatus, GrantStatus, Mode, ServiceAccountStatus};
 use domain::secret::CredentialSecret;
 use domain::{Prefix, Ref, Timestamp};
-use sqlx::Row;
 
 #[derive(Debug, Clone)]
 pub struct CredentialRecord {
@@ -45,55 +45,117 @@ pub struct AuthRecord {
     pub permissions: Vec<String>,
 }
 
-fn from_row(row: &sqlx::any::AnyRow) -> Result<CredentialRecord, StoreError> {
+fn from_row(row: &impl Columns) -> Result<CredentialRecord, StoreError> {
     let expires_at = opt_ts(row, "expires_at")?;
-    let status = CredentialStatus::parse(&row.try_get::<String, _>("status")?)
+    let status = CredentialStatus::parse(&text(row, "status")?)
         .unwrap_or(CredentialStatus::Revoked)
         .effective(expires_at, Timestamp::now());
     Ok(CredentialRecord {
-        credential_ref: Ref::from_trusted(row.try_get("credential_ref")?),
-        environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
-        principal_ref: Ref::from_trusted(row.try_get("principal_ref")?),
-        name: row.try_get("name")?,
+        credential_ref: Ref::from_trusted(text(row, "credential_ref")?),
+        environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
+        principal_ref: Ref::from_trusted(text(row, "principal_ref")?),
+        name: row.text("name")?,
         status,
-        secret_hint: row.try_get("secret_hint")?,
-        created_at: Timestamp::from_millis(row.try_get("created_at")?),
-        updated_at: Timestamp::from_millis(row.try_get("updated_at")?),
+        secret_hint: text(row, "secret_hint")?,
+        created_at: Timestamp::from_millis(int(row, "created_at")?),
+        updated_at: Timestamp::from_millis(int(row, "updated_at")?),
         expires_at,
         last_used_at: opt_ts(row, "last_used_at")?,
         revoked_at: opt_ts(row, "revoked_at")?,
         previous_secret_expires_at: opt_ts(row, "previous_secret_expires_at")?,
-        version: row.try_get("version")?,
+        version: int(row, "version")?,
     })
 }
 
-impl Store {
-    pub async fn issue_credential(
-        &self,
-        environment_ref: &Ref,
-        principal_ref: &Ref,
-        new: NewCredential<'_>,
-        secret: &CredentialSecret,
-    ) -> Result<CredentialRecord, StoreError> {
-        let now = Timestamp::now().millis();
-        let row = sqlx::query(
+/// Issues an active credential of `principal_ref` whose secret is `secret`
+/// (only its digest and hint are kept).
+pub async fn issue(
+    tx: &mut WriteTx,
+    environment_ref: &Ref,
+    principal_ref: &Ref,
+    new: NewCredential<'_>,
+    secret: &CredentialSecret,
+) -> Result<CredentialRecord, StoreError> {
+    let credential_ref = Ref::generate(Prefix::Credential);
+    let (digest, hint) = (secret.digest(), secret.hint());
+    let rows = tx
+        .fetch(
             "INSERT INTO credentials (credential_ref, environment_ref, principal_ref, name, status, \
              secret_digest, secret_hint, created_at, updated_at, expires_at) \
-             VALUES ($1, $2, $3, $4, 'active', $5, $6, $7, $7, $8) RETURNING *",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9) RETURNING *",
+            &[
+                credential_ref.as_str().into(),
+                environment_ref.as_str().into(),
+                principal_ref.as_str().into(),
+                new.name.into(),
+                CredentialStatus::Active.as_str().into(),
+                digest.as_str().into(),
+                hint.as_str().into(),
+                Timestamp::now().millis().into(),
+                new.expires_at.map(Timestamp::millis).into(),
+            ],
         )
-        .bind(Ref::generate(Prefix::Credential).into_string())
-        .bind(environment_ref.as_str())
-        .bind(principal_ref.as_str())
-        .bind(new.name)
-        .bind(secret.digest())
-        .bind(secret.hint())
-        .bind(now)
-        .bind(new.expires_at.map(Timestamp::millis))
-        .fetch_one(self.writer())
         .await?;
-        from_row(&row)
-    }
+    rows.first()
+        .ok_or_else(|| StoreError::Corrupt("issuing a credential returned no row".into()))
+        .and_then(from_row)
+}
 
+/// Replaces the secret if the credential is still at `current.version`
+/// (`Conflict` otherwise); the old one keeps working for `grace_seconds`.
+pub async fn rotate(
+    tx: &mut WriteTx,
+    current: &CredentialRecord,
+    secret: &CredentialSecret,
+    grace_seconds: i64,
+) -> Result<CredentialRecord, StoreError> {
+    let now = Timestamp::now();
+    let (digest, hint) = (secret.digest(), secret.hint());
+    let rows = tx
+        .fetch(
+            "UPDATE credentials SET previous_secret_digest = secret_digest, \
+             previous_secret_expires_at = $1, secret_digest = $2, secret_hint = $3, \
+             updated_at = $4, version = version + 1 \
+             WHERE credential_ref = $5 AND environment_ref = $6 AND version = $7 RETURNING *",
+            &[
+                now.plus_seconds(grace_seconds).millis().into(),
+                digest.as_str().into(),
+                hint.as_str().into(),
+                now.millis().into(),
+                current.credential_ref.as_str().into(),
+                current.environment_ref.as_str().into(),
+                current.version.into(),
+            ],
+        )
+        .await?;
+    rows.first().ok_or(StoreError::Conflict).and_then(from_row)
+}
+
+/// Revokes the credential if it is still at `current.version` (`Conflict`
+/// otherwise): every secret of it stops working at once.
+pub async fn revoke(
+    tx: &mut WriteTx,
+    current: &CredentialRecord,
+) -> Result<CredentialRecord, StoreError> {
+    let rows = tx
+        .fetch(
+            "UPDATE credentials SET status = $1, revoked_at = $2, updated_at = $2, \
+             previous_secret_expires_at = CASE WHEN previous_secret_expires_at > $2 \
+             THEN $2 ELSE previous_secret_expires_at END, version = version + 1 \
+             WHERE credential_ref = $3 AND environment_ref = $4 AND version = $5 RETURNING *",
+            &[
+                CredentialStatus::Revoked.as_str().into(),
+                Timestamp::now().millis().into(),
+                current.credential_ref.as_str().into(),
+                current.environment_ref.as_str().into(),
+                current.version.into(),
+            ],
+        )
+        .await?;
+    rows.first().ok_or(StoreError::Conflict).and_then(from_row)
+}
+
+impl Store {
     pub async fn credential(
         &self,
         environment_ref: &Ref,
@@ -125,55 +187,6 @@ impl Store {
         rows.iter().map(from_row).collect()
     }
 
-    /// Replaces the secret; the old one keeps working for `grace_seconds`.
-    pub async fn rotate_credential(
-        &self,
-        current: &CredentialRecord,
-        secret: &CredentialSecret,
-        grace_seconds: i64,
-    ) -> Result<CredentialRecord, StoreError> {
-        let now = Timestamp::now();
-        let row = sqlx::query(
-            "UPDATE credentials SET previous_secret_digest = secret_digest, \
-             previous_secret_expires_at = $1, secret_digest = $2, secret_hint = $3, \
-             updated_at = $4, version = version + 1 \
-             WHERE credential_ref = $5 AND environment_ref = $6 AND version = $7 RETURNING *",
-        )
-        .bind(now.plus_seconds(grace_seconds).millis())
-        .bind(secret.digest())
-        .bind(secret.hint())
-        .bind(now.millis())
-        .bind(current.credential_ref.as_str())
-        .bind(current.environment_ref.as_str())
-        .bind(current.version)
-        .fetch_optional(self.writer())
-        .await?
-        .ok_or(StoreError::Conflict)?;
-        from_row(&row)
-    }
-
-    /// Revokes the credential: every secret of it stops working at once.
-    pub async fn revoke_credential(
-        &self,
-        current: &CredentialRecord,
-    ) -> Result<CredentialRecord, StoreError> {
-        let now = Timestamp::now().millis();
-        let row = sqlx::query(
-            "UPDATE credentials SET status = 'revoked', revoked_at = $1, updated_at = $1, \
-             previous_secret_expires_at = CASE WHEN previous_secret_expires_at > $1 \
-             THEN $1 ELSE previous_secret_expires_at END, version = version + 1 \
-             WHERE credential_ref = $2 AND environment_ref = $3 AND version = $4 RETURNING *",
-        )
-        .bind(now)
-        .bind(current.credential_ref.as_str())
-        .bind(current.environment_ref.as_str())
-        .bind(current.version)
-        .fetch_optional(self.writer())
-        .await?
-        .ok_or(StoreError::Conflict)?;
-        from_row(&row)
-    }
-
     /// Finds the credential whose current secret, or previous secret still
     /// in its grace period, has `digest`, with its principal and permissions.
     pub async fn authenticate(
@@ -196,30 +209,29 @@ impl Store {
         .fetch_optional(self.pool())
         .await?;
         let Some(row) = row else { return Ok(None) };
-        let current: String = row.try_get("secret_digest")?;
-        let previous: Option<String> = row.try_get("previous_secret_digest")?;
+        let current = text(&row, "secret_digest")?;
+        let previous = row.text("previous_secret_digest")?;
         let matches = domain::secret::digests_equal(&current, digest)
             || previous.is_some_and(|p| domain::secret::digests_equal(&p, digest));
         if !matches {
             return Ok(None);
         }
-        let principal_ref: String = row.try_get("principal_ref")?;
+        let principal_ref = text(&row, "principal_ref")?;
         let permissions = sqlx::query_scalar::<_, String>(
-            "SELECT permission_action FROM grants WHERE principal_ref = $1 AND status = 'active'",
+            "SELECT permission_action FROM grants WHERE principal_ref = $1 AND status = $2",
         )
         .bind(&principal_ref)
+        .bind(GrantStatus::Active.as_str())
         .fetch_all(self.pool())
         .await?;
         Ok(Some(AuthRecord {
-            credential_ref: Ref::from_trusted(row.try_get("credential_ref")?),
+            credential_ref: Ref::from_trusted(text(&row, "credential_ref")?),
             principal_ref: Ref::from_trusted(principal_ref),
-            environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
-            mode: Mode::parse(&row.try_get::<String, _>("mode")?).unwrap_or(Mode::Sandbox),
-            principal_status: ServiceAccountStatus::parse(
-                &row.try_get::<String, _>("principal_status")?,
-            )
-            .unwrap_or(ServiceAccountStatus::Retired),
-            credential_status: CredentialStatus::parse(&row.try_get::<String, _>("status")?)
+            environment_ref: Ref::from_trusted(text(&row, "environment_ref")?),
+            mode: Mode::parse(&text(&row, "mode")?).unwrap_or(Mode::Sandbox),
+            principal_status: ServiceAccountStatus::parse(&text(&row, "principal_status")?)
+                .unwrap_or(ServiceAccountStatus::Retired),
+            credential_status: CredentialStatus::parse(&text(&row, "status")?)
                 .unwrap_or(CredentialStatus::Revoked)
                 .effective(opt_ts(&row, "expires_at")?, now),
             last_used_at: opt_ts(&row, "last_used_at")?,
@@ -227,8 +239,11 @@ impl Store {
         }))
     }
 
-    /// Records use of a credential. Does not bump the version: use is not a
-    /// change a client must condition on.
+    /// Records use of a credential, on the writer: called while
+    /// authenticating, before the request opens its transaction. Never call
+    /// it while holding a `WriteTx` of this store: with SQLite it would
+    /// wait for that transaction's connection. Does not bump the version:
+    /// use is not a change a client must condition on.
     pub async fn touch_credential(
         &self,
         credential_ref: &Ref,

@@ -1,9 +1,9 @@
 //! Environments: `sandbox` and `live`, created by bootstrap.
 
+use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::principal::Mode;
 use domain::{Prefix, Ref, Timestamp};
-use sqlx::Row;
 
 #[derive(Debug, Clone)]
 pub struct EnvironmentRecord {
@@ -13,35 +13,39 @@ pub struct EnvironmentRecord {
     pub created_at: Timestamp,
 }
 
-fn from_row(row: &sqlx::any::AnyRow) -> Result<EnvironmentRecord, StoreError> {
+fn from_row(row: &impl Columns) -> Result<EnvironmentRecord, StoreError> {
     Ok(EnvironmentRecord {
-        environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
-        name: row.try_get("name")?,
-        mode: Mode::parse(&row.try_get::<String, _>("mode")?).unwrap_or(Mode::Sandbox),
-        created_at: Timestamp::from_millis(row.try_get("created_at")?),
+        environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
+        name: text(row, "name")?,
+        mode: Mode::parse(&text(row, "mode")?).unwrap_or(Mode::Sandbox),
+        created_at: Timestamp::from_millis(int(row, "created_at")?),
     })
 }
 
-impl Store {
-    /// The environment of `mode`, created when missing.
-    pub async fn ensure_environment(&self, mode: Mode) -> Result<EnvironmentRecord, StoreError> {
-        sqlx::query(
-            "INSERT INTO environments (environment_ref, name, mode, created_at) \
-             VALUES ($1, $2, $3, $4) ON CONFLICT (mode) DO NOTHING",
+/// The environment of `mode`, created when missing.
+pub async fn ensure(tx: &mut WriteTx, mode: Mode) -> Result<EnvironmentRecord, StoreError> {
+    let environment_ref = Ref::generate(Prefix::Environment);
+    tx.execute(
+        "INSERT INTO environments (environment_ref, name, mode, created_at) \
+         VALUES ($1, $2, $3, $4) ON CONFLICT (mode) DO NOTHING",
+        &[
+            environment_ref.as_str().into(),
+            mode.as_str().into(),
+            mode.as_str().into(),
+            Timestamp::now().millis().into(),
+        ],
+    )
+    .await?;
+    let rows = tx
+        .fetch(
+            "SELECT * FROM environments WHERE mode = $1",
+            &[mode.as_str().into()],
         )
-        .bind(Ref::generate(Prefix::Environment).into_string())
-        .bind(mode.as_str())
-        .bind(mode.as_str())
-        .bind(Timestamp::now().millis())
-        .execute(self.writer())
         .await?;
-        let row = sqlx::query("SELECT * FROM environments WHERE mode = $1")
-            .bind(mode.as_str())
-            .fetch_one(self.pool())
-            .await?;
-        from_row(&row)
-    }
+    rows.first().ok_or(StoreError::NotFound).and_then(from_row)
+}
 
+impl Store {
     pub async fn environment(
         &self,
         environment_ref: &Ref,

@@ -1,11 +1,14 @@
 //! Permission grants of service accounts. At most one active grant per
 //! (principal, permission); the history of revoked grants is kept.
+//!
+//! A grant change is a change of its account: every write bumps the
+//! account's version in the same transaction.
 
-use crate::admin::service_accounts::opt_ts;
+use crate::admin::service_accounts::{self, opt_ts};
+use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::principal::GrantStatus;
 use domain::{Ref, Timestamp};
-use sqlx::Row;
 
 #[derive(Debug, Clone)]
 pub struct GrantRecord {
@@ -16,77 +19,111 @@ pub struct GrantRecord {
     pub revoked_at: Option<Timestamp>,
 }
 
-fn from_row(row: &sqlx::any::AnyRow) -> Result<GrantRecord, StoreError> {
+fn from_row(row: &impl Columns) -> Result<GrantRecord, StoreError> {
     Ok(GrantRecord {
-        principal_ref: Ref::from_trusted(row.try_get("principal_ref")?),
-        permission_action: row.try_get("permission_action")?,
-        status: GrantStatus::parse(&row.try_get::<String, _>("status")?)
-            .unwrap_or(GrantStatus::Revoked),
-        granted_at: Timestamp::from_millis(row.try_get("granted_at")?),
+        principal_ref: Ref::from_trusted(text(row, "principal_ref")?),
+        permission_action: text(row, "permission_action")?,
+        status: GrantStatus::parse(&text(row, "status")?).unwrap_or(GrantStatus::Revoked),
+        granted_at: Timestamp::from_millis(int(row, "granted_at")?),
         revoked_at: opt_ts(row, "revoked_at")?,
     })
 }
 
-impl Store {
-    /// Grants `permissions` that are not already held; returns how many were
-    /// new. Used by bootstrap.
-    pub async fn ensure_grants(
-        &self,
-        environment_ref: &Ref,
-        principal_ref: &Ref,
-        permissions: &[&str],
-    ) -> Result<usize, StoreError> {
-        let now = Timestamp::now().millis();
-        let mut tx = self.write_tx().await?;
-        let mut added = 0;
-        for p in permissions {
-            let done = sqlx::query(
+/// Grants `permissions` that are not already held; returns how many were
+/// new. Used by bootstrap.
+pub async fn ensure(
+    tx: &mut WriteTx,
+    environment_ref: &Ref,
+    principal_ref: &Ref,
+    permissions: &[&str],
+) -> Result<usize, StoreError> {
+    let now = Timestamp::now().millis();
+    let active = GrantStatus::Active.as_str();
+    let mut added = 0;
+    for p in permissions {
+        let id = grant_id();
+        added += tx
+            .execute(
                 "INSERT INTO grants (grant_id, environment_ref, principal_ref, permission_action, \
-                 status, granted_at) SELECT $1, $2, $3, $4, 'active', $5 WHERE NOT EXISTS \
+                 status, granted_at) SELECT $1, $2, $3, $4, $5, $6 WHERE NOT EXISTS \
                  (SELECT 1 FROM grants WHERE principal_ref = $3 AND permission_action = $4 \
-                 AND status = 'active')",
+                 AND status = $5)",
+                &[
+                    id.as_str().into(),
+                    environment_ref.as_str().into(),
+                    principal_ref.as_str().into(),
+                    (*p).into(),
+                    active.into(),
+                    now.into(),
+                ],
             )
-            .bind(grant_id())
-            .bind(environment_ref.as_str())
-            .bind(principal_ref.as_str())
-            .bind(*p)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            added += done.rows_affected() as usize;
-        }
-        if added > 0 {
-            Store::bump_service_account(&mut tx, principal_ref, None, now).await?;
-        }
-        tx.commit().await?;
-        Ok(added)
+            .await? as usize;
     }
+    if added > 0 {
+        service_accounts::bump(tx, principal_ref, None, now).await?;
+    }
+    Ok(added)
+}
 
-    /// Grants one permission. `Duplicate` if it is already held.
-    pub async fn grant_permission(
-        &self,
-        environment_ref: &Ref,
-        principal_ref: &Ref,
-        permission: &str,
-    ) -> Result<GrantRecord, StoreError> {
-        let now = Timestamp::now().millis();
-        let mut tx = self.write_tx().await?;
-        let row = sqlx::query(
+/// Grants one permission. `Duplicate` if it is already held.
+pub async fn grant(
+    tx: &mut WriteTx,
+    environment_ref: &Ref,
+    principal_ref: &Ref,
+    permission: &str,
+) -> Result<GrantRecord, StoreError> {
+    let now = Timestamp::now().millis();
+    let id = grant_id();
+    let rows = tx
+        .fetch(
             "INSERT INTO grants (grant_id, environment_ref, principal_ref, permission_action, \
-             status, granted_at) VALUES ($1, $2, $3, $4, 'active', $5) RETURNING *",
+             status, granted_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING *",
+            &[
+                id.as_str().into(),
+                environment_ref.as_str().into(),
+                principal_ref.as_str().into(),
+                permission.into(),
+                GrantStatus::Active.as_str().into(),
+                now.into(),
+            ],
         )
-        .bind(grant_id())
-        .bind(environment_ref.as_str())
-        .bind(principal_ref.as_str())
-        .bind(permission)
-        .bind(now)
-        .fetch_one(&mut *tx)
         .await?;
-        Store::bump_service_account(&mut tx, principal_ref, None, now).await?;
-        tx.commit().await?;
-        from_row(&row)
-    }
+    let granted = rows
+        .first()
+        .ok_or_else(|| StoreError::Corrupt("granting returned no row".into()))
+        .and_then(from_row)?;
+    service_accounts::bump(tx, principal_ref, None, now).await?;
+    Ok(granted)
+}
 
+/// Revokes the active grant of `permission`, if the account is still at
+/// `account_version` (`Conflict` otherwise). `NotFound` when no such grant
+/// is active.
+pub async fn revoke(
+    tx: &mut WriteTx,
+    principal_ref: &Ref,
+    permission: &str,
+    account_version: i64,
+) -> Result<GrantRecord, StoreError> {
+    let now = Timestamp::now().millis();
+    service_accounts::bump(tx, principal_ref, Some(account_version), now).await?;
+    let rows = tx
+        .fetch(
+            "UPDATE grants SET status = $1, revoked_at = $2 \
+             WHERE principal_ref = $3 AND permission_action = $4 AND status = $5 RETURNING *",
+            &[
+                GrantStatus::Revoked.as_str().into(),
+                now.into(),
+                principal_ref.as_str().into(),
+                permission.into(),
+                GrantStatus::Active.as_str().into(),
+            ],
+        )
+        .await?;
+    rows.first().ok_or(StoreError::NotFound).and_then(from_row)
+}
+
+impl Store {
     /// Every grant of an account, newest first, revoked ones included.
     pub async fn list_grants(
         &self,
@@ -102,31 +139,6 @@ impl Store {
         .fetch_all(self.pool())
         .await?;
         rows.iter().map(from_row).collect()
-    }
-
-    /// Revokes the active grant of `permission`, if the account is still at
-    /// `account_version`. `NotFound` when no such grant is active.
-    pub async fn revoke_grant(
-        &self,
-        principal_ref: &Ref,
-        permission: &str,
-        account_version: i64,
-    ) -> Result<GrantRecord, StoreError> {
-        let now = Timestamp::now().millis();
-        let mut tx = self.write_tx().await?;
-        Store::bump_service_account(&mut tx, principal_ref, Some(account_version), now).await?;
-        let row = sqlx::query(
-            "UPDATE grants SET status = 'revoked', revoked_at = $1 \
-             WHERE principal_ref = $2 AND permission_action = $3 AND status = 'active' RETURNING *",
-        )
-        .bind(now)
-        .bind(principal_ref.as_str())
-        .bind(permission)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(StoreError::NotFound)?;
-        tx.commit().await?;
-        from_row(&row)
     }
 }
 

@@ -2,9 +2,9 @@
 //! decided. Bodies, secrets and query strings are never recorded.
 
 use crate::db::page::{fetch_page, Arg, Page, PageRequest};
+use crate::db::tx::{int, text, Columns};
 use crate::{Store, StoreError};
 use domain::{Ref, Timestamp};
-use sqlx::Row;
 
 #[derive(Debug, Clone)]
 pub struct RequestLogRecord {
@@ -28,29 +28,31 @@ pub struct RequestLogFilter {
     pub status: Option<u16>,
 }
 
-fn from_row(row: &sqlx::any::AnyRow) -> Result<RequestLogRecord, StoreError> {
+fn from_row(row: &impl Columns) -> Result<RequestLogRecord, StoreError> {
     let opt_ref = |col: &str| -> Result<Option<Ref>, StoreError> {
-        Ok(row
-            .try_get::<Option<String>, _>(col)?
-            .map(Ref::from_trusted))
+        Ok(row.text(col)?.map(Ref::from_trusted))
     };
     Ok(RequestLogRecord {
-        request_log_ref: Ref::from_trusted(row.try_get("request_log_ref")?),
+        request_log_ref: Ref::from_trusted(text(row, "request_log_ref")?),
         environment_ref: opt_ref("environment_ref")?,
-        operation_id: row.try_get("operation_id")?,
-        method: row.try_get("method")?,
-        path: row.try_get("path")?,
-        status: row.try_get::<i64, _>("status")? as u16,
-        error_code: row.try_get("error_code")?,
+        operation_id: row.text("operation_id")?,
+        method: text(row, "method")?,
+        path: text(row, "path")?,
+        status: int(row, "status")? as u16,
+        error_code: row.text("error_code")?,
         principal_ref: opt_ref("principal_ref")?,
         credential_ref: opt_ref("credential_ref")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        duration_ms: row.try_get("duration_ms")?,
-        created_at: Timestamp::from_millis(row.try_get("created_at")?),
+        idempotency_key: row.text("idempotency_key")?,
+        duration_ms: int(row, "duration_ms")?,
+        created_at: Timestamp::from_millis(int(row, "created_at")?),
     })
 }
 
 impl Store {
+    /// Records a request, on the writer: called once the request's
+    /// response is decided and its transaction has ended (never while
+    /// holding a `WriteTx` of this store: with SQLite it would wait for that
+    /// transaction's connection).
     pub async fn insert_request_log(&self, log: &RequestLogRecord) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO request_logs (request_log_ref, environment_ref, operation_id, method, path, \

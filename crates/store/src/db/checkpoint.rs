@@ -1,21 +1,21 @@
 //! WAL checkpoints for SQLite, off the writer's path, with the WAL kept
 //! bounded.
 //!
-//! SQLite checkpoints by default inside the commit that pushes the WAL past
-//! 1,000 pages, so one unlucky write transaction copies the WAL back into
-//! the database file and waits for its `fsync` while every other writer of
-//! the process queues behind it (8 % of the dispatcher's profile, all of it
-//! on the single writer connection). The store turns automatic checkpoints
-//! off on its connections and runs a passive checkpoint from a read
-//! connection on a timer instead: it copies what it can without blocking
-//! the writer or readers.
+//! The rule: no write transaction checkpoints. SQLite checkpoints by
+//! default inside the commit that pushes the WAL past 1,000 pages, so one
+//! unlucky write transaction would copy the WAL back into the database
+//! file and wait for its `fsync` while every other writer of the process
+//! queues behind it on the single writer connection. The store turns
+//! automatic checkpoints off on its connections and runs a passive
+//! checkpoint from a read connection on a timer instead: it copies what it
+//! can without blocking the writer or readers.
 //!
-//! A passive checkpoint alone never lets the WAL start over under a steady
-//! write load: SQLite rewinds the WAL only once a checkpoint has copied
-//! every frame, and writers keep appending while it copies. The WAL then
-//! grew without bound (800 MB in the dispatch benchmark's 8 seconds), every
-//! commit appended to new file pages, and the disk filled for nothing. So
-//! when a passive checkpoint leaves the WAL longer than `RESTART_FRAMES`,
+//! The second rule: the WAL stays bounded under a steady write load. A
+//! passive checkpoint alone never lets the WAL start over then: SQLite
+//! rewinds the WAL only once a checkpoint has copied every frame, and
+//! writers keep appending while it copies, so the WAL would grow without
+//! bound, every commit appending to new file pages. So when a passive
+//! checkpoint leaves the WAL longer than `RESTART_FRAMES`,
 //! the task takes the process's write turn (the writer pool's connection,
 //! which the write lane also waits for) and runs a `RESTART` checkpoint:
 //! it copies the few frames the passive one left, and the next write

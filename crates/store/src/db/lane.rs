@@ -2,14 +2,13 @@
 //! the store runs its hot write transactions (the intake's group write,
 //! claims, releases, attempt records).
 //!
-//! Why: a transaction is several round trips to the database (with SQLite,
-//! to sqlx's connection thread: `BEGIN`, each statement, `COMMIT`), and
-//! between two of them the task that drives it must be polled again. On
-//! the application's runtime that task waits in a run queue behind
-//! hundreds of HTTP tasks, holding the single SQLite writer idle meanwhile:
-//! under the dispatch benchmark's live load the writer connection was busy
-//! only half the time while publishers queued for it. On the lane nothing
-//! else competes, so a transaction's round trips follow each other at once.
+//! The rule: a task that holds SQLite's single writer never waits in a run
+//! queue between the steps of its transaction. A transaction is several
+//! steps (`BEGIN`, each statement, `COMMIT`), and between two of them the
+//! task that drives it must be polled again; on the application's runtime
+//! it would wait behind the HTTP tasks with the writer held idle, while
+//! every other writer of the process queues for it. On the lane nothing
+//! else competes, so a transaction's steps follow each other at once.
 //!
 //! The lane has its own SQLite connection, on which the hot writes run
 //! their statements synchronously (`crate::db::tx`): no statement waits for
@@ -23,6 +22,7 @@
 //! write is never abandoned half-way by a cancelled caller.
 
 use crate::db::tx::LiteTx;
+use crate::error::LaneError;
 use crate::StoreError;
 use sqlx::AnyPool;
 use std::future::Future;
@@ -84,10 +84,7 @@ impl Lane {
         T: Send + 'static,
         F: Future<Output = Result<T, StoreError>> + Send + 'static,
     {
-        self.handle
-            .spawn(work)
-            .await
-            .map_err(|e| StoreError::Shared(format!("the write lane lost a task: {e}")))?
+        self.handle.spawn(work).await.map_err(LaneError::TaskLost)?
     }
 
     /// Begins a transaction on the lane's connection, holding `writer`'s

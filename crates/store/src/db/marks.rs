@@ -1,12 +1,13 @@
 //! Bind-parameter marks for statements built at run time (multi-row
 //! inserts and updates), written in the order the values are bound.
 //!
-//! SQLite gets anonymous `?` marks: its numbered and named forms (`$7`) make
-//! every bind look the mark's name up in a list, which is quadratic in the
-//! number of marks and showed up in the dispatcher's profile with a few
-//! hundred per statement. PostgreSQL gets `$1, $2, …`. Statements built
-//! here must never mix the two forms, and must bind a value for every mark,
-//! in text order (a value used twice is bound twice).
+//! SQLite gets anonymous `?` marks, never numbered or named ones (`$7`):
+//! with those, every bind looks the mark's name up in a list, so binding a
+//! statement is quadratic in its number of marks, and the multi-row
+//! statements built here have hundreds. PostgreSQL gets `$1, $2, …`.
+//! Statements built here must never mix the two forms, and must bind a
+//! value for every mark, in text order (a value used twice is bound
+//! twice).
 
 use crate::Backend;
 

@@ -11,9 +11,9 @@
 //!
 //! Why two drivers: through sqlx every SQLite statement is a round trip to
 //! its connection thread (arguments converted for `Any`, then each
-//! returned row sent back over a channel and converted again). On the
-//! single SQLite writer those hops cost about as much as SQLite's own work
-//! and the dispatcher spent most of its serial time in them.
+//! returned row sent back over a channel and converted again). The hot
+//! writes hold the single SQLite writer, so they must not hop to another
+//! thread per statement: on the lane they run in place.
 //!
 //! Statements given to `Tx` bind their values in mark order: anonymous `?`
 //! marks (`crate::db::marks`) or `$1, $2, …` each first written in that order.
@@ -186,7 +186,7 @@ impl LiteTx {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
-            .ok_or_else(|| StoreError::Shared("the write lane's connection is in use".into()))?;
+            .ok_or(StoreError::Lane(crate::error::LaneError::ConnectionInUse))?;
         let tx = LiteTx {
             conn: Some(conn),
             home,
@@ -199,7 +199,7 @@ impl LiteTx {
     fn conn(&self) -> Result<&rusqlite::Connection, StoreError> {
         self.conn
             .as_ref()
-            .ok_or_else(|| StoreError::Shared("the write lane's transaction has ended".into()))
+            .ok_or(StoreError::Lane(crate::error::LaneError::TransactionEnded))
     }
 }
 
@@ -290,7 +290,7 @@ impl WriteTx {
     /// delivers its `NOTIFY` when the transaction commits, and the commit
     /// wakes this process's dispatcher (`crate::signals`).
     pub(crate) async fn signal_due(&mut self) -> Result<(), StoreError> {
-        if self.backend == Backend::Postgres {
+        if self.backend == Backend::Postgres && !self.made_due {
             self.execute(&format!("NOTIFY {}", crate::signals::CHANNEL), &[])
                 .await?;
         }

@@ -11,8 +11,8 @@
 //! `Store::fan_out_pending` for events that reached the queue another way
 //! (the outbox, a dispatcher that stopped between the two).
 
-use crate::dispatch::EventRecord;
 use crate::db::tx::WriteTx;
+use crate::dispatch::EventRecord;
 use crate::webhooks::endpoints::{endpoint_versions_in, EndpointVersions};
 use crate::webhooks::subscriptions::subscriptions_for_types;
 use crate::webhooks::to_json;

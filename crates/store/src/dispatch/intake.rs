@@ -1,20 +1,23 @@
 //! The event queue's intake, with group commit: callers that arrive while
 //! the group writes in flight run (`TURNS`) wait for one to end, then the
-//! next of them writes everyone's events in one transaction, together with their deliveries
-//! (the fan-out, `crate::fanout`), so an accepted event is never left
-//! waiting for a second transaction to fan it out. Each caller still returns
-//! only once its own event is committed (or refused), so acknowledging a
-//! message after `enqueue_event` stays safe.
+//! next of them writes everyone's events in one transaction, together with
+//! their deliveries (the fan-out, `crate::fanout`), so an accepted event is
+//! never left waiting for a second transaction to fan it out. Each caller
+//! still returns only once its own event is committed (or refused), so
+//! acknowledging a message after `enqueue_event` stays safe.
 //!
-//! One transaction per event made concurrent publishers queue behind each
-//! other and behind the dispatcher's writes on SQLite's single writer (the
-//! dispatch benchmark's live phase topped out near 1,000 events/s).
+//! The rule: concurrent callers share a transaction; the intake never
+//! spends a transaction (and, on SQLite, a turn of the single writer) per
+//! event, which would make publishers queue behind each other and behind
+//! the dispatcher's writes. A failed group write fails every caller of the
+//! group with the group's own error (`StoreError::Shared`).
 
-use crate::dispatch::{insert_deliveries, DeliveryRow, EventRecord};
+use crate::db::marks::Marks;
 use crate::db::tx::Arg;
 use crate::dispatch::fanout::{plan_fan_out, EventRow};
 use crate::dispatch::handoff::HandedOver;
-use crate::db::marks::Marks;
+use crate::dispatch::{insert_deliveries, DeliveryRow, EventRecord};
+use crate::error::LaneError;
 use crate::DeliveryRecord;
 use crate::{Store, StoreError};
 use domain::webhook::{BodyStatus, DeliveryStatus};
@@ -26,7 +29,8 @@ use tokio::sync::oneshot;
 /// Event rows per INSERT statement (7 values each).
 const EVENT_ROWS: usize = 100;
 
-type Reply = oneshot::Sender<Result<bool, String>>;
+/// A caller's answer: whether its event was new, or the group write's error.
+type Reply = oneshot::Sender<Result<bool, Arc<StoreError>>>;
 
 /// Group writes in flight at once: while one writes, the next has taken its
 /// batch and waits for the writer, and the events that arrive meanwhile
@@ -66,7 +70,7 @@ impl Store {
             .clone()
             .acquire_owned()
             .await
-            .map_err(|_| StoreError::Shared("the intake is closed".into()))?;
+            .map_err(|_| LaneError::IntakeClosed)?;
         match answer.try_recv() {
             // Written by a caller that held a turn before.
             Ok(result) => return result.map_err(StoreError::Shared),
@@ -75,9 +79,7 @@ impl Store {
             // whoever waits): whether it was committed is unknown, so the
             // caller must try again.
             Err(oneshot::error::TryRecvError::Closed) => {
-                return Err(StoreError::Shared(
-                    "the shared intake write was abandoned".into(),
-                ))
+                return Err(LaneError::Unanswered.into());
             }
             Err(oneshot::error::TryRecvError::Empty) => {}
         }
@@ -91,10 +93,10 @@ impl Store {
         if batch.is_empty() {
             // Our event is in the other turn's write.
             drop(turn);
-            return answer
-                .await
-                .unwrap_or_else(|_| Err("the intake write lost its answer".into()))
-                .map_err(StoreError::Shared);
+            return match answer.await {
+                Ok(result) => result.map_err(StoreError::Shared),
+                Err(_) => Err(LaneError::Unanswered.into()),
+            };
         }
         // The write, its answers and the turn go to the lane together, so
         // that the batch is answered even if this caller stops waiting.
@@ -103,7 +105,8 @@ impl Store {
             let (events, replies): (Vec<EventRow>, Vec<Reply>) = batch.into_iter().unzip();
             let outcome = store.insert_events(&events).await;
             let left_due = matches!(outcome, Ok((_, true)));
-            let outcome = outcome.map(|(new, _)| new);
+            // One error for the whole group, shared by its callers.
+            let outcome = outcome.map(|(new, _)| new).map_err(Arc::new);
             let mut answered = HashSet::new();
             for (e, reply) in events.iter().zip(replies) {
                 let _ =
@@ -111,7 +114,7 @@ impl Store {
                         // A reference repeated within the batch is new only once.
                         Ok(new) => Ok(new.contains(e.event_ref.as_str())
                             && answered.insert(e.event_ref.as_str())),
-                        Err(err) => Err(err.to_string()),
+                        Err(cause) => Err(cause.clone()),
                     });
             }
             drop(turn);
@@ -125,20 +128,18 @@ impl Store {
         written.await?;
         match answer.await {
             Ok(result) => result.map_err(StoreError::Shared),
-            Err(_) => Err(StoreError::Shared(
-                "the intake write lost its answer".into(),
-            )),
+            Err(_) => Err(LaneError::Unanswered.into()),
         }
     }
 
     /// Inserts events not accepted before and their deliveries, in one
     /// transaction; returns the references inserted. Subscriptions are read
-    /// for the whole batch in that transaction: on SQLite, synchronously on
-    /// the lane's connection, where reading them through the pool first
-    /// cost two hops to another thread per group and let the intake's
-    /// writes wait on them. Deliveries due now that this process's
-    /// dispatcher has room for are born leased to it and handed over after
-    /// the commit (`crate::handoff`).
+    /// for the whole batch inside that transaction (on SQLite,
+    /// synchronously on the lane's connection), never through the pool
+    /// before it: the group write waits on no other thread for what it
+    /// plans with, and plans from the snapshot it writes in. Deliveries due
+    /// now that this process's dispatcher has room for are born leased to
+    /// it and handed over after the commit (`crate::handoff`).
     ///
     /// Also returns whether any delivery was left due in the store (not
     /// handed over) for a claim to find.

@@ -13,8 +13,8 @@ pub(crate) mod intake;
 pub(crate) mod outbox;
 pub mod signals;
 
-use crate::db::tx::{text, Arg, WriteTx};
 use crate::db::marks::Marks;
+use crate::db::tx::{text, Arg, WriteTx};
 use crate::webhooks::deliveries::{
     delivery_from_row, mark_url_immutable, DeliveryRecord, NewDelivery,
 };
@@ -36,10 +36,10 @@ pub struct EventRecord {
     pub data: EventData,
 }
 
-/// An event's `data`: a JSON object, kept as the text it arrived in. It is
-/// stored and fanned out as text and parsed only by each attempt, which
-/// shapes it; building a tree of it at intake, only to serialise it back,
-/// cost the intake more than anything but its write.
+/// An event's `data`: a JSON object, kept as the text it arrived in. The
+/// intake never builds a tree of it: it is stored and fanned out as text
+/// and parsed only by each attempt, which shapes it (a tree built at
+/// intake would only be serialised back).
 #[derive(Debug, Clone)]
 pub struct EventData(Box<serde_json::value::RawValue>);
 
@@ -199,12 +199,13 @@ impl Store {
     /// Leases up to `limit` due deliveries to `owner` until `lease_until`.
     /// A lease that expired (its worker died) is claimable again.
     ///
-    /// The outer statement filters by reference only: repeating the
-    /// subquery's conditions there let SQLite scan every pending row (seconds
-    /// with a million waiting for retry). The subquery's rows cannot change
-    /// before the update: SQLite's write transaction is exclusive, and
-    /// PostgreSQL locks them (`FOR UPDATE SKIP LOCKED`, whose conditions are
-    /// re-checked on the locked rows).
+    /// The subquery alone applies the claimable condition
+    /// (`statements::claimable`); the outer statement filters by reference
+    /// only, since with the condition repeated there SQLite plans a scan of
+    /// every pending row, however few are due. The subquery's rows cannot
+    /// change before the update: SQLite's write transaction is exclusive,
+    /// and PostgreSQL locks them (`FOR UPDATE SKIP LOCKED`, whose conditions
+    /// are re-checked on the locked rows).
     pub async fn claim_due_deliveries(
         &self,
         owner: &str,
@@ -218,10 +219,10 @@ impl Store {
         };
         // An idle dispatcher polls often: finding nothing must not take the
         // writer (SQLite has one) from the writes that are waiting for it.
-        let due: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1 \
-             AND (lease_until IS NULL OR lease_until < $1) LIMIT 1",
-        )
+        let due: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT 1 FROM webhook_deliveries WHERE {} LIMIT 1",
+            statements::claimable("$1", "$1")
+        ))
         .bind(now.millis())
         .fetch_optional(self.pool())
         .await?;
@@ -231,9 +232,10 @@ impl Store {
         let sql = format!(
             "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
              WHERE delivery_ref IN \
-             (SELECT delivery_ref FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $3 \
-              AND (lease_until IS NULL OR lease_until < $3) ORDER BY next_attempt_at LIMIT {limit}{lock}) \
-             RETURNING *"
+             (SELECT delivery_ref FROM webhook_deliveries WHERE {} \
+              ORDER BY next_attempt_at LIMIT {limit}{lock}) \
+             RETURNING *",
+            statements::claimable("$3", "$3")
         );
         let (store, owner) = (self.clone(), owner.to_owned());
         self.on_lane(async move {
@@ -372,8 +374,8 @@ impl Store {
                 disable_endpoint(&mut tx, &r.endpoint_ref, now).await?;
             }
         }
-        // One statement per chunk of attempts: each statement is a round
-        // trip to the database, which dominated the profile.
+        // One statement per chunk of attempts, never one per attempt: each
+        // statement is a round trip to the database.
         for chunk in recorded.chunks(ATTEMPT_ROWS) {
             let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
@@ -417,11 +419,13 @@ impl Store {
         endpoint_ref: &Ref,
     ) -> Result<Option<Timestamp>, StoreError> {
         let since: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(started_at) FROM webhook_attempts WHERE endpoint_ref = $1 AND status = 'failed' \
+            "SELECT MIN(started_at) FROM webhook_attempts WHERE endpoint_ref = $1 AND status = $2 \
              AND started_at > COALESCE((SELECT MAX(started_at) FROM webhook_attempts \
-             WHERE endpoint_ref = $1 AND status = 'succeeded'), -1)",
+             WHERE endpoint_ref = $1 AND status = $3), -1)",
         )
         .bind(endpoint_ref.as_str())
+        .bind(AttemptStatus::Failed.as_str())
+        .bind(AttemptStatus::Succeeded.as_str())
         .fetch_one(self.pool())
         .await?;
         Ok(since.map(Timestamp::from_millis))
@@ -429,9 +433,10 @@ impl Store {
 
     /// Deliveries waiting for an attempt (pending), for the backlog gauge.
     pub async fn due_backlog(&self, now: Timestamp) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT COUNT(*) FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1",
-        )
+        Ok(sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM webhook_deliveries WHERE {} AND next_attempt_at <= $1",
+            statements::pending()
+        ))
         .bind(now.millis())
         .fetch_one(self.pool())
         .await?)
@@ -439,9 +444,10 @@ impl Store {
 
     /// The earliest time a pending delivery falls due, if any.
     pub async fn next_due_at(&self) -> Result<Option<Timestamp>, StoreError> {
-        let t: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(next_attempt_at) FROM webhook_deliveries WHERE status = 'pending'",
-        )
+        let t: Option<i64> = sqlx::query_scalar(&format!(
+            "SELECT MIN(next_attempt_at) FROM webhook_deliveries WHERE {}",
+            statements::pending()
+        ))
         .fetch_one(self.pool())
         .await?;
         Ok(t.map(Timestamp::from_millis))
@@ -492,8 +498,8 @@ pub(crate) async fn insert_deliveries(
 ) -> Result<std::collections::HashSet<String>, StoreError> {
     let mut created = std::collections::HashSet::new();
     let mut endpoints = std::collections::HashSet::new();
-    // Multi-row statements: each statement is a round trip to the
-    // database, which dominated the dispatcher's profile.
+    // One statement per chunk of deliveries, never one per delivery: each
+    // statement is a round trip to the database.
     for chunk in rows.chunks(DELIVERY_ROWS) {
         let mut marks = Marks::new(backend);
         let values: Vec<String> = (0..chunk.len())
@@ -612,7 +618,11 @@ async fn update_leased(
         .collect())
 }
 
-async fn disable_endpoint(tx: &mut WriteTx, endpoint_ref: &Ref, now: i64) -> Result<(), StoreError> {
+async fn disable_endpoint(
+    tx: &mut WriteTx,
+    endpoint_ref: &Ref,
+    now: i64,
+) -> Result<(), StoreError> {
     let done = tx
         .execute(
             "UPDATE webhook_endpoints SET status = $1, updated_at = $2, version = version + 1 \
@@ -627,9 +637,13 @@ async fn disable_endpoint(tx: &mut WriteTx, endpoint_ref: &Ref, now: i64) -> Res
         .await?;
     if done == 1 {
         tx.execute(
-            "UPDATE webhook_deliveries SET status = 'held', next_attempt_at = NULL, version = version + 1 \
-             WHERE endpoint_ref = $1 AND status = 'pending' AND lease_owner IS NULL",
-            &[endpoint_ref.as_str().into()],
+            "UPDATE webhook_deliveries SET status = $1, next_attempt_at = NULL, version = version + 1 \
+             WHERE endpoint_ref = $2 AND status = $3 AND lease_owner IS NULL",
+            &[
+                DeliveryStatus::Held.as_str().into(),
+                endpoint_ref.as_str().into(),
+                DeliveryStatus::Pending.as_str().into(),
+            ],
         )
         .await?;
     }
@@ -642,8 +656,8 @@ async fn disable_endpoint(tx: &mut WriteTx, endpoint_ref: &Ref, now: i64) -> Res
 /// workers exactly as `claim_due_deliveries` does.
 impl Store {
     /// Leases to `owner` until `lease_until` those of `refs` that are
-    /// claimable now: pending, due (`next_attempt_at <= now`) and not held
-    /// by a live lease. A row another worker leases, or that has finished,
+    /// claimable now (`statements::is_claimable`): pending, due
+    /// (`next_attempt_at <= now`) and not held by a live lease. A row another worker leases, or that has finished,
     /// moved later or is held, is skipped; the leased records are returned
     /// in no particular order.
     pub async fn claim_deliveries_by_ref(
@@ -683,10 +697,7 @@ impl Store {
                 let status: String = row.try_get("status")?;
                 let due: Option<i64> = row.try_get("next_attempt_at")?;
                 let lease: Option<i64> = row.try_get("lease_until")?;
-                if status == DeliveryStatus::Pending.as_str()
-                    && due.is_some_and(|d| d <= now.millis())
-                    && lease.is_none_or(|l| l < now.millis())
-                {
+                if statements::is_claimable(&status, due, lease, now.millis()) {
                     claimable.push(row.try_get("delivery_ref")?);
                 }
             }
@@ -734,24 +745,63 @@ impl Store {
 
 /// The statements of the fleet's claim path, public so that a test can
 /// check their plans on PostgreSQL (`EXPLAIN`) with the very text that
-/// runs: each must cost the same per delivery whatever the backlog.
+/// runs: each must cost the same per delivery whatever the backlog. Also
+/// the one definition of a claimable delivery (`claimable`,
+/// `is_claimable`), which every statement that looks for due work uses.
 pub mod statements {
     use crate::Backend;
+    use domain::webhook::DeliveryStatus;
+
+    /// `status = 'pending'`, the predicate of the partial due-time index
+    /// (`webhook_deliveries_due_at`, migration 0003), word for word. The
+    /// state is written into the text, never bound: a planner uses a
+    /// partial index only for a statement whose text implies its
+    /// predicate, and a bound value does not (a generic plan on
+    /// PostgreSQL). Every statement meant to walk that index says this.
+    pub fn pending() -> String {
+        format!("status = '{}'", DeliveryStatus::Pending.as_str())
+    }
+
+    /// The condition that makes a delivery claimable: pending, due by
+    /// `due_by`, and not held by a live lease (none, or one that ended
+    /// before `lease_ended_before`); both are bind marks, the same one or
+    /// two. `is_claimable` is the same rule over a row already read.
+    pub fn claimable(due_by: &str, lease_ended_before: &str) -> String {
+        format!(
+            "{} AND next_attempt_at <= {due_by} \
+             AND (lease_until IS NULL OR lease_until < {lease_ended_before})",
+            pending()
+        )
+    }
+
+    /// `claimable` for a row read with `status`, `next_attempt_at` and
+    /// `lease_until`, at `now` (Unix milliseconds).
+    pub fn is_claimable(
+        status: &str,
+        next_attempt_at: Option<i64>,
+        lease_until: Option<i64>,
+        now: i64,
+    ) -> bool {
+        status == DeliveryStatus::Pending.as_str()
+            && next_attempt_at.is_some_and(|due| due <= now)
+            && lease_until.is_none_or(|until| until < now)
+    }
 
     /// Run first in PostgreSQL transactions whose statements address a
     /// bounded set of deliveries by primary key (claims, records,
-    /// releases). On a table of some tens of thousands of rows the planner
-    /// prefers a sequential scan to a few hundred key lookups, and every
-    /// claim then reads the whole table; a plan whose cost follows the
-    /// rows asked for, not the table, is the one wanted at any size.
+    /// releases), so that their cost follows the rows they address, never
+    /// the table's size: with statistics, the planner prefers a sequential
+    /// scan to a few hundred key lookups once the table is large enough,
+    /// and every claim would then read the whole table.
     pub const BY_PRIMARY_KEY: &str = "SET LOCAL enable_seqscan = off";
 
     /// Locks the rows of `n` references (`$1`…) and reads what decides
-    /// whether each is claimable. By primary key alone: with a claimability
-    /// condition here, a planner with statistics prefers the partial
-    /// due-time index and scans the whole due backlog for every claim. Rows
-    /// locked by a concurrent claimer are skipped, not waited for (that
-    /// claimer leases them), so two claimers never deadlock.
+    /// whether each is claimable (`is_claimable`). By primary key alone:
+    /// with the claimable condition here, a planner with statistics
+    /// prefers the partial due-time index and scans the whole due backlog
+    /// for every claim. Rows locked by a concurrent claimer are skipped,
+    /// not waited for (that claimer leases them), so two claimers never
+    /// deadlock.
     pub fn lock_by_ref(backend: Backend, n: usize) -> String {
         let lock = match backend {
             Backend::Postgres => " FOR UPDATE SKIP LOCKED",
@@ -779,9 +829,76 @@ pub mod statements {
     pub fn pending_due(limit: u32) -> String {
         format!(
             "SELECT delivery_ref, next_attempt_at FROM webhook_deliveries \
-             WHERE status = 'pending' AND next_attempt_at <= $1 \
-             AND (lease_until IS NULL OR lease_until < $2) \
-             ORDER BY next_attempt_at LIMIT {limit}"
+             WHERE {} ORDER BY next_attempt_at LIMIT {limit}",
+            claimable("$1", "$2")
         )
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// The partial index's predicate, as each engine's migration 0003
+        /// creates it.
+        #[test]
+        fn pending_is_the_due_time_index_predicate() {
+            for migration in [
+                include_str!("../../migrations/postgres/0003_dispatch.sql"),
+                include_str!("../../migrations/sqlite/0003_dispatch.sql"),
+            ] {
+                let index = migration
+                    .lines()
+                    .find(|l| l.contains("INDEX webhook_deliveries_due_at "))
+                    .expect("the due-time index");
+                assert!(index.ends_with(&format!("WHERE {};", pending())), "{index}");
+            }
+            for sql in [claimable("$1", "$2"), pending_due(10)] {
+                assert!(sql.contains(&pending()), "{sql}");
+            }
+        }
+
+        /// The SQL condition and the check of a row read agree, row by row.
+        #[test]
+        fn claimable_in_sql_and_in_rust_agree() {
+            let conn = rusqlite::Connection::open_in_memory().unwrap();
+            conn.execute_batch(
+                "CREATE TABLE webhook_deliveries (delivery_ref TEXT PRIMARY KEY, status TEXT, \
+                 next_attempt_at BIGINT, lease_until BIGINT)",
+            )
+            .unwrap();
+            let now = 1_000;
+            let mut rows = Vec::new();
+            for status in DeliveryStatus::ALL {
+                for due in [None, Some(now - 1), Some(now), Some(now + 1)] {
+                    for lease in [None, Some(now - 1), Some(now), Some(now + 1)] {
+                        let r = format!("wdl_{}", rows.len());
+                        conn.execute(
+                            "INSERT INTO webhook_deliveries VALUES (?1, ?2, ?3, ?4)",
+                            rusqlite::params![r, status.as_str(), due, lease],
+                        )
+                        .unwrap();
+                        rows.push((r, is_claimable(status.as_str(), due, lease, now)));
+                    }
+                }
+            }
+            let sql = format!(
+                "SELECT delivery_ref FROM webhook_deliveries WHERE {}",
+                claimable("?1", "?1")
+            );
+            let mut stmt = conn.prepare(&sql).unwrap();
+            let found: std::collections::HashSet<String> = stmt
+                .query_map([now], |row| row.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            for (r, claimable) in &rows {
+                assert_eq!(found.contains(r), *claimable, "{r}");
+            }
+            assert_eq!(
+                found.len(),
+                4,
+                "pending, due (two times) and lease free or ended (two)"
+            );
+        }
     }
 }

@@ -9,8 +9,8 @@
 //!
 //! This module never talks to a queue; it only keeps the rows.
 
-use crate::dispatch::{event_from_row, EventRecord};
 use crate::db::marks::Marks;
+use crate::dispatch::{event_from_row, EventRecord};
 use crate::{Backend, Store, StoreError};
 use domain::{Ref, Timestamp};
 

@@ -12,7 +12,7 @@
 //! the source of truth. A lost listener connection counts as a signal
 //! (notifications may have been missed meanwhile).
 
-use crate::{Backend, Store, StoreError};
+use crate::{Store, StoreError};
 use sqlx::postgres::PgListener;
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,18 +95,6 @@ impl Store {
             listener,
             url,
         }
-    }
-
-    /// `signal_due` for a write made outside a transaction of ours (a
-    /// single statement that committed on its own).
-    pub(crate) async fn signal_due_now(&self) -> Result<(), StoreError> {
-        if self.backend() == Backend::Postgres {
-            sqlx::query(&format!("NOTIFY {CHANNEL}"))
-                .execute(self.writer())
-                .await?;
-        }
-        self.due_signalled();
-        Ok(())
     }
 
     /// The in-process half of the signal, after the write committed; also

@@ -2,15 +2,15 @@
 //! receive. At most one is active per endpoint; the history is kept.
 //! Revoking (or superseding) a grant redacts the endpoint's stored bodies
 //! that hold data the endpoint is no longer covered for, in the same
-//! transaction.
+//! transaction: `create` and `revoke` take the caller's `WriteTx`.
 
 use super::endpoints::EndpointRecord;
 use super::{json_col, to_json};
 use crate::admin::service_accounts::opt_ts;
+use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::webhook::{BodyStatus, DataClass, DataProfileGrantStatus, Purpose};
 use domain::{Ref, Timestamp};
-use sqlx::Row;
 
 #[derive(Debug, Clone)]
 pub struct DataProfileGrantRecord {
@@ -39,111 +39,114 @@ pub struct StoredBody<'a> {
     pub payload: &'a str,
 }
 
-fn from_row(row: &sqlx::any::AnyRow) -> Result<DataProfileGrantRecord, StoreError> {
-    let purpose: String = row.try_get("purpose")?;
-    let status: String = row.try_get("status")?;
+fn from_row(row: &impl Columns) -> Result<DataProfileGrantRecord, StoreError> {
+    let purpose = text(row, "purpose")?;
+    let status = text(row, "status")?;
     let classes: Vec<String> = json_col(row, "data_classes")?;
     Ok(DataProfileGrantRecord {
-        endpoint_ref: Ref::from_trusted(row.try_get("endpoint_ref")?),
+        endpoint_ref: Ref::from_trusted(text(row, "endpoint_ref")?),
         purpose: Purpose::parse(&purpose).ok_or_else(|| StoreError::Corrupt(purpose))?,
-        reason: row.try_get("reason")?,
+        reason: text(row, "reason")?,
         data_classes: classes.iter().filter_map(|c| DataClass::parse(c)).collect(),
         custom_field_refs: json_col(row, "custom_field_refs")?,
         status: DataProfileGrantStatus::parse(&status)
             .ok_or_else(|| StoreError::Corrupt(status))?,
-        created_at: Timestamp::from_millis(row.try_get("created_at")?),
+        created_at: Timestamp::from_millis(int(row, "created_at")?),
         revoked_at: opt_ts(row, "revoked_at")?,
     })
 }
 
-type Tx = sqlx::Transaction<'static, sqlx::Any>;
-
-impl Store {
-    /// Creates the endpoint's active grant, revoking the previous one.
-    /// `redact` says which stored bodies the new grant no longer covers.
-    pub async fn create_data_profile_grant(
-        &self,
-        endpoint: &EndpointRecord,
-        new: NewDataProfileGrant,
-        redact: impl Fn(&StoredBody<'_>) -> bool,
-    ) -> Result<DataProfileGrantRecord, StoreError> {
-        let now = Timestamp::now().millis();
-        let mut tx = self.write_tx().await?;
-        // The grant changes what the endpoint receives: its version moves,
-        // so cached views of it (the dispatcher's) are refreshed.
-        sqlx::query("UPDATE webhook_endpoints SET updated_at = $1, version = version + 1 WHERE endpoint_ref = $2")
-            .bind(now)
-            .bind(endpoint.endpoint_ref.as_str())
-            .execute(&mut *tx)
-            .await?;
-        let superseded = revoke_active(
-            &mut tx,
-            &endpoint.endpoint_ref,
-            now,
-            "superseded by a new grant",
+/// Creates the endpoint's active grant, revoking the previous one.
+/// `redact` says which stored bodies the new grant no longer covers.
+/// `Duplicate` when another grant became active concurrently.
+pub async fn create(
+    tx: &mut WriteTx,
+    endpoint: &EndpointRecord,
+    new: NewDataProfileGrant,
+    redact: impl Fn(&StoredBody<'_>) -> bool,
+) -> Result<DataProfileGrantRecord, StoreError> {
+    let now = Timestamp::now().millis();
+    // The grant changes what the endpoint receives: its version moves,
+    // so cached views of it (the dispatcher's) are refreshed.
+    tx.execute(
+        "UPDATE webhook_endpoints SET updated_at = $1, version = version + 1 \
+         WHERE endpoint_ref = $2",
+        &[now.into(), endpoint.endpoint_ref.as_str().into()],
+    )
+    .await?;
+    let superseded =
+        revoke_active(tx, &endpoint.endpoint_ref, now, "superseded by a new grant").await?;
+    let grant_id = Ref::generate(domain::Prefix::WebhookEndpoint)
+        .as_str()
+        .replacen("whep_", "dpg_", 1);
+    let classes: Vec<&str> = new.data_classes.iter().map(|c| c.as_str()).collect();
+    let classes = to_json(&classes);
+    let custom_field_refs = to_json(&new.custom_field_refs);
+    let rows = tx
+        .fetch(
+            "INSERT INTO webhook_data_profile_grants (grant_id, endpoint_ref, environment_ref, \
+             purpose, reason, data_classes, custom_field_refs, status, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING *",
+            &[
+                (&grant_id).into(),
+                endpoint.endpoint_ref.as_str().into(),
+                endpoint.environment_ref.as_str().into(),
+                new.purpose.as_str().into(),
+                (&new.reason).into(),
+                (&classes).into(),
+                (&custom_field_refs).into(),
+                DataProfileGrantStatus::Active.as_str().into(),
+                now.into(),
+            ],
         )
         .await?;
-        let classes: Vec<&str> = new.data_classes.iter().map(|c| c.as_str()).collect();
-        let row = sqlx::query(
-            "INSERT INTO webhook_data_profile_grants (grant_id, endpoint_ref, environment_ref, purpose, \
-             reason, data_classes, custom_field_refs, status, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'active', $8) RETURNING *",
-        )
-        .bind(Ref::generate(domain::Prefix::WebhookEndpoint).as_str().replacen("whep_", "dpg_", 1))
-        .bind(endpoint.endpoint_ref.as_str())
-        .bind(endpoint.environment_ref.as_str())
-        .bind(new.purpose.as_str())
-        .bind(&new.reason)
-        .bind(to_json(&classes))
-        .bind(to_json(&new.custom_field_refs))
-        .bind(now)
-        .fetch_one(&mut *tx)
-        .await?;
-        if superseded.is_some() {
-            redact_bodies(&mut tx, &endpoint.endpoint_ref, &redact).await?;
-        }
-        tx.commit().await?;
-        from_row(&row)
+    let grant = from_row(rows.first().ok_or(StoreError::Duplicate)?)?;
+    if superseded.is_some() {
+        redact_bodies(tx, &endpoint.endpoint_ref, &redact).await?;
     }
+    Ok(grant)
+}
 
-    /// Revokes the endpoint's active grant if the endpoint is still at its
-    /// read version; `NotFound` when none is active.
-    pub async fn revoke_data_profile_grant(
-        &self,
-        endpoint: &EndpointRecord,
-        reason: &str,
-        redact: impl Fn(&StoredBody<'_>) -> bool,
-    ) -> Result<DataProfileGrantRecord, StoreError> {
-        let now = Timestamp::now().millis();
-        let mut tx = self.write_tx().await?;
-        let bumped = sqlx::query(
+/// Revokes the endpoint's active grant if the endpoint is still at its
+/// read version, redacting the stored bodies no longer covered; `NotFound`
+/// when none is active.
+pub async fn revoke(
+    tx: &mut WriteTx,
+    endpoint: &EndpointRecord,
+    reason: &str,
+    redact: impl Fn(&StoredBody<'_>) -> bool,
+) -> Result<DataProfileGrantRecord, StoreError> {
+    let now = Timestamp::now().millis();
+    let bumped = tx
+        .execute(
             "UPDATE webhook_endpoints SET updated_at = $1, version = version + 1 \
              WHERE endpoint_ref = $2 AND version = $3",
+            &[
+                now.into(),
+                endpoint.endpoint_ref.as_str().into(),
+                endpoint.version.into(),
+            ],
         )
-        .bind(now)
-        .bind(endpoint.endpoint_ref.as_str())
-        .bind(endpoint.version)
-        .execute(&mut *tx)
         .await?;
-        if bumped.rows_affected() != 1 {
-            return Err(StoreError::Conflict);
-        }
-        let revoked = revoke_active(&mut tx, &endpoint.endpoint_ref, now, reason)
-            .await?
-            .ok_or(StoreError::NotFound)?;
-        redact_bodies(&mut tx, &endpoint.endpoint_ref, &redact).await?;
-        tx.commit().await?;
-        Ok(revoked)
+    if bumped != 1 {
+        return Err(StoreError::Conflict);
     }
+    let revoked = revoke_active(tx, &endpoint.endpoint_ref, now, reason)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    redact_bodies(tx, &endpoint.endpoint_ref, &redact).await?;
+    Ok(revoked)
+}
 
+impl Store {
     pub async fn list_data_profile_grants(
         &self,
         environment_ref: &Ref,
         endpoint_ref: &Ref,
     ) -> Result<Vec<DataProfileGrantRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT * FROM webhook_data_profile_grants WHERE environment_ref = $1 AND endpoint_ref = $2 \
-             ORDER BY created_at DESC, grant_id DESC",
+            "SELECT * FROM webhook_data_profile_grants WHERE environment_ref = $1 \
+             AND endpoint_ref = $2 ORDER BY created_at DESC, grant_id DESC",
         )
         .bind(environment_ref.as_str())
         .bind(endpoint_ref.as_str())
@@ -157,9 +160,10 @@ impl Store {
         endpoint_ref: &Ref,
     ) -> Result<Option<DataProfileGrantRecord>, StoreError> {
         let row = sqlx::query(
-            "SELECT * FROM webhook_data_profile_grants WHERE endpoint_ref = $1 AND status = 'active'",
+            "SELECT * FROM webhook_data_profile_grants WHERE endpoint_ref = $1 AND status = $2",
         )
         .bind(endpoint_ref.as_str())
+        .bind(DataProfileGrantStatus::Active.as_str())
         .fetch_optional(self.pool())
         .await?;
         row.as_ref().map(from_row).transpose()
@@ -167,51 +171,59 @@ impl Store {
 }
 
 async fn revoke_active(
-    tx: &mut Tx,
+    tx: &mut WriteTx,
     endpoint_ref: &Ref,
     now: i64,
     reason: &str,
 ) -> Result<Option<DataProfileGrantRecord>, StoreError> {
-    let row = sqlx::query(
-        "UPDATE webhook_data_profile_grants SET status = 'revoked', revoked_at = $1, revoke_reason = $2 \
-         WHERE endpoint_ref = $3 AND status = 'active' RETURNING *",
-    )
-    .bind(now)
-    .bind(reason)
-    .bind(endpoint_ref.as_str())
-    .fetch_optional(&mut **tx)
-    .await?;
-    row.as_ref().map(from_row).transpose()
+    let rows = tx
+        .fetch(
+            "UPDATE webhook_data_profile_grants SET status = $1, revoked_at = $2, \
+             revoke_reason = $3 WHERE endpoint_ref = $4 AND status = $5 RETURNING *",
+            &[
+                DataProfileGrantStatus::Revoked.as_str().into(),
+                now.into(),
+                reason.into(),
+                endpoint_ref.as_str().into(),
+                DataProfileGrantStatus::Active.as_str().into(),
+            ],
+        )
+        .await?;
+    rows.first().map(from_row).transpose()
 }
 
 async fn redact_bodies(
-    tx: &mut Tx,
+    tx: &mut WriteTx,
     endpoint_ref: &Ref,
     redact: &impl Fn(&StoredBody<'_>) -> bool,
 ) -> Result<u64, StoreError> {
-    let rows = sqlx::query(
-        "SELECT delivery_ref, public_event_type, dto_version, payload FROM webhook_deliveries \
-         WHERE endpoint_ref = $1 AND body_status = $2 AND payload IS NOT NULL",
-    )
-    .bind(endpoint_ref.as_str())
-    .bind(BodyStatus::Available.as_str())
-    .fetch_all(&mut **tx)
-    .await?;
+    let rows = tx
+        .fetch(
+            "SELECT delivery_ref, public_event_type, dto_version, payload FROM webhook_deliveries \
+             WHERE endpoint_ref = $1 AND body_status = $2 AND payload IS NOT NULL",
+            &[
+                endpoint_ref.as_str().into(),
+                BodyStatus::Available.as_str().into(),
+            ],
+        )
+        .await?;
     let mut redacted = 0;
-    for row in rows {
-        let payload: String = row.try_get("payload")?;
-        let event_type: String = row.try_get("public_event_type")?;
+    for row in &rows {
+        let payload = text(row, "payload")?;
+        let event_type = text(row, "public_event_type")?;
         let body = StoredBody {
             public_event_type: &event_type,
-            dto_version: row.try_get::<i64, _>("dto_version")? as u32,
+            dto_version: int(row, "dto_version")? as u32,
             payload: &payload,
         };
         if redact(&body) {
-            sqlx::query("UPDATE webhook_deliveries SET body_status = $1, payload = NULL WHERE delivery_ref = $2")
-                .bind(BodyStatus::Redacted.as_str())
-                .bind(row.try_get::<String, _>("delivery_ref")?)
-                .execute(&mut **tx)
-                .await?;
+            let delivery_ref = text(row, "delivery_ref")?;
+            tx.execute(
+                "UPDATE webhook_deliveries SET body_status = $1, payload = NULL \
+                 WHERE delivery_ref = $2",
+                &[BodyStatus::Redacted.as_str().into(), (&delivery_ref).into()],
+            )
+            .await?;
             redacted += 1;
         }
     }

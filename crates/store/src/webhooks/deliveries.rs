@@ -1,15 +1,17 @@
 //! Deliveries (one notification to one endpoint, in generations) and their
-//! attempts.
+//! attempts. The API's writes (`create` for a test send, `start_generation`
+//! for a redrive) take the caller's `WriteTx`; the dispatcher's writes are
+//! in `crate::dispatch`, which shares `mark_url_immutable` and
+//! `delivery_from_row` with them.
 
 use super::to_json;
-use crate::db::tx::Arg as Value;
-use crate::db::tx::{int, text, Columns, WriteTx};
-use crate::db::page::{fetch_page, Arg, Page, PageRequest};
 use crate::admin::service_accounts::opt_ts;
+use crate::db::page::{fetch_page, Arg, Page, PageRequest};
+use crate::db::tx::Arg as Value;
+use crate::db::tx::{int, text, CellRow, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus};
 use domain::{Prefix, Ref, Timestamp};
-use sqlx::Row;
 
 #[derive(Debug, Clone)]
 pub struct DeliveryRecord {
@@ -102,49 +104,71 @@ pub(crate) fn delivery_from_row(row: &impl Columns) -> Result<DeliveryRecord, St
     })
 }
 
-fn attempt_from_row(row: &sqlx::any::AnyRow) -> Result<AttemptRecord, StoreError> {
-    let status: String = row.try_get("status")?;
+fn attempt_from_row(row: &impl Columns) -> Result<AttemptRecord, StoreError> {
+    let status = text(row, "status")?;
     Ok(AttemptRecord {
-        attempt_ref: Ref::from_trusted(row.try_get("attempt_ref")?),
-        delivery_ref: Ref::from_trusted(row.try_get("delivery_ref")?),
-        generation: row.try_get::<i64, _>("generation")? as u32,
-        attempt_number: row.try_get::<i64, _>("attempt_number")? as u32,
+        attempt_ref: Ref::from_trusted(text(row, "attempt_ref")?),
+        delivery_ref: Ref::from_trusted(text(row, "delivery_ref")?),
+        generation: int(row, "generation")? as u32,
+        attempt_number: int(row, "attempt_number")? as u32,
         status: AttemptStatus::parse(&status).ok_or_else(|| StoreError::Corrupt(status))?,
-        response_status: row
-            .try_get::<Option<i64>, _>("response_status")?
-            .map(|s| s as u16),
-        error: row.try_get("error")?,
-        response_body_excerpt: row.try_get("response_body_excerpt")?,
-        duration_ms: row.try_get("duration_ms")?,
-        started_at: Timestamp::from_millis(row.try_get("started_at")?),
+        response_status: row.int("response_status")?.map(|s| s as u16),
+        error: row.text("error")?,
+        response_body_excerpt: row.text("response_body_excerpt")?,
+        duration_ms: int(row, "duration_ms")?,
+        started_at: Timestamp::from_millis(int(row, "started_at")?),
         next_attempt_at: opt_ts(row, "next_attempt_at")?,
-        created_at: Timestamp::from_millis(row.try_get("created_at")?),
+        created_at: Timestamp::from_millis(int(row, "created_at")?),
     })
 }
 
-impl Store {
-    /// Records a new delivery (generation 1, due now unless held) and marks
-    /// its endpoint's url immutable, in one transaction. `Duplicate` when
-    /// the (event, endpoint, dto_version) delivery exists already.
-    pub async fn create_delivery(&self, new: NewDelivery) -> Result<DeliveryRecord, StoreError> {
-        let mut tx = self.write_tx().await?;
-        let now = Timestamp::now().millis();
-        let row = insert_delivery(&mut tx, &new, Some(&new.payload), now)
-            .await?
-            .ok_or(StoreError::Duplicate)?;
-        let mut tx = WriteTx::new(crate::db::tx::Conn::Sqlx(tx), self.backend(), Some(self.wake()));
-        mark_url_immutable(&mut tx, self.backend(), &[new.endpoint_ref.as_str()], now).await?;
-        let due = new.status == DeliveryStatus::Pending;
-        if due {
-            tx.signal_due().await?;
-        }
-        tx.commit().await?;
-        if due {
-            self.due_signalled();
-        }
-        delivery_from_row(&row)
+/// Records a new delivery (generation 1, due now unless held) and marks
+/// its endpoint's url immutable. `Duplicate` when the (event, endpoint,
+/// dto_version) delivery exists already.
+pub async fn create(tx: &mut WriteTx, new: NewDelivery) -> Result<DeliveryRecord, StoreError> {
+    let now = Timestamp::now().millis();
+    let row = insert_delivery(tx, &new, Some(&new.payload), now)
+        .await?
+        .ok_or(StoreError::Duplicate)?;
+    let backend = tx.backend();
+    mark_url_immutable(tx, backend, &[new.endpoint_ref.as_str()], now).await?;
+    if new.status == DeliveryStatus::Pending {
+        tx.signal_due().await?;
     }
+    delivery_from_row(&row)
+}
 
+/// Starts the next generation of a delivery in `status` (pending or
+/// held), if the delivery is still at its read version.
+pub async fn start_generation(
+    tx: &mut WriteTx,
+    current: &DeliveryRecord,
+    status: DeliveryStatus,
+) -> Result<DeliveryRecord, StoreError> {
+    let now = Timestamp::now().millis();
+    let due = (status == DeliveryStatus::Pending).then_some(now);
+    let rows = tx
+        .fetch(
+            "UPDATE webhook_deliveries SET generation = generation + 1, attempt_count = 0, \
+             status = $1, next_attempt_at = $2, updated_at = $3, version = version + 1 \
+             WHERE delivery_ref = $4 AND version = $5 RETURNING *",
+            &[
+                status.as_str().into(),
+                due.into(),
+                now.into(),
+                current.delivery_ref.as_str().into(),
+                current.version.into(),
+            ],
+        )
+        .await?;
+    let record = delivery_from_row(rows.first().ok_or(StoreError::Conflict)?)?;
+    if due.is_some() {
+        tx.signal_due().await?;
+    }
+    Ok(record)
+}
+
+impl Store {
     pub async fn delivery(
         &self,
         environment_ref: &Ref,
@@ -214,25 +238,26 @@ impl Store {
     ) -> Result<Vec<AttemptStatus>, StoreError> {
         // The newest of each status, merged: each side is an index seek on
         // (endpoint_ref, status, started_at).
-        let newest = |status: AttemptStatus| {
+        let newest = |status: &str, alias: &str| {
             format!(
                 "SELECT * FROM (SELECT status, started_at, attempt_ref FROM webhook_attempts \
-                 WHERE endpoint_ref = $1 AND status = '{}' \
-                 ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}) AS {0}",
-                status.as_str()
+                 WHERE endpoint_ref = $1 AND status = {status} \
+                 ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}) AS {alias}"
             )
         };
         let rows = sqlx::query(&format!(
             "{} UNION ALL {} ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}",
-            newest(AttemptStatus::Succeeded),
-            newest(AttemptStatus::Failed)
+            newest("$2", "succeeded"),
+            newest("$3", "failed")
         ))
         .bind(endpoint_ref.as_str())
+        .bind(AttemptStatus::Succeeded.as_str())
+        .bind(AttemptStatus::Failed.as_str())
         .fetch_all(self.pool())
         .await?;
         rows.iter()
             .map(|r| {
-                let s: String = r.try_get("status")?;
+                let s = text(r, "status")?;
                 AttemptStatus::parse(&s).ok_or(StoreError::Corrupt(s))
             })
             .collect()
@@ -253,44 +278,12 @@ impl Store {
         match row {
             None => Ok(None),
             Some(r) => {
-                let s: String = r.try_get("status")?;
+                let s = text(&r, "status")?;
                 DeliveryStatus::parse(&s)
                     .map(Some)
                     .ok_or(StoreError::Corrupt(s))
             }
         }
-    }
-
-    /// Starts the next generation of a delivery in `status` (pending or
-    /// held), if the delivery is still at its read version.
-    pub async fn start_generation(
-        &self,
-        current: &DeliveryRecord,
-        status: DeliveryStatus,
-    ) -> Result<DeliveryRecord, StoreError> {
-        let now = Timestamp::now().millis();
-        let due = (status == DeliveryStatus::Pending).then_some(now);
-        let row = sqlx::query(
-            "UPDATE webhook_deliveries SET generation = generation + 1, attempt_count = 0, status = $1, \
-             next_attempt_at = $2, updated_at = $3, version = version + 1 \
-             WHERE delivery_ref = $4 AND version = $5 RETURNING *",
-        )
-        .bind(status.as_str())
-        .bind(due)
-        .bind(now)
-        .bind(current.delivery_ref.as_str())
-        .bind(current.version)
-        .fetch_optional(self.writer())
-        .await?
-        .ok_or(StoreError::Conflict)?;
-        if due.is_some() {
-            // The generation stands even if the signal is lost: the
-            // schedule's periodic pass finds it.
-            if let Err(e) = self.signal_due_now().await {
-                tracing::warn!(error = %e, "signalling a redriven delivery failed");
-            }
-        }
-        delivery_from_row(&row)
     }
 }
 
@@ -298,37 +291,42 @@ impl Store {
 /// new row, or `None` if it existed. The caller marks the endpoint's url
 /// immutable (`mark_url_immutable`) in the same transaction.
 pub(crate) async fn insert_delivery(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    tx: &mut WriteTx,
     new: &NewDelivery,
     payload: Option<&str>,
     now: i64,
-) -> Result<Option<sqlx::any::AnyRow>, StoreError> {
+) -> Result<Option<CellRow>, StoreError> {
     let due = (new.status == DeliveryStatus::Pending).then_some(now);
-    let row = sqlx::query(
-        "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, event_ref, \
-         public_event_type, dto_version, status, diagnostic, generation, attempt_count, \
-         next_attempt_at, occurred_at, event_data, match_reasons, body_status, payload, \
-         created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, 0, $9, $10, $11, $12, \
-         $13, $14, $15, $15) ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING RETURNING *",
-    )
-    .bind(Ref::generate(Prefix::WebhookDelivery).into_string())
-    .bind(new.environment_ref.as_str())
-    .bind(new.endpoint_ref.as_str())
-    .bind(new.event_ref.as_str())
-    .bind(&new.public_event_type)
-    .bind(new.dto_version as i64)
-    .bind(new.status.as_str())
-    .bind(new.diagnostic as i64)
-    .bind(due)
-    .bind(new.occurred_at.millis())
-    .bind(&new.event_data)
-    .bind(to_json(&new.match_reasons))
-    .bind(BodyStatus::Available.as_str())
-    .bind(payload)
-    .bind(now)
-    .fetch_optional(&mut **tx)
-    .await?;
-    Ok(row)
+    let delivery_ref = Ref::generate(Prefix::WebhookDelivery);
+    let match_reasons = to_json(&new.match_reasons);
+    let rows = tx
+        .fetch(
+            "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, \
+             event_ref, public_event_type, dto_version, status, diagnostic, generation, \
+             attempt_count, next_attempt_at, occurred_at, event_data, match_reasons, body_status, \
+             payload, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, 0, $9, \
+             $10, $11, $12, $13, $14, $15, $15) \
+             ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING RETURNING *",
+            &[
+                delivery_ref.as_str().into(),
+                new.environment_ref.as_str().into(),
+                new.endpoint_ref.as_str().into(),
+                new.event_ref.as_str().into(),
+                (&new.public_event_type).into(),
+                i64::from(new.dto_version).into(),
+                new.status.as_str().into(),
+                i64::from(new.diagnostic).into(),
+                due.into(),
+                new.occurred_at.millis().into(),
+                (&new.event_data).into(),
+                (&match_reasons).into(),
+                BodyStatus::Available.as_str().into(),
+                payload.into(),
+                now.into(),
+            ],
+        )
+        .await?;
+    Ok(rows.into_iter().next())
 }
 
 /// Fixes endpoints' urls once they have a delivery (`url_immutable`), in

@@ -1,14 +1,17 @@
 //! Webhook endpoints and their signing secret versions.
+//!
+//! The writes are functions of the caller's `WriteTx` (`create`,
+//! `set_status`, `update_secret_versions`) and return the record as the
+//! transaction sees it; the reads are `Store` methods on the read pool.
 
-use super::placeholders;
-use crate::db::tx::{int, text, Arg as ExecArg, Columns, WriteTx};
-use crate::db::page::{fetch_page, Arg, Page, PageRequest};
+use super::{one, placeholders};
 use crate::admin::service_accounts::opt_ts;
+use crate::db::page::{fetch_page, Arg, Page, PageRequest};
+use crate::db::tx::{int, text, Arg as ExecArg, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::webhook::secret_version::{SecretVersion, SecretVersionStatus};
 use domain::webhook::{DeliveryStatus, EndpointStatus};
 use domain::{Prefix, Ref, Timestamp};
-use sqlx::Row;
 
 #[derive(Debug, Clone)]
 pub struct EndpointRecord {
@@ -40,78 +43,206 @@ pub struct NewSecret {
     pub hint: String,
 }
 
-fn endpoint_from_row(row: &sqlx::any::AnyRow) -> Result<EndpointRecord, StoreError> {
-    let status: String = row.try_get("status")?;
+fn endpoint_from_row(row: &impl Columns) -> Result<EndpointRecord, StoreError> {
+    let status = text(row, "status")?;
     Ok(EndpointRecord {
-        endpoint_ref: Ref::from_trusted(row.try_get("endpoint_ref")?),
-        environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
-        url: row.try_get("url")?,
-        description: row.try_get("description")?,
+        endpoint_ref: Ref::from_trusted(text(row, "endpoint_ref")?),
+        environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
+        url: text(row, "url")?,
+        description: row.text("description")?,
         status: EndpointStatus::parse(&status).ok_or_else(|| StoreError::Corrupt(status))?,
-        url_immutable: row.try_get::<i64, _>("url_immutable")? != 0,
-        created_at: Timestamp::from_millis(row.try_get("created_at")?),
-        updated_at: Timestamp::from_millis(row.try_get("updated_at")?),
-        version: row.try_get("version")?,
+        url_immutable: int(row, "url_immutable")? != 0,
+        created_at: Timestamp::from_millis(int(row, "created_at")?),
+        updated_at: Timestamp::from_millis(int(row, "updated_at")?),
+        version: int(row, "version")?,
         secret_versions: Vec::new(),
     })
 }
 
-fn secret_from_row(row: &sqlx::any::AnyRow) -> Result<(String, StoredSecretVersion), StoreError> {
-    let status: String = row.try_get("status")?;
+fn secret_from_row(row: &impl Columns) -> Result<(String, StoredSecretVersion), StoreError> {
+    let status = text(row, "status")?;
     Ok((
-        row.try_get("endpoint_ref")?,
+        text(row, "endpoint_ref")?,
         StoredSecretVersion {
             meta: SecretVersion {
-                version: row.try_get::<i64, _>("version")? as u32,
+                version: int(row, "version")? as u32,
                 status: SecretVersionStatus::parse(&status)
                     .ok_or_else(|| StoreError::Corrupt(status))?,
-                created_at: Timestamp::from_millis(row.try_get("created_at")?),
+                created_at: Timestamp::from_millis(int(row, "created_at")?),
                 expires_at: opt_ts(row, "expires_at")?,
             },
-            ciphertext: row.try_get("secret_ciphertext")?,
-            hint: row.try_get("secret_hint")?,
+            ciphertext: text(row, "secret_ciphertext")?,
+            hint: text(row, "secret_hint")?,
         },
     ))
 }
 
-impl Store {
-    /// Creates an endpoint with secret version 1 (active), in one transaction.
-    pub async fn create_endpoint(
-        &self,
-        environment_ref: &Ref,
-        url: &str,
-        description: Option<&str>,
-        secret: NewSecret,
-    ) -> Result<EndpointRecord, StoreError> {
-        let now = Timestamp::now().millis();
-        let endpoint_ref = Ref::generate(Prefix::WebhookEndpoint);
-        let mut tx = self.write_tx().await?;
-        sqlx::query(
-            "INSERT INTO webhook_endpoints (endpoint_ref, environment_ref, url, description, status, \
-             created_at, updated_at) VALUES ($1, $2, $3, $4, 'active', $5, $5)",
-        )
-        .bind(endpoint_ref.as_str())
-        .bind(environment_ref.as_str())
-        .bind(url)
-        .bind(description)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO webhook_secret_versions (endpoint_ref, environment_ref, version, status, \
-             secret_ciphertext, secret_hint, created_at) VALUES ($1, $2, 1, 'active', $3, $4, $5)",
-        )
-        .bind(endpoint_ref.as_str())
-        .bind(environment_ref.as_str())
-        .bind(&secret.ciphertext)
-        .bind(&secret.hint)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        self.endpoint(environment_ref, &endpoint_ref).await
-    }
+/// An endpoint's secret versions, oldest first.
+const SECRET_VERSIONS: &str = "SELECT * FROM webhook_secret_versions \
+     WHERE endpoint_ref = $1 AND environment_ref = $2 ORDER BY version";
 
+/// Creates an endpoint with secret version 1 (active).
+pub async fn create(
+    tx: &mut WriteTx,
+    environment_ref: &Ref,
+    url: &str,
+    description: Option<&str>,
+    secret: NewSecret,
+) -> Result<EndpointRecord, StoreError> {
+    let now = Timestamp::now();
+    let endpoint_ref = Ref::generate(Prefix::WebhookEndpoint);
+    let rows = tx
+        .fetch(
+            "INSERT INTO webhook_endpoints (endpoint_ref, environment_ref, url, description, \
+             status, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $6) RETURNING *",
+            &[
+                endpoint_ref.as_str().into(),
+                environment_ref.as_str().into(),
+                url.into(),
+                description.into(),
+                EndpointStatus::Active.as_str().into(),
+                now.millis().into(),
+            ],
+        )
+        .await?;
+    let mut endpoint = endpoint_from_row(one(&rows)?)?;
+    let first = SecretVersion::initial(now);
+    let rows = tx
+        .fetch(
+            "INSERT INTO webhook_secret_versions (endpoint_ref, environment_ref, version, status, \
+             secret_ciphertext, secret_hint, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             RETURNING *",
+            &[
+                endpoint_ref.as_str().into(),
+                environment_ref.as_str().into(),
+                i64::from(first.version).into(),
+                first.status.as_str().into(),
+                (&secret.ciphertext).into(),
+                (&secret.hint).into(),
+                first.created_at.millis().into(),
+            ],
+        )
+        .await?;
+    endpoint
+        .secret_versions
+        .push(secret_from_row(one(&rows)?)?.1);
+    Ok(endpoint)
+}
+
+/// Moves an endpoint to `status` if it is still at its read version.
+/// Resuming releases its held deliveries (they become due).
+pub async fn set_status(
+    tx: &mut WriteTx,
+    current: &EndpointRecord,
+    status: EndpointStatus,
+) -> Result<EndpointRecord, StoreError> {
+    let now = Timestamp::now().millis();
+    let rows = tx
+        .fetch(
+            "UPDATE webhook_endpoints SET status = $1, updated_at = $2, version = version + 1 \
+             WHERE endpoint_ref = $3 AND version = $4 RETURNING *",
+            &[
+                status.as_str().into(),
+                now.into(),
+                current.endpoint_ref.as_str().into(),
+                current.version.into(),
+            ],
+        )
+        .await?;
+    let row = rows.first().ok_or(StoreError::Conflict)?;
+    if status == EndpointStatus::Active {
+        tx.execute(
+            "UPDATE webhook_deliveries SET status = $1, next_attempt_at = $2, updated_at = $2, \
+             version = version + 1 WHERE endpoint_ref = $3 AND status = $4",
+            &[
+                DeliveryStatus::Pending.as_str().into(),
+                now.into(),
+                current.endpoint_ref.as_str().into(),
+                DeliveryStatus::Held.as_str().into(),
+            ],
+        )
+        .await?;
+        tx.signal_due().await?;
+    }
+    with_secret_versions(tx, endpoint_from_row(row)?).await
+}
+
+/// Writes the new states of an endpoint's secret versions (and a new
+/// version, if any) if the endpoint is still at its read version.
+pub async fn update_secret_versions(
+    tx: &mut WriteTx,
+    current: &EndpointRecord,
+    versions: &[SecretVersion],
+    added: Option<(SecretVersion, NewSecret)>,
+) -> Result<EndpointRecord, StoreError> {
+    let now = Timestamp::now().millis();
+    let rows = tx
+        .fetch(
+            "UPDATE webhook_endpoints SET updated_at = $1, version = version + 1 \
+             WHERE endpoint_ref = $2 AND version = $3 RETURNING *",
+            &[
+                now.into(),
+                current.endpoint_ref.as_str().into(),
+                current.version.into(),
+            ],
+        )
+        .await?;
+    let row = rows.first().ok_or(StoreError::Conflict)?;
+    for v in versions {
+        tx.execute(
+            "UPDATE webhook_secret_versions SET status = $1, expires_at = $2 \
+             WHERE endpoint_ref = $3 AND version = $4",
+            &[
+                v.status.as_str().into(),
+                v.expires_at.map(Timestamp::millis).into(),
+                current.endpoint_ref.as_str().into(),
+                i64::from(v.version).into(),
+            ],
+        )
+        .await?;
+    }
+    if let Some((v, secret)) = added {
+        tx.execute(
+            "INSERT INTO webhook_secret_versions (endpoint_ref, environment_ref, version, status, \
+             secret_ciphertext, secret_hint, created_at, expires_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[
+                current.endpoint_ref.as_str().into(),
+                current.environment_ref.as_str().into(),
+                i64::from(v.version).into(),
+                v.status.as_str().into(),
+                (&secret.ciphertext).into(),
+                (&secret.hint).into(),
+                v.created_at.millis().into(),
+                v.expires_at.map(Timestamp::millis).into(),
+            ],
+        )
+        .await?;
+    }
+    with_secret_versions(tx, endpoint_from_row(row)?).await
+}
+
+/// `endpoint` with its secret versions as `tx` sees them.
+async fn with_secret_versions(
+    tx: &mut WriteTx,
+    mut endpoint: EndpointRecord,
+) -> Result<EndpointRecord, StoreError> {
+    for row in tx
+        .fetch(
+            SECRET_VERSIONS,
+            &[
+                endpoint.endpoint_ref.as_str().into(),
+                endpoint.environment_ref.as_str().into(),
+            ],
+        )
+        .await?
+    {
+        endpoint.secret_versions.push(secret_from_row(&row)?.1);
+    }
+    Ok(endpoint)
+}
+
+impl Store {
     /// The endpoint with its secret versions. The versions are read before
     /// the row: every change of the versions bumps the row's version, so a
     /// change committed between the two reads shows as a newer row version,
@@ -122,14 +253,11 @@ impl Store {
         environment_ref: &Ref,
         endpoint_ref: &Ref,
     ) -> Result<EndpointRecord, StoreError> {
-        let versions = sqlx::query(
-            "SELECT * FROM webhook_secret_versions WHERE endpoint_ref = $1 AND environment_ref = $2 \
-             ORDER BY version",
-        )
-        .bind(endpoint_ref.as_str())
-        .bind(environment_ref.as_str())
-        .fetch_all(self.pool())
-        .await?;
+        let versions = sqlx::query(SECRET_VERSIONS)
+            .bind(endpoint_ref.as_str())
+            .bind(environment_ref.as_str())
+            .fetch_all(self.pool())
+            .await?;
         let row = sqlx::query(
             "SELECT * FROM webhook_endpoints WHERE environment_ref = $1 AND endpoint_ref = $2",
         )
@@ -208,9 +336,9 @@ impl Store {
         .await?;
         rows.iter()
             .map(|row| {
-                let status: String = row.try_get("status")?;
+                let status = text(row, "status")?;
                 let status = EndpointStatus::parse(&status).ok_or(StoreError::Corrupt(status))?;
-                Ok((Ref::from_trusted(row.try_get("endpoint_ref")?), status))
+                Ok((Ref::from_trusted(text(row, "endpoint_ref")?), status))
             })
             .collect()
     }
@@ -230,108 +358,6 @@ impl Store {
             .iter()
             .map(version_entry)
             .collect()
-    }
-
-    /// Moves an endpoint to `status` if it is still at its read version.
-    /// Resuming releases its held deliveries in the same transaction.
-    pub async fn set_endpoint_status(
-        &self,
-        current: &EndpointRecord,
-        status: EndpointStatus,
-    ) -> Result<EndpointRecord, StoreError> {
-        let now = Timestamp::now().millis();
-        let mut tx = self.write_tx().await?;
-        let done = sqlx::query(
-            "UPDATE webhook_endpoints SET status = $1, updated_at = $2, version = version + 1 \
-             WHERE endpoint_ref = $3 AND version = $4",
-        )
-        .bind(status.as_str())
-        .bind(now)
-        .bind(current.endpoint_ref.as_str())
-        .bind(current.version)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() != 1 {
-            return Err(StoreError::Conflict);
-        }
-        if status == EndpointStatus::Active {
-            sqlx::query(
-                "UPDATE webhook_deliveries SET status = $1, next_attempt_at = $2, updated_at = $2, \
-                 version = version + 1 WHERE endpoint_ref = $3 AND status = $4",
-            )
-            .bind(DeliveryStatus::Pending.as_str())
-            .bind(now)
-            .bind(current.endpoint_ref.as_str())
-            .bind(DeliveryStatus::Held.as_str())
-            .execute(&mut *tx)
-            .await?;
-        }
-        let mut tx = WriteTx::new(crate::db::tx::Conn::Sqlx(tx), self.backend(), Some(self.wake()));
-        let resumed = status == EndpointStatus::Active;
-        if resumed {
-            tx.signal_due().await?;
-        }
-        tx.commit().await?;
-        if resumed {
-            self.due_signalled();
-        }
-        self.endpoint(&current.environment_ref, &current.endpoint_ref)
-            .await
-    }
-
-    /// Writes the new states of an endpoint's secret versions (and a new
-    /// version, if any) if the endpoint is still at its read version.
-    pub async fn update_secret_versions(
-        &self,
-        current: &EndpointRecord,
-        versions: &[SecretVersion],
-        added: Option<(SecretVersion, NewSecret)>,
-    ) -> Result<EndpointRecord, StoreError> {
-        let now = Timestamp::now().millis();
-        let mut tx = self.write_tx().await?;
-        let done = sqlx::query(
-            "UPDATE webhook_endpoints SET updated_at = $1, version = version + 1 \
-             WHERE endpoint_ref = $2 AND version = $3",
-        )
-        .bind(now)
-        .bind(current.endpoint_ref.as_str())
-        .bind(current.version)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() != 1 {
-            return Err(StoreError::Conflict);
-        }
-        for v in versions {
-            sqlx::query(
-                "UPDATE webhook_secret_versions SET status = $1, expires_at = $2 \
-                 WHERE endpoint_ref = $3 AND version = $4",
-            )
-            .bind(v.status.as_str())
-            .bind(v.expires_at.map(Timestamp::millis))
-            .bind(current.endpoint_ref.as_str())
-            .bind(v.version as i64)
-            .execute(&mut *tx)
-            .await?;
-        }
-        if let Some((v, secret)) = added {
-            sqlx::query(
-                "INSERT INTO webhook_secret_versions (endpoint_ref, environment_ref, version, status, \
-                 secret_ciphertext, secret_hint, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            )
-            .bind(current.endpoint_ref.as_str())
-            .bind(current.environment_ref.as_str())
-            .bind(v.version as i64)
-            .bind(v.status.as_str())
-            .bind(&secret.ciphertext)
-            .bind(&secret.hint)
-            .bind(v.created_at.millis())
-            .bind(v.expires_at.map(Timestamp::millis))
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        self.endpoint(&current.environment_ref, &current.endpoint_ref)
-            .await
     }
 }
 

@@ -4,6 +4,14 @@
 //! Secrets arrive here already encrypted; the store never sees a plaintext
 //! signing secret. JSON columns (`event_data`, `match_reasons`, lists of
 //! references) are stored as text and parsed at this boundary.
+//!
+//! Each module is the repository of its tables: its writes are free
+//! functions taking the caller's unit of work first
+//! (`endpoints::create(tx, …)`), so that a request's writes commit together,
+//! and read back what they wrote through that transaction (`RETURNING`, or a
+//! read on it). Its reads are `Store` methods on the read pool. One decoder
+//! per record reads rows of either (`crate::db::tx::Columns`), and state
+//! values are bound from the domain's enums, not written into the SQL.
 
 pub mod data_profiles;
 pub mod deliveries;
@@ -18,6 +26,17 @@ pub(crate) fn json_col<T: serde::de::DeserializeOwned>(
 ) -> Result<T, StoreError> {
     let text = crate::db::tx::text(row, col)?;
     serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
+}
+
+/// The one row a write returned.
+pub(crate) fn one<R>(rows: &[R]) -> Result<&R, StoreError> {
+    match rows {
+        [row] => Ok(row),
+        _ => Err(StoreError::Corrupt(format!(
+            "a write returned {} rows, not one",
+            rows.len()
+        ))),
+    }
 }
 
 pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {

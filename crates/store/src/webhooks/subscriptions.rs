@@ -72,37 +72,43 @@ pub(crate) async fn subscriptions_for_types(
         .collect()
 }
 
-impl Store {
-    /// `Duplicate` when the endpoint already has this type and scope.
-    pub async fn create_subscription(
-        &self,
-        environment_ref: &Ref,
-        endpoint_ref: &Ref,
-        new: NewSubscription<'_>,
-    ) -> Result<SubscriptionRecord, StoreError> {
-        let row = sqlx::query(
+/// Subscribes an endpoint; `Duplicate` when it already has this type and
+/// scope (the transaction stays usable).
+pub async fn create(
+    tx: &mut WriteTx,
+    environment_ref: &Ref,
+    endpoint_ref: &Ref,
+    new: NewSubscription<'_>,
+) -> Result<SubscriptionRecord, StoreError> {
+    let subscription_id = Ref::generate(domain::Prefix::WebhookEndpoint)
+        .as_str()
+        .replacen("whep_", "whsub_", 1);
+    let custom_field_refs = to_json(&new.custom_field_refs);
+    let rows = tx
+        .fetch(
             "INSERT INTO webhook_subscriptions (subscription_id, endpoint_ref, environment_ref, \
              public_event_type, scope_type, scope_ref, dto_version, custom_field_refs, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING *",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING *",
+            &[
+                (&subscription_id).into(),
+                endpoint_ref.as_str().into(),
+                environment_ref.as_str().into(),
+                new.public_event_type.into(),
+                new.scope_type.as_str().into(),
+                new.scope_ref.into(),
+                i64::from(new.dto_version).into(),
+                (&custom_field_refs).into(),
+                Timestamp::now().millis().into(),
+            ],
         )
-        .bind(
-            Ref::generate(domain::Prefix::WebhookEndpoint)
-                .as_str()
-                .replacen("whep_", "whsub_", 1),
-        )
-        .bind(endpoint_ref.as_str())
-        .bind(environment_ref.as_str())
-        .bind(new.public_event_type)
-        .bind(new.scope_type.as_str())
-        .bind(new.scope_ref)
-        .bind(new.dto_version as i64)
-        .bind(to_json(&new.custom_field_refs))
-        .bind(Timestamp::now().millis())
-        .fetch_one(self.writer())
         .await?;
-        from_row(&row)
+    match rows.first() {
+        Some(row) => from_row(row),
+        None => Err(StoreError::Duplicate),
     }
+}
 
+impl Store {
     pub async fn list_subscriptions(
         &self,
         environment_ref: &Ref,

@@ -16,6 +16,7 @@ use domain::principal::{
 use domain::secret::CredentialSecret;
 use domain::{Prefix, Timestamp};
 use serde::{Deserialize, Serialize};
+use store::admin::credentials;
 use store::{CredentialRecord, NewCredential, StoreError};
 use utoipa::ToSchema;
 
@@ -126,10 +127,8 @@ pub async fn issue(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         name: body.name.as_deref(),
         expires_at,
     };
-    let row = ctx
-        .store()
-        .issue_credential(ctx.env(), &account.principal_ref, new, &secret)
-        .await?;
+    let env = ctx.env().clone();
+    let row = credentials::issue(ctx.tx()?, &env, &account.principal_ref, new, &secret).await?;
     Ok(reply(&row, Some(&secret)))
 }
 
@@ -161,10 +160,7 @@ pub async fn rotate(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         )));
     }
     let secret = CredentialSecret::generate(ctx.caller.mode);
-    let row = ctx
-        .store()
-        .rotate_credential(&current, &secret, grace)
-        .await?;
+    let row = credentials::rotate(ctx.tx()?, &current, &secret, grace).await?;
     Ok(reply(&row, Some(&secret)))
 }
 
@@ -181,6 +177,6 @@ pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
             "a principal may not revoke the credential it is using",
         ));
     }
-    let row = ctx.store().revoke_credential(&current).await?;
+    let row = credentials::revoke(ctx.tx()?, &current).await?;
     Ok(reply(&row, None))
 }

@@ -11,6 +11,7 @@ use crate::operations::permissions;
 use crate::reply::Reply;
 use domain::principal::{GrantStatus, ServiceAccountStatus};
 use serde::{Deserialize, Serialize};
+use store::admin::grants;
 use store::{GrantRecord, StoreError};
 use utoipa::ToSchema;
 
@@ -96,14 +97,18 @@ pub async fn grant(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
             "a retired service account cannot get grants",
         ));
     }
-    let row = ctx
-        .store()
-        .grant_permission(ctx.env(), &account.principal_ref, &body.permission_action)
-        .await
-        .map_err(|e| match e {
-            StoreError::Duplicate => ApiError::semantic("the permission is already granted"),
-            e => e.into(),
-        })?;
+    let env = ctx.env().clone();
+    let row = grants::grant(
+        ctx.tx()?,
+        &env,
+        &account.principal_ref,
+        &body.permission_action,
+    )
+    .await
+    .map_err(|e| match e {
+        StoreError::Duplicate => ApiError::semantic("the permission is already granted"),
+        e => e.into(),
+    })?;
     Ok(reply(&row))
 }
 
@@ -132,16 +137,17 @@ pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
             "a principal may not revoke its own grants:manage_grant",
         ));
     }
-    let row = ctx
-        .store()
-        .revoke_grant(&account.principal_ref, &permission, account.version)
-        .await
-        .map_err(|e| match e {
-            // The grant was revoked by a concurrent request after our check.
-            StoreError::NotFound => {
-                ApiError::VersionConflict("the grant changed concurrently; retry")
-            }
-            e => e.into(),
-        })?;
+    let row = grants::revoke(
+        ctx.tx()?,
+        &account.principal_ref,
+        &permission,
+        account.version,
+    )
+    .await
+    .map_err(|e| match e {
+        // The grant was revoked by a concurrent request after our check.
+        StoreError::NotFound => ApiError::VersionConflict("the grant changed concurrently; retry"),
+        e => e.into(),
+    })?;
     Ok(reply(&row))
 }

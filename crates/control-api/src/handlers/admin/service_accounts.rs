@@ -10,6 +10,7 @@ use domain::etag::etag;
 use domain::principal::ServiceAccountStatus;
 use domain::{Prefix, Ref};
 use serde::{Deserialize, Serialize};
+use store::admin::service_accounts;
 use store::{ServiceAccountRecord, StoreError};
 use utoipa::ToSchema;
 
@@ -119,9 +120,8 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     if let Some(d) = &body.description {
         check_text("description", d, 0, 500)?;
     }
-    let row = ctx
-        .store()
-        .create_service_account(ctx.env(), &body.name, body.description.as_deref())
+    let env = ctx.env().clone();
+    let row = service_accounts::create(ctx.tx()?, &env, &body.name, body.description.as_deref())
         .await
         .map_err(|e| match e {
             StoreError::Duplicate => {
@@ -157,17 +157,13 @@ async fn transition(ctx: &mut Ctx, input: Input, step: Transition) -> Result<Rep
     let current = load(ctx, &input).await?;
     input.check_etag(&account_etag(&current))?;
     let next = step(current.status).map_err(|e| ApiError::semantic(e.to_string()))?;
-    let self_lockout =
-        next != ServiceAccountStatus::Active && is_self(ctx, &current.principal_ref);
+    let self_lockout = next != ServiceAccountStatus::Active && is_self(ctx, &current.principal_ref);
     if self_lockout {
         return Err(ApiError::semantic(
             "a principal may not suspend or retire itself",
         ));
     }
-    let row = ctx
-        .store()
-        .set_service_account_status(&current, next)
-        .await?;
+    let row = service_accounts::set_status(ctx.tx()?, &current, next).await?;
     Ok(reply(&row))
 }
 

@@ -12,6 +12,7 @@ use crate::reply::Reply;
 use domain::webhook::shaping::{holds_uncovered, GrantView};
 use domain::webhook::{DataClass, Purpose};
 use serde::{Deserialize, Serialize};
+use store::webhooks::data_profiles;
 use store::{DataProfileGrantRecord, NewDataProfileGrant, StoreError, StoredBody};
 use utoipa::ToSchema;
 
@@ -158,9 +159,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         data_classes: new.data_classes.clone(),
         custom_field_refs: new.custom_field_refs.clone(),
     };
-    let row = ctx
-        .store()
-        .create_data_profile_grant(&endpoint, new, uncovered(Some(&coverage)))
+    let row = data_profiles::create(ctx.tx()?, &endpoint, new, uncovered(Some(&coverage)))
         .await
         .map_err(|e| match e {
             StoreError::Duplicate => {
@@ -176,9 +175,7 @@ pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     check_reason(&body.reason)?;
     let endpoint = load_endpoint(ctx, &input).await?;
     input.check_etag(&endpoint_etag(&endpoint))?;
-    let row = ctx
-        .store()
-        .revoke_data_profile_grant(&endpoint, &body.reason, uncovered(None))
+    let row = data_profiles::revoke(ctx.tx()?, &endpoint, &body.reason, uncovered(None))
         .await
         .map_err(|e| match e {
             StoreError::NotFound => {

@@ -18,6 +18,7 @@ use domain::webhook::EndpointStatus;
 use domain::Timestamp;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+use store::webhooks::endpoints;
 use store::{EndpointRecord, NewSecret, StoredSecretVersion};
 use utoipa::ToSchema;
 
@@ -137,15 +138,16 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         check_resolved(&url).await?;
     }
     let secret = SigningSecret::generate();
-    let row = ctx
-        .store()
-        .create_endpoint(
-            ctx.env(),
-            url.as_str(),
-            body.description.as_deref(),
-            seal(ctx, &secret),
-        )
-        .await?;
+    let sealed = seal(ctx, &secret);
+    let env = ctx.env().clone();
+    let row = endpoints::create(
+        ctx.tx()?,
+        &env,
+        url.as_str(),
+        body.description.as_deref(),
+        sealed,
+    )
+    .await?;
     Ok(reply(&row, Some((1, &secret))))
 }
 
@@ -209,7 +211,7 @@ async fn transition(ctx: &mut Ctx, input: Input, step: Transition) -> Result<Rep
     let current = load_endpoint(ctx, &input).await?;
     input.check_etag(&endpoint_etag(&current))?;
     let next = step(current.status).map_err(|e| ApiError::semantic(e.to_string()))?;
-    let row = ctx.store().set_endpoint_status(&current, next).await?;
+    let row = endpoints::set_status(ctx.tx()?, &current, next).await?;
     Ok(reply(&row, None))
 }
 

@@ -1,6 +1,7 @@
 //! Redrive: start a new generation of a finished delivery, singly (with the
 //! delivery's ETag) or in batches of 1 to 100 (with `*` or a list of ETags),
-//! each item getting its own outcome.
+//! each item getting its own outcome. A batch is one unit of work: every
+//! generation it starts commits with the request, or none does.
 
 use super::deliveries::delivery_etag;
 use super::{check_reason, endpoint_by_ref, load_delivery};
@@ -11,6 +12,7 @@ use crate::reply::Reply;
 use domain::webhook::{DeliveryStatus, RedriveOutcome};
 use domain::{Prefix, Ref};
 use serde::{Deserialize, Serialize};
+use store::webhooks::deliveries;
 use store::{DeliveryRecord, StoreError};
 use utoipa::ToSchema;
 
@@ -44,8 +46,9 @@ pub struct BatchRedriveDto {
     pub results: Vec<RedriveOutcomeDto>,
 }
 
-/// Applies the redrive rule to a delivery the caller may act on.
-async fn redrive_one(ctx: &Ctx, delivery: &DeliveryRecord) -> Result<RedriveOutcome, ApiError> {
+/// Applies the redrive rule to a delivery the caller may act on, writing
+/// in the request's transaction.
+async fn redrive_one(ctx: &mut Ctx, delivery: &DeliveryRecord) -> Result<RedriveOutcome, ApiError> {
     let endpoint = endpoint_by_ref(ctx, &delivery.endpoint_ref).await?;
     let outcome = delivery.status.redrive(endpoint.status);
     let next = match outcome {
@@ -53,7 +56,7 @@ async fn redrive_one(ctx: &Ctx, delivery: &DeliveryRecord) -> Result<RedriveOutc
         RedriveOutcome::Held => DeliveryStatus::Held,
         other => return Ok(other),
     };
-    ctx.store().start_generation(delivery, next).await?;
+    deliveries::start_generation(ctx.tx()?, delivery, next).await?;
     Ok(outcome)
 }
 

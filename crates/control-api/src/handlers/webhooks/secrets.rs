@@ -12,6 +12,7 @@ use domain::webhook::secret_version;
 use domain::webhook::signing::SigningSecret;
 use domain::Timestamp;
 use serde::Deserialize;
+use store::webhooks::endpoints;
 use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -35,10 +36,9 @@ pub async fn rotate(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         .map_err(|e| ApiError::semantic(e.to_string()))?;
     let secret = SigningSecret::generate();
     let number = added.version;
-    let row = ctx
-        .store()
-        .update_secret_versions(&current, &[], Some((added, seal(ctx, &secret))))
-        .await?;
+    let sealed = seal(ctx, &secret);
+    let row =
+        endpoints::update_secret_versions(ctx.tx()?, &current, &[], Some((added, sealed))).await?;
     Ok(reply(&row, Some((number, &secret))))
 }
 
@@ -48,10 +48,7 @@ pub async fn confirm(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let grace = ctx.state.settings.webhooks.secret_grace.as_millis() as i64;
     secret_version::confirm(&mut v, Timestamp::now(), grace)
         .map_err(|e| ApiError::semantic(e.to_string()))?;
-    let row = ctx
-        .store()
-        .update_secret_versions(&current, &v, None)
-        .await?;
+    let row = endpoints::update_secret_versions(ctx.tx()?, &current, &v, None).await?;
     Ok(reply(&row, None))
 }
 
@@ -60,9 +57,6 @@ pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let mut v = versions(&current);
     secret_version::revoke(&mut v, Timestamp::now())
         .map_err(|e| ApiError::semantic(e.to_string()))?;
-    let row = ctx
-        .store()
-        .update_secret_versions(&current, &v, None)
-        .await?;
+    let row = endpoints::update_secret_versions(ctx.tx()?, &current, &v, None).await?;
     Ok(reply(&row, None))
 }

@@ -10,6 +10,7 @@ use crate::reply::Reply;
 use domain::webhook::{catalogue, ScopeType};
 use domain::Ref;
 use serde::{Deserialize, Serialize};
+use store::webhooks::subscriptions;
 use store::{NewSubscription, StoreError, SubscriptionRecord};
 use utoipa::ToSchema;
 
@@ -102,9 +103,8 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         dto_version: body.dto_version,
         custom_field_refs: &cf_refs,
     };
-    let row = ctx
-        .store()
-        .create_subscription(ctx.env(), &endpoint.endpoint_ref, new)
+    let env = ctx.env().clone();
+    let row = subscriptions::create(ctx.tx()?, &env, &endpoint.endpoint_ref, new)
         .await
         .map_err(|e| match e {
             StoreError::Duplicate => ApiError::semantic(

@@ -13,6 +13,7 @@ use domain::webhook::body::DeliveredBody;
 use domain::webhook::{catalogue, shaping, DeliveryStatus};
 use domain::{Prefix, Ref, Timestamp};
 use serde::Deserialize;
+use store::webhooks::deliveries;
 use store::NewDelivery;
 use utoipa::ToSchema;
 
@@ -51,21 +52,20 @@ pub async fn send(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         &data,
     )
     .to_json();
-    let delivery = ctx
-        .store()
-        .create_delivery(NewDelivery {
-            environment_ref: ctx.env().clone(),
-            endpoint_ref: endpoint.endpoint_ref.clone(),
-            event_ref,
-            public_event_type: event.name.to_owned(),
-            dto_version,
-            status: DeliveryStatus::initial(endpoint.status),
-            diagnostic: true,
-            occurred_at,
-            event_data: example.to_string(),
-            match_reasons: serde_json::json!([{"kind": "test_send"}]),
-            payload,
-        })
-        .await?;
+    let new = NewDelivery {
+        environment_ref: ctx.env().clone(),
+        endpoint_ref: endpoint.endpoint_ref.clone(),
+        event_ref,
+        public_event_type: event.name.to_owned(),
+        dto_version,
+        status: DeliveryStatus::initial(endpoint.status),
+        diagnostic: true,
+        occurred_at,
+        event_data: example.to_string(),
+        match_reasons: serde_json::json!([{"kind": "test_send"}]),
+        payload,
+    };
+    // Only a row is written here: the dispatcher sends it after the commit.
+    let delivery = deliveries::create(ctx.tx()?, new).await?;
     Ok(reply(&delivery))
 }
