@@ -1,16 +1,16 @@
 //! The unit of work (`store::WriteTx`) on both engines: what a transaction
-//! writes and the events it emits appear together when it commits, and
-//! neither appears when it is dropped or taken back to its mark.
+//! writes (here an idempotency key's result) and the events it emits
+//! appear together when it commits, and neither appears when it is
+//! dropped; a claimed key is in flight for everyone else until then.
 
 use billing_tests::{backend_tests, TestApp};
 use domain::webhook::shaping::Scope;
 use domain::{Prefix, Ref, Timestamp};
-use store::{Claim, EventData, EventRecord, IdempotencyScope, StoredResponse};
+use store::{Claim, EventData, EventRecord, IdempotencyScope, KeyClaim, StoredResponse};
 
 backend_tests!(
     a_commit_keeps_rows_and_events_together,
     a_dropped_transaction_keeps_neither,
-    undoing_to_the_mark_keeps_what_came_before,
     a_claimed_key_is_in_flight_until_its_transaction_ends,
 );
 
@@ -69,9 +69,14 @@ async fn in_outbox(app: &TestApp, event: &EventRecord) -> bool {
         .any(|e| e.event_ref == event.event_ref)
 }
 
-/// Opens the key's unit of work and writes its result and an event in it.
-async fn write(app: &TestApp, scope: &IdempotencyScope, event: &EventRecord) -> store::WriteTx {
-    let Claim::Owned(mut tx) = app
+/// Claims the key, opens its unit of work and writes its result and an
+/// event in it.
+async fn write(
+    app: &TestApp,
+    scope: &IdempotencyScope,
+    event: &EventRecord,
+) -> (KeyClaim, store::WriteTx) {
+    let Claim::Owned(claim) = app
         .store
         .claim_idempotency_key(scope, "fp", Timestamp::now(), RETENTION_MS)
         .await
@@ -79,40 +84,28 @@ async fn write(app: &TestApp, scope: &IdempotencyScope, event: &EventRecord) -> 
     else {
         panic!("a fresh key is owned");
     };
-    tx.keep_result(scope, "fp", Timestamp::now(), &response())
-        .await
-        .expect("keep");
+    let mut tx = claim.begin().await.expect("begin");
+    claim.keep(&mut tx, &response()).await.expect("keep");
     tx.emit(event).await.expect("emit");
-    tx
+    (claim, tx)
 }
 
 async fn a_commit_keeps_rows_and_events_together(app: TestApp) {
     let (scope, event) = (scope(&app), event(&app));
-    let tx = write(&app, &scope, &event).await;
+    let (claim, tx) = write(&app, &scope, &event).await;
     assert!(!in_outbox(&app, &event).await, "not visible before commit");
     tx.commit().await.expect("commit");
+    drop(claim);
     assert_eq!(kept(&app, &scope).await, Some(response()));
     assert!(in_outbox(&app, &event).await);
 }
 
 async fn a_dropped_transaction_keeps_neither(app: TestApp) {
     let (scope, event) = (scope(&app), event(&app));
-    let tx = write(&app, &scope, &event).await;
-    drop(tx);
+    let (claim, tx) = write(&app, &scope, &event).await;
+    drop((claim, tx));
     assert_eq!(kept(&app, &scope).await, None);
     assert!(!in_outbox(&app, &event).await);
-}
-
-async fn undoing_to_the_mark_keeps_what_came_before(app: TestApp) {
-    let (scope, before, after) = (scope(&app), event(&app), event(&app));
-    let mut tx = write(&app, &scope, &before).await;
-    tx.mark().await.expect("mark");
-    tx.emit(&after).await.expect("emit");
-    tx.undo_to_mark().await.expect("undo");
-    tx.commit().await.expect("commit");
-    assert_eq!(kept(&app, &scope).await, Some(response()));
-    assert!(in_outbox(&app, &before).await);
-    assert!(!in_outbox(&app, &after).await);
 }
 
 async fn a_claimed_key_is_in_flight_until_its_transaction_ends(app: TestApp) {
@@ -123,25 +116,30 @@ async fn a_claimed_key_is_in_flight_until_its_transaction_ends(app: TestApp) {
             .await
             .expect("claim")
     };
-    let tx = write(&app, &scope, &event).await;
+    let (held, tx) = write(&app, &scope, &event).await;
     assert!(matches!(
         claim(app.store.clone(), scope.clone()).await,
         Claim::InFlight
     ));
-    // Another process (PostgreSQL: another API process of the fleet). With
+    // Another process (PostgreSQL: another API process of the fleet) may
+    // claim the key in its memory, but not open its unit of work. With
     // SQLite one process owns the file and its writer waits its turn.
     if app.backend == billing_tests::Backend::Postgres {
         let other = store::Store::connect(&app.database_url)
             .await
             .expect("second store");
+        let Claim::Owned(theirs) = claim(other.clone(), scope.clone()).await else {
+            panic!("the other process sees no decided result");
+        };
         assert!(matches!(
-            claim(other.clone(), scope.clone()).await,
-            Claim::InFlight
+            theirs.begin().await,
+            Err(store::StoreError::Conflict)
         ));
-        drop(tx);
-        assert!(matches!(claim(other, scope.clone()).await, Claim::Owned(_)));
+        tx.rollback().await.expect("rollback");
+        drop(held);
+        assert!(theirs.begin().await.is_ok());
     } else {
-        drop(tx);
+        drop((held, tx));
     }
     assert!(matches!(claim(app.store.clone(), scope).await, Claim::Owned(_)));
 }

@@ -8,7 +8,7 @@
 
 use crate::auth::{authenticate, Caller};
 use crate::error::ApiError;
-use crate::handlers::{self, Ctx};
+use crate::handlers::{self, Ctx, Unit};
 use crate::input::Input;
 use crate::operations::{ErrorSet, Method, Operation};
 use crate::state::AppState;
@@ -167,19 +167,27 @@ async fn execute(
         state: state.clone(),
         caller: caller.clone(),
         op,
+        unit: match op.method {
+            Method::Get => Unit::Read,
+            Method::Post => Unit::Plain,
+        },
         tx: None,
     };
 
     let Some(key) = key else {
-        // A write without a key is still one unit of work.
-        if op.method == Method::Post {
-            ctx.tx = Some(SyncWrapper::new(state.store.begin().await?));
-        }
-        let reply = call(&mut ctx, input).await?;
-        if let Some(tx) = ctx.tx.take() {
-            tx.into_inner().commit().await?;
-        }
-        return Ok(served(op, reply));
+        let result = call(&mut ctx, input).await;
+        let opened = ctx.tx.take().map(SyncWrapper::into_inner);
+        return match (result, opened) {
+            (Ok(reply), Some(tx)) => {
+                tx.commit().await?;
+                Ok(served(op, reply))
+            }
+            (Ok(reply), None) => Ok(served(op, reply)),
+            (Err(e), opened) => {
+                abandon(opened).await;
+                Err(e)
+            }
+        };
     };
     let scope = IdempotencyScope {
         environment_ref: caller.environment_ref.to_string(),
@@ -187,14 +195,13 @@ async fn execute(
         operation_id: op.id.to_owned(),
         key,
     };
-    let now = Timestamp::now();
     let retention = state.settings.idempotency_retention.as_millis() as i64;
     let claim = state
         .store
-        .claim_idempotency_key(&scope, &fingerprint, now, retention)
+        .claim_idempotency_key(&scope, &fingerprint, Timestamp::now(), retention)
         .await?;
-    let mut tx = match claim {
-        Claim::Owned(tx) => tx,
+    match claim {
+        Claim::Owned(claim) => ctx.unit = Unit::Keyed(claim),
         Claim::Mismatch => return Err(ApiError::IdempotencyMismatch),
         Claim::InFlight => {
             return Err(ApiError::VersionConflict(
@@ -213,17 +220,13 @@ async fn execute(
                 error_code,
             });
         }
-    };
-    // The key, the operation's writes, its events and its result are one
-    // unit of work: they commit together, or the transaction is dropped
-    // and nothing of the request remains.
-    tx.mark().await?;
-    ctx.tx = Some(SyncWrapper::new(tx));
+    }
+    // The operation's writes, its events and its result are one unit of
+    // work: they commit together, or the transaction is dropped and
+    // nothing of the request remains.
     let result = call(&mut ctx, input).await;
-    let Some(mut tx) = ctx.tx.take().map(SyncWrapper::into_inner) else {
-        return Err(ApiError::Internal("the unit of work was lost".into()));
-    };
-    let (decided, kept_body) = match result {
+    let opened = ctx.tx.take().map(SyncWrapper::into_inner);
+    let (decided, kept_body, opened) = match result {
         Ok(reply) => {
             // A reply that reveals a secret is kept without it.
             let kept = reply
@@ -232,12 +235,9 @@ async fn execute(
                 .map(|d| serde_json::json!({ "data": d }).to_string());
             let s = served(op, reply);
             let kept = kept.unwrap_or_else(|| s.body.clone());
-            (s, kept)
+            (s, kept, opened)
         }
         Err(e) if keeps_result(&e) => {
-            // The decided error stands; whatever the operation wrote
-            // before deciding it does not.
-            tx.undo_to_mark().await?;
             let s = Served {
                 status: e.status(),
                 body: e.body_json(request_id),
@@ -246,19 +246,44 @@ async fn execute(
                 error_code: Some(e.code().to_owned()),
             };
             let kept = s.body.clone();
-            (s, kept)
+            // The decided error stands; whatever the operation wrote
+            // before deciding it does not.
+            if let Some(tx) = opened {
+                tx.rollback().await?;
+            }
+            (s, kept, None)
         }
-        Err(e) => return Err(e),
+        Err(e) => {
+            abandon(opened).await;
+            return Err(e);
+        }
+    };
+    let Unit::Keyed(claim) = &ctx.unit else {
+        return Err(ApiError::Internal("the idempotency claim was lost".into()));
+    };
+    let mut tx = match opened {
+        Some(tx) => tx,
+        None => claim.begin().await?,
     };
     let stored = StoredResponse {
         status: decided.status.as_u16(),
         body: kept_body,
         etag: decided.etag.clone(),
     };
-    tx.keep_result(&scope, &fingerprint, now, &stored).await?;
+    claim.keep(&mut tx, &stored).await?;
     tx.commit().await?;
     // A kept error is served exactly as it will be replayed.
     Ok(decided)
+}
+
+/// Rolls back a unit of work that keeps nothing, at once, so that its
+/// locks are free for the client's retry (`store::WriteTx::rollback`).
+async fn abandon(opened: Option<store::WriteTx>) {
+    if let Some(tx) = opened {
+        if let Err(e) = tx.rollback().await {
+            tracing::warn!(error = %e, "rolling back a request's transaction failed");
+        }
+    }
 }
 
 /// Runs the operation's handler; a panic becomes an opaque 500.

@@ -23,7 +23,7 @@ pub use dispatch::{AttemptResult, EventData, EventRecord};
 pub use admin::environments::EnvironmentRecord;
 pub use error::{LaneError, StoreError};
 pub use admin::grants::GrantRecord;
-pub use admin::idempotency::{Claim, IdempotencyScope, StoredResponse};
+pub use admin::idempotency::{Claim, IdempotencyScope, KeyClaim, StoredResponse};
 pub use db::page::{Page, PageRequest};
 pub use db::tx::WriteTx;
 pub use admin::request_logs::{RequestLogFilter, RequestLogRecord};

@@ -23,21 +23,45 @@ pub struct Ctx {
     pub state: AppState,
     pub caller: Caller,
     pub op: &'static Operation,
-    /// The request's unit of work, for write operations (`pipeline`).
-    /// Only ever used through `&mut`, so the wrapper lets handlers share
-    /// `&Ctx` across await points although a transaction is not `Sync`.
+    /// How the request's unit of work opens, if it may write.
+    pub(crate) unit: Unit,
+    /// The request's unit of work once opened (`tx`). Only ever used
+    /// through `&mut`, so the wrapper lets handlers share `&Ctx` across
+    /// await points although a transaction is not `Sync`.
     pub(crate) tx: Option<SyncWrapper<store::WriteTx>>,
 }
 
+/// How a request's unit of work opens (`pipeline`).
+pub(crate) enum Unit {
+    /// A read operation: it never writes.
+    Read,
+    /// A write without an idempotency key.
+    Plain,
+    /// A write under a key this process claimed.
+    Keyed(store::KeyClaim),
+}
+
 impl Ctx {
-    /// The request's write transaction: every write of a handler goes
-    /// through it, so that the request's rows, events and idempotent
-    /// result commit together.
-    pub fn tx(&mut self) -> Result<&mut store::WriteTx, ApiError> {
-        self.tx
-            .as_mut()
-            .map(SyncWrapper::get_mut)
-            .ok_or_else(|| ApiError::Internal("a read operation tried to write".into()))
+    /// The request's write transaction, opened at the first call: every
+    /// write of a handler goes through it, so that the request's rows,
+    /// events and idempotent result commit together. A handler checks its
+    /// input (reads, a DNS lookup) before it calls this, so that no write
+    /// turn is held meanwhile.
+    pub async fn tx(&mut self) -> Result<&mut store::WriteTx, ApiError> {
+        if self.tx.is_none() {
+            let tx = match &self.unit {
+                Unit::Read => {
+                    return Err(ApiError::Internal("a read operation tried to write".into()))
+                }
+                Unit::Plain => self.state.store.begin().await?,
+                Unit::Keyed(claim) => claim.begin().await?,
+            };
+            self.tx = Some(SyncWrapper::new(tx));
+        }
+        match self.tx.as_mut() {
+            Some(tx) => Ok(tx.get_mut()),
+            None => Err(ApiError::Internal("the unit of work was lost".into())),
+        }
     }
 
     pub fn store(&self) -> &store::Store {

@@ -1,16 +1,18 @@
 //! Idempotency records: one row per (environment, principal, operation,
 //! key), written in the unit of work of the request that decided it.
 //!
-//! `Store::claim_idempotency_key` opens the request's write transaction and
-//! claims the key in it; the request's writes, its events and its result
-//! (`WriteTx::keep_result`) then commit together. So a key has a stored
-//! result if and only if its operation's writes committed: a crash at any
-//! point leaves both or neither, and a replay never runs the operation
-//! again. No row says "in flight": the claim is held by the open
-//! transaction itself (a process-local set, and on PostgreSQL a
-//! transaction-scoped advisory lock for other processes), so it ends with
-//! the transaction, whatever ends it.
+//! `Store::claim_idempotency_key` claims the key for this process and finds
+//! a decided result to replay. The owner then opens the request's unit of
+//! work with `KeyClaim::begin` (which, on PostgreSQL, also claims the key
+//! against other processes with a transaction-scoped advisory lock), and
+//! the request's writes, its events and its result (`KeyClaim::keep`)
+//! commit together. So a key has a stored result if and only if its
+//! operation's writes committed: a crash at any point leaves both or
+//! neither, and a replay never runs the operation again. No row says "in
+//! flight": a claim lives in this process's memory and in the open
+//! transaction, so it ends with them, however they end.
 
+use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Backend, Store, StoreError};
 use domain::Timestamp;
@@ -58,9 +60,10 @@ pub struct StoredResponse {
 
 /// The outcome of claiming a key.
 pub enum Claim {
-    /// The caller owns the key in this transaction: run the operation in
-    /// it, keep its result (`WriteTx::keep_result`) and commit.
-    Owned(WriteTx),
+    /// This process owns the key: run the operation in the unit of work
+    /// `KeyClaim::begin` opens, keep its result there (`KeyClaim::keep`)
+    /// and commit.
+    Owned(KeyClaim),
     /// The key was used with another request.
     Mismatch,
     /// A request with this key is still executing.
@@ -69,11 +72,12 @@ pub enum Claim {
     Replay(StoredResponse),
 }
 
-/// The keys claimed by open transactions of this process.
+/// The keys claimed by requests of this process.
 #[derive(Default)]
 pub(crate) struct Claimed(Mutex<HashSet<String>>);
 
-/// One claimed key; released when the transaction holding it ends.
+/// One claimed key; released when the claim and every transaction opened
+/// with it have ended.
 struct ClaimGuard {
     claimed: Arc<Claimed>,
     id: String,
@@ -89,13 +93,25 @@ impl Drop for ClaimGuard {
     }
 }
 
+/// A key claimed by this process, whose unit of work is not open yet: an
+/// operation may check its input (even over the network) before it takes
+/// a write transaction.
+pub struct KeyClaim {
+    store: Store,
+    scope: IdempotencyScope,
+    fingerprint: String,
+    now: Timestamp,
+    retention_ms: i64,
+    guard: Arc<ClaimGuard>,
+}
+
 const SCOPE: &str =
     "environment_ref = $1 AND principal_ref = $2 AND operation_id = $3 AND idem_key = $4";
 
 impl Store {
-    /// Claims `scope`'s key and begins the request's unit of work with it
-    /// (module docs). A record older than `retention_ms` no longer exists
-    /// for the client and is replaced.
+    /// Claims `scope`'s key in this process and says whether it already
+    /// decided a response (module docs). A record older than
+    /// `retention_ms` no longer exists for the client.
     pub async fn claim_idempotency_key(
         &self,
         scope: &IdempotencyScope,
@@ -113,18 +129,74 @@ impl Store {
         {
             return Ok(Claim::InFlight);
         }
-        let guard = ClaimGuard {
+        let guard = Arc::new(ClaimGuard {
             claimed: self.claimed.clone(),
             id,
-        };
-        let mut tx = self.begin().await?;
-        tx.hold(Box::new(guard));
+        });
+        let cutoff = now.millis() - retention_ms;
+        let [environment_ref, principal_ref, operation_id, key] = scope_args(scope);
+        let decided = read::optional(
+            self.pool(),
+            &format!(
+                "SELECT fingerprint, status_code, response_body, response_etag \
+                 FROM idempotency_keys WHERE {SCOPE} AND state = 'done' AND created_at >= $5"
+            ),
+            &[
+                environment_ref,
+                principal_ref,
+                operation_id,
+                key,
+                cutoff.into(),
+            ],
+            |row| {
+                if text(row, "fingerprint")? != fingerprint {
+                    return Ok(Claim::Mismatch);
+                }
+                Ok(Claim::Replay(StoredResponse {
+                    status: u16::try_from(int(row, "status_code")?)
+                        .map_err(|_| StoreError::Corrupt("status_code out of range".into()))?,
+                    body: text(row, "response_body")?,
+                    etag: row.text("response_etag")?,
+                }))
+            },
+        )
+        .await?;
+        Ok(decided.unwrap_or_else(|| {
+            Claim::Owned(KeyClaim {
+                store: self.clone(),
+                scope: scope.clone(),
+                fingerprint: fingerprint.to_owned(),
+                now,
+                retention_ms,
+                guard,
+            })
+        }))
+    }
+
+    /// Deletes records past retention; returns how many.
+    pub async fn purge_idempotency_keys(&self, cutoff: Timestamp) -> Result<u64, StoreError> {
+        read::execute(
+            self.writer(),
+            "DELETE FROM idempotency_keys WHERE created_at < $1",
+            &[cutoff.millis().into()],
+        )
+        .await
+    }
+}
+
+impl KeyClaim {
+    /// Opens the key's unit of work. Another process may have claimed or
+    /// decided the key since `claim_idempotency_key` (PostgreSQL fleets):
+    /// then the request is a concurrent duplicate, `Conflict`.
+    pub async fn begin(&self) -> Result<WriteTx, StoreError> {
+        let mut tx = self.store.begin().await?;
+        tx.hold(Box::new(self.guard.clone()));
         if tx.backend() == Backend::Postgres {
             let locked = tx
                 .fetch(
                     "SELECT CAST(CASE WHEN pg_try_advisory_xact_lock($1) THEN 1 ELSE 0 END AS BIGINT) \
                      AS locked",
-                    &[scope.lock_id().into()],
+                    &[self.scope.lock_id().into()],
                 )
                 .await?;
             let locked = match locked.first() {
@@ -132,64 +204,42 @@ impl Store {
                 None => false,
             };
             if !locked {
-                return Ok(Claim::InFlight);
+                return Err(StoreError::Conflict);
             }
         }
-        let args = scope_args(scope);
+        let args = scope_args(&self.scope);
+        let cutoff = self.now.millis() - self.retention_ms;
         // `in_flight` rows are left by versions that reserved a key in a
         // transaction of its own; whether their operation committed cannot
         // be known, and such a row was taken over once stale.
         tx.execute(
-            &format!("DELETE FROM idempotency_keys WHERE {SCOPE} AND (created_at < $5 OR state <> 'done')"),
-            &[args[0], args[1], args[2], args[3], (now.millis() - retention_ms).into()],
+            &format!(
+                "DELETE FROM idempotency_keys WHERE {SCOPE} AND (created_at < $5 OR state <> 'done')"
+            ),
+            &[args[0], args[1], args[2], args[3], cutoff.into()],
         )
         .await?;
-        let rows = tx
+        let decided = tx
             .fetch(
-                &format!(
-                    "SELECT fingerprint, status_code, response_body, response_etag \
-                     FROM idempotency_keys WHERE {SCOPE}"
-                ),
+                &format!("SELECT idem_key FROM idempotency_keys WHERE {SCOPE}"),
                 &args,
             )
             .await?;
-        let Some(row) = rows.first() else {
-            return Ok(Claim::Owned(tx));
-        };
-        if text(row, "fingerprint")? != fingerprint {
-            return Ok(Claim::Mismatch);
+        if !decided.is_empty() {
+            return Err(StoreError::Conflict);
         }
-        Ok(Claim::Replay(StoredResponse {
-            status: u16::try_from(int(row, "status_code")?)
-                .map_err(|_| StoreError::Corrupt("status_code out of range".into()))?,
-            body: text(row, "response_body")?,
-            etag: row.text("response_etag")?,
-        }))
+        Ok(tx)
     }
 
-    /// Deletes records past retention; returns how many.
-    pub async fn purge_idempotency_keys(&self, cutoff: Timestamp) -> Result<u64, StoreError> {
-        let done = sqlx::query("DELETE FROM idempotency_keys WHERE created_at < $1")
-            .bind(cutoff.millis())
-            .execute(self.writer())
-            .await?;
-        Ok(done.rows_affected())
-    }
-}
-
-impl WriteTx {
-    /// Keeps `response` as the result of the key this transaction claimed
-    /// (`Store::claim_idempotency_key`); it stands once the transaction
-    /// commits.
-    pub async fn keep_result(
-        &mut self,
-        scope: &IdempotencyScope,
-        fingerprint: &str,
-        now: Timestamp,
+    /// Keeps `response` as the key's result in `tx`, a unit of work this
+    /// claim began; it stands once `tx` commits.
+    pub async fn keep(
+        &self,
+        tx: &mut WriteTx,
         response: &StoredResponse,
     ) -> Result<(), StoreError> {
-        let args = scope_args(scope);
-        self.execute(
+        let args = scope_args(&self.scope);
+        tx.execute(
             "INSERT INTO idempotency_keys (environment_ref, principal_ref, operation_id, idem_key, \
              fingerprint, state, created_at, locked_at, status_code, response_body, response_etag) \
              VALUES ($1, $2, $3, $4, $5, 'done', $6, $6, $7, $8, $9)",
@@ -198,8 +248,8 @@ impl WriteTx {
                 args[1],
                 args[2],
                 args[3],
-                fingerprint.into(),
-                now.millis().into(),
+                self.fingerprint.as_str().into(),
+                self.now.millis().into(),
                 i64::from(response.status).into(),
                 response.body.as_str().into(),
                 response.etag.as_deref().into(),

@@ -163,9 +163,6 @@ pub(crate) struct Wake {
     pub(crate) due: Arc<Notify>,
 }
 
-/// The savepoint that separates an operation's own writes from the rest
-/// of its unit of work (`WriteTx::mark`).
-const MARK: &str = "operation";
 
 /// A transaction on the write lane's connection, which it takes from its
 /// slot for its duration (and puts back when dropped), holding the
@@ -263,6 +260,18 @@ impl WriteTx {
         Ok(())
     }
 
+    /// Rolls back now. Dropping a transaction also rolls it back, but on
+    /// PostgreSQL only once its connection is next used, so what it holds
+    /// (row and advisory locks) outlives the drop for a moment; a caller
+    /// that goes on to take the same locks rolls back first.
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        match self.conn {
+            Conn::Sqlx(tx) => tx.rollback().await?,
+            Conn::Lite(tx) => tx.conn()?.execute_batch("ROLLBACK")?,
+        }
+        Ok(())
+    }
+
     /// Inserts `event` into the outbox (`crate::dispatch::outbox`): it
     /// exists if and only if this transaction commits.
     pub async fn emit(&mut self, event: &EventRecord) -> Result<(), StoreError> {
@@ -295,22 +304,6 @@ impl WriteTx {
                 .await?;
         }
         self.made_due = true;
-        Ok(())
-    }
-
-    /// Marks the point an operation's own writes start, so that
-    /// `undo_to_mark` can take them back and keep what came before.
-    pub async fn mark(&mut self) -> Result<(), StoreError> {
-        self.execute(&format!("SAVEPOINT {MARK}"), &[]).await?;
-        Ok(())
-    }
-
-    /// Takes back every write since `mark`, events included.
-    pub async fn undo_to_mark(&mut self) -> Result<(), StoreError> {
-        self.execute(&format!("ROLLBACK TO SAVEPOINT {MARK}"), &[])
-            .await?;
-        self.emitted = false;
-        self.made_due = false;
         Ok(())
     }
 
@@ -392,7 +385,7 @@ impl WriteTx {
     }
 }
 
-fn sqlx_query<'q>(
+pub(crate) fn sqlx_query<'q>(
     sql: &'q str,
     args: &[Arg<'q>],
 ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {

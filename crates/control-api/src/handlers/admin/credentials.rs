@@ -128,7 +128,7 @@ pub async fn issue(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         expires_at,
     };
     let env = ctx.env().clone();
-    let row = credentials::issue(ctx.tx()?, &env, &account.principal_ref, new, &secret).await?;
+    let row = credentials::issue(ctx.tx().await?, &env, &account.principal_ref, new, &secret).await?;
     Ok(reply(&row, Some(&secret)))
 }
 
@@ -160,7 +160,7 @@ pub async fn rotate(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         )));
     }
     let secret = CredentialSecret::generate(ctx.caller.mode);
-    let row = credentials::rotate(ctx.tx()?, &current, &secret, grace).await?;
+    let row = credentials::rotate(ctx.tx().await?, &current, &secret, grace).await?;
     Ok(reply(&row, Some(&secret)))
 }
 
@@ -177,6 +177,6 @@ pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
             "a principal may not revoke the credential it is using",
         ));
     }
-    let row = credentials::revoke(ctx.tx()?, &current).await?;
+    let row = credentials::revoke(ctx.tx().await?, &current).await?;
     Ok(reply(&row, None))
 }

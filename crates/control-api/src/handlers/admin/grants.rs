@@ -99,7 +99,7 @@ pub async fn grant(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     }
     let env = ctx.env().clone();
     let row = grants::grant(
-        ctx.tx()?,
+        ctx.tx().await?,
         &env,
         &account.principal_ref,
         &body.permission_action,
@@ -138,7 +138,7 @@ pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         ));
     }
     let row = grants::revoke(
-        ctx.tx()?,
+        ctx.tx().await?,
         &account.principal_ref,
         &permission,
         account.version,

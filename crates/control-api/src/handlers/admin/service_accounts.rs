@@ -121,7 +121,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         check_text("description", d, 0, 500)?;
     }
     let env = ctx.env().clone();
-    let row = service_accounts::create(ctx.tx()?, &env, &body.name, body.description.as_deref())
+    let row = service_accounts::create(ctx.tx().await?, &env, &body.name, body.description.as_deref())
         .await
         .map_err(|e| match e {
             StoreError::Duplicate => {
@@ -163,7 +163,7 @@ async fn transition(ctx: &mut Ctx, input: Input, step: Transition) -> Result<Rep
             "a principal may not suspend or retire itself",
         ));
     }
-    let row = service_accounts::set_status(ctx.tx()?, &current, next).await?;
+    let row = service_accounts::set_status(ctx.tx().await?, &current, next).await?;
     Ok(reply(&row))
 }
 

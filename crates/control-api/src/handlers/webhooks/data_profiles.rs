@@ -159,7 +159,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         data_classes: new.data_classes.clone(),
         custom_field_refs: new.custom_field_refs.clone(),
     };
-    let row = data_profiles::create(ctx.tx()?, &endpoint, new, uncovered(Some(&coverage)))
+    let row = data_profiles::create(ctx.tx().await?, &endpoint, new, uncovered(Some(&coverage)))
         .await
         .map_err(|e| match e {
             StoreError::Duplicate => {
@@ -175,7 +175,7 @@ pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     check_reason(&body.reason)?;
     let endpoint = load_endpoint(ctx, &input).await?;
     input.check_etag(&endpoint_etag(&endpoint))?;
-    let row = data_profiles::revoke(ctx.tx()?, &endpoint, &body.reason, uncovered(None))
+    let row = data_profiles::revoke(ctx.tx().await?, &endpoint, &body.reason, uncovered(None))
         .await
         .map_err(|e| match e {
             StoreError::NotFound => {

@@ -141,7 +141,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let sealed = seal(ctx, &secret);
     let env = ctx.env().clone();
     let row = endpoints::create(
-        ctx.tx()?,
+        ctx.tx().await?,
         &env,
         url.as_str(),
         body.description.as_deref(),
@@ -211,7 +211,7 @@ async fn transition(ctx: &mut Ctx, input: Input, step: Transition) -> Result<Rep
     let current = load_endpoint(ctx, &input).await?;
     input.check_etag(&endpoint_etag(&current))?;
     let next = step(current.status).map_err(|e| ApiError::semantic(e.to_string()))?;
-    let row = endpoints::set_status(ctx.tx()?, &current, next).await?;
+    let row = endpoints::set_status(ctx.tx().await?, &current, next).await?;
     Ok(reply(&row, None))
 }
 

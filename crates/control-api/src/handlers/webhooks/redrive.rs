@@ -56,7 +56,7 @@ async fn redrive_one(ctx: &mut Ctx, delivery: &DeliveryRecord) -> Result<Redrive
         RedriveOutcome::Held => DeliveryStatus::Held,
         other => return Ok(other),
     };
-    deliveries::start_generation(ctx.tx()?, delivery, next).await?;
+    deliveries::start_generation(ctx.tx().await?, delivery, next).await?;
     Ok(outcome)
 }
 

@@ -38,7 +38,7 @@ pub async fn rotate(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let number = added.version;
     let sealed = seal(ctx, &secret);
     let row =
-        endpoints::update_secret_versions(ctx.tx()?, &current, &[], Some((added, sealed))).await?;
+        endpoints::update_secret_versions(ctx.tx().await?, &current, &[], Some((added, sealed))).await?;
     Ok(reply(&row, Some((number, &secret))))
 }
 
@@ -48,7 +48,7 @@ pub async fn confirm(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let grace = ctx.state.settings.webhooks.secret_grace.as_millis() as i64;
     secret_version::confirm(&mut v, Timestamp::now(), grace)
         .map_err(|e| ApiError::semantic(e.to_string()))?;
-    let row = endpoints::update_secret_versions(ctx.tx()?, &current, &v, None).await?;
+    let row = endpoints::update_secret_versions(ctx.tx().await?, &current, &v, None).await?;
     Ok(reply(&row, None))
 }
 
@@ -57,6 +57,6 @@ pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let mut v = versions(&current);
     secret_version::revoke(&mut v, Timestamp::now())
         .map_err(|e| ApiError::semantic(e.to_string()))?;
-    let row = endpoints::update_secret_versions(ctx.tx()?, &current, &v, None).await?;
+    let row = endpoints::update_secret_versions(ctx.tx().await?, &current, &v, None).await?;
     Ok(reply(&row, None))
 }

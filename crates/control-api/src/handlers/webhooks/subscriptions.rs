@@ -104,7 +104,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         custom_field_refs: &cf_refs,
     };
     let env = ctx.env().clone();
-    let row = subscriptions::create(ctx.tx()?, &env, &endpoint.endpoint_ref, new)
+    let row = subscriptions::create(ctx.tx().await?, &env, &endpoint.endpoint_ref, new)
         .await
         .map_err(|e| match e {
             StoreError::Duplicate => ApiError::semantic(

@@ -66,6 +66,6 @@ pub async fn send(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         payload,
     };
     // Only a row is written here: the dispatcher sends it after the commit.
-    let delivery = deliveries::create(ctx.tx()?, new).await?;
+    let delivery = deliveries::create(ctx.tx().await?, new).await?;
     Ok(reply(&delivery))
 }
