@@ -16,11 +16,15 @@
 //! Embedded mode (a SQLite file) always runs; fleet mode (PostgreSQL, a fresh
 //! database per run) runs only with BILLING_TEST_FLEET=1.
 
-use sqlx::{Connection, Executor, PgConnection};
+mod common;
+
+use common::{
+    billing, bootstrap, fleet, fleet_env, free_port, fresh_redis_schedule, rand_u32, say,
+    wait_ready, FreshDatabase, Process, REDIS_URL,
+};
+use sqlx::Connection;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 const KEYS: usize = 200;
@@ -39,147 +43,13 @@ const KEYS: usize = 200;
 const WAVE_A: usize = KEYS / 4;
 const WAVE_B: usize = KEYS - WAVE_A;
 
-/// Writes past libtest's capture, so the numbers show in every run.
-fn say(line: &str) {
-    let _ = writeln!(std::io::stderr(), "{line}");
-}
-
-/// Whether fleet tests run; if not, says so.
-fn fleet() -> bool {
-    let on = std::env::var("BILLING_TEST_FLEET").is_ok_and(|v| v == "1");
-    if !on {
-        say("fleet idempotency crash test not run: set BILLING_TEST_FLEET=1");
-    }
-    on
-}
-
-fn pg_admin_url() -> String {
-    std::env::var("BILLING_TEST_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn rand_u32() -> u32 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    t.subsec_nanos() ^ std::process::id()
-}
-
-fn billing(dir: &Path, envs: &[(&str, String)]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_billing"));
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("BILLING_")) {
-        c.env_remove(k);
-    }
-    c.current_dir(dir);
-    for (k, v) in envs {
-        c.env(k, v);
-    }
-    c
-}
-
-/// `billing admin bootstrap --json`: the sandbox environment's secret.
-fn bootstrap(dir: &Path, envs: &[(&str, String)]) -> String {
-    let boot = billing(dir, envs)
-        .args(["admin", "bootstrap", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        boot.status.success(),
-        "bootstrap failed: {}",
-        String::from_utf8_lossy(&boot.stderr)
-    );
-    let boot: serde_json::Value = serde_json::from_slice(&boot.stdout).unwrap();
-    let sandbox = &boot["environments"][0];
-    assert_eq!(sandbox["mode"], "sandbox", "{boot}");
-    sandbox["secret"].as_str().unwrap().to_owned()
-}
-
-/// One `billing serve` process; killed (SIGKILL) if the test ends early.
-struct Server {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Server {
-    fn start(dir: &Path, envs: &[(&str, String)], log_name: &str) -> Server {
-        let log = dir.join(log_name);
-        let child = billing(dir, envs)
-            .arg("serve")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("billing serve starts");
-        Server {
-            child: Some(child),
-            log,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    /// SIGKILL, and wait for the process to be gone.
-    fn kill_hard(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
-    }
-
-    /// SIGTERM; whether the process exited cleanly within 30 s.
-    fn terminate(&mut self) -> bool {
-        let Some(mut c) = self.child.take() else {
-            return false;
-        };
-        Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status()
-            .unwrap();
-        let started = Instant::now();
-        loop {
-            if let Some(s) = c.try_wait().unwrap() {
-                return s.success();
-            }
-            if started.elapsed() > Duration::from_secs(30) {
-                let _ = c.kill();
-                let _ = c.wait();
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// The last lines of the process's log, for failure messages.
-    fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let from = lines.len().saturating_sub(30);
-        format!(
-            "--- {} (last {} lines):\n{}",
-            self.log.display(),
-            lines.len() - from,
-            lines[from..].join("\n")
-        )
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
+/// `billing serve` with its stderr in `log_name` (in `dir`); killed
+/// (SIGKILL) if the test ends early.
+fn serve(dir: &Path, envs: &[(&str, String)], log_name: &str) -> Process {
+    Process::spawn_logged(
+        billing(dir, envs).arg("serve").env("RUST_LOG", "warn"),
+        dir.join(log_name),
+    )
 }
 
 fn client() -> reqwest::Client {
@@ -188,25 +58,6 @@ fn client() -> reqwest::Client {
         .connect_timeout(Duration::from_secs(5))
         .build()
         .unwrap()
-}
-
-/// Waits (up to 30 s) for `/readyz` to answer 200.
-async fn wait_ready(api: &str, server: &Server) {
-    let client = client();
-    let started = Instant::now();
-    loop {
-        if let Ok(r) = client.get(format!("{api}/readyz")).send().await {
-            if r.status() == 200 {
-                return;
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the server did not become ready\n{}",
-            server.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// One answer to a create.
@@ -381,14 +232,14 @@ async fn crash_and_replay(
         e
     };
     let api = format!("http://127.0.0.1:{api_port}");
-    let secret = bootstrap(dir, &with_ports());
+    let secret = bootstrap(dir, &with_ports()).secret;
 
     // 1. Wave A (a quarter of the keys) at once, then wave B (the rest) at
     //    once as soon as wave A starts answering; SIGKILL once half of wave
     //    B is in the store.
     let started = Instant::now();
-    let mut first = Server::start(dir, &with_ports(), "serve-1.log");
-    wait_ready(&api, &first).await;
+    let mut first = serve(dir, &with_ports(), "serve-1.log");
+    wait_ready(&client(), &api, || first.log_tail()).await;
     let ready_after = started.elapsed();
     sqlx::any::install_default_drivers();
     let mut probe = sqlx::AnyConnection::connect(probe_url)
@@ -504,8 +355,8 @@ async fn crash_and_replay(
     );
 
     // 2. The same store, a new process; every key again, with its body.
-    let mut second = Server::start(dir, &with_ports(), "serve-2.log");
-    wait_ready(&api, &second).await;
+    let mut second = serve(dir, &with_ports(), "serve-2.log");
+    wait_ready(&self::client(), &api, || second.log_tail()).await;
     let restarted_after = killed.elapsed();
     let (after, retries) = replay_all(&api, &secret, &run).await;
     // And once more: whatever ran after the restart is now a kept result.
@@ -629,7 +480,7 @@ async fn crash_and_replay(
     }
 
     let log_2 = second.log_tail();
-    let clean_exit = second.terminate();
+    let clean_exit = second.terminate_cleanly();
     say(&format!(
         "idempotency crash [{label}]: server ready in {} ms; SIGKILL (pid {pid}) {} ms after firing {KEYS} creates, \
          wave B fired after {} ms, {b_in_store} of wave B in the store at the kill; {} answered (all 201; {at_decision} of them seen before the kill) and {} not; after the restart ({} ms to ready) {} of those replayed \
@@ -682,19 +533,10 @@ async fn embedded_crash_mid_flight_replays_every_key_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fleet_crash_mid_flight_replays_every_key_once() {
-    if !fleet() {
+    if !fleet("fleet idempotency crash test") {
         return;
     }
-    let db = format!("billing_idem_{}_{:08x}", std::process::id(), rand_u32());
-    let mut admin = PgConnection::connect(&pg_admin_url())
-        .await
-        .expect("PostgreSQL reachable");
-    admin
-        .execute(format!("CREATE DATABASE \"{db}\"").as_str())
-        .await
-        .unwrap();
-    let base = pg_admin_url();
-    let store_url = format!("{}/{db}", &base[..base.rfind('/').unwrap()]);
+    let db = FreshDatabase::create("billing_idem").await;
 
     // A fleet-mode store and scheduler. The events queue stays in the store
     // (no event is made here), so that this server does not join the
@@ -702,41 +544,18 @@ async fn fleet_crash_mid_flight_replays_every_key_once() {
     // and rate buckets apart from the other tests', emptied first in case
     // an earlier run was killed, and marked as fed so that the dispatcher
     // does not take it for a Redis that lost its data.
-    use dispatcher::redis_schedule::redis;
-    let redis_url = "redis://127.0.0.1:6379/7";
-    let redis = redis::Client::open(redis_url).unwrap();
-    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
-    redis::cmd("FLUSHDB")
-        .query_async::<()>(&mut conn)
-        .await
-        .unwrap();
-    redis::cmd("SET")
-        .arg("billing:fed")
-        .arg(1)
-        .query_async::<()>(&mut conn)
-        .await
-        .unwrap();
+    let scheduler = format!("{REDIS_URL}/7");
+    fresh_redis_schedule(&scheduler).await;
 
     let dir = tempfile::tempdir().unwrap();
-    let envs = vec![
-        ("BILLING_STORE__URL", store_url.clone()),
-        ("BILLING_QUEUE__URL", "embedded".to_owned()),
-        ("BILLING_SCHEDULER__URL", redis_url.to_owned()),
-        (
-            "BILLING_SECRETS__KEY",
-            "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=".to_owned(),
-        ),
-    ];
+    let envs = fleet_env(&db.url, "embedded", &scheduler);
     // The scenario runs as a task so that the database is dropped whatever
     // its outcome; its panic is the test's.
     let path = dir.path().to_owned();
+    let store_url = db.url.clone();
     let outcome =
         tokio::spawn(async move { crash_and_replay("fleet", &path, envs, &store_url).await }).await;
-    drop(
-        admin
-            .execute(format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)").as_str())
-            .await,
-    );
+    db.remove().await;
     if let Err(e) = outcome {
         std::panic::resume_unwind(e.into_panic());
     }

@@ -201,7 +201,7 @@ async fn execute(
         .claim_idempotency_key(&scope, &fingerprint, Timestamp::now(), retention)
         .await?;
     match claim {
-        Claim::Owned(claim) => ctx.unit = Unit::Keyed(claim),
+        Claim::Owned(claim) => ctx.unit = Unit::Keyed(Box::new(claim)),
         Claim::Mismatch => return Err(ApiError::IdempotencyMismatch),
         Claim::InFlight => {
             return Err(ApiError::VersionConflict(

@@ -38,7 +38,7 @@ pub(crate) enum Unit {
     /// A write without an idempotency key.
     Plain,
     /// A write under a key this process claimed.
-    Keyed(store::KeyClaim),
+    Keyed(Box<store::KeyClaim>),
 }
 
 impl Ctx {

@@ -1,0 +1,381 @@
+//! Helpers shared by the process-level tests of the `billing` binary
+//! (`cli.rs`, `kill.rs`, `fleet_cli.rs`, `idempotency_crash.rs`): starting
+//! the binary with a clean environment, bootstrapping, waiting for `/readyz`,
+//! processes killed when a test ends early, a local webhook receiver, and
+//! the fleet's PostgreSQL databases and Redis schedules.
+//!
+//! Each test file includes it with `mod common;` and uses a part of it.
+#![allow(dead_code)]
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use sqlx::{Connection, Executor, PgConnection};
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The broker of the fleet tests.
+pub const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// The Redis of the fleet tests (database 0; a test that needs its own
+/// appends `/N`).
+pub const REDIS_URL: &str = "redis://127.0.0.1:6379";
+/// The secrets key (base64 of 32 bytes) every fleet-mode process is given.
+pub const SECRETS_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// Writes past libtest's capture (which takes `eprintln!`), so that the line
+/// shows in every run.
+pub fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// Whether fleet tests run (BILLING_TEST_FLEET=1); if not, says that `what`
+/// is not run.
+pub fn fleet(what: &str) -> bool {
+    let on = std::env::var("BILLING_TEST_FLEET").is_ok_and(|v| v == "1");
+    if !on {
+        say(&format!("{what} not run: set BILLING_TEST_FLEET=1"));
+    }
+    on
+}
+
+/// A port free on 127.0.0.1 at the time of the call.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A number that differs between runs, for unique names.
+pub fn rand_u32() -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    t.subsec_nanos() ^ std::process::id()
+}
+
+/// The `billing` binary, run in `dir` with the variables `envs`. The
+/// `BILLING_*` environment of the test run does not leak into the child.
+pub fn billing(dir: &Path, envs: &[(&str, String)]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_billing"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("BILLING_")) {
+        c.env_remove(k);
+    }
+    c.current_dir(dir);
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c
+}
+
+/// Runs `cmd` to its end, which must be a success; its output.
+pub fn output_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `billing admin bootstrap --json`, which must succeed: what it printed.
+pub fn bootstrap_json(dir: &Path, envs: &[(&str, String)]) -> serde_json::Value {
+    let boot = output_ok(billing(dir, envs).args(["admin", "bootstrap", "--json"]));
+    serde_json::from_slice(&boot.stdout).unwrap()
+}
+
+/// The sandbox environment `billing admin bootstrap` made.
+pub struct Sandbox {
+    pub secret: String,
+    pub environment_ref: String,
+}
+
+/// `billing admin bootstrap --json`: its sandbox environment (the first).
+pub fn bootstrap(dir: &Path, envs: &[(&str, String)]) -> Sandbox {
+    let boot = bootstrap_json(dir, envs);
+    let sandbox = &boot["environments"][0];
+    assert_eq!(sandbox["mode"], "sandbox", "{boot}");
+    Sandbox {
+        secret: sandbox["secret"].as_str().unwrap().to_owned(),
+        environment_ref: sandbox["environment_ref"].as_str().unwrap().to_owned(),
+    }
+}
+
+/// How long a process has to exit after SIGTERM.
+pub const EXIT_WITHIN: Duration = Duration::from_secs(30);
+
+/// A process the test started; killed (SIGKILL) if the test ends before
+/// it has stopped it, so that nothing is left running (a dispatcher left
+/// behind would share the next run's Redis schedule and take its
+/// deliveries).
+pub struct Process {
+    child: Option<Child>,
+    log: Option<PathBuf>,
+}
+
+impl Process {
+    /// Starts `cmd` with the standard streams it sets.
+    pub fn spawn(cmd: &mut Command) -> Process {
+        Process {
+            child: Some(cmd.spawn().expect("the billing process starts")),
+            log: None,
+        }
+    }
+
+    /// Starts `cmd` with its stdout to nothing and its stderr to the file
+    /// `log` (see [`Process::log_tail`]).
+    pub fn spawn_logged(cmd: &mut Command, log: PathBuf) -> Process {
+        let stderr = std::fs::File::create(&log).unwrap();
+        let mut p = Process::spawn(cmd.stdout(Stdio::null()).stderr(stderr));
+        p.log = Some(log);
+        p
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("the process is running")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the process is running").id()
+    }
+
+    /// The process's stdout, when it was started with a pipe for it.
+    pub fn take_stdout(&mut self) -> ChildStdout {
+        self.child().stdout.take().expect("stdout is piped")
+    }
+
+    /// SIGKILL, and wait for the process to be gone.
+    pub fn kill_hard(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM, then wait up to [`EXIT_WITHIN`]: the exit status, or `None`
+    /// if the process did not exit in time (it is killed then).
+    pub fn terminate(&mut self) -> Option<ExitStatus> {
+        let mut c = self.child.take()?;
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &c.id().to_string()])
+                .status()
+                .unwrap()
+                .success(),
+            "SIGTERM could not be sent"
+        );
+        let started = Instant::now();
+        loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                return Some(s);
+            }
+            if started.elapsed() > EXIT_WITHIN {
+                let _ = c.kill();
+                let _ = c.wait();
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Whether SIGTERM made the process exit cleanly in time.
+    pub fn terminate_cleanly(&mut self) -> bool {
+        self.terminate().is_some_and(|s| s.success())
+    }
+
+    /// The last lines of the process's log, for failure messages (nothing
+    /// if it was started without one).
+    pub fn log_tail(&self) -> String {
+        let Some(log) = &self.log else {
+            return String::new();
+        };
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let from = lines.len().saturating_sub(30);
+        format!(
+            "--- {} (last {} lines):\n{}",
+            log.display(),
+            lines.len() - from,
+            lines[from..].join("\n")
+        )
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Polls `{api}/readyz` every 50 ms until an answer `accept` takes, for up
+/// to 30 s; that answer's body. `context` is added to the failure message
+/// (a process log, say).
+async fn poll_readyz(
+    client: &reqwest::Client,
+    api: &str,
+    accept: fn(reqwest::StatusCode) -> bool,
+    context: impl Fn() -> String,
+) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        if let Ok(r) = client.get(format!("{api}/readyz")).send().await {
+            if accept(r.status()) {
+                return r.json().await.unwrap();
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the API at {api} was not ready within 30 s\n{}",
+            context()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (up to 30 s) for the API at `api` to answer `/readyz` at all; the
+/// body of its first answer, ready or not.
+pub async fn first_readyz(
+    client: &reqwest::Client,
+    api: &str,
+    context: impl Fn() -> String,
+) -> serde_json::Value {
+    poll_readyz(client, api, |_| true, context).await
+}
+
+/// Waits (up to 30 s) for `/readyz` at `api` to answer 200.
+pub async fn wait_ready(client: &reqwest::Client, api: &str, context: impl Fn() -> String) {
+    poll_readyz(client, api, |s| s == 200, context).await;
+}
+
+#[derive(Default)]
+struct Requests {
+    headers: Vec<HeaderMap>,
+    ids: HashSet<String>,
+}
+
+/// What a [`receiver`] got: every request's headers, and the distinct
+/// `webhook-id`s among them.
+#[derive(Clone, Default)]
+pub struct Received(Arc<Mutex<Requests>>);
+
+impl Received {
+    /// How many requests arrived.
+    pub fn count(&self) -> usize {
+        self.0.lock().unwrap().headers.len()
+    }
+
+    /// How many distinct `webhook-id`s arrived (a request without one
+    /// counts as the empty id).
+    pub fn unique_ids(&self) -> usize {
+        self.0.lock().unwrap().ids.len()
+    }
+
+    /// The headers of the first request, if one arrived.
+    pub fn first(&self) -> Option<HeaderMap> {
+        self.0.lock().unwrap().headers.first().cloned()
+    }
+}
+
+async fn receive(State(seen): State<Received>, headers: HeaderMap) -> &'static str {
+    let id = headers
+        .get("webhook-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let mut s = seen.0.lock().unwrap();
+    s.ids.insert(id);
+    s.headers.push(headers);
+    "ok"
+}
+
+/// A local receiver on 127.0.0.1 answering every request 200 and recording
+/// it; what it got, and its URL (path `/hook`).
+pub async fn receiver() -> (Received, String) {
+    let seen = Received::default();
+    let app = axum::Router::new()
+        .fallback(receive)
+        .with_state(seen.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hook = format!("http://{}/hook", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (seen, hook)
+}
+
+fn pg_admin_url() -> String {
+    std::env::var("BILLING_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+/// A fresh database on the fleet's PostgreSQL (BILLING_TEST_PG_URL names
+/// its admin database), named `{prefix}_{pid}_{random}`.
+pub struct FreshDatabase {
+    admin: PgConnection,
+    name: String,
+    /// The store URL for it.
+    pub url: String,
+}
+
+impl FreshDatabase {
+    pub async fn create(prefix: &str) -> FreshDatabase {
+        let name = format!("{prefix}_{}_{:08x}", std::process::id(), rand_u32());
+        let base = pg_admin_url();
+        let mut admin = PgConnection::connect(&base)
+            .await
+            .expect("PostgreSQL reachable");
+        admin
+            .execute(format!("CREATE DATABASE \"{name}\"").as_str())
+            .await
+            .unwrap();
+        let url = format!("{}/{name}", &base[..base.rfind('/').unwrap()]);
+        FreshDatabase { admin, name, url }
+    }
+
+    /// Drops the database, closing its connections; a failure is ignored.
+    pub async fn remove(mut self) {
+        drop(
+            self.admin
+                .execute(format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.name).as_str())
+                .await,
+        );
+    }
+}
+
+/// The Redis database at `url` emptied (in case an earlier run was killed)
+/// and marked as fed, so that a dispatcher does not take it for a Redis that
+/// lost its data (which makes it pass over the store every second for a
+/// minute).
+pub async fn fresh_redis_schedule(url: &str) {
+    use dispatcher::redis_schedule::redis;
+    let redis = redis::Client::open(url).unwrap();
+    let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("FLUSHDB")
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    redis::cmd("SET")
+        .arg("billing:fed")
+        .arg(1)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// The environment of a fleet-mode process: its store, events queue and
+/// scheduler at these URLs, and the fixed [`SECRETS_KEY`].
+pub fn fleet_env(store: &str, queue: &str, scheduler: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("BILLING_STORE__URL", store.to_owned()),
+        ("BILLING_QUEUE__URL", queue.to_owned()),
+        ("BILLING_SCHEDULER__URL", scheduler.to_owned()),
+        ("BILLING_SECRETS__KEY", SECRETS_KEY.to_owned()),
+    ]
+}
