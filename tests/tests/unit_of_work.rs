@@ -28,7 +28,8 @@ fn scope(app: &TestApp) -> IdempotencyScope {
 fn event(app: &TestApp) -> EventRecord {
     EventRecord {
         event_ref: Ref::generate(Prefix::Event),
-        environment_ref: Ref::parse(Prefix::Environment, &app.sandbox.environment_ref).expect("environment ref"),
+        environment_ref: Ref::parse(Prefix::Environment, &app.sandbox.environment_ref)
+            .expect("environment ref"),
         public_event_type: "payment.succeeded".to_owned(),
         occurred_at: Timestamp::now(),
         scope: Scope::default(),
@@ -141,5 +142,8 @@ async fn a_claimed_key_is_in_flight_until_its_transaction_ends(app: TestApp) {
     } else {
         drop((held, tx));
     }
-    assert!(matches!(claim(app.store.clone(), scope).await, Claim::Owned(_)));
+    assert!(matches!(
+        claim(app.store.clone(), scope).await,
+        Claim::Owned(_)
+    ));
 }

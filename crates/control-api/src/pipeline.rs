@@ -20,9 +20,9 @@ use domain::etag::IfMatch;
 use domain::{Prefix, Ref, Timestamp};
 use futures::{FutureExt, StreamExt};
 use std::panic::AssertUnwindSafe;
-use sync_wrapper::SyncWrapper;
 use std::time::Instant;
 use store::{Claim, IdempotencyScope, RequestLogRecord, StoredResponse};
+use sync_wrapper::SyncWrapper;
 
 /// Requests by operation id (bounded: the table's ids) and status.
 pub const HTTP_REQUESTS: &str = "billing_http_requests_total";

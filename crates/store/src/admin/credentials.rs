@@ -1,11 +1,13 @@
 //! Credentials: bearer secrets of service accounts, stored as digests.
 
 use crate::admin::service_accounts::opt_ts;
+use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::principal::{CredentialStatus, GrantStatus, Mode, ServiceAccountStatus};
 use domain::secret::CredentialSecret;
 use domain::{Prefix, Ref, Timestamp};
+use sqlx::Row;
 
 #[derive(Debug, Clone)]
 pub struct CredentialRecord {
@@ -161,14 +163,16 @@ impl Store {
         environment_ref: &Ref,
         credential_ref: &Ref,
     ) -> Result<CredentialRecord, StoreError> {
-        let row = sqlx::query(
+        read::one(
+            self.pool(),
             "SELECT * FROM credentials WHERE environment_ref = $1 AND credential_ref = $2",
+            &[
+                environment_ref.as_str().into(),
+                credential_ref.as_str().into(),
+            ],
+            from_row,
         )
-        .bind(environment_ref.as_str())
-        .bind(credential_ref.as_str())
-        .fetch_one(self.pool())
-        .await?;
-        from_row(&row)
+        .await
     }
 
     pub async fn list_credentials(
@@ -176,15 +180,17 @@ impl Store {
         environment_ref: &Ref,
         principal_ref: &Ref,
     ) -> Result<Vec<CredentialRecord>, StoreError> {
-        let rows = sqlx::query(
+        read::all(
+            self.pool(),
             "SELECT * FROM credentials WHERE environment_ref = $1 AND principal_ref = $2 \
              ORDER BY created_at DESC, credential_ref DESC",
+            &[
+                environment_ref.as_str().into(),
+                principal_ref.as_str().into(),
+            ],
+            from_row,
         )
-        .bind(environment_ref.as_str())
-        .bind(principal_ref.as_str())
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(from_row).collect()
+        .await
     }
 
     /// Finds the credential whose current secret, or previous secret still
@@ -194,7 +200,8 @@ impl Store {
         digest: &str,
         now: Timestamp,
     ) -> Result<Option<AuthRecord>, StoreError> {
-        let row = sqlx::query(
+        let found = read::optional(
+            self.pool(),
             "SELECT c.credential_ref, c.principal_ref, c.environment_ref, c.status, c.expires_at, \
              c.last_used_at, c.secret_digest, c.previous_secret_digest, \
              s.status AS principal_status, e.mode \
@@ -203,40 +210,46 @@ impl Store {
              JOIN environments e ON e.environment_ref = c.environment_ref \
              WHERE c.secret_digest = $1 \
                 OR (c.previous_secret_digest = $1 AND c.previous_secret_expires_at > $2)",
+            &[digest.into(), now.millis().into()],
+            |row| {
+                let current = text(row, "secret_digest")?;
+                let previous = row.text("previous_secret_digest")?;
+                let matches = domain::secret::digests_equal(&current, digest)
+                    || previous.is_some_and(|p| domain::secret::digests_equal(&p, digest));
+                if !matches {
+                    return Ok(None);
+                }
+                Ok(Some(AuthRecord {
+                    credential_ref: Ref::from_trusted(text(row, "credential_ref")?),
+                    principal_ref: Ref::from_trusted(text(row, "principal_ref")?),
+                    environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
+                    mode: Mode::parse(&text(row, "mode")?).unwrap_or(Mode::Sandbox),
+                    principal_status: ServiceAccountStatus::parse(&text(row, "principal_status")?)
+                        .unwrap_or(ServiceAccountStatus::Retired),
+                    credential_status: CredentialStatus::parse(&text(row, "status")?)
+                        .unwrap_or(CredentialStatus::Revoked)
+                        .effective(opt_ts(row, "expires_at")?, now),
+                    last_used_at: opt_ts(row, "last_used_at")?,
+                    // Read below, once the secret matched.
+                    permissions: Vec::new(),
+                }))
+            },
         )
-        .bind(digest)
-        .bind(now.millis())
-        .fetch_optional(self.pool())
         .await?;
-        let Some(row) = row else { return Ok(None) };
-        let current = text(&row, "secret_digest")?;
-        let previous = row.text("previous_secret_digest")?;
-        let matches = domain::secret::digests_equal(&current, digest)
-            || previous.is_some_and(|p| domain::secret::digests_equal(&p, digest));
-        if !matches {
+        let Some(mut auth) = found.flatten() else {
             return Ok(None);
-        }
-        let principal_ref = text(&row, "principal_ref")?;
-        let permissions = sqlx::query_scalar::<_, String>(
+        };
+        auth.permissions = read::all(
+            self.pool(),
             "SELECT permission_action FROM grants WHERE principal_ref = $1 AND status = $2",
+            &[
+                auth.principal_ref.as_str().into(),
+                GrantStatus::Active.as_str().into(),
+            ],
+            |row| Ok(row.try_get::<String, _>(0)?),
         )
-        .bind(&principal_ref)
-        .bind(GrantStatus::Active.as_str())
-        .fetch_all(self.pool())
         .await?;
-        Ok(Some(AuthRecord {
-            credential_ref: Ref::from_trusted(text(&row, "credential_ref")?),
-            principal_ref: Ref::from_trusted(principal_ref),
-            environment_ref: Ref::from_trusted(text(&row, "environment_ref")?),
-            mode: Mode::parse(&text(&row, "mode")?).unwrap_or(Mode::Sandbox),
-            principal_status: ServiceAccountStatus::parse(&text(&row, "principal_status")?)
-                .unwrap_or(ServiceAccountStatus::Retired),
-            credential_status: CredentialStatus::parse(&text(&row, "status")?)
-                .unwrap_or(CredentialStatus::Revoked)
-                .effective(opt_ts(&row, "expires_at")?, now),
-            last_used_at: opt_ts(&row, "last_used_at")?,
-            permissions,
-        }))
+        Ok(Some(auth))
     }
 
     /// Records use of a credential, on the writer: called while
@@ -249,11 +262,12 @@ impl Store {
         credential_ref: &Ref,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE credentials SET last_used_at = $1 WHERE credential_ref = $2")
-            .bind(now.millis())
-            .bind(credential_ref.as_str())
-            .execute(self.writer())
-            .await?;
+        read::execute(
+            self.writer(),
+            "UPDATE credentials SET last_used_at = $1 WHERE credential_ref = $2",
+            &[now.millis().into(), credential_ref.as_str().into()],
+        )
+        .await?;
         Ok(())
     }
 }

@@ -1,5 +1,6 @@
 //! Environments: `sandbox` and `live`, created by bootstrap.
 
+use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::principal::Mode;
@@ -50,10 +51,12 @@ impl Store {
         &self,
         environment_ref: &Ref,
     ) -> Result<EnvironmentRecord, StoreError> {
-        let row = sqlx::query("SELECT * FROM environments WHERE environment_ref = $1")
-            .bind(environment_ref.as_str())
-            .fetch_one(self.pool())
-            .await?;
-        from_row(&row)
+        read::one(
+            self.pool(),
+            "SELECT * FROM environments WHERE environment_ref = $1",
+            &[environment_ref.as_str().into()],
+            from_row,
+        )
+        .await
     }
 }

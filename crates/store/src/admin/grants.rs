@@ -5,6 +5,7 @@
 //! account's version in the same transaction.
 
 use crate::admin::service_accounts::{self, opt_ts};
+use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::principal::GrantStatus;
@@ -130,15 +131,17 @@ impl Store {
         environment_ref: &Ref,
         principal_ref: &Ref,
     ) -> Result<Vec<GrantRecord>, StoreError> {
-        let rows = sqlx::query(
+        read::all(
+            self.pool(),
             "SELECT * FROM grants WHERE environment_ref = $1 AND principal_ref = $2 \
              ORDER BY granted_at DESC, grant_id DESC",
+            &[
+                environment_ref.as_str().into(),
+                principal_ref.as_str().into(),
+            ],
+            from_row,
         )
-        .bind(environment_ref.as_str())
-        .bind(principal_ref.as_str())
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(from_row).collect()
+        .await
     }
 }
 

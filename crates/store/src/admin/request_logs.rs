@@ -1,8 +1,9 @@
 //! Request logs: one row per API request, written after its response is
 //! decided. Bodies, secrets and query strings are never recorded.
 
-use crate::db::page::{fetch_page, Arg, Page, PageRequest};
-use crate::db::tx::{int, text, Columns};
+use crate::db::page::{fetch_page, Page, PageRequest};
+use crate::db::read;
+use crate::db::tx::{int, text, Arg, Columns};
 use crate::{Store, StoreError};
 use domain::{Ref, Timestamp};
 
@@ -54,24 +55,26 @@ impl Store {
     /// holding a `WriteTx` of this store: with SQLite it would wait for that
     /// transaction's connection).
     pub async fn insert_request_log(&self, log: &RequestLogRecord) -> Result<(), StoreError> {
-        sqlx::query(
+        read::execute(
+            self.writer(),
             "INSERT INTO request_logs (request_log_ref, environment_ref, operation_id, method, path, \
              status, error_code, principal_ref, credential_ref, idempotency_key, duration_ms, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            &[
+                log.request_log_ref.as_str().into(),
+                log.environment_ref.as_ref().map(Ref::as_str).into(),
+                log.operation_id.as_deref().into(),
+                (&log.method).into(),
+                (&log.path).into(),
+                i64::from(log.status).into(),
+                log.error_code.as_deref().into(),
+                log.principal_ref.as_ref().map(Ref::as_str).into(),
+                log.credential_ref.as_ref().map(Ref::as_str).into(),
+                log.idempotency_key.as_deref().into(),
+                log.duration_ms.into(),
+                log.created_at.millis().into(),
+            ],
         )
-        .bind(log.request_log_ref.as_str())
-        .bind(log.environment_ref.as_ref().map(Ref::as_str))
-        .bind(log.operation_id.as_deref())
-        .bind(&log.method)
-        .bind(&log.path)
-        .bind(log.status as i64)
-        .bind(log.error_code.as_deref())
-        .bind(log.principal_ref.as_ref().map(Ref::as_str))
-        .bind(log.credential_ref.as_ref().map(Ref::as_str))
-        .bind(log.idempotency_key.as_deref())
-        .bind(log.duration_ms)
-        .bind(log.created_at.millis())
-        .execute(self.writer())
         .await?;
         Ok(())
     }
@@ -82,10 +85,10 @@ impl Store {
         filter: &RequestLogFilter,
         page: &PageRequest,
     ) -> Result<Page<RequestLogRecord>, StoreError> {
-        let args = vec![
-            Arg::Text(environment_ref.to_string()),
-            Arg::Text(filter.operation_id.clone().unwrap_or_default()),
-            Arg::Int(filter.status.map(i64::from).unwrap_or(-1)),
+        let args: [Arg; 3] = [
+            environment_ref.as_str().into(),
+            filter.operation_id.as_deref().unwrap_or_default().into(),
+            filter.status.map(i64::from).unwrap_or(-1).into(),
         ];
         let sql_filter =
             "environment_ref = $1 AND ($2 = '' OR operation_id = $2) AND ($3 < 0 OR status = $3)";
@@ -94,7 +97,7 @@ impl Store {
             "request_logs",
             "request_log_ref",
             sql_filter,
-            args,
+            &args,
             page,
             from_row,
         )

@@ -3,6 +3,7 @@
 //! Writes are functions of the caller's `WriteTx` and read their result
 //! back through it; reads are `Store` methods on the read pool.
 
+use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::principal::{CredentialStatus, GrantStatus, ServiceAccountStatus};
@@ -223,28 +224,30 @@ impl Store {
         environment_ref: &Ref,
         principal_ref: &Ref,
     ) -> Result<ServiceAccountRecord, StoreError> {
-        let row = sqlx::query(
+        read::one(
+            self.pool(),
             "SELECT * FROM service_accounts WHERE environment_ref = $1 AND principal_ref = $2",
+            &[
+                environment_ref.as_str().into(),
+                principal_ref.as_str().into(),
+            ],
+            from_row,
         )
-        .bind(environment_ref.as_str())
-        .bind(principal_ref.as_str())
-        .fetch_one(self.pool())
-        .await?;
-        from_row(&row)
+        .await
     }
 
     pub async fn list_service_accounts(
         &self,
         environment_ref: &Ref,
     ) -> Result<Vec<ServiceAccountRecord>, StoreError> {
-        let rows = sqlx::query(
+        read::all(
+            self.pool(),
             "SELECT * FROM service_accounts WHERE environment_ref = $1 \
              ORDER BY created_at DESC, principal_ref DESC",
+            &[environment_ref.as_str().into()],
+            from_row,
         )
-        .bind(environment_ref.as_str())
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(from_row).collect()
+        .await
     }
 }
 

@@ -1,6 +1,8 @@
-//! The shared layer every domain module of the store writes through: the
-//! write transaction (`tx`: arguments, rows, columns, the outbox's `emit`),
-//! bind marks, keyset paging, SQLite's write lane and its checkpoints.
+//! The shared layer every domain module of the store reads and writes
+//! through: the write transaction (`tx`: arguments, rows, columns, the
+//! outbox's `emit`), the statements outside it (`read`: the read pool's,
+//! bound with the same arguments), bind marks, keyset paging, SQLite's
+//! write lane and its checkpoints.
 //!
 //! Nothing here knows a table of a domain; it only runs statements.
 
@@ -8,4 +10,5 @@ pub(crate) mod checkpoint;
 pub(crate) mod lane;
 pub(crate) mod marks;
 pub mod page;
+pub(crate) mod read;
 pub mod tx;

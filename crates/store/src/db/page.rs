@@ -1,5 +1,8 @@
 //! Keyset paging: newest first by `(created_at, ref)`.
 
+use crate::db::read;
+use crate::db::tx::Arg;
+
 /// Where a page starts and how long it is.
 #[derive(Debug, Clone)]
 pub struct PageRequest {
@@ -26,12 +29,6 @@ impl<T> Page<T> {
     }
 }
 
-/// A bound value of a list query's filter.
-pub(crate) enum Arg {
-    Text(String),
-    Int(i64),
-}
-
 /// One keyset page of `SELECT * FROM <table> WHERE <filter>`, newest first
 /// by `(created_at, <ref_column>)`. `filter` uses `$1..$n` for `args`.
 pub(crate) async fn fetch_page<T>(
@@ -39,32 +36,23 @@ pub(crate) async fn fetch_page<T>(
     table: &str,
     ref_column: &str,
     filter: &str,
-    args: Vec<Arg>,
+    args: &[Arg<'_>],
     page: &PageRequest,
     map: impl Fn(&sqlx::any::AnyRow) -> Result<T, crate::StoreError>,
 ) -> Result<Page<T>, crate::StoreError> {
     let mut sql = format!("SELECT * FROM {table} WHERE {filter}");
-    if page.after.is_some() {
+    let mut args = args.to_vec();
+    if let Some((ms, r)) = &page.after {
         let (a, b) = (args.len() + 1, args.len() + 2);
         sql.push_str(&format!(
             " AND (created_at < ${a} OR (created_at = ${a} AND {ref_column} < ${b}))"
         ));
+        args.extend([Arg::from(*ms), Arg::from(r)]);
     }
     sql.push_str(&format!(
         " ORDER BY created_at DESC, {ref_column} DESC LIMIT {}",
         page.limit as u64 + 1
     ));
-    let mut q = sqlx::query(&sql);
-    for arg in args {
-        q = match arg {
-            Arg::Text(t) => q.bind(t),
-            Arg::Int(i) => q.bind(i),
-        };
-    }
-    if let Some((ms, r)) = &page.after {
-        q = q.bind(*ms).bind(r.clone());
-    }
-    let rows = q.fetch_all(pool).await?;
-    let items = rows.iter().map(map).collect::<Result<Vec<_>, _>>()?;
+    let items = read::all(pool, &sql, &args, map).await?;
     Ok(Page::from_overfetch(items, page.limit))
 }

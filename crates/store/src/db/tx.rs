@@ -163,7 +163,6 @@ pub(crate) struct Wake {
     pub(crate) due: Arc<Notify>,
 }
 
-
 /// A transaction on the write lane's connection, which it takes from its
 /// slot for its duration (and puts back when dropped), holding the
 /// process's turn to write.
@@ -459,7 +458,11 @@ mod tests {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
         conn.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY, n BIGINT)")
             .unwrap();
-        WriteTx::new(Conn::Lite(LiteTx::begin(Arc::new(Mutex::new(Some(conn))), None).unwrap()), Backend::Sqlite, None)
+        WriteTx::new(
+            Conn::Lite(LiteTx::begin(Arc::new(Mutex::new(Some(conn))), None).unwrap()),
+            Backend::Sqlite,
+            None,
+        )
     }
 
     #[tokio::test]
@@ -512,13 +515,21 @@ mod tests {
         conn.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY)")
             .unwrap();
         let home = Arc::new(Mutex::new(Some(conn)));
-        let mut tx = WriteTx::new(Conn::Lite(LiteTx::begin(home.clone(), None).unwrap()), Backend::Sqlite, None);
+        let mut tx = WriteTx::new(
+            Conn::Lite(LiteTx::begin(home.clone(), None).unwrap()),
+            Backend::Sqlite,
+            None,
+        );
         tx.execute("INSERT INTO t (k) VALUES (?)", &["a".into()])
             .await
             .unwrap();
         assert!(LiteTx::begin(home.clone(), None).is_err(), "one at a time");
         drop(tx);
-        let mut tx = WriteTx::new(Conn::Lite(LiteTx::begin(home.clone(), None).unwrap()), Backend::Sqlite, None);
+        let mut tx = WriteTx::new(
+            Conn::Lite(LiteTx::begin(home.clone(), None).unwrap()),
+            Backend::Sqlite,
+            None,
+        );
         let rows = tx.fetch("SELECT k FROM t", &[]).await.unwrap();
         assert!(rows.is_empty());
         tx.execute("INSERT INTO t (k) VALUES (?)", &["b".into()])

@@ -14,6 +14,7 @@ pub(crate) mod outbox;
 pub mod signals;
 
 use crate::db::marks::Marks;
+use crate::db::read;
 use crate::db::tx::{text, Arg, WriteTx};
 use crate::webhooks::deliveries::{
     delivery_from_row, mark_url_immutable, DeliveryRecord, NewDelivery,
@@ -124,30 +125,40 @@ const UPDATE_ROWS: usize = 50;
 impl Store {
     /// Keeps a message that could not be parsed or validated, with why.
     pub async fn dead_letter(&self, body: &str, reason: &str) -> Result<(), StoreError> {
-        sqlx::query("INSERT INTO dead_events (dead_event_id, body, reason, received_at) VALUES ($1, $2, $3, $4)")
-            .bind(Ref::generate(Prefix::Event).as_str().replacen("evt_", "dead_", 1))
-            .bind(body)
-            .bind(reason)
-            .bind(Timestamp::now().millis())
-            .execute(self.writer())
-            .await?;
+        let dead_event_id = Ref::generate(Prefix::Event)
+            .as_str()
+            .replacen("evt_", "dead_", 1);
+        read::execute(
+            self.writer(),
+            "INSERT INTO dead_events (dead_event_id, body, reason, received_at) VALUES ($1, $2, $3, $4)",
+            &[
+                (&dead_event_id).into(),
+                body.into(),
+                reason.into(),
+                Timestamp::now().millis().into(),
+            ],
+        )
+        .await?;
         Ok(())
     }
 
     pub async fn dead_letter_count(&self) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM dead_events")
-            .fetch_one(self.pool())
-            .await?)
+        read::scalar_int(self.pool(), "SELECT COUNT(*) FROM dead_events", &[])
+            .await?
+            .ok_or_else(|| StoreError::Corrupt("COUNT(*) was null".into()))
     }
 
     /// The oldest events not fanned out yet.
     pub async fn pending_events(&self, limit: u32) -> Result<Vec<EventRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT * FROM events WHERE status = 'pending' ORDER BY received_at, event_ref LIMIT {limit}"
-        ))
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(event_from_row).collect()
+        read::all(
+            self.pool(),
+            &format!(
+                "SELECT * FROM events WHERE status = 'pending' ORDER BY received_at, event_ref LIMIT {limit}"
+            ),
+            &[],
+            event_from_row,
+        )
+        .await
     }
 
     /// Records events' deliveries and marks the events processed (which
@@ -219,12 +230,15 @@ impl Store {
         };
         // An idle dispatcher polls often: finding nothing must not take the
         // writer (SQLite has one) from the writes that are waiting for it.
-        let due: Option<i64> = sqlx::query_scalar(&format!(
-            "SELECT 1 FROM webhook_deliveries WHERE {} LIMIT 1",
-            statements::claimable("$1", "$1")
-        ))
-        .bind(now.millis())
-        .fetch_optional(self.pool())
+        let due = read::optional(
+            self.pool(),
+            &format!(
+                "SELECT 1 FROM webhook_deliveries WHERE {} LIMIT 1",
+                statements::claimable("$1", "$1")
+            ),
+            &[now.millis().into()],
+            |row| Ok(row.try_get::<i64, _>(0)?),
+        )
         .await?;
         if due.is_none() {
             return Ok(Vec::new());
@@ -418,37 +432,45 @@ impl Store {
         &self,
         endpoint_ref: &Ref,
     ) -> Result<Option<Timestamp>, StoreError> {
-        let since: Option<i64> = sqlx::query_scalar(
+        let since = read::scalar_int(
+            self.pool(),
             "SELECT MIN(started_at) FROM webhook_attempts WHERE endpoint_ref = $1 AND status = $2 \
              AND started_at > COALESCE((SELECT MAX(started_at) FROM webhook_attempts \
              WHERE endpoint_ref = $1 AND status = $3), -1)",
+            &[
+                endpoint_ref.as_str().into(),
+                AttemptStatus::Failed.as_str().into(),
+                AttemptStatus::Succeeded.as_str().into(),
+            ],
         )
-        .bind(endpoint_ref.as_str())
-        .bind(AttemptStatus::Failed.as_str())
-        .bind(AttemptStatus::Succeeded.as_str())
-        .fetch_one(self.pool())
         .await?;
         Ok(since.map(Timestamp::from_millis))
     }
 
     /// Deliveries waiting for an attempt (pending), for the backlog gauge.
     pub async fn due_backlog(&self, now: Timestamp) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(&format!(
-            "SELECT COUNT(*) FROM webhook_deliveries WHERE {} AND next_attempt_at <= $1",
-            statements::pending()
-        ))
-        .bind(now.millis())
-        .fetch_one(self.pool())
-        .await?)
+        read::scalar_int(
+            self.pool(),
+            &format!(
+                "SELECT COUNT(*) FROM webhook_deliveries WHERE {} AND next_attempt_at <= $1",
+                statements::pending()
+            ),
+            &[now.millis().into()],
+        )
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("COUNT(*) was null".into()))
     }
 
     /// The earliest time a pending delivery falls due, if any.
     pub async fn next_due_at(&self) -> Result<Option<Timestamp>, StoreError> {
-        let t: Option<i64> = sqlx::query_scalar(&format!(
-            "SELECT MIN(next_attempt_at) FROM webhook_deliveries WHERE {}",
-            statements::pending()
-        ))
-        .fetch_one(self.pool())
+        let t = read::scalar_int(
+            self.pool(),
+            &format!(
+                "SELECT MIN(next_attempt_at) FROM webhook_deliveries WHERE {}",
+                statements::pending()
+            ),
+            &[],
+        )
         .await?;
         Ok(t.map(Timestamp::from_millis))
     }
@@ -678,9 +700,7 @@ impl Store {
         refs.dedup();
         let mut tx = self.write_tx().await?;
         if self.backend() == Backend::Postgres {
-            sqlx::query(statements::BY_PRIMARY_KEY)
-                .execute(&mut *tx)
-                .await?;
+            read::execute(&mut *tx, statements::BY_PRIMARY_KEY, &[]).await?;
         }
         for chunk in refs.chunks(CHUNK) {
             // Two statements, each selecting by primary key alone
@@ -688,30 +708,25 @@ impl Store {
             // SQLite, the write transaction is exclusive) before they are
             // checked, so the check still holds at the update.
             let sql = statements::lock_by_ref(self.backend(), chunk.len());
-            let mut q = sqlx::query(&sql);
-            for r in chunk {
-                q = q.bind(*r);
-            }
-            let mut claimable: Vec<String> = Vec::with_capacity(chunk.len());
-            for row in q.fetch_all(&mut *tx).await? {
+            let args: Vec<Arg> = chunk.iter().map(|r| Arg::from(*r)).collect();
+            let locked = read::all(&mut *tx, &sql, &args, |row| {
                 let status: String = row.try_get("status")?;
                 let due: Option<i64> = row.try_get("next_attempt_at")?;
                 let lease: Option<i64> = row.try_get("lease_until")?;
                 if statements::is_claimable(&status, due, lease, now.millis()) {
-                    claimable.push(row.try_get("delivery_ref")?);
+                    Ok(Some(row.try_get::<String, _>("delivery_ref")?))
+                } else {
+                    Ok(None)
                 }
-            }
+            });
+            let claimable: Vec<String> = locked.await?.into_iter().flatten().collect();
             if claimable.is_empty() {
                 continue;
             }
             let sql = statements::lease_by_ref(claimable.len());
-            let mut q = sqlx::query(&sql).bind(owner).bind(lease_until.millis());
-            for r in &claimable {
-                q = q.bind(r.as_str());
-            }
-            for row in q.fetch_all(&mut *tx).await? {
-                claimed.push(delivery_from_row(&row)?);
-            }
+            let mut args: Vec<Arg> = vec![owner.into(), lease_until.millis().into()];
+            args.extend(claimable.iter().map(Arg::from));
+            claimed.extend(read::all(&mut *tx, &sql, &args, delivery_from_row).await?);
         }
         tx.commit().await?;
         Ok(claimed)
@@ -727,19 +742,18 @@ impl Store {
         until: Timestamp,
         limit: u32,
     ) -> Result<Vec<(String, i64)>, StoreError> {
-        let rows = sqlx::query(&statements::pending_due(limit))
-            .bind(until.millis())
-            .bind(Timestamp::now().millis())
-            .fetch_all(self.pool())
-            .await?;
-        rows.iter()
-            .map(|row| {
+        read::all(
+            self.pool(),
+            &statements::pending_due(limit),
+            &[until.millis().into(), Timestamp::now().millis().into()],
+            |row| {
                 Ok((
                     row.try_get("delivery_ref")?,
                     row.try_get("next_attempt_at")?,
                 ))
-            })
-            .collect()
+            },
+        )
+        .await
     }
 }
 

@@ -10,6 +10,8 @@
 //! This module never talks to a queue; it only keeps the rows.
 
 use crate::db::marks::Marks;
+use crate::db::read;
+use crate::db::tx::Arg;
 use crate::dispatch::{event_from_row, EventRecord};
 use crate::{Backend, Store, StoreError};
 use domain::{Ref, Timestamp};
@@ -34,12 +36,13 @@ impl Store {
 
     /// Up to `limit` emitted events not relayed yet, oldest first.
     pub async fn outbox_batch(&self, limit: u32) -> Result<Vec<EventRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT * FROM outbox ORDER BY created_at, event_ref LIMIT {limit}"
-        ))
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(event_from_row).collect()
+        read::all(
+            self.pool(),
+            &format!("SELECT * FROM outbox ORDER BY created_at, event_ref LIMIT {limit}"),
+            &[],
+            event_from_row,
+        )
+        .await
     }
 
     /// Deletes events the queue has confirmed.
@@ -68,11 +71,9 @@ impl Store {
             marks.next(),
             marks.list(refs.len())
         );
-        let mut q = sqlx::query(&sql).bind(Timestamp::now().millis());
-        for r in refs {
-            q = q.bind(r.as_str());
-        }
-        q.execute(&mut *tx).await?;
+        let mut args: Vec<Arg> = vec![Timestamp::now().millis().into()];
+        args.extend(refs.iter().map(|r| Arg::from(r.as_str())));
+        read::execute(&mut *tx, &sql, &args).await?;
         delete(&mut tx, self.backend(), refs).await?;
         tx.commit().await?;
         self.enqueued.notify_one();
@@ -89,10 +90,7 @@ async fn delete(
         "DELETE FROM outbox WHERE event_ref IN ({})",
         Marks::new(backend).list(refs.len())
     );
-    let mut q = sqlx::query(&sql);
-    for r in refs {
-        q = q.bind(r.as_str());
-    }
-    q.execute(&mut **tx).await?;
+    let args: Vec<Arg> = refs.iter().map(|r| Arg::from(r.as_str())).collect();
+    read::execute(&mut **tx, &sql, &args).await?;
     Ok(())
 }

@@ -7,6 +7,7 @@
 use super::endpoints::EndpointRecord;
 use super::{json_col, to_json};
 use crate::admin::service_accounts::opt_ts;
+use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::webhook::{BodyStatus, DataClass, DataProfileGrantStatus, Purpose};
@@ -144,29 +145,33 @@ impl Store {
         environment_ref: &Ref,
         endpoint_ref: &Ref,
     ) -> Result<Vec<DataProfileGrantRecord>, StoreError> {
-        let rows = sqlx::query(
+        read::all(
+            self.pool(),
             "SELECT * FROM webhook_data_profile_grants WHERE environment_ref = $1 \
              AND endpoint_ref = $2 ORDER BY created_at DESC, grant_id DESC",
+            &[
+                environment_ref.as_str().into(),
+                endpoint_ref.as_str().into(),
+            ],
+            from_row,
         )
-        .bind(environment_ref.as_str())
-        .bind(endpoint_ref.as_str())
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(from_row).collect()
+        .await
     }
 
     pub async fn active_data_profile_grant(
         &self,
         endpoint_ref: &Ref,
     ) -> Result<Option<DataProfileGrantRecord>, StoreError> {
-        let row = sqlx::query(
+        read::optional(
+            self.pool(),
             "SELECT * FROM webhook_data_profile_grants WHERE endpoint_ref = $1 AND status = $2",
+            &[
+                endpoint_ref.as_str().into(),
+                DataProfileGrantStatus::Active.as_str().into(),
+            ],
+            from_row,
         )
-        .bind(endpoint_ref.as_str())
-        .bind(DataProfileGrantStatus::Active.as_str())
-        .fetch_optional(self.pool())
-        .await?;
-        row.as_ref().map(from_row).transpose()
+        .await
     }
 }
 

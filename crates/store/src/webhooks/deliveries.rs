@@ -6,9 +6,9 @@
 
 use super::to_json;
 use crate::admin::service_accounts::opt_ts;
-use crate::db::page::{fetch_page, Arg, Page, PageRequest};
-use crate::db::tx::Arg as Value;
-use crate::db::tx::{int, text, CellRow, Columns, WriteTx};
+use crate::db::page::{fetch_page, Page, PageRequest};
+use crate::db::read;
+use crate::db::tx::{int, text, Arg, CellRow, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus};
 use domain::{Prefix, Ref, Timestamp};
@@ -174,14 +174,16 @@ impl Store {
         environment_ref: &Ref,
         delivery_ref: &Ref,
     ) -> Result<DeliveryRecord, StoreError> {
-        let row = sqlx::query(
+        read::one(
+            self.pool(),
             "SELECT * FROM webhook_deliveries WHERE environment_ref = $1 AND delivery_ref = $2",
+            &[
+                environment_ref.as_str().into(),
+                delivery_ref.as_str().into(),
+            ],
+            delivery_from_row,
         )
-        .bind(environment_ref.as_str())
-        .bind(delivery_ref.as_str())
-        .fetch_one(self.pool())
-        .await?;
-        delivery_from_row(&row)
+        .await
     }
 
     pub async fn list_deliveries(
@@ -190,17 +192,16 @@ impl Store {
         endpoint_ref: &Ref,
         page: &PageRequest,
     ) -> Result<Page<DeliveryRecord>, StoreError> {
-        let args = vec![
-            Arg::Text(environment_ref.to_string()),
-            Arg::Text(endpoint_ref.to_string()),
-        ];
         let filter = "environment_ref = $1 AND endpoint_ref = $2";
         fetch_page(
             self.pool(),
             "webhook_deliveries",
             "delivery_ref",
             filter,
-            args,
+            &[
+                environment_ref.as_str().into(),
+                endpoint_ref.as_str().into(),
+            ],
             page,
             delivery_from_row,
         )
@@ -213,17 +214,16 @@ impl Store {
         delivery_ref: &Ref,
         page: &PageRequest,
     ) -> Result<Page<AttemptRecord>, StoreError> {
-        let args = vec![
-            Arg::Text(environment_ref.to_string()),
-            Arg::Text(delivery_ref.to_string()),
-        ];
         let filter = "environment_ref = $1 AND delivery_ref = $2";
         fetch_page(
             self.pool(),
             "webhook_attempts",
             "attempt_ref",
             filter,
-            args,
+            &[
+                environment_ref.as_str().into(),
+                delivery_ref.as_str().into(),
+            ],
             page,
             attempt_from_row,
         )
@@ -245,22 +245,24 @@ impl Store {
                  ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}) AS {alias}"
             )
         };
-        let rows = sqlx::query(&format!(
-            "{} UNION ALL {} ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}",
-            newest("$2", "succeeded"),
-            newest("$3", "failed")
-        ))
-        .bind(endpoint_ref.as_str())
-        .bind(AttemptStatus::Succeeded.as_str())
-        .bind(AttemptStatus::Failed.as_str())
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|r| {
+        read::all(
+            self.pool(),
+            &format!(
+                "{} UNION ALL {} ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}",
+                newest("$2", "succeeded"),
+                newest("$3", "failed")
+            ),
+            &[
+                endpoint_ref.as_str().into(),
+                AttemptStatus::Succeeded.as_str().into(),
+                AttemptStatus::Failed.as_str().into(),
+            ],
+            |r| {
                 let s = text(r, "status")?;
                 AttemptStatus::parse(&s).ok_or(StoreError::Corrupt(s))
-            })
-            .collect()
+            },
+        )
+        .await
     }
 
     /// The status of the endpoint's newest delivery.
@@ -268,22 +270,17 @@ impl Store {
         &self,
         endpoint_ref: &Ref,
     ) -> Result<Option<DeliveryStatus>, StoreError> {
-        let row = sqlx::query(
+        read::optional(
+            self.pool(),
             "SELECT status FROM webhook_deliveries WHERE endpoint_ref = $1 \
              ORDER BY created_at DESC, delivery_ref DESC LIMIT 1",
+            &[endpoint_ref.as_str().into()],
+            |r| {
+                let s = text(r, "status")?;
+                DeliveryStatus::parse(&s).ok_or(StoreError::Corrupt(s))
+            },
         )
-        .bind(endpoint_ref.as_str())
-        .fetch_optional(self.pool())
-        .await?;
-        match row {
-            None => Ok(None),
-            Some(r) => {
-                let s = text(&r, "status")?;
-                DeliveryStatus::parse(&s)
-                    .map(Some)
-                    .ok_or(StoreError::Corrupt(s))
-            }
-        }
+        .await
     }
 }
 
@@ -347,8 +344,8 @@ pub(crate) async fn mark_url_immutable(
         marks.next(),
         marks.list(endpoint_refs.len())
     );
-    let mut args: Vec<Value> = vec![now.into()];
-    args.extend(endpoint_refs.iter().map(|r| Value::from(*r)));
+    let mut args: Vec<Arg> = vec![now.into()];
+    args.extend(endpoint_refs.iter().map(|r| Arg::from(*r)));
     tx.execute(&sql, &args).await?;
     Ok(())
 }

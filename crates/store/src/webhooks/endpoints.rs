@@ -6,8 +6,9 @@
 
 use super::{one, placeholders};
 use crate::admin::service_accounts::opt_ts;
-use crate::db::page::{fetch_page, Arg, Page, PageRequest};
-use crate::db::tx::{int, text, Arg as ExecArg, Columns, WriteTx};
+use crate::db::page::{fetch_page, Page, PageRequest};
+use crate::db::read;
+use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::webhook::secret_version::{SecretVersion, SecretVersionStatus};
 use domain::webhook::{DeliveryStatus, EndpointStatus};
@@ -253,22 +254,27 @@ impl Store {
         environment_ref: &Ref,
         endpoint_ref: &Ref,
     ) -> Result<EndpointRecord, StoreError> {
-        let versions = sqlx::query(SECRET_VERSIONS)
-            .bind(endpoint_ref.as_str())
-            .bind(environment_ref.as_str())
-            .fetch_all(self.pool())
-            .await?;
-        let row = sqlx::query(
-            "SELECT * FROM webhook_endpoints WHERE environment_ref = $1 AND endpoint_ref = $2",
+        let versions = read::all(
+            self.pool(),
+            SECRET_VERSIONS,
+            &[
+                endpoint_ref.as_str().into(),
+                environment_ref.as_str().into(),
+            ],
+            |row| Ok(secret_from_row(row)?.1),
         )
-        .bind(environment_ref.as_str())
-        .bind(endpoint_ref.as_str())
-        .fetch_one(self.pool())
         .await?;
-        let mut endpoint = endpoint_from_row(&row)?;
-        for v in &versions {
-            endpoint.secret_versions.push(secret_from_row(v)?.1);
-        }
+        let mut endpoint = read::one(
+            self.pool(),
+            "SELECT * FROM webhook_endpoints WHERE environment_ref = $1 AND endpoint_ref = $2",
+            &[
+                environment_ref.as_str().into(),
+                endpoint_ref.as_str().into(),
+            ],
+            endpoint_from_row,
+        )
+        .await?;
+        endpoint.secret_versions = versions;
         Ok(endpoint)
     }
 
@@ -278,17 +284,16 @@ impl Store {
         status: Option<EndpointStatus>,
         page: &PageRequest,
     ) -> Result<Page<EndpointRecord>, StoreError> {
-        let args = vec![
-            Arg::Text(environment_ref.to_string()),
-            Arg::Text(status.map(|s| s.as_str()).unwrap_or("").to_owned()),
-        ];
         let filter = "environment_ref = $1 AND ($2 = '' OR status = $2)";
         let mut page = fetch_page(
             self.pool(),
             "webhook_endpoints",
             "endpoint_ref",
             filter,
-            args,
+            &[
+                environment_ref.as_str().into(),
+                status.map(|s| s.as_str()).unwrap_or("").into(),
+            ],
             page,
             endpoint_from_row,
         )
@@ -308,12 +313,11 @@ impl Store {
             "SELECT * FROM webhook_secret_versions WHERE endpoint_ref IN ({}) ORDER BY version",
             placeholders(1, endpoints.len())
         );
-        let mut q = sqlx::query(&sql);
-        for e in endpoints.iter() {
-            q = q.bind(e.endpoint_ref.as_str().to_owned());
-        }
-        for row in q.fetch_all(self.pool()).await? {
-            let (endpoint_ref, version) = secret_from_row(&row)?;
+        let args: Vec<Arg> = endpoints
+            .iter()
+            .map(|e| e.endpoint_ref.as_str().into())
+            .collect();
+        for (endpoint_ref, version) in read::all(self.pool(), &sql, &args, secret_from_row).await? {
             if let Some(e) = endpoints
                 .iter_mut()
                 .find(|e| e.endpoint_ref.as_str() == endpoint_ref)
@@ -329,18 +333,19 @@ impl Store {
         &self,
         limit: u32,
     ) -> Result<Vec<(Ref, EndpointStatus)>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT endpoint_ref, status FROM webhook_endpoints ORDER BY endpoint_ref LIMIT {limit}"
-        ))
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter()
-            .map(|row| {
+        read::all(
+            self.pool(),
+            &format!(
+                "SELECT endpoint_ref, status FROM webhook_endpoints ORDER BY endpoint_ref LIMIT {limit}"
+            ),
+            &[],
+            |row| {
                 let status = text(row, "status")?;
                 let status = EndpointStatus::parse(&status).ok_or(StoreError::Corrupt(status))?;
                 Ok((Ref::from_trusted(text(row, "endpoint_ref")?), status))
-            })
-            .collect()
+            },
+        )
+        .await
     }
 
     /// Version and status of each endpoint in `refs` (any environment).
@@ -349,15 +354,9 @@ impl Store {
             return Ok(EndpointVersions::new());
         }
         let sql = versions_query(refs.len());
-        let mut q = sqlx::query(&sql);
-        for r in refs {
-            q = q.bind(r.as_str().to_owned());
-        }
-        q.fetch_all(self.pool())
-            .await?
-            .iter()
-            .map(version_entry)
-            .collect()
+        let args: Vec<Arg> = refs.iter().map(|r| r.as_str().into()).collect();
+        let entries = read::all(self.pool(), &sql, &args, version_entry).await?;
+        Ok(entries.into_iter().collect())
     }
 }
 
@@ -391,7 +390,7 @@ pub(crate) async fn endpoint_versions_in(
     if refs.is_empty() {
         return Ok((versions, fixed));
     }
-    let args: Vec<ExecArg> = refs.iter().map(|r| r.as_str().into()).collect();
+    let args: Vec<Arg> = refs.iter().map(|r| r.as_str().into()).collect();
     for row in tx.fetch(&versions_query(refs.len()), &args).await? {
         let (endpoint_ref, entry) = version_entry(&row)?;
         if int(&row, "url_immutable")? != 0 {

@@ -9,9 +9,10 @@
 //! functions taking the caller's unit of work first
 //! (`endpoints::create(tx, …)`), so that a request's writes commit together,
 //! and read back what they wrote through that transaction (`RETURNING`, or a
-//! read on it). Its reads are `Store` methods on the read pool. One decoder
-//! per record reads rows of either (`crate::db::tx::Columns`), and state
-//! values are bound from the domain's enums, not written into the SQL.
+//! read on it). Its reads are `Store` methods on the read pool
+//! (`crate::db::read`, with the same `Arg`s). One decoder per record reads
+//! rows of either (`crate::db::tx::Columns`), and state values are bound
+//! from the domain's enums, not written into the SQL.
 
 pub mod data_profiles;
 pub mod deliveries;

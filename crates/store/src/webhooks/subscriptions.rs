@@ -2,6 +2,7 @@
 //! an endpoint receives.
 
 use super::{json_col, to_json};
+use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::{Backend, Store, StoreError};
 use domain::webhook::ScopeType;
@@ -114,14 +115,16 @@ impl Store {
         environment_ref: &Ref,
         endpoint_ref: &Ref,
     ) -> Result<Vec<SubscriptionRecord>, StoreError> {
-        let rows = sqlx::query(
+        read::all(
+            self.pool(),
             "SELECT * FROM webhook_subscriptions WHERE environment_ref = $1 AND endpoint_ref = $2 \
              ORDER BY created_at DESC, subscription_id DESC",
+            &[
+                environment_ref.as_str().into(),
+                endpoint_ref.as_str().into(),
+            ],
+            from_row,
         )
-        .bind(environment_ref.as_str())
-        .bind(endpoint_ref.as_str())
-        .fetch_all(self.pool())
-        .await?;
-        rows.iter().map(from_row).collect()
+        .await
     }
 }

@@ -128,7 +128,8 @@ pub async fn issue(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         expires_at,
     };
     let env = ctx.env().clone();
-    let row = credentials::issue(ctx.tx().await?, &env, &account.principal_ref, new, &secret).await?;
+    let row =
+        credentials::issue(ctx.tx().await?, &env, &account.principal_ref, new, &secret).await?;
     Ok(reply(&row, Some(&secret)))
 }
 

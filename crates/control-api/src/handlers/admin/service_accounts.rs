@@ -121,14 +121,19 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         check_text("description", d, 0, 500)?;
     }
     let env = ctx.env().clone();
-    let row = service_accounts::create(ctx.tx().await?, &env, &body.name, body.description.as_deref())
-        .await
-        .map_err(|e| match e {
-            StoreError::Duplicate => {
-                ApiError::semantic("the name `admin` is reserved for the bootstrap account")
-            }
-            e => e.into(),
-        })?;
+    let row = service_accounts::create(
+        ctx.tx().await?,
+        &env,
+        &body.name,
+        body.description.as_deref(),
+    )
+    .await
+    .map_err(|e| match e {
+        StoreError::Duplicate => {
+            ApiError::semantic("the name `admin` is reserved for the bootstrap account")
+        }
+        e => e.into(),
+    })?;
     Ok(reply(&row))
 }
 

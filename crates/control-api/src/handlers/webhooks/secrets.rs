@@ -38,7 +38,8 @@ pub async fn rotate(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let number = added.version;
     let sealed = seal(ctx, &secret);
     let row =
-        endpoints::update_secret_versions(ctx.tx().await?, &current, &[], Some((added, sealed))).await?;
+        endpoints::update_secret_versions(ctx.tx().await?, &current, &[], Some((added, sealed)))
+            .await?;
     Ok(reply(&row, Some((number, &secret))))
 }
 

@@ -1,0 +1,146 @@
+//! Statements outside a `WriteTx`: the reads of `Store` methods on the read
+//! pool, and the few statements that run on a pool or a sqlx transaction
+//! of their own (the writer pool's one-statement writes, the fleet's claim
+//! by reference, the outbox relay).
+//!
+//! Their values are `Arg`s, bound exactly as `WriteTx` binds them
+//! (`crate::db::tx::sqlx_query`), so the store passes arguments one way
+//! only. Rows are decoded by the caller's `decode`, one row at a time.
+//!
+//! `exec` is anything sqlx runs statements on: `&AnyPool`, or
+//! `&mut AnyConnection` for a transaction (`&mut *tx`).
+
+use crate::db::tx::{sqlx_query, Arg};
+use crate::StoreError;
+use sqlx::any::AnyRow;
+use sqlx::{Any, Executor, Row};
+
+/// Every row `sql` returns, decoded.
+pub(crate) async fn all<'c, T>(
+    exec: impl Executor<'c, Database = Any>,
+    sql: &str,
+    args: &[Arg<'_>],
+    decode: impl Fn(&AnyRow) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let rows = sqlx_query(sql, args).fetch_all(exec).await?;
+    rows.iter().map(decode).collect()
+}
+
+/// The first row `sql` returns, decoded, if there is one.
+pub(crate) async fn optional<'c, T>(
+    exec: impl Executor<'c, Database = Any>,
+    sql: &str,
+    args: &[Arg<'_>],
+    decode: impl Fn(&AnyRow) -> Result<T, StoreError>,
+) -> Result<Option<T>, StoreError> {
+    let row = sqlx_query(sql, args).fetch_optional(exec).await?;
+    row.as_ref().map(decode).transpose()
+}
+
+/// The first row `sql` returns, decoded; `NotFound` when there is none.
+pub(crate) async fn one<'c, T>(
+    exec: impl Executor<'c, Database = Any>,
+    sql: &str,
+    args: &[Arg<'_>],
+    decode: impl Fn(&AnyRow) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    // What sqlx's `fetch_one` does: the first row, `RowNotFound` without one.
+    optional(exec, sql, args, decode)
+        .await?
+        .ok_or(StoreError::NotFound)
+}
+
+/// The first column of the one row `sql` returns (an aggregate: `COUNT`,
+/// `MIN`, …), `None` when it is null; `NotFound` when there is no row.
+pub(crate) async fn scalar_int<'c>(
+    exec: impl Executor<'c, Database = Any>,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<Option<i64>, StoreError> {
+    one(exec, sql, args, |row| Ok(row.try_get::<Option<i64>, _>(0)?)).await
+}
+
+/// Runs `sql`; returns the number of rows it changed.
+pub(crate) async fn execute<'c>(
+    exec: impl Executor<'c, Database = Any>,
+    sql: &str,
+    args: &[Arg<'_>],
+) -> Result<u64, StoreError> {
+    Ok(sqlx_query(sql, args).execute(exec).await?.rows_affected())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::tx::text;
+
+    async fn pool() -> sqlx::AnyPool {
+        sqlx::any::install_default_drivers();
+        // One connection: each connection to `:memory:` is a database of
+        // its own.
+        let pool = sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        execute(&pool, "CREATE TABLE t (k TEXT PRIMARY KEY, n BIGINT)", &[])
+            .await
+            .unwrap();
+        pool
+    }
+
+    #[tokio::test]
+    async fn values_bind_in_mark_order_and_rows_decode_one_by_one() {
+        let pool = pool().await;
+        let added = execute(
+            &pool,
+            "INSERT INTO t (k, n) VALUES ($1, $2), ($3, $4)",
+            &["a".into(), 1i64.into(), "b".into(), Arg::Int(None)],
+        )
+        .await
+        .unwrap();
+        assert_eq!(added, 2);
+        let keys = all(
+            &pool,
+            "SELECT k FROM t WHERE k <> $1 OR n IS NULL ORDER BY k",
+            &["a".into()],
+            |row| text(row, "k"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(keys, ["b"]);
+        let n = one(
+            &pool,
+            "SELECT n FROM t WHERE k = $1",
+            &["a".into()],
+            |row| Ok(row.try_get::<i64, _>("n")?),
+        )
+        .await
+        .unwrap();
+        assert_eq!(n, 1);
+        assert!(matches!(
+            one(
+                &pool,
+                "SELECT k FROM t WHERE k = $1",
+                &["z".into()],
+                |_| Ok(())
+            )
+            .await,
+            Err(StoreError::NotFound)
+        ));
+        let missing = optional(&pool, "SELECT k FROM t WHERE k = $1", &["z".into()], |_| {
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert!(missing.is_none());
+        let count = scalar_int(&pool, "SELECT COUNT(*) FROM t WHERE n = $1", &[1i64.into()])
+            .await
+            .unwrap();
+        assert_eq!(count, Some(1));
+        let none = scalar_int(&pool, "SELECT MIN(n) FROM t WHERE k = $1", &["b".into()])
+            .await
+            .unwrap();
+        assert_eq!(none, None);
+    }
+}
