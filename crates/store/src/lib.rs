@@ -232,18 +232,6 @@ impl Store {
         }
     }
 
-    /// Starts a write transaction. SQLite takes its write lock up front
-    /// (`BEGIN IMMEDIATE`) so that two writers queue on the busy timeout
-    /// instead of failing when a read lock is upgraded.
-    pub(crate) async fn write_tx(
-        &self,
-    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
-        Ok(match self.backend {
-            Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.writer.begin().await?,
-        })
-    }
-
     /// Runs a write on the lane (SQLite; `lane`), or here (PostgreSQL,
     /// whose pool has many writers and whose sockets belong to this
     /// runtime).

@@ -15,7 +15,7 @@ pub mod signals;
 
 use crate::db::marks::Marks;
 use crate::db::read;
-use crate::db::tx::{text, Arg, WriteTx};
+use crate::db::tx::{text, Arg, Columns, WriteTx};
 use crate::webhooks::deliveries::{
     delivery_from_row, mark_url_immutable, DeliveryRecord, NewDelivery,
 };
@@ -698,9 +698,9 @@ impl Store {
         let mut refs: Vec<&str> = refs.iter().map(String::as_str).collect();
         refs.sort_unstable();
         refs.dedup();
-        let mut tx = self.write_tx().await?;
+        let mut tx = self.begin().await?;
         if self.backend() == Backend::Postgres {
-            read::execute(&mut *tx, statements::BY_PRIMARY_KEY, &[]).await?;
+            tx.execute(statements::BY_PRIMARY_KEY, &[]).await?;
         }
         for chunk in refs.chunks(CHUNK) {
             // Two statements, each selecting by primary key alone
@@ -709,24 +709,23 @@ impl Store {
             // checked, so the check still holds at the update.
             let sql = statements::lock_by_ref(self.backend(), chunk.len());
             let args: Vec<Arg> = chunk.iter().map(|r| Arg::from(*r)).collect();
-            let locked = read::all(&mut *tx, &sql, &args, |row| {
-                let status: String = row.try_get("status")?;
-                let due: Option<i64> = row.try_get("next_attempt_at")?;
-                let lease: Option<i64> = row.try_get("lease_until")?;
+            let mut claimable = Vec::new();
+            for row in tx.fetch(&sql, &args).await? {
+                let status = text(&row, "status")?;
+                let (due, lease) = (row.int("next_attempt_at")?, row.int("lease_until")?);
                 if statements::is_claimable(&status, due, lease, now.millis()) {
-                    Ok(Some(row.try_get::<String, _>("delivery_ref")?))
-                } else {
-                    Ok(None)
+                    claimable.push(text(&row, "delivery_ref")?);
                 }
-            });
-            let claimable: Vec<String> = locked.await?.into_iter().flatten().collect();
+            }
             if claimable.is_empty() {
                 continue;
             }
             let sql = statements::lease_by_ref(claimable.len());
             let mut args: Vec<Arg> = vec![owner.into(), lease_until.millis().into()];
             args.extend(claimable.iter().map(Arg::from));
-            claimed.extend(read::all(&mut *tx, &sql, &args, delivery_from_row).await?);
+            for row in tx.fetch(&sql, &args).await? {
+                claimed.push(delivery_from_row(&row)?);
+            }
         }
         tx.commit().await?;
         Ok(claimed)

@@ -13,7 +13,7 @@ use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::Arg;
 use crate::dispatch::{event_from_row, EventRecord};
-use crate::{Backend, Store, StoreError};
+use crate::{Store, StoreError, WriteTx};
 use domain::{Ref, Timestamp};
 
 impl Store {
@@ -50,10 +50,9 @@ impl Store {
         if refs.is_empty() {
             return Ok(());
         }
-        let mut tx = self.write_tx().await?;
-        delete(&mut tx, self.backend(), refs).await?;
-        tx.commit().await?;
-        Ok(())
+        let mut tx = self.begin().await?;
+        delete(&mut tx, refs).await?;
+        tx.commit().await
     }
 
     /// The embedded relay: moves events into the event queue and out of the
@@ -62,7 +61,7 @@ impl Store {
         if refs.is_empty() {
             return Ok(());
         }
-        let mut tx = self.write_tx().await?;
+        let mut tx = self.begin().await?;
         let mut marks = Marks::new(self.backend());
         let sql = format!(
             "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, data, \
@@ -73,24 +72,20 @@ impl Store {
         );
         let mut args: Vec<Arg> = vec![Timestamp::now().millis().into()];
         args.extend(refs.iter().map(|r| Arg::from(r.as_str())));
-        read::execute(&mut *tx, &sql, &args).await?;
-        delete(&mut tx, self.backend(), refs).await?;
+        tx.execute(&sql, &args).await?;
+        delete(&mut tx, refs).await?;
         tx.commit().await?;
         self.enqueued.notify_one();
         Ok(())
     }
 }
 
-async fn delete(
-    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
-    backend: Backend,
-    refs: &[&Ref],
-) -> Result<(), StoreError> {
+async fn delete(tx: &mut WriteTx, refs: &[&Ref]) -> Result<(), StoreError> {
     let sql = format!(
         "DELETE FROM outbox WHERE event_ref IN ({})",
-        Marks::new(backend).list(refs.len())
+        Marks::new(tx.backend()).list(refs.len())
     );
     let args: Vec<Arg> = refs.iter().map(|r| Arg::from(r.as_str())).collect();
-    read::execute(&mut **tx, &sql, &args).await?;
+    tx.execute(&sql, &args).await?;
     Ok(())
 }
