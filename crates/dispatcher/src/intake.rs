@@ -76,7 +76,11 @@ pub fn parse(body: &[u8]) -> Result<EventRecord, EnvelopeError> {
     let occurred_at = Timestamp::parse(&e.occurred_at).ok_or(EnvelopeError::OccurredAt)?;
     let data = EventData::object(e.data).map_err(EnvelopeError::Data)?;
     for (i, p) in e.scope.product_refs.iter().enumerate() {
-        reference(Prefix::Product, p, format!("scope.product_refs.{i}"))?;
+        // The field's name is built only for the error.
+        Ref::parse(Prefix::Product, p).map_err(|source| EnvelopeError::Reference {
+            field: format!("scope.product_refs.{i}"),
+            source,
+        })?;
     }
     if let Some(b) = &e.scope.buyer_ref {
         reference(Prefix::Buyer, b, "scope.buyer_ref")?;
