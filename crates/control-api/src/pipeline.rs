@@ -263,7 +263,7 @@ async fn execute(
     };
     let mut tx = match opened {
         Some(tx) => tx,
-        None => claim.begin().await?,
+        None => handlers::open_keyed(claim).await?,
     };
     let stored = StoredResponse {
         status: decided.status.as_u16(),

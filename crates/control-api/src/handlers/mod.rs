@@ -41,6 +41,18 @@ pub(crate) enum Unit {
     Keyed(Box<store::KeyClaim>),
 }
 
+/// Opens the unit of work of a claimed key. `Conflict` there means that
+/// another process claimed or decided the same key meanwhile: a request
+/// still executing, for the client (contract section 4).
+pub(crate) async fn open_keyed(claim: &store::KeyClaim) -> Result<store::WriteTx, ApiError> {
+    claim.begin().await.map_err(|e| match e {
+        store::StoreError::Conflict => ApiError::VersionConflict(
+            "a request with this Idempotency-Key is still executing; retry",
+        ),
+        e => e.into(),
+    })
+}
+
 impl Ctx {
     /// The request's write transaction, opened at the first call: every
     /// write of a handler goes through it, so that the request's rows,
@@ -54,7 +66,7 @@ impl Ctx {
                     return Err(ApiError::Internal("a read operation tried to write".into()))
                 }
                 Unit::Plain => self.state.store.begin().await?,
-                Unit::Keyed(claim) => claim.begin().await?,
+                Unit::Keyed(claim) => open_keyed(claim).await?,
             };
             self.tx = Some(SyncWrapper::new(tx));
         }
