@@ -959,7 +959,11 @@ async fn memory(cfg: &Config, summary: &mut Summary) {
         let _ = app.store.endpoint_failing_since(&endpoint).await;
         round[0] = t.elapsed();
         let t = Instant::now();
-        let _ = app.store.recent_attempt_outcomes(&endpoint, 100).await;
+        let _ = app
+            .store
+            .webhooks()
+            .recent_attempt_outcomes(&endpoint, 100)
+            .await;
         round[1] = t.elapsed();
         let t = Instant::now();
         let _ = app

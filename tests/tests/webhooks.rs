@@ -279,6 +279,7 @@ async fn check_signing(app: &TestApp, endpoint: &str, shown: &[(&str, bool)]) {
     let endpoint_ref = Ref::parse(Prefix::WebhookEndpoint, endpoint).expect("ref");
     let stored = app
         .store
+        .webhooks()
         .endpoint(&env_ref(app), &endpoint_ref)
         .await
         .expect("stored endpoint");

@@ -204,7 +204,7 @@ async fn maintenance(store: Store, retention: Duration, shutdown: CancellationTo
             _ = tick.tick() => {}
         }
         let cutoff = domain::Timestamp::now().plus_seconds(-(retention.as_secs() as i64));
-        match store.purge_idempotency_keys(cutoff).await {
+        match store.admin().purge_idempotency_keys(cutoff).await {
             Ok(n) if n > 0 => tracing::info!(purged = n, "expired idempotency records deleted"),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "idempotency purge failed"),

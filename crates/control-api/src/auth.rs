@@ -44,6 +44,7 @@ pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Caller, 
         .ok_or(ApiError::AuthenticationFailed)?;
     let now = Timestamp::now();
     let record = store
+        .admin()
         .authenticate(&secret.digest(), now)
         .await?
         .ok_or(ApiError::AuthenticationFailed)?;
@@ -57,7 +58,11 @@ pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Caller, 
         .last_used_at
         .is_none_or(|t| t.millis() < now.millis() - LAST_USED_RESOLUTION_MS);
     if stale {
-        if let Err(e) = store.touch_credential(&record.credential_ref, now).await {
+        if let Err(e) = store
+            .admin()
+            .touch_credential(&record.credential_ref, now)
+            .await
+        {
             tracing::warn!(error = %e, "could not record credential use");
         }
     }

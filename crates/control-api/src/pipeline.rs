@@ -100,7 +100,7 @@ pub async fn finish(state: &AppState, mut response: Response, log: RequestLogRec
         duration_ms = log.duration_ms,
         "request"
     );
-    if let Err(e) = state.store.insert_request_log(&log).await {
+    if let Err(e) = state.store.admin().insert_request_log(&log).await {
         tracing::warn!(error = %e, request.id = log.request_log_ref.as_str(), "could not write request log");
     }
     response

@@ -56,8 +56,12 @@ impl EndpointCache {
                 return Ok(v.clone());
             }
         }
-        let e = store.endpoint(environment_ref, endpoint_ref).await?;
+        let e = store
+            .webhooks()
+            .endpoint(environment_ref, endpoint_ref)
+            .await?;
         let grant = store
+            .webhooks()
             .active_data_profile_grant(endpoint_ref)
             .await?
             .map(|g| GrantView {

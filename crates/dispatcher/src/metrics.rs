@@ -48,8 +48,11 @@ pub async fn record_endpoint_health(store: &store::Store) -> Result<(), store::S
     use domain::webhook::health::{health, Health};
     let mut counts: std::collections::HashMap<Health, u64> =
         Health::ALL.iter().map(|h| (*h, 0)).collect();
-    for (endpoint_ref, status) in store.endpoint_statuses(HEALTH_SAMPLE).await? {
-        let recent = store.recent_attempt_outcomes(&endpoint_ref, 100).await?;
+    for (endpoint_ref, status) in store.webhooks().endpoint_statuses(HEALTH_SAMPLE).await? {
+        let recent = store
+            .webhooks()
+            .recent_attempt_outcomes(&endpoint_ref, 100)
+            .await?;
         *counts.entry(health(status, &recent)).or_default() += 1;
     }
     for (h, n) in counts {

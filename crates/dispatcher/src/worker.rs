@@ -87,7 +87,7 @@ impl Carried {
             .iter()
             .map(|(d, _, _)| &d.endpoint_ref)
             .collect();
-        let versions = match store.endpoint_versions(&refs).await {
+        let versions = match store.webhooks().endpoint_versions(&refs).await {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "reading carried deliveries' endpoint versions failed");
@@ -371,7 +371,7 @@ impl Dispatcher {
             }
             let drained = claimed.len() < free as usize;
             let refs: Vec<&domain::Ref> = claimed.iter().map(|d| &d.endpoint_ref).collect();
-            let versions = match self.store.endpoint_versions(&refs).await {
+            let versions = match self.store.webhooks().endpoint_versions(&refs).await {
                 Ok(v) => v,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading endpoint versions failed");

@@ -10,6 +10,10 @@
 //! Invariants: every resource row carries `environment_ref` and a `version`
 //! bumped by each write; every conditional write is `... WHERE version = $n`
 //! so a lost race is reported as `StoreError::Conflict`, never half-applied.
+//!
+//! Reads are grouped by domain in read repositories borrowing the store
+//! (`store.admin()`, `store.webhooks()`); writes are functions of a
+//! `WriteTx`; the dispatcher's persistence (`dispatch`) is `Store`'s.
 
 pub mod admin;
 pub mod db;
@@ -23,6 +27,7 @@ pub use admin::grants::GrantRecord;
 pub use admin::idempotency::{Claim, IdempotencyScope, KeyClaim, StoredResponse};
 pub use admin::request_logs::{RequestLogFilter, RequestLogRecord};
 pub use admin::service_accounts::ServiceAccountRecord;
+pub use admin::Admin;
 pub use db::page::{Page, PageRequest};
 pub use db::tx::WriteTx;
 pub use dispatch::{fanout, handoff, signals};
@@ -32,6 +37,7 @@ pub use webhooks::data_profiles::{DataProfileGrantRecord, NewDataProfileGrant, S
 pub use webhooks::deliveries::{AttemptRecord, DeliveryRecord, NewDelivery};
 pub use webhooks::endpoints::{EndpointRecord, NewSecret, StoredSecretVersion};
 pub use webhooks::subscriptions::{NewSubscription, SubscriptionRecord};
+pub use webhooks::Webhooks;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, Executor};

@@ -1,9 +1,10 @@
 //! Credentials: bearer secrets of service accounts, stored as digests.
 
+use super::Admin;
 use crate::admin::service_accounts::opt_ts;
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
-use crate::{Store, StoreError};
+use crate::StoreError;
 use domain::principal::{CredentialStatus, GrantStatus, Mode, ServiceAccountStatus};
 use domain::secret::CredentialSecret;
 use domain::{Prefix, Ref, Timestamp};
@@ -157,7 +158,7 @@ pub async fn revoke(
     rows.first().ok_or(StoreError::Conflict).and_then(from_row)
 }
 
-impl Store {
+impl Admin<'_> {
     pub async fn credential(
         &self,
         environment_ref: &Ref,

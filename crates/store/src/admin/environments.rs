@@ -1,8 +1,9 @@
 //! Environments: `sandbox` and `live`, created by bootstrap.
 
+use super::Admin;
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
-use crate::{Store, StoreError};
+use crate::StoreError;
 use domain::principal::Mode;
 use domain::{Prefix, Ref, Timestamp};
 
@@ -46,7 +47,7 @@ pub async fn ensure(tx: &mut WriteTx, mode: Mode) -> Result<EnvironmentRecord, S
     rows.first().ok_or(StoreError::NotFound).and_then(from_row)
 }
 
-impl Store {
+impl Admin<'_> {
     pub async fn environment(
         &self,
         environment_ref: &Ref,

@@ -4,10 +4,11 @@
 //! A grant change is a change of its account: every write bumps the
 //! account's version in the same transaction.
 
+use super::Admin;
 use crate::admin::service_accounts::{self, opt_ts};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
-use crate::{Store, StoreError};
+use crate::StoreError;
 use domain::principal::GrantStatus;
 use domain::{Ref, Timestamp};
 
@@ -124,7 +125,7 @@ pub async fn revoke(
     rows.first().ok_or(StoreError::NotFound).and_then(from_row)
 }
 
-impl Store {
+impl Admin<'_> {
     /// Every grant of an account, newest first, revoked ones included.
     pub async fn list_grants(
         &self,

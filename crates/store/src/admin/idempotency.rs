@@ -12,6 +12,7 @@
 //! flight": a claim lives in this process's memory and in the open
 //! transaction, so it ends with them, however they end.
 
+use super::Admin;
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Backend, Store, StoreError};
@@ -172,7 +173,9 @@ impl Store {
             })
         }))
     }
+}
 
+impl Admin<'_> {
     /// Deletes records past retention; returns how many.
     pub async fn purge_idempotency_keys(&self, cutoff: Timestamp) -> Result<u64, StoreError> {
         read::execute(

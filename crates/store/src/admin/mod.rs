@@ -3,6 +3,11 @@
 //!
 //! It never decides wire shapes or permissions; it keeps rows and the
 //! conditional writes that guard them.
+//!
+//! Writes are free functions of the caller's unit of work
+//! (`service_accounts::create(tx, …)`). Reads, and the few statements that
+//! run outside a unit of work, are methods of `Admin`, the domain's read
+//! repository (`store.admin()`).
 
 pub mod credentials;
 pub mod environments;
@@ -10,3 +15,35 @@ pub mod grants;
 pub mod idempotency;
 pub mod request_logs;
 pub mod service_accounts;
+
+use crate::Store;
+use sqlx::AnyPool;
+
+/// The administration domain's read repository, borrowing the store
+/// (`Store::admin`): environments, service accounts, credentials (with
+/// `authenticate` and `touch_credential`), grants, request logs
+/// (`insert_request_log`, `list_request_logs`) and the purge of expired
+/// idempotency records. Claiming a key, which opens a request's unit of
+/// work, stays `Store::claim_idempotency_key`.
+#[derive(Clone, Copy)]
+pub struct Admin<'a>(&'a Store);
+
+impl Store {
+    /// The administration domain's reads (`Admin`).
+    pub fn admin(&self) -> Admin<'_> {
+        Admin(self)
+    }
+}
+
+impl<'a> Admin<'a> {
+    /// For reads.
+    fn pool(&self) -> &'a AnyPool {
+        self.0.pool()
+    }
+
+    /// For the writes that run outside a unit of work (`touch_credential`,
+    /// `insert_request_log`, `purge_idempotency_keys`).
+    fn writer(&self) -> &'a AnyPool {
+        self.0.writer()
+    }
+}

@@ -1,10 +1,11 @@
 //! Request logs: one row per API request, written after its response is
 //! decided. Bodies, secrets and query strings are never recorded.
 
+use super::Admin;
 use crate::db::page::{fetch_page, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns};
-use crate::{Store, StoreError};
+use crate::StoreError;
 use domain::{Ref, Timestamp};
 
 #[derive(Debug, Clone)]
@@ -49,7 +50,7 @@ fn from_row(row: &impl Columns) -> Result<RequestLogRecord, StoreError> {
     })
 }
 
-impl Store {
+impl Admin<'_> {
     /// Records a request, on the writer: called once the request's
     /// response is decided and its transaction has ended (never while
     /// holding a `WriteTx` of this store: with SQLite it would wait for that

@@ -1,11 +1,13 @@
 //! Service accounts: the principals that hold grants and credentials.
 //!
 //! Writes are functions of the caller's `WriteTx` and read their result
-//! back through it; reads are `Store` methods on the read pool.
+//! back through it; reads are `Admin` methods (`store.admin()`) on the
+//! read pool.
 
+use super::Admin;
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
-use crate::{Store, StoreError};
+use crate::StoreError;
 use domain::principal::{CredentialStatus, GrantStatus, ServiceAccountStatus};
 use domain::{Prefix, Ref, Timestamp};
 
@@ -218,7 +220,7 @@ fn one(rows: &[crate::db::tx::CellRow]) -> Result<ServiceAccountRecord, StoreErr
         .and_then(from_row)
 }
 
-impl Store {
+impl Admin<'_> {
     pub async fn service_account(
         &self,
         environment_ref: &Ref,
@@ -255,6 +257,7 @@ impl Store {
 mod tests {
     use super::*;
     use crate::admin::{credentials, environments, grants};
+    use crate::Store;
     use domain::principal::Mode;
     use domain::secret::CredentialSecret;
 
@@ -338,7 +341,7 @@ mod tests {
 
         // Uncommitted: the pool does not see it.
         assert!(matches!(
-            store.service_account(&env, &sa.principal_ref).await,
+            store.admin().service_account(&env, &sa.principal_ref).await,
             Err(StoreError::NotFound)
         ));
         let sa = read_in_tx(&mut tx, &sa.principal_ref).await;
@@ -357,14 +360,20 @@ mod tests {
         assert!(retired.retired_at.is_some());
         tx.commit().await.unwrap();
 
-        let grants = store.list_grants(&env, &sa.principal_ref).await.unwrap();
+        let grants = store
+            .admin()
+            .list_grants(&env, &sa.principal_ref)
+            .await
+            .unwrap();
         assert!(grants.iter().all(|g| g.status == GrantStatus::Revoked));
         let credential = store
+            .admin()
             .credential(&env, &credential.credential_ref)
             .await
             .unwrap();
         assert_eq!(credential.status, CredentialStatus::Revoked);
         let auth = store
+            .admin()
             .authenticate(&secret.digest(), Timestamp::now())
             .await
             .unwrap()

@@ -1,7 +1,8 @@
-//! Statements outside a `WriteTx`: the reads of `Store` methods on the read
-//! pool, and the few statements that run on a pool or a sqlx transaction
-//! of their own (the writer pool's one-statement writes, the fleet's claim
-//! by reference, the outbox relay).
+//! Statements outside a `WriteTx`: the reads of the domain repositories
+//! (`Admin`, `Webhooks`) and of `Store` methods on the read pool, and the
+//! few statements that run on a pool or a sqlx transaction of their own
+//! (the writer pool's one-statement writes, the fleet's claim by
+//! reference, the outbox relay).
 //!
 //! Their values are `Arg`s, bound exactly as `WriteTx` binds them
 //! (`crate::db::tx::sqlx_query`), so the store passes arguments one way

@@ -5,11 +5,12 @@
 //! transaction: `create` and `revoke` take the caller's `WriteTx`.
 
 use super::endpoints::EndpointRecord;
+use super::Webhooks;
 use super::{json_col, to_json};
 use crate::admin::service_accounts::opt_ts;
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
-use crate::{Store, StoreError};
+use crate::StoreError;
 use domain::webhook::{BodyStatus, DataClass, DataProfileGrantStatus, Purpose};
 use domain::{Ref, Timestamp};
 
@@ -139,7 +140,7 @@ pub async fn revoke(
     Ok(revoked)
 }
 
-impl Store {
+impl Webhooks<'_> {
     pub async fn list_data_profile_grants(
         &self,
         environment_ref: &Ref,

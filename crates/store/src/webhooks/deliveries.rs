@@ -5,11 +5,12 @@
 //! `delivery_from_row` with them.
 
 use super::to_json;
+use super::Webhooks;
 use crate::admin::service_accounts::opt_ts;
 use crate::db::page::{fetch_page, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, CellRow, Columns, WriteTx};
-use crate::{Store, StoreError};
+use crate::StoreError;
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus};
 use domain::{Prefix, Ref, Timestamp};
 
@@ -168,7 +169,7 @@ pub async fn start_generation(
     Ok(record)
 }
 
-impl Store {
+impl Webhooks<'_> {
     pub async fn delivery(
         &self,
         environment_ref: &Ref,

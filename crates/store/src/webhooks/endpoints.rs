@@ -2,14 +2,16 @@
 //!
 //! The writes are functions of the caller's `WriteTx` (`create`,
 //! `set_status`, `update_secret_versions`) and return the record as the
-//! transaction sees it; the reads are `Store` methods on the read pool.
+//! transaction sees it; the reads are `Webhooks` methods
+//! (`store.webhooks()`) on the read pool.
 
+use super::Webhooks;
 use super::{one, placeholders};
 use crate::admin::service_accounts::opt_ts;
 use crate::db::page::{fetch_page, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
-use crate::{Store, StoreError};
+use crate::StoreError;
 use domain::webhook::secret_version::{SecretVersion, SecretVersionStatus};
 use domain::webhook::{DeliveryStatus, EndpointStatus};
 use domain::{Prefix, Ref, Timestamp};
@@ -243,7 +245,7 @@ async fn with_secret_versions(
     Ok(endpoint)
 }
 
-impl Store {
+impl Webhooks<'_> {
     /// The endpoint with its secret versions. The versions are read before
     /// the row: every change of the versions bumps the row's version, so a
     /// change committed between the two reads shows as a newer row version,
@@ -377,7 +379,7 @@ fn version_entry(row: &impl Columns) -> Result<(String, (i64, EndpointStatus)), 
     Ok((text(row, "endpoint_ref")?, (int(row, "version")?, status)))
 }
 
-/// `Store::endpoint_versions`, read inside `tx` (the fan-out plans in the
+/// `Webhooks::endpoint_versions`, read inside `tx` (the fan-out plans in the
 /// transaction that writes its deliveries), with the endpoints whose url
 /// is already fixed (`url_immutable`: it never goes back, so a delivery
 /// written in this transaction need not fix it again).

@@ -1,10 +1,11 @@
 //! Subscriptions: which event types, in which scope and payload version,
 //! an endpoint receives.
 
+use super::Webhooks;
 use super::{json_col, to_json};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
-use crate::{Backend, Store, StoreError};
+use crate::{Backend, StoreError};
 use domain::webhook::ScopeType;
 use domain::{Ref, Timestamp};
 
@@ -109,7 +110,7 @@ pub async fn create(
     }
 }
 
-impl Store {
+impl Webhooks<'_> {
     pub async fn list_subscriptions(
         &self,
         environment_ref: &Ref,

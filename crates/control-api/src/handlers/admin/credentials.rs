@@ -94,6 +94,7 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let account = load(ctx, &input).await?;
     let rows = ctx
         .store()
+        .admin()
         .list_credentials(ctx.env(), &account.principal_ref)
         .await?;
     Ok(Reply::all(rows.iter().map(|r| dto(r, None)).collect()))
@@ -135,7 +136,12 @@ pub async fn issue(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
 
 async fn load_credential(ctx: &Ctx, input: &Input) -> Result<CredentialRecord, ApiError> {
     let credential_ref = input.path_ref("credential_ref", Prefix::Credential)?;
-    match ctx.store().credential(ctx.env(), &credential_ref).await {
+    match ctx
+        .store()
+        .admin()
+        .credential(ctx.env(), &credential_ref)
+        .await
+    {
         Err(StoreError::NotFound) => Err(ApiError::not_found("credential")),
         other => Ok(other?),
     }

@@ -19,7 +19,7 @@ pub struct EnvironmentDto {
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    let env = ctx.store().environment(ctx.env()).await?;
+    let env = ctx.store().admin().environment(ctx.env()).await?;
     Ok(Reply::all(vec![EnvironmentDto {
         environment_ref: env.environment_ref.to_string(),
         name: env.name,

@@ -83,6 +83,7 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let account = load(ctx, &input).await?;
     let rows = ctx
         .store()
+        .admin()
         .list_grants(ctx.env(), &account.principal_ref)
         .await?;
     Ok(Reply::all(rows.iter().map(GrantDto::from).collect()))
@@ -122,6 +123,7 @@ pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let account = load(ctx, &input).await?;
     let held = ctx
         .store()
+        .admin()
         .list_grants(ctx.env(), &account.principal_ref)
         .await?
         .iter()

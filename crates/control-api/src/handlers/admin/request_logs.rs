@@ -80,6 +80,7 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     };
     let page = ctx
         .store()
+        .admin()
         .list_request_logs(ctx.env(), &filter, &page_request)
         .await?;
     Ok(Reply::page(

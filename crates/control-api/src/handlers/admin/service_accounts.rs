@@ -100,7 +100,12 @@ fn check_reason(body: &ReasonBody) -> Result<(), ApiError> {
 /// environment.
 pub(crate) async fn load(ctx: &Ctx, input: &Input) -> Result<ServiceAccountRecord, ApiError> {
     let principal_ref = input.path_ref("principal_ref", Prefix::ServiceAccount)?;
-    match ctx.store().service_account(ctx.env(), &principal_ref).await {
+    match ctx
+        .store()
+        .admin()
+        .service_account(ctx.env(), &principal_ref)
+        .await
+    {
         Err(StoreError::NotFound) => Err(ApiError::not_found("service account")),
         other => Ok(other?),
     }
@@ -108,7 +113,7 @@ pub(crate) async fn load(ctx: &Ctx, input: &Input) -> Result<ServiceAccountRecor
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    let rows = ctx.store().list_service_accounts(ctx.env()).await?;
+    let rows = ctx.store().admin().list_service_accounts(ctx.env()).await?;
     Ok(Reply::all(
         rows.iter().map(ServiceAccountDto::from).collect(),
     ))

@@ -115,6 +115,7 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let endpoint = load_endpoint(ctx, &input).await?;
     let rows = ctx
         .store()
+        .webhooks()
         .list_data_profile_grants(ctx.env(), &endpoint.endpoint_ref)
         .await?;
     Ok(Reply::all(

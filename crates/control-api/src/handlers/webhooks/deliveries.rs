@@ -151,6 +151,7 @@ pub async fn attempts(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let page = input.page(&list_scope)?;
     let page = ctx
         .store()
+        .webhooks()
         .list_attempts(ctx.env(), &d.delivery_ref, &page)
         .await?;
     Ok(Reply::page(
@@ -171,6 +172,7 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let page = input.page(&list_scope)?;
     let page = ctx
         .store()
+        .webhooks()
         .list_deliveries(ctx.env(), &endpoint.endpoint_ref, &page)
         .await?;
     Ok(Reply::page(

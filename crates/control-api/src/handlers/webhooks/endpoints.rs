@@ -181,7 +181,11 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         };
     let list_scope = scope(ctx.op.id, &[("status", status_text)]);
     let page = input.page(&list_scope)?;
-    let page = ctx.store().list_endpoints(ctx.env(), status, &page).await?;
+    let page = ctx
+        .store()
+        .webhooks()
+        .list_endpoints(ctx.env(), status, &page)
+        .await?;
     Ok(Reply::page(
         page,
         &list_scope,

@@ -27,10 +27,12 @@ pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let endpoint = load_endpoint(ctx, &input).await?;
     let recent = ctx
         .store()
+        .webhooks()
         .recent_attempt_outcomes(&endpoint.endpoint_ref, WINDOW)
         .await?;
     let last = ctx
         .store()
+        .webhooks()
         .latest_delivery_status(&endpoint.endpoint_ref)
         .await?;
     Ok(Reply::one(

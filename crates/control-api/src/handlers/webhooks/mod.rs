@@ -28,7 +28,12 @@ pub(crate) async fn endpoint_by_ref(
     ctx: &Ctx,
     endpoint_ref: &Ref,
 ) -> Result<EndpointRecord, ApiError> {
-    match ctx.store().endpoint(ctx.env(), endpoint_ref).await {
+    match ctx
+        .store()
+        .webhooks()
+        .endpoint(ctx.env(), endpoint_ref)
+        .await
+    {
         Err(StoreError::NotFound) => Err(ApiError::not_found("webhook endpoint")),
         other => Ok(other?),
     }
@@ -37,7 +42,12 @@ pub(crate) async fn endpoint_by_ref(
 /// The delivery named by the `delivery_ref` path parameter.
 pub(crate) async fn load_delivery(ctx: &Ctx, input: &Input) -> Result<DeliveryRecord, ApiError> {
     let delivery_ref = input.path_ref("delivery_ref", Prefix::WebhookDelivery)?;
-    match ctx.store().delivery(ctx.env(), &delivery_ref).await {
+    match ctx
+        .store()
+        .webhooks()
+        .delivery(ctx.env(), &delivery_ref)
+        .await
+    {
         Err(StoreError::NotFound) => Err(ApiError::not_found("webhook delivery")),
         other => Ok(other?),
     }

@@ -104,7 +104,7 @@ pub async fn batch(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         .ok_or(ApiError::PreconditionRequired)?;
     let mut results = Vec::with_capacity(refs.len());
     for r in refs {
-        let outcome = match ctx.store().delivery(ctx.env(), &r).await {
+        let outcome = match ctx.store().webhooks().delivery(ctx.env(), &r).await {
             Err(StoreError::NotFound) => RedriveOutcome::NotFound,
             Err(e) => return Err(e.into()),
             Ok(d) if !if_match.matches(&delivery_etag(&d)) => RedriveOutcome::PreconditionFailed,

@@ -56,6 +56,7 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let endpoint = load_endpoint(ctx, &input).await?;
     let rows = ctx
         .store()
+        .webhooks()
         .list_subscriptions(ctx.env(), &endpoint.endpoint_ref)
         .await?;
     Ok(Reply::all(rows.iter().map(SubscriptionDto::from).collect()))

@@ -33,6 +33,7 @@ pub async fn send(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let example = catalogue::example(event.name, dto_version).unwrap_or_default();
     let grant = ctx
         .store()
+        .webhooks()
         .active_data_profile_grant(&endpoint.endpoint_ref)
         .await?;
     let data = shaping::shape(
