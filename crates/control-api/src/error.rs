@@ -76,6 +76,12 @@ impl ApiError {
         ApiError::NotFound(format!("no such {what}"))
     }
 
+    /// The request's idempotency key is claimed by a request still
+    /// executing (contract section 4).
+    pub fn key_in_flight() -> ApiError {
+        ApiError::VersionConflict("a request with this Idempotency-Key is still executing; retry")
+    }
+
     pub fn semantic(msg: impl Into<String>) -> ApiError {
         ApiError::Semantic(msg.into())
     }

@@ -203,11 +203,7 @@ async fn execute(
     match claim {
         Claim::Owned(claim) => ctx.unit = Unit::Keyed(Box::new(claim)),
         Claim::Mismatch => return Err(ApiError::IdempotencyMismatch),
-        Claim::InFlight => {
-            return Err(ApiError::VersionConflict(
-                "a request with this Idempotency-Key is still executing; retry",
-            ))
-        }
+        Claim::InFlight => return Err(ApiError::key_in_flight()),
         Claim::Replay(stored) => {
             let error_code = serde_json::from_str::<serde_json::Value>(&stored.body)
                 .ok()

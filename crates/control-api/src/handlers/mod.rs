@@ -46,9 +46,7 @@ pub(crate) enum Unit {
 /// still executing, for the client (contract section 4).
 pub(crate) async fn open_keyed(claim: &store::KeyClaim) -> Result<store::WriteTx, ApiError> {
     claim.begin().await.map_err(|e| match e {
-        store::StoreError::Conflict => ApiError::VersionConflict(
-            "a request with this Idempotency-Key is still executing; retry",
-        ),
+        store::StoreError::Conflict => ApiError::key_in_flight(),
         e => e.into(),
     })
 }

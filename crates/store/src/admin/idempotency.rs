@@ -222,14 +222,19 @@ impl KeyClaim {
             &[args[0], args[1], args[2], args[3], cutoff.into()],
         )
         .await?;
-        let decided = tx
-            .fetch(
-                &format!("SELECT idem_key FROM idempotency_keys WHERE {SCOPE}"),
-                &args,
-            )
-            .await?;
-        if !decided.is_empty() {
-            return Err(StoreError::Conflict);
+        // Another API process may have decided the key since the claim's
+        // check. With SQLite this process is the file's only writer, so
+        // that check, under its in-process claim, already holds.
+        if tx.backend() == Backend::Postgres {
+            let decided = tx
+                .fetch(
+                    &format!("SELECT idem_key FROM idempotency_keys WHERE {SCOPE}"),
+                    &args,
+                )
+                .await?;
+            if !decided.is_empty() {
+                return Err(StoreError::Conflict);
+            }
         }
         Ok(tx)
     }

@@ -6,7 +6,7 @@
 
 use super::Admin;
 use crate::db::read;
-use crate::db::tx::{int, text, Columns, WriteTx};
+use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::StoreError;
 use domain::principal::{CredentialStatus, GrantStatus, ServiceAccountStatus};
 use domain::{Prefix, Ref, Timestamp};
@@ -72,7 +72,7 @@ pub async fn create(
             ],
         )
         .await?;
-    one(&rows)
+    from_row(single(&rows)?)
 }
 
 /// The bootstrap account `admin` of an environment: the one that is not
@@ -211,13 +211,6 @@ pub(crate) async fn bump(
     } else {
         Err(StoreError::Conflict)
     }
-}
-
-/// The one account a write returned.
-fn one(rows: &[crate::db::tx::CellRow]) -> Result<ServiceAccountRecord, StoreError> {
-    rows.first()
-        .ok_or_else(|| StoreError::Corrupt("a write returned no service account".into()))
-        .and_then(from_row)
 }
 
 impl Admin<'_> {

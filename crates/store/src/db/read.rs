@@ -1,15 +1,13 @@
 //! Statements outside a `WriteTx`: the reads of the domain repositories
 //! (`Admin`, `Webhooks`) and of `Store` methods on the read pool, and the
-//! few statements that run on a pool or a sqlx transaction of their own
-//! (the writer pool's one-statement writes, the fleet's claim by
-//! reference, the outbox relay).
+//! writer pool's one-statement writes (request logs, dead letters, the
+//! credential's last use, the idempotency purge).
 //!
 //! Their values are `Arg`s, bound exactly as `WriteTx` binds them
 //! (`crate::db::tx::sqlx_query`), so the store passes arguments one way
 //! only. Rows are decoded by the caller's `decode`, one row at a time.
 //!
-//! `exec` is anything sqlx runs statements on: `&AnyPool`, or
-//! `&mut AnyConnection` for a transaction (`&mut *tx`).
+//! `exec` is anything sqlx runs statements on (here always a pool).
 
 use crate::db::tx::{sqlx_query, Arg};
 use crate::StoreError;

@@ -123,6 +123,17 @@ impl Columns for CellRow {
     }
 }
 
+/// The one row a write returned.
+pub(crate) fn single<R>(rows: &[R]) -> Result<&R, StoreError> {
+    match rows {
+        [row] => Ok(row),
+        _ => Err(StoreError::Corrupt(format!(
+            "a write returned {} rows, not one",
+            rows.len()
+        ))),
+    }
+}
+
 /// Required values of `Columns`.
 pub(crate) fn text(row: &impl Columns, name: &str) -> Result<String, StoreError> {
     row.text(name)?

@@ -5,7 +5,8 @@
 //!
 //! Within a process the signal is a `Notify`; across processes it is
 //! PostgreSQL's `NOTIFY` on [`CHANNEL`], sent inside the write's
-//! transaction, so it is delivered exactly when the write commits. SQLite
+//! transaction (`WriteTx::signal_due`), so it is delivered exactly when
+//! the write commits. SQLite
 //! has only the in-process signal (one process owns the file).
 //!
 //! A signal carries nothing: it asks for a pass over the store, which is

@@ -5,11 +5,12 @@
 //! transaction sees it; the reads are `Webhooks` methods
 //! (`store.webhooks()`) on the read pool.
 
+use super::placeholders;
 use super::Webhooks;
-use super::{one, placeholders};
 use crate::admin::service_accounts::opt_ts;
 use crate::db::page::{fetch_page, Page, PageRequest};
 use crate::db::read;
+use crate::db::tx::single;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::StoreError;
 use domain::webhook::secret_version::{SecretVersion, SecretVersionStatus};
@@ -108,7 +109,7 @@ pub async fn create(
             ],
         )
         .await?;
-    let mut endpoint = endpoint_from_row(one(&rows)?)?;
+    let mut endpoint = endpoint_from_row(single(&rows)?)?;
     let first = SecretVersion::initial(now);
     let rows = tx
         .fetch(
@@ -128,7 +129,7 @@ pub async fn create(
         .await?;
     endpoint
         .secret_versions
-        .push(secret_from_row(one(&rows)?)?.1);
+        .push(secret_from_row(single(&rows)?)?.1);
     Ok(endpoint)
 }
 

@@ -52,17 +52,6 @@ pub(crate) fn json_col<T: serde::de::DeserializeOwned>(
     serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
 }
 
-/// The one row a write returned.
-pub(crate) fn one<R>(rows: &[R]) -> Result<&R, StoreError> {
-    match rows {
-        [row] => Ok(row),
-        _ => Err(StoreError::Corrupt(format!(
-            "a write returned {} rows, not one",
-            rows.len()
-        ))),
-    }
-}
-
 pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".to_owned())
 }
