@@ -834,16 +834,29 @@ async fn subscriptions(app: TestApp) {
     assert_eq!(s["dto_version"], 2);
     assert_eq!(s["custom_field_refs"], json!([]));
     is_ts(&s["created_at"]);
+    // A product scope names a product of the environment (contract 10.1).
+    let unknown = json!({"public_event_type": "order.created", "scope_type": "product",
+        "scope_ref": "prd_N5xP3cV8bT1m", "dto_version": 1});
+    app.post(&path, unknown)
+        .send()
+        .await
+        .expect_error(404, "not_found");
+    let product = app
+        .post("/api/v1/products", json!({"name": "Scoped"}))
+        .send()
+        .await;
+    product.expect(201);
+    let product_ref = text(&product.data()["product_ref"]);
     for body in [
         json!({"public_event_type": "order.created", "scope_type": "product",
-            "scope_ref": "prd_N5xP3cV8bT1m", "dto_version": 1, "custom_field_refs": [CUSTOM_FIELD]}),
+            "scope_ref": product_ref, "dto_version": 1, "custom_field_refs": [CUSTOM_FIELD]}),
         json!({"public_event_type": "dispute.opened", "scope_type": "buyer",
             "scope_ref": "buy_7Rk2Wd9Lq4Zs", "dto_version": 1}),
         json!({"public_event_type": "payout.paid", "scope_type": "beneficiary_business",
             "scope_ref": "biz_B8nM1qW4eR7t", "dto_version": 1}),
         // The same type in another scope is another subscription.
         json!({"public_event_type": "payment.succeeded", "scope_type": "product",
-            "scope_ref": "prd_N5xP3cV8bT1m", "dto_version": 1}),
+            "scope_ref": product_ref, "dto_version": 1}),
     ] {
         let r = app.post(&path, body.clone()).send().await;
         r.expect(201);

@@ -1,10 +1,12 @@
 //! Domain types and rules of the billing and webhook service.
 //!
 //! This crate owns the vocabulary: references, money, cursors, timestamps,
-//! the states of administration resources and their transitions, and the
-//! formats of credential secrets. It must never do I/O, know about HTTP,
-//! SQL or an async runtime: every function here is pure and testable alone.
+//! the states of administration resources and their transitions, the rules
+//! of the catalogue and checkout configs, and the formats of credential
+//! secrets. It must never do I/O, know about HTTP, SQL or an async runtime:
+//! every function here is pure and testable alone.
 
+pub mod catalogue;
 pub mod cursor;
 pub mod duration;
 pub mod etag;

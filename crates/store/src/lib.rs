@@ -12,10 +12,11 @@
 //! so a lost race is reported as `StoreError::Conflict`, never half-applied.
 //!
 //! Reads are grouped by domain in read repositories borrowing the store
-//! (`store.admin()`, `store.webhooks()`); writes are functions of a
+//! (`store.admin()`, `store.webhooks()`, `store.billing()`); writes are functions of a
 //! `WriteTx`; the dispatcher's persistence (`dispatch`) is `Store`'s.
 
 pub mod admin;
+pub mod billing;
 pub mod db;
 pub mod dispatch;
 mod error;
@@ -28,6 +29,7 @@ pub use admin::idempotency::{Claim, IdempotencyScope, KeyClaim, StoredResponse};
 pub use admin::request_logs::{RequestLogFilter, RequestLogRecord};
 pub use admin::service_accounts::ServiceAccountRecord;
 pub use admin::Admin;
+pub use billing::Billing;
 pub use db::page::{Page, PageRequest};
 pub use db::tx::WriteTx;
 pub use dispatch::{fanout, handoff, signals};

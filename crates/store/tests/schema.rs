@@ -93,6 +93,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "6ddc2d92ee151d1c8cfbefabca1f5787bc6e8313c6fa1f7c70fdd5e678061fc06fd8e2ab89d7de6e888ad80326af57c5",
         "d58a38674a73d501026197177b1857fc0570f923c4f5889b684d529ab199802418e18b50bb2eeecc0f2f442262ec67b7",
     ),
+    (
+        "0011_catalogue.sql",
+        "6763f47bf25868cff491720cd4e7a8dc460b61e5b9d2a02a3560a472b676f567ce05d804d417d80a8a99c0877db4e4bb",
+        "6763f47bf25868cff491720cd4e7a8dc460b61e5b9d2a02a3560a472b676f567ce05d804d417d80a8a99c0877db4e4bb",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 //! order, and never build HTTP responses themselves.
 
 pub mod admin;
+pub mod catalogue;
 pub mod webhooks;
 
 use crate::auth::Caller;

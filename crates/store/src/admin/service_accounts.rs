@@ -29,7 +29,10 @@ pub struct ServiceAccountRecord {
     pub version: i64,
 }
 
-pub(crate) fn opt_ts(row: &impl Columns, col: &str) -> Result<Option<Timestamp>, StoreError> {
+pub(crate) fn opt_ts(
+    row: &(impl Columns + ?Sized),
+    col: &str,
+) -> Result<Option<Timestamp>, StoreError> {
     Ok(row.int(col)?.map(Timestamp::from_millis))
 }
 

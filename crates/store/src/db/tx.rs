@@ -135,12 +135,12 @@ pub(crate) fn single<R>(rows: &[R]) -> Result<&R, StoreError> {
 }
 
 /// Required values of `Columns`.
-pub(crate) fn text(row: &impl Columns, name: &str) -> Result<String, StoreError> {
+pub(crate) fn text(row: &(impl Columns + ?Sized), name: &str) -> Result<String, StoreError> {
     row.text(name)?
         .ok_or_else(|| StoreError::Corrupt(format!("{name} is null")))
 }
 
-pub(crate) fn int(row: &impl Columns, name: &str) -> Result<i64, StoreError> {
+pub(crate) fn int(row: &(impl Columns + ?Sized), name: &str) -> Result<i64, StoreError> {
     row.int(name)?
         .ok_or_else(|| StoreError::Corrupt(format!("{name} is null")))
 }

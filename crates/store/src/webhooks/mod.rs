@@ -45,7 +45,7 @@ impl<'a> Webhooks<'a> {
 }
 
 pub(crate) fn json_col<T: serde::de::DeserializeOwned>(
-    row: &impl crate::db::tx::Columns,
+    row: &(impl crate::db::tx::Columns + ?Sized),
     col: &str,
 ) -> Result<T, StoreError> {
     let text = crate::db::tx::text(row, col)?;

@@ -97,6 +97,11 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     }
     let cf_refs = custom_field_refs("custom_field_refs", &body.custom_field_refs)?;
     let endpoint = load_endpoint(ctx, &input).await?;
+    // A scope names a resource of the environment (contract 10.1). Buyers
+    // are checked once the store holds them.
+    if scope_type == ScopeType::Product {
+        crate::handlers::catalogue::product_by_ref(ctx, &scope_ref).await?;
+    }
     let new = NewSubscription {
         public_event_type: event.name,
         scope_type,
