@@ -15,13 +15,19 @@ pub fn fingerprint(method: &str, path: &str, body: &serde_json::Value) -> String
     h.update([0]);
     h.update(path.as_bytes());
     h.update([0]);
-    let mut canonical = String::new();
-    write_canonical(body, &mut canonical);
-    h.update(canonical.as_bytes());
+    h.update(canonical_json(body).as_bytes());
     hex::encode(h.finalize())
 }
 
-/// Writes `v` with object keys sorted, whatever map order serde_json uses.
+/// `v` without white space and with every object's keys sorted, whatever
+/// order the map holds them in: the form every digest of a JSON body
+/// hashes (fingerprints here, the promotion plan's digest).
+pub fn canonical_json(v: &serde_json::Value) -> String {
+    let mut out = String::new();
+    write_canonical(v, &mut out);
+    out
+}
+
 fn write_canonical(v: &serde_json::Value, out: &mut String) {
     match v {
         serde_json::Value::Object(map) => {

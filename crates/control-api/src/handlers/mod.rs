@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod catalogue;
+pub(crate) mod lists;
 pub mod webhooks;
 
 use crate::auth::Caller;

@@ -7,6 +7,7 @@
 //! difference means something moved since the plan, and the caller answers
 //! `412`. The module only hashes: reading the versions is the store's job.
 
+use crate::idempotency::canonical_json;
 use sha2::{Digest, Sha256};
 
 /// Lowercase hex SHA-256 (64 characters) of the canonical body and the
@@ -25,44 +26,6 @@ pub fn plan_digest(body: &serde_json::Value, reads: &[(String, i64)]) -> String 
         h.update(format!("{reference}:{version}\n").as_bytes());
     }
     hex::encode(h.finalize())
-}
-
-/// `v` without white space and with every object's keys sorted, whatever
-/// order the map holds them in (serde_json may preserve insertion order).
-pub fn canonical_json(v: &serde_json::Value) -> String {
-    let mut out = String::new();
-    write_canonical(v, &mut out);
-    out
-}
-
-fn write_canonical(v: &serde_json::Value, out: &mut String) {
-    match v {
-        serde_json::Value::Object(map) => {
-            let mut entries: Vec<(&String, &serde_json::Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&serde_json::Value::String(k.clone()).to_string());
-                out.push(':');
-                write_canonical(item, out);
-            }
-            out.push('}');
-        }
-        serde_json::Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
 }
 
 #[cfg(test)]

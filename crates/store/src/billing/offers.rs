@@ -6,7 +6,7 @@
 use super::prices::{self, PriceRecord};
 use super::promotions::{self, PromotionRecord};
 use super::{Billing, Source};
-use crate::db::page::{fetch_page, Page, PageRequest};
+use crate::db::page::{fetch_env_page, Page, PageRequest};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
 use crate::webhooks::placeholders;
 use crate::StoreError;
@@ -227,15 +227,14 @@ impl Billing<'_> {
         product_ref: Option<&Ref>,
         page: &PageRequest,
     ) -> Result<Page<OfferRecord>, StoreError> {
-        let rows = fetch_page(
+        let rows = fetch_env_page(
             self.pool(),
             "offers",
             "offer_ref",
-            "environment_ref = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR product_ref = $3)",
+            environment_ref.as_str(),
             &[
-                environment_ref.as_str().into(),
-                status.map(|s| s.as_str()).unwrap_or("").into(),
-                product_ref.map(Ref::as_str).unwrap_or("").into(),
+                ("status", status.map(|s| s.as_str())),
+                ("product_ref", product_ref.map(Ref::as_str)),
             ],
             page,
             |row| from_row(row),

@@ -4,7 +4,7 @@
 
 use super::{minor, money, Billing, Source};
 use crate::admin::service_accounts::opt_ts;
-use crate::db::page::{fetch_page, Page, PageRequest};
+use crate::db::page::{fetch_env_page, Page, PageRequest};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
 use crate::StoreError;
 use domain::catalogue::{PriceStatus, Recurrence};
@@ -160,15 +160,14 @@ impl Billing<'_> {
         product_ref: Option<&Ref>,
         page: &PageRequest,
     ) -> Result<Page<PriceRecord>, StoreError> {
-        fetch_page(
+        fetch_env_page(
             self.pool(),
             "prices",
             "price_ref",
-            "environment_ref = $1 AND ($2 = '' OR status = $2) AND ($3 = '' OR product_ref = $3)",
+            environment_ref.as_str(),
             &[
-                environment_ref.as_str().into(),
-                status.map(|s| s.as_str()).unwrap_or("").into(),
-                product_ref.map(Ref::as_str).unwrap_or("").into(),
+                ("status", status.map(|s| s.as_str())),
+                ("product_ref", product_ref.map(Ref::as_str)),
             ],
             page,
             |row| from_row(row),

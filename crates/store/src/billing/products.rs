@@ -2,7 +2,7 @@
 
 use super::Billing;
 use crate::admin::service_accounts::opt_ts;
-use crate::db::page::{fetch_page, Page, PageRequest};
+use crate::db::page::{fetch_env_page, Page, PageRequest};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::StoreError;
 use domain::catalogue::ProductStatus;
@@ -126,15 +126,12 @@ impl Billing<'_> {
         status: Option<ProductStatus>,
         page: &PageRequest,
     ) -> Result<Page<ProductRecord>, StoreError> {
-        fetch_page(
+        fetch_env_page(
             self.pool(),
             "products",
             "product_ref",
-            "environment_ref = $1 AND ($2 = '' OR status = $2)",
-            &[
-                environment_ref.as_str().into(),
-                status.map(|s| s.as_str()).unwrap_or("").into(),
-            ],
+            environment_ref.as_str(),
+            &[("status", status.map(|s| s.as_str()))],
             page,
             |row| from_row(row),
         )

@@ -56,3 +56,26 @@ pub(crate) async fn fetch_page<T>(
     let items = read::all(pool, &sql, &args, map).await?;
     Ok(Page::from_overfetch(items, page.limit))
 }
+
+/// One keyset page of `table`'s rows of an environment, with an equality
+/// filter for each `(column, value)` that has a value: the lists of the
+/// billing resources.
+pub(crate) async fn fetch_env_page<T>(
+    pool: &sqlx::AnyPool,
+    table: &str,
+    ref_column: &str,
+    environment_ref: &str,
+    filters: &[(&str, Option<&str>)],
+    page: &PageRequest,
+    map: impl Fn(&sqlx::any::AnyRow) -> Result<T, crate::StoreError>,
+) -> Result<Page<T>, crate::StoreError> {
+    let mut filter = String::from("environment_ref = $1");
+    let mut args = vec![Arg::from(environment_ref)];
+    for (column, value) in filters {
+        if let Some(v) = value {
+            args.push(Arg::from(*v));
+            filter.push_str(&format!(" AND {column} = ${}", args.len()));
+        }
+    }
+    fetch_page(pool, table, ref_column, &filter, &args, page, map).await
+}

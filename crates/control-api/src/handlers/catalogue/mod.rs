@@ -15,9 +15,8 @@ pub mod promotions;
 
 use crate::error::ApiError;
 use crate::handlers::Ctx;
-use crate::input::Input;
 use domain::catalogue::StateError;
-use domain::{Money, MoneyError, Prefix, Ref};
+use domain::{Money, MoneyError, Ref};
 use serde::{Deserialize, Serialize};
 use store::billing::products::ProductRecord;
 use store::StoreError;
@@ -92,30 +91,4 @@ pub(crate) async fn product_by_ref(
         ctx.store().billing().product(ctx.env(), product_ref).await,
         "product",
     )
-}
-
-/// A list's optional `status` filter, parsed by `parse`.
-pub(crate) fn status_filter<T>(
-    input: &Input,
-    parse: fn(&str) -> Option<T>,
-    values: &str,
-) -> Result<Option<T>, ApiError> {
-    input
-        .query_value("status")
-        .map(|s| {
-            parse(s).ok_or_else(|| ApiError::validation("status", format!("must be {values}")))
-        })
-        .transpose()
-}
-
-/// A list's optional reference filter `name`.
-pub(crate) fn ref_filter(
-    input: &Input,
-    name: &str,
-    prefix: Prefix,
-) -> Result<Option<Ref>, ApiError> {
-    input
-        .query_value(name)
-        .map(|r| Ref::parse(prefix, r).map_err(|e| ApiError::validation(name, e.to_string())))
-        .transpose()
 }

@@ -2,16 +2,16 @@
 //! `promotion_ref` are computed when read, from the clock and the
 //! promotions that cover it.
 
-use super::{found, money_error, ref_filter, status_filter, MoneyDto};
+use super::{found, money_error, MoneyDto};
 use crate::error::ApiError;
 use crate::handlers::admin::service_accounts::check_text;
 use crate::handlers::admin::ts;
+use crate::handlers::lists::ListQuery;
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
 use domain::catalogue::promotion::PromotionStatus;
 use domain::catalogue::{OfferStatus, PriceStatus};
-use domain::cursor::scope;
 use domain::etag::etag;
 use domain::{Money, Prefix, Ref, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -89,25 +89,22 @@ fn reply(o: &OfferRecord) -> Reply {
 }
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    input.query_params(&["limit", "cursor", "status", "product_ref"])?;
-    let status = status_filter(&input, OfferStatus::parse, "active or retired")?;
-    let product_ref = ref_filter(&input, "product_ref", Prefix::Product)?;
-    let list_scope = scope(
+    let query = ListQuery::parse(
         ctx.op.id,
-        &[
-            ("status", input.query_value("status")),
-            ("product_ref", input.query_value("product_ref")),
-        ],
-    );
-    let page = input.page(&list_scope)?;
+        &input,
+        Some("status"),
+        &[("product_ref", Prefix::Product)],
+    )?;
+    let status = query.status(OfferStatus::parse, "active or retired")?;
+    let product_ref = query.reference("product_ref");
     let page = ctx
         .store()
         .billing()
-        .list_offers(ctx.env(), status, product_ref.as_ref(), &page)
+        .list_offers(ctx.env(), status, product_ref.as_ref(), &query.page)
         .await?;
     Ok(Reply::page(
         page,
-        &list_scope,
+        &query.scope,
         |o| (o.offer.created_at.millis(), o.offer.offer_ref.to_string()),
         dto,
     ))

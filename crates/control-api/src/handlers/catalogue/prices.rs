@@ -2,15 +2,15 @@
 //! the product's published price and makes or moves its offer in the same
 //! unit of work.
 
-use super::{found, product_by_ref, ref_filter, refused, status_filter, MoneyDto};
+use super::{found, product_by_ref, refused, MoneyDto};
 use crate::error::ApiError;
 use crate::handlers::admin::{opt_ts, ts};
+use crate::handlers::lists::ListQuery;
 use crate::handlers::webhooks::endpoints::EmptyBody;
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
 use domain::catalogue::{PriceStatus, ProductStatus, Recurrence};
-use domain::cursor::scope;
 use domain::etag::etag;
 use domain::{Prefix, Ref};
 use serde::{Deserialize, Serialize};
@@ -93,25 +93,22 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
 }
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    input.query_params(&["limit", "cursor", "status", "product_ref"])?;
-    let status = status_filter(&input, PriceStatus::parse, "draft, published or superseded")?;
-    let product_ref = ref_filter(&input, "product_ref", Prefix::Product)?;
-    let list_scope = scope(
+    let query = ListQuery::parse(
         ctx.op.id,
-        &[
-            ("status", input.query_value("status")),
-            ("product_ref", input.query_value("product_ref")),
-        ],
-    );
-    let page = input.page(&list_scope)?;
+        &input,
+        Some("status"),
+        &[("product_ref", Prefix::Product)],
+    )?;
+    let status = query.status(PriceStatus::parse, "draft, published or superseded")?;
+    let product_ref = query.reference("product_ref");
     let page = ctx
         .store()
         .billing()
-        .list_prices(ctx.env(), status, product_ref.as_ref(), &page)
+        .list_prices(ctx.env(), status, product_ref.as_ref(), &query.page)
         .await?;
     Ok(Reply::page(
         page,
-        &list_scope,
+        &query.scope,
         |p| (p.created_at.millis(), p.price_ref.to_string()),
         dto,
     ))

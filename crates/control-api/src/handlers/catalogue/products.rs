@@ -1,15 +1,15 @@
 //! Products: create, list, retrieve and publish (`draft → published`).
 
-use super::{found, product_by_ref, refused, status_filter};
+use super::{found, product_by_ref, refused};
 use crate::error::ApiError;
 use crate::handlers::admin::service_accounts::check_text;
 use crate::handlers::admin::{opt_ts, ts};
+use crate::handlers::lists::ListQuery;
 use crate::handlers::webhooks::endpoints::EmptyBody;
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
 use domain::catalogue::ProductStatus;
-use domain::cursor::scope;
 use domain::etag::etag;
 use domain::Prefix;
 use serde::{Deserialize, Serialize};
@@ -77,18 +77,16 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
 }
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    input.query_params(&["limit", "cursor", "status"])?;
-    let status = status_filter(&input, ProductStatus::parse, "draft, published or archived")?;
-    let list_scope = scope(ctx.op.id, &[("status", input.query_value("status"))]);
-    let page = input.page(&list_scope)?;
+    let query = ListQuery::parse(ctx.op.id, &input, Some("status"), &[])?;
+    let status = query.status(ProductStatus::parse, "draft, published or archived")?;
     let page = ctx
         .store()
         .billing()
-        .list_products(ctx.env(), status, &page)
+        .list_products(ctx.env(), status, &query.page)
         .await?;
     Ok(Reply::page(
         page,
-        &list_scope,
+        &query.scope,
         |p| (p.created_at.millis(), p.product_ref.to_string()),
         dto,
     ))
