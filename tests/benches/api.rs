@@ -36,6 +36,10 @@ const WARM_UP: Duration = Duration::from_secs(1);
 /// Error descriptions kept per scenario, to show what went wrong.
 const MAX_ERROR_SAMPLES: usize = 5;
 
+/// Products the catalogue setup makes, each published with a published
+/// price (so each has an offer); the first one's offer is the one read.
+const CATALOGUE_PRODUCTS: usize = 10;
+
 /// Makes idempotency keys unique within the run (the store is fresh).
 static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
 
@@ -132,6 +136,32 @@ async fn exchange(
     expect: StatusCode,
     replayed: bool,
 ) -> Result<(), String> {
+    exchange_body(request, expect, replayed).await.map(drop)
+}
+
+/// Sends one setup request (not a replay), checks it like `exchange` and
+/// returns the answer's `data`.
+async fn fetch(request: RequestBuilder, expect: StatusCode) -> Result<Value, String> {
+    let body = exchange_body(request, expect, false).await?;
+    let mut answer: Value =
+        serde_json::from_slice(body.as_ref()).map_err(|e| format!("body is not JSON: {e}"))?;
+    Ok(answer["data"].take())
+}
+
+/// The `ref_field` string of `data`.
+fn reference(data: &Value, ref_field: &str) -> Result<String, String> {
+    data[ref_field]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| format!("answer has no {ref_field}: {data}"))
+}
+
+/// `exchange`, keeping the body of a response that passes the checks.
+async fn exchange_body(
+    request: RequestBuilder,
+    expect: StatusCode,
+    replayed: bool,
+) -> Result<impl AsRef<[u8]>, String> {
     let response = request
         .send()
         .await
@@ -152,7 +182,7 @@ async fn exchange(
         return Err(format!("status {status} (expected {expect}): {snippet}"));
     }
     match (replayed, replay_header.as_deref()) {
-        (true, Some("true")) | (false, None) => Ok(()),
+        (true, Some("true")) | (false, None) => Ok(body),
         (true, other) => Err(format!("expected Idempotent-Replayed: true, got {other:?}")),
         (false, Some(other)) => Err(format!("unexpected Idempotent-Replayed: {other}")),
     }
@@ -215,6 +245,76 @@ async fn run_phase(
     report
 }
 
+/// What the catalogue scenarios work on.
+struct Catalogue {
+    /// The offer the read retrieves.
+    offer_ref: String,
+    /// The product the write creates prices for.
+    write_product_ref: String,
+}
+
+/// The body that creates a one-time price of 19.99 EUR for `product_ref`.
+fn price_body(product_ref: &str) -> Value {
+    serde_json::json!({
+        "product_ref": product_ref,
+        "amount": {"currency": "EUR", "unit": "minor", "value": "1999"},
+        "type": "one_time",
+    })
+}
+
+/// Makes `CATALOGUE_PRODUCTS` published products with a published price
+/// each, finds the first one's offer, and makes the write's product.
+async fn seed_catalogue(client: &Client, base: &str, secret: &str) -> Result<Catalogue, String> {
+    let post = |path: &str, body: Value| {
+        client
+            .post(format!("{base}{path}"))
+            .bearer_auth(secret)
+            .header("Idempotency-Key", fresh_key())
+            .json(&body)
+    };
+    let mut read_product = None;
+    for i in 0..CATALOGUE_PRODUCTS {
+        let body = serde_json::json!({"name": format!("bench product {i}")});
+        let product = fetch(post("/api/v1/products", body), StatusCode::CREATED).await?;
+        let product_ref = reference(&product, "product_ref")?;
+        let publish = post(
+            &format!("/api/v1/products/{product_ref}/publish"),
+            serde_json::json!({}),
+        );
+        fetch(publish, StatusCode::OK).await?;
+        let price = post("/api/v1/prices", price_body(&product_ref));
+        let price = fetch(price, StatusCode::CREATED).await?;
+        let price_ref = reference(&price, "price_ref")?;
+        let publish = post(
+            &format!("/api/v1/prices/{price_ref}/publish"),
+            serde_json::json!({}),
+        );
+        fetch(publish, StatusCode::OK).await?;
+        read_product.get_or_insert((product_ref, price_ref));
+    }
+    let (product_ref, price_ref) = read_product.ok_or("no catalogue product made")?;
+
+    let list = client
+        .get(format!("{base}/api/v1/offers?product_ref={product_ref}"))
+        .bearer_auth(secret);
+    let offers = fetch(list, StatusCode::OK).await?;
+    let offer_ref = match offers["items"].as_array().map(Vec::as_slice) {
+        Some([offer]) if offer["price_ref"] == price_ref.as_str() => reference(offer, "offer_ref")?,
+        _ => {
+            return Err(format!(
+                "expected one offer of {product_ref} at {price_ref}, got: {offers}"
+            ))
+        }
+    };
+
+    let body = serde_json::json!({"name": "bench price target"});
+    let product = fetch(post("/api/v1/products", body), StatusCode::CREATED).await?;
+    Ok(Catalogue {
+        offer_ref,
+        write_product_ref: reference(&product, "product_ref")?,
+    })
+}
+
 fn ms(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
 }
@@ -252,8 +352,18 @@ async fn bench(config: Config) -> ExitCode {
     }
     let replay_keys = Arc::new(replay_keys);
 
+    let catalogue = match seed_catalogue(&client, &base, &secret).await {
+        Ok(catalogue) => catalogue,
+        Err(e) => {
+            eprintln!("seeding the catalogue failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+
     let scenarios = {
-        let (s1, s2, s3, s4) = (
+        let (s1, s2, s3, s4, s5, s6) = (
+            secret.clone(),
+            secret.clone(),
             secret.clone(),
             secret.clone(),
             secret.clone(),
@@ -262,6 +372,9 @@ async fn bench(config: Config) -> ExitCode {
         let account_url = format!("{base}/api/v1/service_accounts/{principal}");
         let environments_url = format!("{base}/api/v1/environments");
         let (create_url2, body2) = (create_url.clone(), create_body.clone());
+        let offer_url = format!("{base}/api/v1/offers/{}", catalogue.offer_ref);
+        let prices_url = format!("{base}/api/v1/prices");
+        let price = price_body(&catalogue.write_product_ref);
         vec![
             Scenario {
                 name: "GET service account",
@@ -295,6 +408,23 @@ async fn bench(config: Config) -> ExitCode {
                         .bearer_auth(&s4)
                         .header("Idempotency-Key", replay_keys[task].as_str())
                         .json(&body2)
+                }),
+            },
+            Scenario {
+                name: "GET offer",
+                expect: StatusCode::OK,
+                replayed: false,
+                build: Arc::new(move |c: &Client, _| c.get(&offer_url).bearer_auth(&s5)),
+            },
+            Scenario {
+                name: "POST price",
+                expect: StatusCode::CREATED,
+                replayed: false,
+                build: Arc::new(move |c: &Client, _| {
+                    c.post(&prices_url)
+                        .bearer_auth(&s6)
+                        .header("Idempotency-Key", fresh_key())
+                        .json(&price)
                 }),
             },
         ]

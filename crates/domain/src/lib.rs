@@ -2,11 +2,13 @@
 //!
 //! This crate owns the vocabulary: references, money, cursors, timestamps,
 //! the states of administration resources and their transitions, the rules
-//! of the catalogue and checkout configs, and the formats of credential
+//! of the catalogue and checkout configs, the states and rules of checkout
+//! sessions and the records a payment makes, and the formats of credential
 //! secrets. It must never do I/O, know about HTTP, SQL or an async runtime:
 //! every function here is pure and testable alone.
 
 pub mod catalogue;
+pub mod checkout;
 pub mod cursor;
 pub mod duration;
 pub mod etag;

@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod catalogue;
+pub mod checkout;
 pub(crate) mod lists;
 pub mod webhooks;
 

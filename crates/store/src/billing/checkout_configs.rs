@@ -208,4 +208,26 @@ impl Billing<'_> {
             )
             .await
     }
+
+    /// The content of version `version` of a config of the environment.
+    pub async fn checkout_config_version(
+        &self,
+        environment_ref: &Ref,
+        config_ref: &Ref,
+        version: u32,
+    ) -> Result<ConfigContent, StoreError> {
+        self.source()
+            .one(
+                "SELECT v.body FROM checkout_config_versions v JOIN checkout_configs c \
+                 ON c.config_ref = v.config_ref \
+                 WHERE v.config_ref = $1 AND v.version = $2 AND c.environment_ref = $3",
+                &[
+                    config_ref.as_str().into(),
+                    i64::from(version).into(),
+                    environment_ref.as_str().into(),
+                ],
+                |row| json_col(row, "body"),
+            )
+            .await
+    }
 }

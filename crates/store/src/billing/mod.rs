@@ -16,16 +16,18 @@
 //! rules one row at a time (one published price per product, one offer per
 //! product).
 
+pub mod checkout;
 pub mod checkout_configs;
 pub mod offers;
 pub mod prices;
 pub mod products;
 pub mod promotions;
 
+use crate::db::page::{fetch_env_page, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Store, StoreError};
-use domain::{Currency, Money};
+use domain::{Currency, Money, Ref};
 use sqlx::AnyPool;
 
 /// The billing domain's read repository, borrowing the store
@@ -102,4 +104,66 @@ pub(crate) fn money(row: &dyn Columns, currency: &str, minor: &str) -> Result<Mo
 /// (`domain::money::MAX_VALUE`), so they always fit.
 pub(crate) fn minor(m: Money) -> i64 {
     i64::try_from(m.minor()).unwrap_or(i64::MAX)
+}
+
+/// A billing record kept in one table of its own: read by reference and
+/// listed by environment, newest first, with the list filters of contract
+/// 10.1 (`Billing::get`, `Billing::list`).
+pub trait Resource: Sized {
+    const TABLE: &'static str;
+    const REF_COLUMN: &'static str;
+    /// The list filters: `(query parameter, column)`.
+    const FILTERS: &'static [(&'static str, &'static str)];
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError>;
+}
+
+impl Billing<'_> {
+    /// The record `reference` of the environment; `NotFound` otherwise.
+    pub async fn get<T: Resource>(
+        &self,
+        environment_ref: &Ref,
+        reference: &Ref,
+    ) -> Result<T, StoreError> {
+        let sql = format!(
+            "SELECT * FROM {} WHERE {} = $1 AND environment_ref = $2",
+            T::TABLE,
+            T::REF_COLUMN
+        );
+        self.source()
+            .one(
+                &sql,
+                &[reference.as_str().into(), environment_ref.as_str().into()],
+                T::decode,
+            )
+            .await
+    }
+
+    /// A page of the environment's records; `filters` are `(query
+    /// parameter, value)` pairs of `T::FILTERS`.
+    pub async fn list<T: Resource>(
+        &self,
+        environment_ref: &Ref,
+        filters: &[(&str, Option<&str>)],
+        page: &PageRequest,
+    ) -> Result<Page<T>, StoreError> {
+        let mut columns = Vec::with_capacity(filters.len());
+        for (name, value) in filters {
+            let column = T::FILTERS
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, c)| *c)
+                .ok_or_else(|| StoreError::Config(format!("{} has no filter {name}", T::TABLE)))?;
+            columns.push((column, *value));
+        }
+        fetch_env_page(
+            self.pool(),
+            T::TABLE,
+            T::REF_COLUMN,
+            environment_ref.as_str(),
+            &columns,
+            page,
+            |row| T::decode(row),
+        )
+        .await
+    }
 }

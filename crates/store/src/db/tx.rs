@@ -80,7 +80,7 @@ pub(crate) struct CellRow {
 
 /// Named column access, for rows of either driver (`crate::webhooks`
 /// decodes records through it).
-pub(crate) trait Columns {
+pub trait Columns {
     fn text(&self, name: &str) -> Result<Option<String>, StoreError>;
     fn int(&self, name: &str) -> Result<Option<i64>, StoreError>;
 }

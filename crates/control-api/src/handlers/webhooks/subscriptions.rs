@@ -97,10 +97,18 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     }
     let cf_refs = custom_field_refs("custom_field_refs", &body.custom_field_refs)?;
     let endpoint = load_endpoint(ctx, &input).await?;
-    // A scope names a resource of the environment (contract 10.1). Buyers
-    // are checked once the store holds them.
-    if scope_type == ScopeType::Product {
-        crate::handlers::catalogue::product_by_ref(ctx, &scope_ref).await?;
+    // A product or buyer scope names one of the environment (contract 10.1).
+    match scope_type {
+        ScopeType::Product => {
+            crate::handlers::catalogue::product_by_ref(ctx, &scope_ref).await?;
+        }
+        ScopeType::Buyer => {
+            crate::handlers::checkout::load_by_ref::<store::billing::checkout::buyers::BuyerRecord>(
+                ctx, &scope_ref,
+            )
+            .await?;
+        }
+        _ => {}
     }
     let new = NewSubscription {
         public_event_type: event.name,

@@ -1,0 +1,654 @@
+//! Pay: one unit of work per call. It claims the open session first (so
+//! that of concurrent pays one goes on and the rest answer 409 before they
+//! write), asks the sandbox processor, and writes what the outcome makes,
+//! with its events, in the same transaction:
+//!
+//! - succeeded: buyer (found by e-mail or created), stored method when
+//!   kept, payment, capture, subscriptions with their first change, the
+//!   session completed, order, invoice (next number), entitlements, journey
+//!   steps; events `payment.succeeded`, `checkout_session.completed`,
+//!   `order.created`, `invoice.paid`, `entitlement.granted` and
+//!   `subscription.started`;
+//! - failed: the payment, a journey step and `payment.failed`;
+//! - requires action: the payment waiting for `{"authentication"}`, a journey
+//!   step, and incomplete subscriptions for recurring items.
+//!
+//! Live environments have no processor: they answer 503 before anything is
+//! written.
+
+use super::records::{NextActionDto, PaymentDto, SubscriptionDto};
+use super::sessions::{step, SessionDto};
+use super::{load, Served};
+use crate::error::ApiError;
+use crate::handlers::admin::ts;
+use crate::handlers::catalogue::{found, refused};
+use crate::handlers::Ctx;
+use crate::input::Input;
+use crate::reply::Reply;
+use domain::checkout::buyer::Email;
+use domain::checkout::period::period_end;
+use domain::checkout::sandbox::{authenticate, Card, Outcome, TestCard, ACTION_TTL_SECONDS};
+use domain::checkout::states::{
+    FailureCode, PayResult, PaymentStatus, StepKind, StoredMethodStatus,
+};
+use domain::principal::Mode;
+use domain::webhook::shaping::Scope;
+use domain::{Prefix, Ref, Timestamp};
+use serde::{Deserialize, Serialize};
+use store::billing::checkout::buyers::{self, BuyerRecord};
+use store::billing::checkout::entitlements;
+use store::billing::checkout::journeys::{self, Step};
+use store::billing::checkout::methods::{self, StoredMethodRecord};
+use store::billing::checkout::orders::{self, NewInvoice, NewOrder};
+use store::billing::checkout::payments::{self, Finish, NewPayment, PaymentRecord};
+use store::billing::checkout::sessions::{self, Attempt, Completion, SessionRecord};
+use store::billing::checkout::subscriptions::{self, NewSubscription, SubscriptionRecord};
+use store::{EventData, EventRecord, WriteTx};
+use utoipa::ToSchema;
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PayCheckoutSession {
+    /// A sandbox card (`pm_card_visa`, …) or a stored method (`spm_…`).
+    pub payment_method: Option<String>,
+    /// Keep the card for later payments (recurring items always do).
+    pub save_payment_method: Option<bool>,
+    /// `approve` or `decline`: finishes the session's payment that needs
+    /// authentication (sandbox only), instead of `payment_method`.
+    pub authentication: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PayResultDto {
+    /// `retrieve_payment_response`, `subscription_started` or
+    /// `subscription_setup_action_required`.
+    pub result: String,
+    pub payment: PaymentDto,
+    pub subscription: Option<SubscriptionDto>,
+    pub next_action: Option<NextActionDto>,
+    pub checkout_session: SessionDto,
+}
+
+/// What a pay call asks for.
+enum Request {
+    Pay { method: Method, save: bool },
+    Authenticate(bool),
+}
+
+enum Method {
+    Card(TestCard),
+    Stored(Ref),
+}
+
+fn request(body: &PayCheckoutSession) -> Result<Request, ApiError> {
+    match (&body.payment_method, &body.authentication) {
+        (Some(m), None) => {
+            let method = if let Some(card) = TestCard::parse(m) {
+                Method::Card(card)
+            } else if m.starts_with("spm_") {
+                Method::Stored(
+                    Ref::parse(Prefix::StoredPaymentMethod, m)
+                        .map_err(|e| ApiError::validation("payment_method", e.to_string()))?,
+                )
+            } else {
+                return Err(ApiError::validation(
+                    "payment_method",
+                    "must be a sandbox card (pm_card_…) or a stored payment method (spm_…)",
+                ));
+            };
+            Ok(Request::Pay {
+                method,
+                save: body.save_payment_method.unwrap_or(false),
+            })
+        }
+        (None, Some(a)) => {
+            if body.save_payment_method.is_some() {
+                return Err(ApiError::validation(
+                    "save_payment_method",
+                    "goes with payment_method, not with authentication",
+                ));
+            }
+            match a.as_str() {
+                "approve" => Ok(Request::Authenticate(true)),
+                "decline" => Ok(Request::Authenticate(false)),
+                _ => Err(ApiError::validation(
+                    "authentication",
+                    "must be approve or decline",
+                )),
+            }
+        }
+        _ => Err(ApiError::validation(
+            "body",
+            "must hold exactly one of payment_method and authentication",
+        )),
+    }
+}
+
+/// The card a pay charges and where it came from.
+struct Charge {
+    card: TestCard,
+    /// `pm_card_…` as given, or the stored method's.
+    method: String,
+    details: Card,
+    save: bool,
+    /// The stored method paid with.
+    stored: Option<Ref>,
+}
+
+/// A stored method the session's buyer may pay with.
+async fn stored_charge(
+    ctx: &Ctx,
+    spm: &Ref,
+    email: &Email,
+    save: bool,
+) -> Result<Charge, ApiError> {
+    let billing = ctx.store().billing();
+    let method = found(
+        billing.get::<StoredMethodRecord>(ctx.env(), spm).await,
+        "stored payment method",
+    )?;
+    if method.status != StoredMethodStatus::Active {
+        return Err(ApiError::semantic(format!(
+            "the stored payment method is {}",
+            method.status.as_str()
+        )));
+    }
+    let owner = billing
+        .get::<BuyerRecord>(ctx.env(), &method.buyer_ref)
+        .await?;
+    let same = Email::parse(&owner.email).is_ok_and(|o| o.matches(email));
+    if !same {
+        return Err(ApiError::semantic(
+            "the stored payment method belongs to another buyer",
+        ));
+    }
+    let card = TestCard::parse(&method.method).ok_or_else(|| {
+        ApiError::Internal(format!("stored method with card {}", method.method).into())
+    })?;
+    Ok(Charge {
+        card,
+        method: method.method.clone(),
+        details: method.card.clone(),
+        save,
+        stored: Some(method.stored_payment_method_ref.clone()),
+    })
+}
+
+pub async fn pay(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
+    let body: PayCheckoutSession = input.body()?;
+    let request = request(&body)?;
+    if ctx.caller.mode == Mode::Live {
+        return Err(ApiError::DependencyUnavailable);
+    }
+    let session = load::<SessionRecord>(ctx, &input).await?;
+    let now = Timestamp::now();
+    session
+        .effective_status(now)
+        .check_payable()
+        .map_err(refused)?;
+    let email = Email::parse(&session.buyer_email)
+        .map_err(|e| ApiError::Internal(format!("stored e-mail: {e}").into()))?;
+    let env = ctx.env().clone();
+    match request {
+        Request::Pay { method, save } => {
+            let charge = match method {
+                Method::Card(card) => Charge {
+                    card,
+                    method: card.as_str().to_owned(),
+                    details: card.card(now),
+                    save,
+                    stored: None,
+                },
+                Method::Stored(spm) => stored_charge(ctx, &spm, &email, save).await?,
+            };
+            let tx = ctx.tx().await?;
+            let claimed = sessions::claim(tx, &session).await?;
+            let unit = Unit {
+                tx,
+                env: &env,
+                session: claimed,
+                email: &email,
+                now,
+            };
+            match charge.card.outcome() {
+                Outcome::Succeeded => unit.succeed(&charge, None).await,
+                Outcome::Failed(code) => unit.fail(Some(&charge), None, code).await,
+                Outcome::RequiresAction => unit.wait_for_action(&charge).await,
+            }
+        }
+        Request::Authenticate(approve) => {
+            let waiting = waiting_payment(ctx, &session, now).await?;
+            let charge = Charge {
+                card: TestCard::parse(&waiting.method).unwrap_or(TestCard::Visa),
+                method: waiting.method.clone(),
+                details: waiting.card.clone(),
+                save: waiting.save_method,
+                stored: waiting.stored_payment_method_ref.clone(),
+            };
+            let tx = ctx.tx().await?;
+            let claimed = sessions::claim(tx, &session).await?;
+            let unit = Unit {
+                tx,
+                env: &env,
+                session: claimed,
+                email: &email,
+                now,
+            };
+            match authenticate(approve) {
+                Outcome::Failed(code) => unit.fail(None, Some(&waiting), code).await,
+                _ => unit.succeed(&charge, Some(&waiting)).await,
+            }
+        }
+    }
+}
+
+/// The session's newest payment, when it waits for authentication.
+async fn waiting_payment(
+    ctx: &Ctx,
+    session: &SessionRecord,
+    now: Timestamp,
+) -> Result<PaymentRecord, ApiError> {
+    let none =
+        || ApiError::semantic("no payment of this checkout session waits for authentication");
+    let payment_ref = session.payment_intent_ref.as_ref().ok_or_else(none)?;
+    let payment = ctx
+        .store()
+        .billing()
+        .get::<PaymentRecord>(ctx.env(), payment_ref)
+        .await?;
+    let waits = payment.status == PaymentStatus::RequiresAction
+        && payment.action_expires_at.is_some_and(|t| now < t);
+    if waits {
+        Ok(payment)
+    } else {
+        Err(none())
+    }
+}
+
+/// One pay's unit of work on its claimed session.
+struct Unit<'a> {
+    tx: &'a mut WriteTx,
+    env: &'a Ref,
+    session: SessionRecord,
+    email: &'a Email,
+    now: Timestamp,
+}
+
+impl Unit<'_> {
+    fn scope(&self, buyer_ref: Option<&Ref>) -> Scope {
+        Scope {
+            product_refs: self.session.product_refs(),
+            buyer_ref: buyer_ref.map(Ref::to_string),
+            beneficiary_business_ref: None,
+        }
+    }
+
+    async fn emit(
+        &mut self,
+        event_type: &str,
+        scope: &Scope,
+        data: &impl Serialize,
+    ) -> Result<(), ApiError> {
+        let text = serde_json::to_string(data).map_err(|e| ApiError::Internal(Box::new(e)))?;
+        let data = EventData::parse(text).map_err(|e| ApiError::Internal(e.into()))?;
+        self.tx
+            .emit(&EventRecord {
+                event_ref: Ref::generate(Prefix::Event),
+                environment_ref: self.env.clone(),
+                public_event_type: event_type.to_owned(),
+                occurred_at: self.now,
+                scope: scope.clone(),
+                data,
+            })
+            .await?;
+        Ok(())
+    }
+
+    fn steps(&self, kinds: &[StepKind], payment: &Ref) -> Vec<Step> {
+        kinds
+            .iter()
+            .map(|k| step(*k, self.now, Some(payment)))
+            .collect()
+    }
+
+    fn answer(
+        &self,
+        result: PayResult,
+        payment: &PaymentRecord,
+        subscription: Option<&SubscriptionRecord>,
+        session: &SessionRecord,
+    ) -> Reply {
+        let payment_dto = payment.dto(self.now);
+        let next_action = payment
+            .action_expires_at
+            .filter(|_| payment.status == PaymentStatus::RequiresAction);
+        let dto = PayResultDto {
+            result: result.as_str().to_owned(),
+            payment: payment_dto,
+            subscription: subscription.map(|s| s.dto(self.now)),
+            next_action: next_action.map(|t| NextActionDto {
+                action_type: "authenticate".to_owned(),
+                expires_at: ts(t),
+            }),
+            checkout_session: session.dto(self.now),
+        };
+        Reply::one(dto, None)
+    }
+
+    fn is_recurring(&self) -> bool {
+        self.session.line_items.iter().any(|i| i.interval.is_some())
+    }
+
+    /// A new payment of this pay.
+    async fn new_payment(
+        &mut self,
+        charge: &Charge,
+        status: PaymentStatus,
+        failure_code: Option<FailureCode>,
+        buyer_ref: Option<&Ref>,
+        stored: Option<&Ref>,
+    ) -> Result<PaymentRecord, ApiError> {
+        let product_refs = self.session.product_refs();
+        let new = NewPayment {
+            checkout_session_ref: &self.session.checkout_session_ref,
+            buyer_ref,
+            buyer_email: &self.session.buyer_email,
+            buyer_name: self.session.buyer_name.as_deref(),
+            amount: self.session.amount_total,
+            status,
+            failure_code,
+            method: &charge.method,
+            card: &charge.details,
+            save_method: charge.save,
+            stored_payment_method_ref: stored,
+            product_refs: &product_refs,
+            action_expires_at: (status == PaymentStatus::RequiresAction)
+                .then(|| self.now.plus_seconds(ACTION_TTL_SECONDS)),
+            captured_at: (status == PaymentStatus::Succeeded).then_some(self.now),
+        };
+        Ok(payments::create(self.tx, self.env, new).await?)
+    }
+
+    async fn succeed(
+        mut self,
+        charge: &Charge,
+        waiting: Option<&PaymentRecord>,
+    ) -> Result<Reply, ApiError> {
+        let now = self.now;
+        let buyer = buyers::find_or_create(
+            self.tx,
+            self.env,
+            self.email,
+            self.session.buyer_name.as_deref(),
+        )
+        .await?;
+        let stored = match &charge.stored {
+            Some(r) => Some(r.clone()),
+            None if charge.save || self.is_recurring() => Some(
+                methods::store(
+                    self.tx,
+                    self.env,
+                    &buyer.buyer_ref,
+                    &charge.method,
+                    &charge.details,
+                )
+                .await?
+                .stored_payment_method_ref,
+            ),
+            None => None,
+        };
+        let payment = match waiting {
+            Some(p) => {
+                let finish = Finish {
+                    status: PaymentStatus::Succeeded,
+                    failure_code: None,
+                    buyer_ref: Some(&buyer.buyer_ref),
+                    stored_payment_method_ref: stored.as_ref(),
+                    captured_at: Some(now),
+                };
+                payments::finish(self.tx, p, finish).await?
+            }
+            None => {
+                self.new_payment(
+                    charge,
+                    PaymentStatus::Succeeded,
+                    None,
+                    Some(&buyer.buyer_ref),
+                    stored.as_ref(),
+                )
+                .await?
+            }
+        };
+        payments::capture(self.tx, &payment, now).await?;
+        let subscriptions = self
+            .start_subscriptions(&buyer.buyer_ref, stored.as_ref())
+            .await?;
+        let first = subscriptions.first();
+        let attempt = Attempt {
+            payment_intent_ref: &payment.payment_intent_ref,
+            completed: Some(Completion {
+                buyer_ref: &buyer.buyer_ref,
+                subscription_ref: first.map(|s| &s.subscription_ref),
+            }),
+        };
+        let session = sessions::record_pay(self.tx, &self.session, attempt).await?;
+        let order = orders::create(
+            self.tx,
+            self.env,
+            NewOrder {
+                checkout_session_ref: &session.checkout_session_ref,
+                buyer_ref: &buyer.buyer_ref,
+                payment_intent_ref: &payment.payment_intent_ref,
+                line_items: &session.line_items,
+                amount_total: session.amount_total,
+            },
+        )
+        .await?;
+        let invoice = orders::invoice(
+            self.tx,
+            NewInvoice {
+                order: &order,
+                subscription_ref: first.map(|s| &s.subscription_ref),
+                paid_at: now,
+            },
+        )
+        .await?;
+        let mut granted = Vec::new();
+        for product_ref in session.product_refs() {
+            granted.push(
+                entitlements::grant(
+                    self.tx,
+                    self.env,
+                    &buyer.buyer_ref,
+                    &product_ref,
+                    &order.order_ref,
+                    now,
+                )
+                .await?,
+            );
+        }
+        let mut kinds = match waiting {
+            Some(_) => vec![StepKind::PaymentSucceeded],
+            None => vec![StepKind::PaymentAttempted, StepKind::PaymentSucceeded],
+        };
+        kinds.extend(subscriptions.iter().map(|_| StepKind::SubscriptionStarted));
+        let steps = self.steps(&kinds, &payment.payment_intent_ref);
+        journeys::add_steps(
+            self.tx,
+            &session.journey_ref,
+            &steps,
+            Some(&buyer.buyer_ref),
+        )
+        .await?;
+
+        let scope = self.scope(Some(&buyer.buyer_ref));
+        self.emit("payment.succeeded", &scope, &payment.dto(now))
+            .await?;
+        self.emit("checkout_session.completed", &scope, &session.dto(now))
+            .await?;
+        self.emit("order.created", &scope, &order.dto(now)).await?;
+        self.emit("invoice.paid", &scope, &invoice.dto(now)).await?;
+        for entitlement in &granted {
+            self.emit("entitlement.granted", &scope, &entitlement.dto(now))
+                .await?;
+        }
+        for subscription in &subscriptions {
+            self.emit("subscription.started", &scope, &subscription.dto(now))
+                .await?;
+        }
+        let result = if subscriptions.is_empty() {
+            PayResult::RetrievePaymentResponse
+        } else {
+            PayResult::SubscriptionStarted
+        };
+        Ok(self.answer(result, &payment, subscriptions.first(), &session))
+    }
+
+    /// The session's subscriptions, active from now: those an earlier
+    /// payment left incomplete, or one per recurring line item.
+    async fn start_subscriptions(
+        &mut self,
+        buyer_ref: &Ref,
+        stored: Option<&Ref>,
+    ) -> Result<Vec<SubscriptionRecord>, ApiError> {
+        let now = self.now;
+        let waiting =
+            subscriptions::incomplete_of_session(self.tx, &self.session.checkout_session_ref)
+                .await?;
+        let mut started = Vec::new();
+        let no_method = || ApiError::Internal("a subscription without a stored method".into());
+        if !waiting.is_empty() {
+            for s in &waiting {
+                let interval = self.interval_of(&s.price_ref)?;
+                let period = (now, period_end(now, interval));
+                let spm = stored.ok_or_else(no_method)?;
+                started.push(subscriptions::activate(self.tx, s, buyer_ref, spm, period).await?);
+            }
+        } else {
+            for item in self.session.line_items.clone() {
+                let Some(interval) = item.recurrence()?.interval() else {
+                    continue;
+                };
+                let new = NewSubscription {
+                    checkout_session_ref: &self.session.checkout_session_ref,
+                    buyer_ref: Some(buyer_ref),
+                    price_ref: &item.price_ref,
+                    product_ref: &item.product_ref,
+                    stored_payment_method_ref: Some(stored.ok_or_else(no_method)?),
+                    period: Some((now, period_end(now, interval))),
+                };
+                started.push(subscriptions::create(self.tx, self.env, new).await?);
+            }
+        }
+        for s in &started {
+            subscriptions::started(self.tx, s, now).await?;
+        }
+        Ok(started)
+    }
+
+    fn interval_of(&self, price_ref: &Ref) -> Result<domain::catalogue::Interval, ApiError> {
+        self.session
+            .line_items
+            .iter()
+            .find(|i| i.price_ref == price_ref.as_str())
+            .map(|i| i.recurrence())
+            .transpose()?
+            .and_then(|r| r.interval())
+            .ok_or_else(|| ApiError::Internal("a subscription of no recurring item".into()))
+    }
+
+    async fn fail(
+        mut self,
+        charge: Option<&Charge>,
+        waiting: Option<&PaymentRecord>,
+        code: FailureCode,
+    ) -> Result<Reply, ApiError> {
+        let known = buyers::find(self.tx, self.env, self.email).await?;
+        let buyer_ref = known.as_ref().map(|b| b.buyer_ref.clone());
+        let payment = match (waiting, charge) {
+            (Some(p), _) => {
+                let finish = Finish {
+                    status: PaymentStatus::Failed,
+                    failure_code: Some(code),
+                    buyer_ref: buyer_ref.as_ref(),
+                    stored_payment_method_ref: p.stored_payment_method_ref.as_ref(),
+                    captured_at: None,
+                };
+                payments::finish(self.tx, p, finish).await?
+            }
+            (None, Some(c)) => {
+                self.new_payment(
+                    c,
+                    PaymentStatus::Failed,
+                    Some(code),
+                    buyer_ref.as_ref(),
+                    c.stored.as_ref(),
+                )
+                .await?
+            }
+            (None, None) => return Err(ApiError::Internal("a failure of no payment".into())),
+        };
+        let attempt = Attempt {
+            payment_intent_ref: &payment.payment_intent_ref,
+            completed: None,
+        };
+        let session = sessions::record_pay(self.tx, &self.session, attempt).await?;
+        let kinds = match waiting {
+            Some(_) => vec![StepKind::PaymentFailed],
+            None => vec![StepKind::PaymentAttempted, StepKind::PaymentFailed],
+        };
+        let steps = self.steps(&kinds, &payment.payment_intent_ref);
+        journeys::add_steps(self.tx, &session.journey_ref, &steps, None).await?;
+        let scope = self.scope(buyer_ref.as_ref());
+        self.emit("payment.failed", &scope, &payment.dto(self.now))
+            .await?;
+        Ok(self.answer(PayResult::RetrievePaymentResponse, &payment, None, &session))
+    }
+
+    async fn wait_for_action(mut self, charge: &Charge) -> Result<Reply, ApiError> {
+        let payment = self
+            .new_payment(
+                charge,
+                PaymentStatus::RequiresAction,
+                None,
+                None,
+                charge.stored.as_ref(),
+            )
+            .await?;
+        let mut incomplete =
+            subscriptions::incomplete_of_session(self.tx, &self.session.checkout_session_ref)
+                .await?;
+        if incomplete.is_empty() {
+            for item in self.session.line_items.clone() {
+                if item.recurrence()?.interval().is_none() {
+                    continue;
+                }
+                let new = NewSubscription {
+                    checkout_session_ref: &self.session.checkout_session_ref,
+                    buyer_ref: None,
+                    price_ref: &item.price_ref,
+                    product_ref: &item.product_ref,
+                    stored_payment_method_ref: None,
+                    period: None,
+                };
+                incomplete.push(subscriptions::create(self.tx, self.env, new).await?);
+            }
+        }
+        let attempt = Attempt {
+            payment_intent_ref: &payment.payment_intent_ref,
+            completed: None,
+        };
+        let session = sessions::record_pay(self.tx, &self.session, attempt).await?;
+        let steps = self.steps(
+            &[StepKind::PaymentAttempted, StepKind::ActionRequired],
+            &payment.payment_intent_ref,
+        );
+        journeys::add_steps(self.tx, &session.journey_ref, &steps, None).await?;
+        let result = if incomplete.is_empty() {
+            PayResult::RetrievePaymentResponse
+        } else {
+            PayResult::SubscriptionSetupActionRequired
+        };
+        Ok(self.answer(result, &payment, incomplete.first(), &session))
+    }
+}

@@ -1,0 +1,614 @@
+//! The wire form of every record a payment makes, and what the generic
+//! reads need to serve it (`Served`).
+
+use super::{Served, StatusFilter};
+use crate::handlers::admin::{opt_ts, ts};
+use crate::handlers::catalogue::MoneyDto;
+use domain::checkout::sandbox::Card;
+use domain::checkout::states::{
+    EntitlementStatus, InvoiceStatus, JourneyStatus, OrderStatus, PaymentStatus,
+    StoredMethodStatus, SubscriptionStatus,
+};
+use domain::etag::etag;
+use domain::{Currency, Money, Prefix, Ref, Timestamp};
+use serde::Serialize;
+use store::billing::checkout::buyers::BuyerRecord;
+use store::billing::checkout::entitlements::EntitlementRecord;
+use store::billing::checkout::journeys::{JourneyRecord, Step};
+use store::billing::checkout::methods::StoredMethodRecord;
+use store::billing::checkout::orders::{InvoiceRecord, OrderRecord};
+use store::billing::checkout::payments::{CaptureRecord, PaymentRecord};
+use store::billing::checkout::subscriptions::{ChangeRecord, SubscriptionRecord};
+use store::billing::checkout::PricedItem;
+use utoipa::ToSchema;
+
+fn opt_ref(r: &Option<Ref>) -> Option<String> {
+    r.as_ref().map(Ref::to_string)
+}
+
+/// The `STATUS` of a record whose status is the state type `$t`.
+macro_rules! statuses {
+    ($t:ty) => {
+        Some(StatusFilter {
+            valid: {
+                fn valid(s: &str) -> bool {
+                    <$t>::parse(s).is_some()
+                }
+                valid
+            },
+            names: {
+                fn names() -> Vec<&'static str> {
+                    <$t>::ALL.iter().map(|s| s.as_str()).collect()
+                }
+                names
+            },
+        })
+    };
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BuyerContactDto {
+    pub email: String,
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PaymentMethodDto {
+    /// Always `card`.
+    #[serde(rename = "type")]
+    pub method_type: String,
+    pub brand: String,
+    pub last4: String,
+    pub exp_month: u32,
+    pub exp_year: u32,
+}
+
+impl From<&Card> for PaymentMethodDto {
+    fn from(c: &Card) -> Self {
+        PaymentMethodDto {
+            method_type: "card".to_owned(),
+            brand: c.brand.clone(),
+            last4: c.last4.clone(),
+            exp_month: c.exp_month,
+            exp_year: c.exp_year,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NextActionDto {
+    /// Always `authenticate`.
+    #[serde(rename = "type")]
+    pub action_type: String,
+    pub expires_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PaymentDto {
+    /// The same value as `payment_intent_ref`.
+    pub payment_ref: String,
+    pub payment_intent_ref: String,
+    pub checkout_session_ref: String,
+    pub buyer_ref: Option<String>,
+    pub buyer: BuyerContactDto,
+    pub amount: MoneyDto,
+    pub amount_refunded: MoneyDto,
+    /// `succeeded`, `failed`, `requires_action` or `canceled`.
+    pub status: String,
+    /// `card_declined`, `insufficient_funds` or `authentication_failed`.
+    pub failure_code: Option<String>,
+    pub payment_method: PaymentMethodDto,
+    pub stored_payment_method_ref: Option<String>,
+    pub product_refs: Vec<String>,
+    pub next_action: Option<NextActionDto>,
+    pub captured_at: Option<String>,
+    pub created_at: String,
+    pub etag: String,
+}
+
+fn position(created_at: Timestamp, r: &Ref) -> (i64, String) {
+    (created_at.millis(), r.to_string())
+}
+
+impl Served for PaymentRecord {
+    type Dto = PaymentDto;
+    const PREFIX: Prefix = Prefix::Payment;
+    const WHAT: &'static str = "payment";
+    const PATH_PARAM: &'static str = "payment_ref";
+    const STATUS: Option<StatusFilter> = statuses!(PaymentStatus);
+    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
+
+    fn dto(&self, _now: Timestamp) -> PaymentDto {
+        PaymentDto {
+            payment_ref: self.payment_intent_ref.to_string(),
+            payment_intent_ref: self.payment_intent_ref.to_string(),
+            checkout_session_ref: self.checkout_session_ref.to_string(),
+            buyer_ref: opt_ref(&self.buyer_ref),
+            buyer: BuyerContactDto {
+                email: self.buyer_email.clone(),
+                name: self.buyer_name.clone(),
+            },
+            amount: self.amount.into(),
+            amount_refunded: self.amount_refunded.into(),
+            status: self.status.as_str().to_owned(),
+            failure_code: self.failure_code.map(|c| c.as_str().to_owned()),
+            payment_method: (&self.card).into(),
+            stored_payment_method_ref: opt_ref(&self.stored_payment_method_ref),
+            product_refs: self.product_refs.clone(),
+            next_action: self
+                .action_expires_at
+                .filter(|_| self.status == PaymentStatus::RequiresAction)
+                .map(|t| NextActionDto {
+                    action_type: "authenticate".to_owned(),
+                    expires_at: ts(t),
+                }),
+            captured_at: opt_ts(self.captured_at),
+            created_at: ts(self.created_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.payment_intent_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        position(self.created_at, &self.payment_intent_ref)
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CaptureDto {
+    pub capture_ref: String,
+    pub payment_intent_ref: String,
+    pub amount: MoneyDto,
+    pub amount_refunded: MoneyDto,
+    pub captured_at: String,
+    pub created_at: String,
+    pub etag: String,
+}
+
+impl Served for CaptureRecord {
+    type Dto = CaptureDto;
+    const PREFIX: Prefix = Prefix::Capture;
+    const WHAT: &'static str = "capture";
+    const PATH_PARAM: &'static str = "capture_ref";
+    const STATUS: Option<StatusFilter> = None;
+    const REF_FILTERS: &'static [(&'static str, Prefix)] =
+        &[("payment_intent_ref", Prefix::Payment)];
+
+    fn dto(&self, _now: Timestamp) -> CaptureDto {
+        CaptureDto {
+            capture_ref: self.capture_ref.to_string(),
+            payment_intent_ref: self.payment_intent_ref.to_string(),
+            amount: self.amount.into(),
+            amount_refunded: self.amount_refunded.into(),
+            captured_at: ts(self.captured_at),
+            created_at: ts(self.created_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.capture_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        position(self.created_at, &self.capture_ref)
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LineItemDto {
+    pub offer_ref: String,
+    pub price_ref: String,
+    pub product_ref: String,
+    pub quantity: u32,
+    pub unit_amount: MoneyDto,
+    pub amount: MoneyDto,
+}
+
+/// Line items priced in `currency`.
+pub(crate) fn line_items(items: &[PricedItem], currency: Currency) -> Vec<LineItemDto> {
+    let money =
+        |minor: u64| MoneyDto::from(Money::new(currency, minor).unwrap_or(Money::zero(currency)));
+    items
+        .iter()
+        .map(|i| LineItemDto {
+            offer_ref: i.offer_ref.clone(),
+            price_ref: i.price_ref.clone(),
+            product_ref: i.product_ref.clone(),
+            quantity: i.quantity,
+            unit_amount: money(i.unit_amount),
+            amount: money(i.amount),
+        })
+        .collect()
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct OrderDto {
+    pub order_ref: String,
+    pub checkout_session_ref: String,
+    pub buyer_ref: String,
+    pub payment_intent_ref: String,
+    pub line_items: Vec<LineItemDto>,
+    pub amount_total: MoneyDto,
+    /// `paid`, `partially_refunded` or `refunded`.
+    pub status: String,
+    pub created_at: String,
+    pub updated_at: String,
+    pub etag: String,
+}
+
+impl Served for OrderRecord {
+    type Dto = OrderDto;
+    const PREFIX: Prefix = Prefix::Order;
+    const WHAT: &'static str = "order";
+    const PATH_PARAM: &'static str = "order_ref";
+    const STATUS: Option<StatusFilter> = statuses!(OrderStatus);
+    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
+
+    fn dto(&self, _now: Timestamp) -> OrderDto {
+        OrderDto {
+            order_ref: self.order_ref.to_string(),
+            checkout_session_ref: self.checkout_session_ref.to_string(),
+            buyer_ref: self.buyer_ref.to_string(),
+            payment_intent_ref: self.payment_intent_ref.to_string(),
+            line_items: line_items(&self.line_items, self.amount_total.currency()),
+            amount_total: self.amount_total.into(),
+            status: self.status.as_str().to_owned(),
+            created_at: ts(self.created_at),
+            updated_at: ts(self.updated_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.order_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        position(self.created_at, &self.order_ref)
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InvoiceDto {
+    pub invoice_ref: String,
+    /// `<year>-<6 digits>`, per environment and year, without gaps.
+    pub number: String,
+    pub order_ref: String,
+    pub buyer_ref: String,
+    pub subscription_ref: Option<String>,
+    pub amount_total: MoneyDto,
+    /// `paid`.
+    pub status: String,
+    pub issued_at: String,
+    pub paid_at: Option<String>,
+    pub created_at: String,
+    pub etag: String,
+}
+
+impl Served for InvoiceRecord {
+    type Dto = InvoiceDto;
+    const PREFIX: Prefix = Prefix::Invoice;
+    const WHAT: &'static str = "invoice";
+    const PATH_PARAM: &'static str = "invoice_ref";
+    const STATUS: Option<StatusFilter> = statuses!(InvoiceStatus);
+    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
+
+    fn dto(&self, _now: Timestamp) -> InvoiceDto {
+        InvoiceDto {
+            invoice_ref: self.invoice_ref.to_string(),
+            number: self.number.clone(),
+            order_ref: self.order_ref.to_string(),
+            buyer_ref: self.buyer_ref.to_string(),
+            subscription_ref: opt_ref(&self.subscription_ref),
+            amount_total: self.amount_total.into(),
+            status: self.status.as_str().to_owned(),
+            issued_at: ts(self.issued_at),
+            paid_at: opt_ts(self.paid_at),
+            created_at: ts(self.created_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.invoice_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        position(self.created_at, &self.invoice_ref)
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EntitlementDto {
+    pub entitlement_ref: String,
+    pub buyer_ref: String,
+    pub product_ref: String,
+    pub order_ref: String,
+    /// `active` or `revoked`.
+    pub status: String,
+    pub granted_at: String,
+    pub revoked_at: Option<String>,
+    pub created_at: String,
+    pub etag: String,
+}
+
+impl Served for EntitlementRecord {
+    type Dto = EntitlementDto;
+    const PREFIX: Prefix = Prefix::Entitlement;
+    const WHAT: &'static str = "entitlement";
+    const PATH_PARAM: &'static str = "entitlement_ref";
+    const STATUS: Option<StatusFilter> = statuses!(EntitlementStatus);
+    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[
+        ("product_ref", Prefix::Product),
+        ("buyer_ref", Prefix::Buyer),
+    ];
+
+    fn dto(&self, _now: Timestamp) -> EntitlementDto {
+        EntitlementDto {
+            entitlement_ref: self.entitlement_ref.to_string(),
+            buyer_ref: self.buyer_ref.to_string(),
+            product_ref: self.product_ref.to_string(),
+            order_ref: self.order_ref.to_string(),
+            status: self.status.as_str().to_owned(),
+            granted_at: ts(self.granted_at),
+            revoked_at: opt_ts(self.revoked_at),
+            created_at: ts(self.created_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.entitlement_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        position(self.created_at, &self.entitlement_ref)
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BuyerDto {
+    pub buyer_ref: String,
+    pub email: String,
+    pub name: Option<String>,
+    pub created_at: String,
+    pub etag: String,
+}
+
+impl Served for BuyerRecord {
+    type Dto = BuyerDto;
+    const PREFIX: Prefix = Prefix::Buyer;
+    const WHAT: &'static str = "buyer";
+    const PATH_PARAM: &'static str = "buyer_ref";
+    const STATUS: Option<StatusFilter> = None;
+    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[];
+
+    fn dto(&self, _now: Timestamp) -> BuyerDto {
+        BuyerDto {
+            buyer_ref: self.buyer_ref.to_string(),
+            email: self.email.clone(),
+            name: self.name.clone(),
+            created_at: ts(self.created_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.buyer_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        position(self.created_at, &self.buyer_ref)
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StoredMethodDto {
+    pub stored_payment_method_ref: String,
+    pub buyer_ref: String,
+    pub brand: String,
+    pub last4: String,
+    pub exp_month: u32,
+    pub exp_year: u32,
+    /// `active` or `detached`.
+    pub status: String,
+    pub created_at: String,
+    pub etag: String,
+}
+
+impl Served for StoredMethodRecord {
+    type Dto = StoredMethodDto;
+    const PREFIX: Prefix = Prefix::StoredPaymentMethod;
+    const WHAT: &'static str = "stored payment method";
+    const PATH_PARAM: &'static str = "stored_payment_method_ref";
+    const STATUS: Option<StatusFilter> = statuses!(StoredMethodStatus);
+    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
+
+    fn dto(&self, _now: Timestamp) -> StoredMethodDto {
+        StoredMethodDto {
+            stored_payment_method_ref: self.stored_payment_method_ref.to_string(),
+            buyer_ref: self.buyer_ref.to_string(),
+            brand: self.card.brand.clone(),
+            last4: self.card.last4.clone(),
+            exp_month: self.card.exp_month,
+            exp_year: self.card.exp_year,
+            status: self.status.as_str().to_owned(),
+            created_at: ts(self.created_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.stored_payment_method_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        position(self.created_at, &self.stored_payment_method_ref)
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionDto {
+    pub subscription_ref: String,
+    pub buyer_ref: Option<String>,
+    pub price_ref: String,
+    pub product_ref: String,
+    /// `incomplete`, `active` or `canceled`.
+    pub status: String,
+    pub current_period_start: Option<String>,
+    pub current_period_end: Option<String>,
+    pub stored_payment_method_ref: Option<String>,
+    pub started_at: Option<String>,
+    pub canceled_at: Option<String>,
+    pub created_at: String,
+    pub etag: String,
+}
+
+impl Served for SubscriptionRecord {
+    type Dto = SubscriptionDto;
+    const PREFIX: Prefix = Prefix::Subscription;
+    const WHAT: &'static str = "subscription";
+    const PATH_PARAM: &'static str = "subscription_ref";
+    const STATUS: Option<StatusFilter> = statuses!(SubscriptionStatus);
+    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[
+        ("product_ref", Prefix::Product),
+        ("buyer_ref", Prefix::Buyer),
+    ];
+
+    fn dto(&self, _now: Timestamp) -> SubscriptionDto {
+        SubscriptionDto {
+            subscription_ref: self.subscription_ref.to_string(),
+            buyer_ref: opt_ref(&self.buyer_ref),
+            price_ref: self.price_ref.to_string(),
+            product_ref: self.product_ref.to_string(),
+            status: self.status.as_str().to_owned(),
+            current_period_start: opt_ts(self.current_period_start),
+            current_period_end: opt_ts(self.current_period_end),
+            stored_payment_method_ref: opt_ref(&self.stored_payment_method_ref),
+            started_at: opt_ts(self.started_at),
+            canceled_at: opt_ts(self.canceled_at),
+            created_at: ts(self.created_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.subscription_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        position(self.created_at, &self.subscription_ref)
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ChangeDto {
+    pub subscription_change_ref: String,
+    pub subscription_ref: String,
+    /// `started`, `repriced` or `canceled`.
+    pub kind: String,
+    pub from_price_ref: Option<String>,
+    pub to_price_ref: Option<String>,
+    pub effective_at: String,
+    pub created_at: String,
+    pub etag: String,
+}
+
+impl Served for ChangeRecord {
+    type Dto = ChangeDto;
+    const PREFIX: Prefix = Prefix::SubscriptionChange;
+    const WHAT: &'static str = "subscription change";
+    const PATH_PARAM: &'static str = "subscription_change_ref";
+    const STATUS: Option<StatusFilter> = None;
+    const REF_FILTERS: &'static [(&'static str, Prefix)] =
+        &[("subscription_ref", Prefix::Subscription)];
+
+    fn dto(&self, _now: Timestamp) -> ChangeDto {
+        ChangeDto {
+            subscription_change_ref: self.subscription_change_ref.to_string(),
+            subscription_ref: self.subscription_ref.to_string(),
+            kind: self.kind.as_str().to_owned(),
+            from_price_ref: opt_ref(&self.from_price_ref),
+            to_price_ref: opt_ref(&self.to_price_ref),
+            effective_at: ts(self.effective_at),
+            created_at: ts(self.created_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.subscription_change_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        position(self.created_at, &self.subscription_change_ref)
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StepDto {
+    /// `session_created`, `payment_attempted`, `action_required`,
+    /// `payment_failed`, `payment_succeeded` or `subscription_started`.
+    pub kind: String,
+    pub at: String,
+    pub payment_intent_ref: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct JourneyDto {
+    pub journey_ref: String,
+    pub checkout_session_ref: String,
+    pub buyer_ref: Option<String>,
+    /// `open`, `converted` or `abandoned` (once its session expired).
+    pub status: String,
+    pub steps: Vec<StepDto>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub etag: String,
+}
+
+impl Served for JourneyRecord {
+    type Dto = JourneyDto;
+    const PREFIX: Prefix = Prefix::Journey;
+    const WHAT: &'static str = "journey";
+    const PATH_PARAM: &'static str = "journey_ref";
+    const STATUS: Option<StatusFilter> = statuses!(JourneyStatus);
+    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
+
+    fn dto(&self, now: Timestamp) -> JourneyDto {
+        JourneyDto {
+            journey_ref: self.journey_ref.to_string(),
+            checkout_session_ref: self.checkout_session_ref.to_string(),
+            buyer_ref: opt_ref(&self.buyer_ref),
+            status: self
+                .status
+                .effective(now >= self.expires_at)
+                .as_str()
+                .to_owned(),
+            steps: self
+                .steps
+                .iter()
+                .map(|s: &Step| StepDto {
+                    kind: s.kind.clone(),
+                    at: s.at.clone(),
+                    payment_intent_ref: s.payment_intent_ref.clone(),
+                })
+                .collect(),
+            created_at: ts(self.created_at),
+            updated_at: ts(self.updated_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.journey_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        position(self.created_at, &self.journey_ref)
+    }
+}

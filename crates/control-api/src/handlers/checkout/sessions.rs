@@ -1,0 +1,243 @@
+//! Checkout sessions: create (priced now, from the config's published
+//! version; starts a journey), list and retrieve.
+
+use super::records::{line_items, BuyerContactDto, LineItemDto};
+use super::{Served, StatusFilter};
+use crate::error::ApiError;
+use crate::handlers::admin::{opt_ts, ts};
+use crate::handlers::catalogue::offers::amount_at;
+use crate::handlers::catalogue::{found, money_error, MoneyDto};
+use crate::handlers::Ctx;
+use crate::input::Input;
+use crate::reply::Reply;
+use domain::catalogue::checkout_config::check_values;
+use domain::checkout::buyer::{BuyerName, Email};
+use domain::checkout::states::{SessionStatus, StepKind, SESSION_TTL_SECONDS};
+use domain::etag::etag;
+use domain::{Money, Prefix, Ref, Timestamp};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use store::billing::checkout::journeys::{self, Step};
+use store::billing::checkout::sessions::{self, NewSession, SessionRecord};
+use store::billing::checkout::PricedItem;
+use utoipa::ToSchema;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionDto {
+    pub checkout_session_ref: String,
+    pub config_ref: String,
+    pub config_version: u32,
+    /// `open`, `complete` or `expired`.
+    pub status: String,
+    /// `payment` or `subscription`.
+    pub mode: String,
+    pub buyer: BuyerContactDto,
+    /// Null until a payment succeeds.
+    pub buyer_ref: Option<String>,
+    pub journey_ref: String,
+    pub line_items: Vec<LineItemDto>,
+    pub amount_total: MoneyDto,
+    /// Values by custom field key.
+    pub custom_fields: BTreeMap<String, String>,
+    /// The newest payment.
+    pub payment_intent_ref: Option<String>,
+    pub subscription_ref: Option<String>,
+    pub success_url: String,
+    pub cancel_url: Option<String>,
+    pub expires_at: String,
+    pub completed_at: Option<String>,
+    pub created_at: String,
+    pub etag: String,
+}
+
+impl Served for SessionRecord {
+    type Dto = SessionDto;
+    const PREFIX: Prefix = Prefix::CheckoutSession;
+    const WHAT: &'static str = "checkout session";
+    const PATH_PARAM: &'static str = "checkout_session_ref";
+    const STATUS: Option<StatusFilter> = Some(StatusFilter {
+        valid: |s| SessionStatus::parse(s).is_some(),
+        names: || SessionStatus::ALL.iter().map(|s| s.as_str()).collect(),
+    });
+    const REF_FILTERS: &'static [(&'static str, Prefix)] =
+        &[("config_ref", Prefix::CheckoutConfig)];
+
+    fn dto(&self, now: Timestamp) -> SessionDto {
+        SessionDto {
+            checkout_session_ref: self.checkout_session_ref.to_string(),
+            config_ref: self.config_ref.to_string(),
+            config_version: self.config_version,
+            status: self.effective_status(now).as_str().to_owned(),
+            mode: self.mode.as_str().to_owned(),
+            buyer: BuyerContactDto {
+                email: self.buyer_email.clone(),
+                name: self.buyer_name.clone(),
+            },
+            buyer_ref: self.buyer_ref.as_ref().map(Ref::to_string),
+            journey_ref: self.journey_ref.to_string(),
+            line_items: line_items(&self.line_items, self.amount_total.currency()),
+            amount_total: self.amount_total.into(),
+            custom_fields: self.custom_fields.clone(),
+            payment_intent_ref: self.payment_intent_ref.as_ref().map(Ref::to_string),
+            subscription_ref: self.subscription_ref.as_ref().map(Ref::to_string),
+            success_url: self.success_url.clone(),
+            cancel_url: self.cancel_url.clone(),
+            expires_at: ts(self.expires_at),
+            completed_at: opt_ts(self.completed_at),
+            created_at: ts(self.created_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        // Expiry changes what the session shows without a write.
+        let expired = self.effective_status(Timestamp::now()) == SessionStatus::Expired;
+        etag(
+            &format!("{}:{expired}", self.checkout_session_ref),
+            self.version,
+        )
+    }
+
+    fn position(&self) -> (i64, String) {
+        (
+            self.created_at.millis(),
+            self.checkout_session_ref.to_string(),
+        )
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BuyerInput {
+    pub email: String,
+    /// 1 to 200 characters.
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCheckoutSession {
+    pub config_ref: String,
+    pub buyer: BuyerInput,
+    /// Values by custom field key, checked against the config.
+    #[schema(value_type = Option<Object>)]
+    pub custom_fields: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// The steps' wire form of `kind` at `at`.
+pub(crate) fn step(kind: StepKind, at: Timestamp, payment: Option<&Ref>) -> Step {
+    Step {
+        kind: kind.as_str().to_owned(),
+        at: ts(at),
+        payment_intent_ref: payment.map(Ref::to_string),
+    }
+}
+
+pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
+    let body: CreateCheckoutSession = input.body()?;
+    let config_ref = Ref::parse(Prefix::CheckoutConfig, &body.config_ref)
+        .map_err(|e| ApiError::validation("config_ref", e.to_string()))?;
+    let email = Email::parse(&body.buyer.email)
+        .map_err(|e| ApiError::validation("buyer.email", e.to_string()))?;
+    let name = body
+        .buyer
+        .name
+        .as_deref()
+        .map(BuyerName::parse)
+        .transpose()
+        .map_err(|e| ApiError::validation("buyer.name", e.to_string()))?;
+    let config = found(
+        ctx.store()
+            .billing()
+            .checkout_config(ctx.env(), &config_ref)
+            .await,
+        "checkout config",
+    )?;
+    let Some(version) = config.published_version else {
+        return Err(ApiError::semantic(format!(
+            "cannot create a session for a {} checkout config; publish it first",
+            config.status.as_str()
+        )));
+    };
+    let content = ctx
+        .store()
+        .billing()
+        .checkout_config_version(ctx.env(), &config_ref, version)
+        .await?;
+    let values = check_values(
+        &content.custom_fields,
+        &body.custom_fields.unwrap_or_default(),
+    )
+    .map_err(|e| {
+        let e = e.under("custom_fields");
+        ApiError::validation(e.field, e.issue)
+    })?;
+    let now = Timestamp::now();
+    let refs: Vec<String> = content
+        .line_items
+        .iter()
+        .map(|i| i.offer_ref.clone())
+        .collect();
+    let offers = ctx.store().billing().offers(ctx.env(), &refs).await?;
+    let mut items = Vec::with_capacity(refs.len());
+    let mut total: Option<Money> = None;
+    for line in &content.line_items {
+        let offer = offers
+            .iter()
+            .find(|o| o.offer.offer_ref.as_str() == line.offer_ref)
+            .ok_or_else(|| ApiError::semantic("an offer of the checkout config is gone"))?;
+        let unit = amount_at(offer, now).0;
+        let amount = unit
+            .checked_mul(u64::from(line.quantity))
+            .map_err(money_error)?;
+        total = Some(match total {
+            None => amount,
+            Some(t) => t.checked_add(amount).map_err(money_error)?,
+        });
+        items.push(PricedItem {
+            offer_ref: line.offer_ref.clone(),
+            price_ref: offer.price.price_ref.to_string(),
+            product_ref: offer.offer.product_ref.to_string(),
+            quantity: line.quantity,
+            unit_amount: unit.minor(),
+            amount: amount.minor(),
+            price_type: offer.price.recurrence.price_type().as_str().to_owned(),
+            interval: offer
+                .price
+                .recurrence
+                .interval()
+                .map(|i| i.as_str().to_owned()),
+        });
+    }
+    let total = total.ok_or_else(|| ApiError::semantic("the checkout config has no line items"))?;
+    let env = ctx.env().clone();
+    let journey_ref = journeys::new_ref();
+    let expires_at = now.plus_seconds(SESSION_TTL_SECONDS);
+    let new = NewSession {
+        config_ref: &config_ref,
+        config_version: version,
+        mode: content.mode,
+        buyer_email: email.as_str(),
+        buyer_name: name.as_ref().map(BuyerName::as_str),
+        journey_ref: &journey_ref,
+        line_items: &items,
+        amount_total: total,
+        custom_fields: &values,
+        success_url: &content.success_url,
+        cancel_url: content.cancel_url.as_deref(),
+        created_at: now,
+        expires_at,
+    };
+    let tx = ctx.tx().await?;
+    let session = sessions::create(tx, &env, new).await?;
+    journeys::start(
+        tx,
+        &env,
+        &journey_ref,
+        &session.checkout_session_ref,
+        step(StepKind::SessionCreated, now, None),
+        now,
+    )
+    .await?;
+    Ok(super::one(&session))
+}

@@ -1,0 +1,81 @@
+//! Buyers, one per e-mail per environment, matched case-insensitively
+//! (`buyers_by_email` on the lower-cased key).
+
+use super::{at, reference};
+use crate::billing::{Resource, Source};
+use crate::db::tx::{int, text, Columns, WriteTx};
+use crate::StoreError;
+use domain::checkout::buyer::Email;
+use domain::{Prefix, Ref, Timestamp};
+
+#[derive(Debug, Clone)]
+pub struct BuyerRecord {
+    pub buyer_ref: Ref,
+    pub environment_ref: Ref,
+    pub email: String,
+    pub name: Option<String>,
+    pub created_at: Timestamp,
+    pub version: i64,
+}
+
+impl Resource for BuyerRecord {
+    const TABLE: &'static str = "buyers";
+    const REF_COLUMN: &'static str = "buyer_ref";
+    const FILTERS: &'static [(&'static str, &'static str)] = &[];
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        Ok(BuyerRecord {
+            buyer_ref: reference(row, "buyer_ref")?,
+            environment_ref: reference(row, "environment_ref")?,
+            email: text(row, "email")?,
+            name: row.text("name")?,
+            created_at: at(row, "created_at")?,
+            version: int(row, "version")?,
+        })
+    }
+}
+
+/// The buyer of `email` in the environment, if any.
+pub async fn find(
+    tx: &mut WriteTx,
+    environment_ref: &Ref,
+    email: &Email,
+) -> Result<Option<BuyerRecord>, StoreError> {
+    let found = Source::Tx(tx)
+        .all(
+            "SELECT * FROM buyers WHERE environment_ref = $1 AND email_key = $2",
+            &[
+                environment_ref.as_str().into(),
+                email.match_key().as_str().into(),
+            ],
+            BuyerRecord::decode,
+        )
+        .await?;
+    Ok(found.into_iter().next())
+}
+
+/// The buyer of `email`, created with `name` if there is none. A buyer
+/// created concurrently by another unit of work is found, not duplicated.
+pub async fn find_or_create(
+    tx: &mut WriteTx,
+    environment_ref: &Ref,
+    email: &Email,
+    name: Option<&str>,
+) -> Result<BuyerRecord, StoreError> {
+    tx.execute(
+        "INSERT INTO buyers (buyer_ref, environment_ref, email, email_key, name, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (environment_ref, email_key) DO NOTHING",
+        &[
+            Ref::generate(Prefix::Buyer).as_str().into(),
+            environment_ref.as_str().into(),
+            email.as_str().into(),
+            email.match_key().as_str().into(),
+            name.into(),
+            Timestamp::now().millis().into(),
+        ],
+    )
+    .await?;
+    find(tx, environment_ref, email)
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("a buyer vanished after its insert".into()))
+}

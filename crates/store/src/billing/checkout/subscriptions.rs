@@ -1,0 +1,208 @@
+//! Subscriptions (one per recurring line item of a paid session) and their
+//! changes (`started` first).
+
+use super::{at, opt_at, opt_reference, reference, state};
+use crate::billing::Resource;
+use crate::db::tx::{int, single, Columns, WriteTx};
+use crate::StoreError;
+use domain::checkout::states::{ChangeKind, SubscriptionStatus};
+use domain::{Prefix, Ref, Timestamp};
+
+#[derive(Debug, Clone)]
+pub struct SubscriptionRecord {
+    pub subscription_ref: Ref,
+    pub environment_ref: Ref,
+    pub buyer_ref: Option<Ref>,
+    pub price_ref: Ref,
+    pub product_ref: Ref,
+    pub checkout_session_ref: Ref,
+    pub status: SubscriptionStatus,
+    pub current_period_start: Option<Timestamp>,
+    pub current_period_end: Option<Timestamp>,
+    pub stored_payment_method_ref: Option<Ref>,
+    pub started_at: Option<Timestamp>,
+    pub canceled_at: Option<Timestamp>,
+    pub created_at: Timestamp,
+    pub updated_at: Timestamp,
+    pub version: i64,
+}
+
+impl Resource for SubscriptionRecord {
+    const TABLE: &'static str = "subscriptions";
+    const REF_COLUMN: &'static str = "subscription_ref";
+    const FILTERS: &'static [(&'static str, &'static str)] = &[
+        ("status", "status"),
+        ("product_ref", "product_ref"),
+        ("buyer_ref", "buyer_ref"),
+    ];
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        Ok(SubscriptionRecord {
+            subscription_ref: reference(row, "subscription_ref")?,
+            environment_ref: reference(row, "environment_ref")?,
+            buyer_ref: opt_reference(row, "buyer_ref")?,
+            price_ref: reference(row, "price_ref")?,
+            product_ref: reference(row, "product_ref")?,
+            checkout_session_ref: reference(row, "checkout_session_ref")?,
+            status: state(row, "status", SubscriptionStatus::parse)?,
+            current_period_start: opt_at(row, "current_period_start")?,
+            current_period_end: opt_at(row, "current_period_end")?,
+            stored_payment_method_ref: opt_reference(row, "stored_payment_method_ref")?,
+            started_at: opt_at(row, "started_at")?,
+            canceled_at: opt_at(row, "canceled_at")?,
+            created_at: at(row, "created_at")?,
+            updated_at: at(row, "updated_at")?,
+            version: int(row, "version")?,
+        })
+    }
+}
+
+/// What a subscription starts with: `Active` with its first period, or
+/// `Incomplete` (waiting for authentication) without one.
+pub struct NewSubscription<'a> {
+    pub checkout_session_ref: &'a Ref,
+    pub buyer_ref: Option<&'a Ref>,
+    pub price_ref: &'a str,
+    pub product_ref: &'a str,
+    pub stored_payment_method_ref: Option<&'a Ref>,
+    pub period: Option<(Timestamp, Timestamp)>,
+}
+
+pub async fn create(
+    tx: &mut WriteTx,
+    environment_ref: &Ref,
+    new: NewSubscription<'_>,
+) -> Result<SubscriptionRecord, StoreError> {
+    let now = Timestamp::now().millis();
+    let status = match new.period {
+        Some(_) => SubscriptionStatus::Active,
+        None => SubscriptionStatus::Incomplete,
+    };
+    let rows = tx
+        .fetch(
+            "INSERT INTO subscriptions (subscription_ref, environment_ref, buyer_ref, price_ref, \
+             product_ref, checkout_session_ref, status, current_period_start, \
+             current_period_end, stored_payment_method_ref, started_at, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $8, $11, $11) RETURNING *",
+            &[
+                Ref::generate(Prefix::Subscription).as_str().into(),
+                environment_ref.as_str().into(),
+                new.buyer_ref.map(Ref::as_str).into(),
+                new.price_ref.into(),
+                new.product_ref.into(),
+                new.checkout_session_ref.as_str().into(),
+                status.as_str().into(),
+                new.period.map(|p| p.0.millis()).into(),
+                new.period.map(|p| p.1.millis()).into(),
+                new.stored_payment_method_ref.map(Ref::as_str).into(),
+                now.into(),
+            ],
+        )
+        .await?;
+    SubscriptionRecord::decode(single(&rows)?)
+}
+
+/// The incomplete subscriptions a session's payment left waiting.
+pub async fn incomplete_of_session(
+    tx: &mut WriteTx,
+    checkout_session_ref: &Ref,
+) -> Result<Vec<SubscriptionRecord>, StoreError> {
+    let rows = tx
+        .fetch(
+            "SELECT * FROM subscriptions WHERE checkout_session_ref = $1 AND status = $2 \
+             ORDER BY created_at, subscription_ref",
+            &[
+                checkout_session_ref.as_str().into(),
+                SubscriptionStatus::Incomplete.as_str().into(),
+            ],
+        )
+        .await?;
+    rows.iter().map(|r| SubscriptionRecord::decode(r)).collect()
+}
+
+/// Activates an incomplete subscription for its buyer, with its first period.
+pub async fn activate(
+    tx: &mut WriteTx,
+    current: &SubscriptionRecord,
+    buyer_ref: &Ref,
+    stored_payment_method_ref: &Ref,
+    period: (Timestamp, Timestamp),
+) -> Result<SubscriptionRecord, StoreError> {
+    let rows = tx
+        .fetch(
+            "UPDATE subscriptions SET status = $1, buyer_ref = $2, stored_payment_method_ref = $3, \
+             current_period_start = $4, current_period_end = $5, started_at = $4, \
+             updated_at = $6, version = version + 1 \
+             WHERE subscription_ref = $7 AND version = $8 RETURNING *",
+            &[
+                SubscriptionStatus::Active.as_str().into(),
+                buyer_ref.as_str().into(),
+                stored_payment_method_ref.as_str().into(),
+                period.0.millis().into(),
+                period.1.millis().into(),
+                Timestamp::now().millis().into(),
+                current.subscription_ref.as_str().into(),
+                current.version.into(),
+            ],
+        )
+        .await?;
+    SubscriptionRecord::decode(rows.first().ok_or(StoreError::Conflict)?)
+}
+
+#[derive(Debug, Clone)]
+pub struct ChangeRecord {
+    pub subscription_change_ref: Ref,
+    pub environment_ref: Ref,
+    pub subscription_ref: Ref,
+    pub kind: ChangeKind,
+    pub from_price_ref: Option<Ref>,
+    pub to_price_ref: Option<Ref>,
+    pub effective_at: Timestamp,
+    pub created_at: Timestamp,
+    pub version: i64,
+}
+
+impl Resource for ChangeRecord {
+    const TABLE: &'static str = "subscription_changes";
+    const REF_COLUMN: &'static str = "subscription_change_ref";
+    const FILTERS: &'static [(&'static str, &'static str)] =
+        &[("subscription_ref", "subscription_ref")];
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        Ok(ChangeRecord {
+            subscription_change_ref: reference(row, "subscription_change_ref")?,
+            environment_ref: reference(row, "environment_ref")?,
+            subscription_ref: reference(row, "subscription_ref")?,
+            kind: state(row, "kind", ChangeKind::parse)?,
+            from_price_ref: opt_reference(row, "from_price_ref")?,
+            to_price_ref: opt_reference(row, "to_price_ref")?,
+            effective_at: at(row, "effective_at")?,
+            created_at: at(row, "created_at")?,
+            version: int(row, "version")?,
+        })
+    }
+}
+
+/// The `started` change of a subscription that just became active.
+pub async fn started(
+    tx: &mut WriteTx,
+    subscription: &SubscriptionRecord,
+    effective_at: Timestamp,
+) -> Result<ChangeRecord, StoreError> {
+    let rows = tx
+        .fetch(
+            "INSERT INTO subscription_changes (subscription_change_ref, environment_ref, \
+             subscription_ref, kind, to_price_ref, effective_at, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $6) RETURNING *",
+            &[
+                Ref::generate(Prefix::SubscriptionChange).as_str().into(),
+                subscription.environment_ref.as_str().into(),
+                subscription.subscription_ref.as_str().into(),
+                ChangeKind::Started.as_str().into(),
+                subscription.price_ref.as_str().into(),
+                effective_at.millis().into(),
+            ],
+        )
+        .await?;
+    ChangeRecord::decode(single(&rows)?)
+}
