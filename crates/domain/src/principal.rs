@@ -19,7 +19,7 @@ macro_rules! wire_enum {
 
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),*];
-            pub fn as_str(self) -> &'static str {
+            pub const fn as_str(self) -> &'static str {
                 match self { $($name::$variant => $s),* }
             }
             pub fn parse(s: &str) -> Option<$name> {

@@ -4,36 +4,65 @@
 //!
 //! # Shapes
 //!
-//! Data objects name resources by reference (`payment_ref`, `buyer_ref`,
-//! ...), amounts as Money objects and times as RFC 3339 UTC. Personal fields
-//! carry a data class, given as a dotted path within `data`:
-//! the buyer's `email` and `name` are `contact`, `billing_address` is
-//! `billing_address`, `tax_id` is `tax_id`, and the card's brand, last four
-//! digits and expiry (`payment_method.card`) are `payment_instrument`.
-//! References, amounts and statuses are never classified. Checkout session
-//! and order events may carry a top-level `custom_fields` object keyed by
-//! `cf_` references.
+//! An event's `data` is the resource it names, as its retrieve answers it
+//! (contract 10.1, "Events are the resource"; the shapes are those of
+//! `docs/checkout.md`): `payment.succeeded` (version 2) and `payment.failed`
+//! carry the payment, `checkout_session.completed` the checkout session,
+//! `order.created` the order, `invoice.paid` the invoice,
+//! `entitlement.granted` the entitlement and `subscription.started` the
+//! subscription, each with its `etag` (and, as the control API answers
+//! them, the payment with `payment_ref` beside `payment_intent_ref`, the
+//! order with `updated_at`). References are `<prefix>_` + 12
+//! characters, amounts Money objects, times RFC 3339 UTC.
+//!
+//! Personal fields carry a data class, given as a dotted path within
+//! `data`; references, amounts and statuses are never classified:
+//!
+//! | type, version | path | class |
+//! |---|---|---|
+//! | `payment.succeeded` 2, `payment.failed` 1 | `buyer.email`, `buyer.name` | `contact` |
+//! | | `payment_method` (brand, last four, expiry) | `payment_instrument` |
+//! | `payment.succeeded` 1 | `buyer_email`, `buyer_name` | `contact` |
+//! | | `card_brand`, `card_last4` | `payment_instrument` |
+//! | `checkout_session.completed` 1 | `buyer.email`, `buyer.name` | `contact` |
+//! | `order.created`, `invoice.paid`, `entitlement.granted`, `subscription.started` | none: they name the buyer by `buyer_ref` only | |
+//!
+//! A checkout session also carries its `custom_fields`, `{key: value}` keyed
+//! by the config's field `key`. Shaping delivers a `custom_fields` entry
+//! only to an endpoint whose grant lists it in `custom_field_refs`; grants
+//! list `cf_` references, which no session key is, so for now every
+//! endpoint receives the session without its custom fields.
+//!
+//! The types issue 17 did not touch keep their earlier shapes: refunds,
+//! `subscription.changed`, `subscription.canceled` and
+//! `entitlement.revoked` carry `buyer: {buyer_ref, email, name}` (`contact`);
+//! disputes add `payment_method.card` (`payment_instrument`);
+//! participations carry `invitee: {email, name}` (`contact`); payouts and
+//! `webhook.test` carry no personal field. No type carries a
+//! `billing_address` or `tax_id` field at present.
 //!
 //! # `payment.succeeded`, versions 1 and 2
 //!
-//! Version 1 is flat: `{payment_ref, amount, status, captured_at, buyer_ref,
-//! buyer_email, buyer_name, card_brand, card_last4, product_refs}`, with
-//! `buyer_email` and `buyer_name` `contact` and `card_brand` and `card_last4`
-//! `payment_instrument`. It carries no card expiry.
+//! Version 2 is the payment resource: `{payment_ref, payment_intent_ref,
+//! checkout_session_ref, buyer_ref, buyer: {email, name}, amount,
+//! amount_refunded, status, failure_code, payment_method: {type, brand,
+//! last4, exp_month, exp_year}, stored_payment_method_ref, product_refs,
+//! next_action, captured_at, created_at, etag}`.
 //!
-//! Version 2 nests: `{payment: {payment_ref, amount, status, captured_at},
-//! buyer: {buyer_ref, email, name}, payment_method: {card: {brand, last4,
-//! exp_month, exp_year}}, product_refs}`, with `buyer.email` and `buyer.name`
-//! `contact` and the whole `payment_method.card` object
-//! `payment_instrument`. [`crate::webhook::shaping::convert`] maps one to the
-//! other (the expiry is lost going from 2 to 1).
+//! Version 1 is its older flat shape: `{payment_ref, amount, status,
+//! captured_at, buyer_ref, buyer_email, buyer_name, card_brand, card_last4,
+//! product_refs}`, derived from version 2 by
+//! [`crate::webhook::shaping::convert`] (`payment_ref` is the
+//! `payment_intent_ref`, which the payment resource also answers as its
+//! `payment_ref`; the card's expiry and the other fields are not in
+//! version 1).
 //!
 //! Every other type has only version 1.
 
 mod examples;
 
 use super::kinds::{DataClass, ScopeType};
-use DataClass::{BillingAddress, Contact, PaymentInstrument, TaxId};
+use DataClass::{Contact, PaymentInstrument};
 use ScopeType::{BeneficiaryBusiness as Biz, Buyer, Environment as Env, Product};
 
 /// One public event type of the catalogue.
@@ -178,17 +207,21 @@ impl EventType {
 
 type Classes = &'static [(&'static str, DataClass)];
 
+/// The buyer's contact fields, nested: the payment and checkout session
+/// resources (`buyer: {email, name}`) and the older shapes that keep
+/// `buyer: {buyer_ref, email, name}`.
 const BUYER_CONTACT: Classes = &[("buyer.email", Contact), ("buyer.name", Contact)];
-const BUYER_CONTACT_CARD: Classes = &[
+/// The payment resource: the buyer's contact fields and the card.
+const PAYMENT: Classes = &[
+    ("buyer.email", Contact),
+    ("buyer.name", Contact),
+    ("payment_method", PaymentInstrument),
+];
+/// Disputes (unchanged by issue 17): the card sits under `payment_method.card`.
+const DISPUTE: Classes = &[
     ("buyer.email", Contact),
     ("buyer.name", Contact),
     ("payment_method.card", PaymentInstrument),
-];
-const BUYER_FULL: Classes = &[
-    ("buyer.email", Contact),
-    ("buyer.name", Contact),
-    ("buyer.billing_address", BillingAddress),
-    ("buyer.tax_id", TaxId),
 ];
 
 fn classes(name: &str, dto_version: u32) -> Classes {
@@ -199,27 +232,21 @@ fn classes(name: &str, dto_version: u32) -> Classes {
             ("card_brand", PaymentInstrument),
             ("card_last4", PaymentInstrument),
         ],
-        ("payment.succeeded", 2)
-        | ("payment.failed", 1)
-        | ("dispute.opened", 1)
-        | ("dispute.closed", 1)
-        | ("subscription.started", 1) => BUYER_CONTACT_CARD,
-        ("checkout_session.completed", 1) | ("invoice.paid", 1) => BUYER_FULL,
-        ("order.created", 1) => &[
-            ("buyer.email", Contact),
-            ("buyer.name", Contact),
-            ("buyer.billing_address", BillingAddress),
-        ],
-        ("refund.created", 1)
+        ("payment.succeeded", 2) | ("payment.failed", 1) => PAYMENT,
+        ("dispute.opened", 1) | ("dispute.closed", 1) => DISPUTE,
+        ("checkout_session.completed", 1)
+        | ("refund.created", 1)
         | ("refund.succeeded", 1)
         | ("refund.canceled", 1)
         | ("subscription.changed", 1)
         | ("subscription.canceled", 1)
-        | ("entitlement.granted", 1)
         | ("entitlement.revoked", 1) => BUYER_CONTACT,
         ("participation.invited", 1) | ("participation.accepted", 1) => {
             &[("invitee.email", Contact), ("invitee.name", Contact)]
         }
+        // The order, invoice, entitlement and subscription resources name
+        // the buyer by reference only; payouts and the test event hold no
+        // personal field.
         _ => &[],
     }
 }

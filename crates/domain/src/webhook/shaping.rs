@@ -9,7 +9,7 @@
 
 use super::catalogue;
 use super::kinds::{DataClass, ScopeType};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 /// What an event concerns, as published with it on the queue.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -158,78 +158,163 @@ pub fn converts(event_type: &str, from_version: u32, to_version: u32) -> bool {
 
 /// Converts an event's `data` from one DTO version's shape to another's.
 /// Only `payment.succeeded` has two versions (see the catalogue's module
-/// doc); every other type, and an unknown pair of versions, is returned
-/// unchanged. Fields a version does not know are carried over at the top
-/// level untouched; the card expiry is lost going from 2 to 1.
+/// doc): version 2 is the payment resource, version 1 its older flat shape.
+/// Every other type, an unknown pair of versions and data that is not an
+/// object are returned unchanged.
+///
+/// The result has exactly the fields of the target shape: a field the
+/// source lacks is `null` (version 1 has no card expiry, no session, no
+/// `created_at`, ...), and a field the target shape does not have is
+/// dropped, so that nothing personal ends up where the target version's
+/// data classes would not find it. Data published by other systems may come
+/// in either shape whatever its version says, so each field is also read
+/// from where the target shape (or the nested version 2 used before the
+/// payment resource: `payment.payment_ref`, `payment_method.card.brand`)
+/// keeps it: converting data already in the target shape leaves it as it
+/// is.
 pub fn convert(event_type: &str, from_version: u32, to_version: u32, data: &Value) -> Value {
     match (event_type, from_version, to_version, data) {
-        ("payment.succeeded", 1, 2, Value::Object(v1)) => payment_v1_to_v2(v1),
-        ("payment.succeeded", 2, 1, Value::Object(v2)) => payment_v2_to_v1(v2),
+        ("payment.succeeded", 1, 2, Value::Object(_)) => payment_v1_to_v2(data),
+        ("payment.succeeded", 2, 1, Value::Object(_)) => payment_v2_to_v1(data),
         _ => data.clone(),
     }
 }
 
-/// Moves the listed (from, to) keys of `src` into a new object.
-fn take(src: &mut Map<String, Value>, keys: &[(&str, &str)]) -> Map<String, Value> {
-    keys.iter()
-        .filter_map(|(from, to)| src.remove(*from).map(|v| ((*to).to_owned(), v)))
-        .collect()
+/// The first non-null value among `paths` (dotted, within `data`), or null.
+fn pick(data: &Value, paths: &[&str]) -> Value {
+    paths
+        .iter()
+        .filter_map(|p| p.split('.').try_fold(data, |v, k| v.get(k)))
+        .find(|v| !v.is_null())
+        .cloned()
+        .unwrap_or(Value::Null)
 }
 
-const V1_PAYMENT: &[(&str, &str)] = &[
-    ("payment_ref", "payment_ref"),
-    ("amount", "amount"),
-    ("status", "status"),
-    ("captured_at", "captured_at"),
+/// Each field of version 1, in order, and where to read it: in version 2
+/// first, then in version 1 itself, then in the earlier nested version 2.
+const TO_V1: &[(&str, &[&str])] = &[
+    (
+        "payment_ref",
+        &["payment_intent_ref", "payment_ref", "payment.payment_ref"],
+    ),
+    ("amount", &["amount", "payment.amount"]),
+    ("status", &["status", "payment.status"]),
+    ("captured_at", &["captured_at", "payment.captured_at"]),
+    ("buyer_ref", &["buyer_ref", "buyer.buyer_ref"]),
+    ("buyer_email", &["buyer.email", "buyer_email"]),
+    ("buyer_name", &["buyer.name", "buyer_name"]),
+    (
+        "card_brand",
+        &[
+            "payment_method.brand",
+            "card_brand",
+            "payment_method.card.brand",
+        ],
+    ),
+    (
+        "card_last4",
+        &[
+            "payment_method.last4",
+            "card_last4",
+            "payment_method.card.last4",
+        ],
+    ),
+    ("product_refs", &["product_refs"]),
 ];
-const V1_BUYER: &[(&str, &str)] = &[
-    ("buyer_ref", "buyer_ref"),
-    ("buyer_email", "email"),
-    ("buyer_name", "name"),
+
+fn payment_v2_to_v1(v2: &Value) -> Value {
+    Value::Object(
+        TO_V1
+            .iter()
+            .map(|(field, paths)| ((*field).to_owned(), pick(v2, paths)))
+            .collect(),
+    )
+}
+
+/// The plain fields of version 2 (all but `buyer`, `payment_method` and
+/// `amount_refunded`, built apart) and where to read each: in version 1
+/// first, then in version 2 itself, then in the earlier nested version 2.
+/// The fields version 1 lacks are read from version 2 only.
+const TO_V2: &[(&str, &[&str])] = &[
+    (
+        "payment_ref",
+        &["payment_ref", "payment_intent_ref", "payment.payment_ref"],
+    ),
+    (
+        "payment_intent_ref",
+        &["payment_ref", "payment_intent_ref", "payment.payment_ref"],
+    ),
+    ("checkout_session_ref", &["checkout_session_ref"]),
+    ("buyer_ref", &["buyer_ref", "buyer.buyer_ref"]),
+    ("amount", &["amount", "payment.amount"]),
+    ("status", &["status", "payment.status"]),
+    ("failure_code", &["failure_code"]),
+    ("stored_payment_method_ref", &["stored_payment_method_ref"]),
+    ("product_refs", &["product_refs"]),
+    ("next_action", &["next_action"]),
+    ("captured_at", &["captured_at", "payment.captured_at"]),
+    ("created_at", &["created_at"]),
+    ("etag", &["etag"]),
 ];
-const V1_CARD: &[(&str, &str)] = &[("card_brand", "brand"), ("card_last4", "last4")];
 
-fn payment_v1_to_v2(v1: &Map<String, Value>) -> Value {
-    let mut rest = v1.clone();
-    let payment = take(&mut rest, V1_PAYMENT);
-    let buyer = take(&mut rest, V1_BUYER);
-    let card = take(&mut rest, V1_CARD);
-    let mut out = Map::new();
-    if !payment.is_empty() {
-        out.insert("payment".into(), Value::Object(payment));
-    }
-    if !buyer.is_empty() {
-        out.insert("buyer".into(), Value::Object(buyer));
-    }
-    if !card.is_empty() {
-        let mut method = Map::new();
-        method.insert("card".into(), Value::Object(card));
-        out.insert("payment_method".into(), Value::Object(method));
-    }
-    out.extend(rest);
-    Value::Object(out)
-}
+/// Where each field of version 2's `payment_method` is read (its `type` is
+/// always `card`).
+const TO_V2_CARD: &[(&str, &[&str])] = &[
+    (
+        "brand",
+        &[
+            "card_brand",
+            "payment_method.brand",
+            "payment_method.card.brand",
+        ],
+    ),
+    (
+        "last4",
+        &[
+            "card_last4",
+            "payment_method.last4",
+            "payment_method.card.last4",
+        ],
+    ),
+    (
+        "exp_month",
+        &["payment_method.exp_month", "payment_method.card.exp_month"],
+    ),
+    (
+        "exp_year",
+        &["payment_method.exp_year", "payment_method.card.exp_year"],
+    ),
+];
 
-fn flip(keys: &[(&'static str, &'static str)]) -> Vec<(&'static str, &'static str)> {
-    keys.iter().map(|(a, b)| (*b, *a)).collect()
-}
-
-fn payment_v2_to_v1(v2: &Map<String, Value>) -> Value {
-    let mut rest = v2.clone();
-    let mut out = Map::new();
-    let mut nested = |key: &str, keys: &[(&str, &str)], out: &mut Map<String, Value>| {
-        if let Some(Value::Object(mut inner)) = rest.remove(key) {
-            out.extend(take(&mut inner, keys));
+fn payment_v1_to_v2(v1: &Value) -> Value {
+    let mut out: Map<String, Value> = TO_V2
+        .iter()
+        .map(|(field, paths)| ((*field).to_owned(), pick(v1, paths)))
+        .collect();
+    let buyer = json!({
+        "email": pick(v1, &["buyer_email", "buyer.email"]),
+        "name": pick(v1, &["buyer_name", "buyer.name"]),
+    });
+    out.insert("buyer".into(), buyer);
+    let mut method = Map::new();
+    method.insert("type".into(), json!("card"));
+    method.extend(
+        TO_V2_CARD
+            .iter()
+            .map(|(field, paths)| ((*field).to_owned(), pick(v1, paths))),
+    );
+    out.insert("payment_method".into(), Value::Object(method));
+    // Version 1 tells of no refund: zero, in the amount's currency.
+    let refunded = match (
+        pick(v1, &["amount_refunded"]),
+        out["amount"].get("currency"),
+    ) {
+        (Value::Null, Some(Value::String(c))) => {
+            json!({"currency": c, "unit": "minor", "value": "0"})
         }
+        (given, _) => given,
     };
-    nested("payment", &flip(V1_PAYMENT), &mut out);
-    nested("buyer", &flip(V1_BUYER), &mut out);
-    if let Some(Value::Object(mut method)) = rest.remove("payment_method") {
-        if let Some(Value::Object(mut card)) = method.remove("card") {
-            out.extend(take(&mut card, &flip(V1_CARD)));
-        }
-    }
-    out.extend(rest);
+    out.insert("amount_refunded".into(), refunded);
     Value::Object(out)
 }
 

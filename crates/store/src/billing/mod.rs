@@ -23,11 +23,11 @@ pub mod prices;
 pub mod products;
 pub mod promotions;
 
-use crate::db::page::{fetch_env_page, Page, PageRequest};
+use crate::db::page::{fetch_env_page, Clause, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Store, StoreError};
-use domain::{Currency, Money, Ref};
+use domain::{Currency, Money, Ref, Timestamp};
 use sqlx::AnyPool;
 
 /// The billing domain's read repository, borrowing the store
@@ -114,7 +114,18 @@ pub trait Resource: Sized {
     const REF_COLUMN: &'static str;
     /// The list filters: `(query parameter, column)`.
     const FILTERS: &'static [(&'static str, &'static str)];
+    /// For a status the clock changes: the stored status that reads as
+    /// another once a moment has passed (a session expires, a journey is
+    /// abandoned).
+    const EXPIRY: Option<Expiry> = None;
     fn decode(row: &dyn Columns) -> Result<Self, StoreError>;
+}
+
+/// A stored status that reads as `reads_as` from the moment in `column` on.
+pub struct Expiry {
+    pub column: &'static str,
+    pub stored: &'static str,
+    pub reads_as: &'static str,
 }
 
 impl Billing<'_> {
@@ -146,21 +157,31 @@ impl Billing<'_> {
         filters: &[(&str, Option<&str>)],
         page: &PageRequest,
     ) -> Result<Page<T>, StoreError> {
-        let mut columns = Vec::with_capacity(filters.len());
+        let now = Timestamp::now().millis();
+        let mut clauses = Vec::with_capacity(filters.len() + 1);
         for (name, value) in filters {
             let column = T::FILTERS
                 .iter()
                 .find(|(n, _)| n == name)
                 .map(|(_, c)| *c)
                 .ok_or_else(|| StoreError::Config(format!("{} has no filter {name}", T::TABLE)))?;
-            columns.push((column, *value));
+            let Some(value) = value else { continue };
+            match T::EXPIRY.as_ref().filter(|_| *name == "status") {
+                Some(e) if *value == e.stored => {
+                    clauses.extend([Clause::Eq(column, e.stored), Clause::Ahead(e.column, now)]);
+                }
+                Some(e) if *value == e.reads_as => {
+                    clauses.extend([Clause::Eq(column, e.stored), Clause::Reached(e.column, now)]);
+                }
+                _ => clauses.push(Clause::Eq(column, value)),
+            }
         }
         fetch_env_page(
             self.pool(),
             T::TABLE,
             T::REF_COLUMN,
             environment_ref.as_str(),
-            &columns,
+            &clauses,
             page,
             |row| T::decode(row),
         )

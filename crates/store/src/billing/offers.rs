@@ -6,7 +6,7 @@
 use super::prices::{self, PriceRecord};
 use super::promotions::{self, PromotionRecord};
 use super::{Billing, Source};
-use crate::db::page::{fetch_env_page, Page, PageRequest};
+use crate::db::page::{equal, fetch_env_page, Page, PageRequest};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
 use crate::webhooks::placeholders;
 use crate::StoreError;
@@ -232,10 +232,10 @@ impl Billing<'_> {
             "offers",
             "offer_ref",
             environment_ref.as_str(),
-            &[
+            &equal(&[
                 ("status", status.map(|s| s.as_str())),
                 ("product_ref", product_ref.map(Ref::as_str)),
-            ],
+            ]),
             page,
             |row| from_row(row),
         )

@@ -4,7 +4,7 @@
 
 use super::{minor, money, Billing, Source};
 use crate::admin::service_accounts::opt_ts;
-use crate::db::page::{fetch_env_page, Page, PageRequest};
+use crate::db::page::{equal, fetch_env_page, Page, PageRequest};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
 use crate::StoreError;
 use domain::catalogue::{PriceStatus, Recurrence};
@@ -165,10 +165,10 @@ impl Billing<'_> {
             "prices",
             "price_ref",
             environment_ref.as_str(),
-            &[
+            &equal(&[
                 ("status", status.map(|s| s.as_str())),
                 ("product_ref", product_ref.map(Ref::as_str)),
-            ],
+            ]),
             page,
             |row| from_row(row),
         )

@@ -2,7 +2,7 @@
 
 use super::Billing;
 use crate::admin::service_accounts::opt_ts;
-use crate::db::page::{fetch_env_page, Page, PageRequest};
+use crate::db::page::{equal, fetch_env_page, Page, PageRequest};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::StoreError;
 use domain::catalogue::ProductStatus;
@@ -131,7 +131,7 @@ impl Billing<'_> {
             "products",
             "product_ref",
             environment_ref.as_str(),
-            &[("status", status.map(|s| s.as_str()))],
+            &equal(&[("status", status.map(|s| s.as_str()))]),
             page,
             |row| from_row(row),
         )

@@ -57,25 +57,46 @@ pub(crate) async fn fetch_page<T>(
     Ok(Page::from_overfetch(items, page.limit))
 }
 
-/// One keyset page of `table`'s rows of an environment, with an equality
-/// filter for each `(column, value)` that has a value: the lists of the
-/// billing resources.
+/// A condition of a list on one column.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Clause<'a> {
+    /// `column = value`.
+    Eq(&'a str, &'a str),
+    /// `column <= at`: the moment has come.
+    Reached(&'a str, i64),
+    /// `column > at`: the moment is still ahead.
+    Ahead(&'a str, i64),
+}
+
+/// One keyset page of `table`'s rows of an environment that meet every
+/// clause: the lists of the billing resources.
 pub(crate) async fn fetch_env_page<T>(
     pool: &sqlx::AnyPool,
     table: &str,
     ref_column: &str,
     environment_ref: &str,
-    filters: &[(&str, Option<&str>)],
+    clauses: &[Clause<'_>],
     page: &PageRequest,
     map: impl Fn(&sqlx::any::AnyRow) -> Result<T, crate::StoreError>,
 ) -> Result<Page<T>, crate::StoreError> {
     let mut filter = String::from("environment_ref = $1");
     let mut args = vec![Arg::from(environment_ref)];
-    for (column, value) in filters {
-        if let Some(v) = value {
-            args.push(Arg::from(*v));
-            filter.push_str(&format!(" AND {column} = ${}", args.len()));
-        }
+    for clause in clauses {
+        let (column, op, arg) = match *clause {
+            Clause::Eq(column, value) => (column, "=", Arg::from(value)),
+            Clause::Reached(column, at) => (column, "<=", Arg::from(at)),
+            Clause::Ahead(column, at) => (column, ">", Arg::from(at)),
+        };
+        args.push(arg);
+        filter.push_str(&format!(" AND {column} {op} ${}", args.len()));
     }
     fetch_page(pool, table, ref_column, &filter, &args, page, map).await
+}
+
+/// The equality clauses of the filters that have a value.
+pub(crate) fn equal<'a>(filters: &[(&'a str, Option<&'a str>)]) -> Vec<Clause<'a>> {
+    filters
+        .iter()
+        .filter_map(|(column, value)| value.map(|v| Clause::Eq(column, v)))
+        .collect()
 }

@@ -1,12 +1,20 @@
 //! The catalogue's example `data` objects: one per type and version, with
 //! well-formed references, Money objects and timestamps, and every
 //! classified field present (the catalogue's tests hold them to that).
+//!
+//! The events a payment writes carry their resource as its retrieve answers
+//! it (contract 10.1, `docs/checkout.md`); the examples tell one story: Ada
+//! pays a one-time checkout session of one product with a visa card, which
+//! makes a payment, an order, an invoice and an entitlement (and, for
+//! `subscription.started`, a monthly subscription).
 
+use crate::etag::etag;
 use serde_json::{json, Value};
 
 const BUYER: &str = "buy_7Rk2Wd9Lq4Zs";
 const PRODUCT: &str = "prd_N5xP3cV8bT1m";
 const PAYMENT: &str = "pay_X8mB2nQ5wE7r";
+const FAILED_PAYMENT: &str = "pay_G3hJ6kL9zX2c";
 const SESSION: &str = "cs_T4yU1iO9pA3s";
 const CONFIG: &str = "cco_L6kJ8hG2fD5s";
 const JOURNEY: &str = "jrn_Z1xC4vB7nM9q";
@@ -25,45 +33,88 @@ const STORED_METHOD: &str = "spm_S7dF1gH4jK8l";
 const PRICE: &str = "pri_Z3xC6vB9nM2q";
 const NEW_PRICE: &str = "pri_W5eR8tY1uI4o";
 const OFFER: &str = "ofr_P7aS2dF5gH8j";
-const CUSTOM_FIELD: &str = "cf_K1lZ4xC7vB3n";
 
+/// The session was created a few minutes before it was paid; it would have
+/// expired 24 hours later.
+const SESSION_CREATED: &str = "2026-11-22T10:01:12.345Z";
+const SESSION_EXPIRES: &str = "2026-11-23T10:01:12.345Z";
 const CREATED: &str = "2026-11-22T10:04:05.123Z";
 const CAPTURED: &str = "2026-11-22T10:04:07.456Z";
+const PERIOD_END: &str = "2026-12-22T10:04:07.456Z";
 
 fn money(value: &str) -> Value {
     json!({"currency": "EUR", "unit": "minor", "value": value})
 }
 
-fn buyer() -> Value {
-    json!({"buyer_ref": BUYER, "email": "ada@example.com", "name": "Ada Lovelace"})
+/// The buyer as the session and the payment hold it (the `buy_` reference
+/// sits beside it, as `buyer_ref`).
+fn buyer_contact() -> Value {
+    json!({"email": "ada@example.com", "name": "Ada Lovelace"})
 }
 
-fn buyer_full() -> Value {
-    let mut b = buyer();
-    b["billing_address"] = json!({
-        "line1": "12 Market Street", "line2": null, "city": "Berlin",
-        "postal_code": "10115", "region": null, "country": "DE"
-    });
-    b["tax_id"] = json!("DE123456789");
-    b
+/// Contact fields with the reference inside, as the types issue 17 left
+/// alone (refunds, disputes, subscription changes, revocations) carry them.
+fn buyer() -> Value {
+    json!({"buyer_ref": BUYER, "email": "ada@example.com", "name": "Ada Lovelace"})
 }
 
 fn card() -> Value {
     json!({"brand": "visa", "last4": "4242", "exp_month": 12, "exp_year": 2030})
 }
 
-fn custom_fields() -> Value {
-    json!({ CUSTOM_FIELD: "Please leave at the front desk" })
+/// The session's line items, priced when it was created.
+fn line_items() -> Value {
+    json!([{
+        "offer_ref": OFFER, "price_ref": PRICE, "product_ref": PRODUCT,
+        "quantity": 1, "unit_amount": money("1999"), "amount": money("1999")
+    }])
+}
+
+/// The payment resource (`retrievePayment`): `succeeded`, or `failed` with
+/// the declined sandbox card.
+fn payment(succeeded: bool) -> Value {
+    let (reference, status, failure_code, last4, captured_at) = if succeeded {
+        (PAYMENT, "succeeded", Value::Null, "4242", json!(CAPTURED))
+    } else {
+        (
+            FAILED_PAYMENT,
+            "failed",
+            json!("card_declined"),
+            "0002",
+            Value::Null,
+        )
+    };
+    json!({
+        "payment_ref": reference, "payment_intent_ref": reference,
+        "checkout_session_ref": SESSION,
+        // A failed payment of a buyer not known yet names none.
+        "buyer_ref": if succeeded { json!(BUYER) } else { Value::Null },
+        "buyer": buyer_contact(),
+        "amount": money("1999"), "amount_refunded": money("0"),
+        "status": status, "failure_code": failure_code,
+        "payment_method": {
+            "type": "card", "brand": "visa", "last4": last4,
+            "exp_month": 12, "exp_year": 2030
+        },
+        "stored_payment_method_ref": null, "product_refs": [PRODUCT],
+        "next_action": null, "captured_at": captured_at, "created_at": CREATED,
+        "etag": etag(reference, 1)
+    })
 }
 
 pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
     Some(match (name, dto_version) {
         ("checkout_session.completed", 1) => json!({
             "checkout_session_ref": SESSION, "config_ref": CONFIG, "config_version": 3,
-            "status": "complete", "amount_total": money("1999"),
-            "payment_intent_ref": PAYMENT, "subscription_ref": null, "journey_ref": JOURNEY,
-            "product_refs": [PRODUCT], "buyer": buyer_full(),
-            "completed_at": CAPTURED, "custom_fields": custom_fields()
+            "status": "complete", "mode": "payment", "buyer": buyer_contact(),
+            "buyer_ref": BUYER, "journey_ref": JOURNEY, "line_items": line_items(),
+            "amount_total": money("1999"),
+            "custom_fields": {"delivery_note": "Please leave at the front desk"},
+            "payment_intent_ref": PAYMENT, "subscription_ref": null,
+            "success_url": "https://shop.example.com/thanks",
+            "cancel_url": "https://shop.example.com/cart",
+            "expires_at": SESSION_EXPIRES, "completed_at": CAPTURED,
+            "created_at": SESSION_CREATED, "etag": etag(SESSION, 2)
         }),
         ("payment.succeeded", 1) => json!({
             "payment_ref": PAYMENT, "amount": money("1999"), "status": "succeeded",
@@ -71,22 +122,8 @@ pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
             "buyer_name": "Ada Lovelace", "card_brand": "visa", "card_last4": "4242",
             "product_refs": [PRODUCT]
         }),
-        ("payment.succeeded", 2) => json!({
-            "payment": {
-                "payment_ref": PAYMENT, "amount": money("1999"), "status": "succeeded",
-                "captured_at": CAPTURED
-            },
-            "buyer": buyer(),
-            "payment_method": {"card": card()},
-            "product_refs": [PRODUCT]
-        }),
-        ("payment.failed", 1) => json!({
-            "payment_ref": PAYMENT, "checkout_session_ref": SESSION, "amount": money("1999"),
-            "status": "failed", "failure_code": "card_declined",
-            "failure_message": "The card was declined.", "failed_at": CAPTURED,
-            "product_refs": [PRODUCT], "buyer": buyer(),
-            "payment_method": {"type": "card", "card": card()}
-        }),
+        ("payment.succeeded", 2) => payment(true),
+        ("payment.failed", 1) => payment(false),
         ("refund.created" | "refund.succeeded" | "refund.canceled", 1) => {
             let (status, at) = match name {
                 "refund.created" => ("pending", "created_at"),
@@ -127,34 +164,22 @@ pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
         }
         ("invoice.paid", 1) => json!({
             "invoice_ref": INVOICE, "number": "2026-000042", "order_ref": ORDER,
-            "payment_intent_ref": PAYMENT, "subscription_ref": SUBSCRIPTION,
-            "amount_due": money("1999"), "amount_paid": money("1999"), "status": "paid",
-            "paid_at": CAPTURED, "product_refs": [PRODUCT], "buyer": buyer_full()
+            "buyer_ref": BUYER, "subscription_ref": null, "amount_total": money("1999"),
+            "status": "paid", "issued_at": CAPTURED, "paid_at": CAPTURED,
+            "created_at": CAPTURED, "etag": etag(INVOICE, 1)
         }),
-        ("order.created", 1) => {
-            let mut b = buyer_full();
-            if let Some(o) = b.as_object_mut() {
-                o.remove("tax_id");
-            }
-            json!({
-                "order_ref": ORDER, "checkout_session_ref": SESSION,
-                "payment_intent_ref": PAYMENT, "status": "paid",
-                "amount_total": money("1999"),
-                "line_items": [{
-                    "product_ref": PRODUCT, "price_ref": PRICE, "offer_ref": OFFER,
-                    "quantity": 1, "amount": money("1999")
-                }],
-                "product_refs": [PRODUCT], "buyer": b, "created_at": CAPTURED,
-                "custom_fields": custom_fields()
-            })
-        }
+        ("order.created", 1) => json!({
+            "order_ref": ORDER, "checkout_session_ref": SESSION, "buyer_ref": BUYER,
+            "payment_intent_ref": PAYMENT, "line_items": line_items(),
+            "amount_total": money("1999"), "status": "paid", "created_at": CAPTURED,
+            "updated_at": CAPTURED, "etag": etag(ORDER, 1)
+        }),
         ("subscription.started", 1) => json!({
-            "subscription_ref": SUBSCRIPTION, "subscription_change_ref": CHANGE,
-            "status": "active", "product_refs": [PRODUCT], "price_ref": PRICE,
-            "offer_ref": OFFER, "amount": money("999"), "interval": "month",
-            "current_period_start": CAPTURED, "current_period_end": "2026-12-22T10:04:07.456Z",
-            "started_at": CAPTURED, "buyer": buyer(),
-            "payment_method": {"stored_payment_method_ref": STORED_METHOD, "card": card()}
+            "subscription_ref": SUBSCRIPTION, "buyer_ref": BUYER, "price_ref": PRICE,
+            "product_ref": PRODUCT, "status": "active", "current_period_start": CAPTURED,
+            "current_period_end": PERIOD_END, "stored_payment_method_ref": STORED_METHOD,
+            "started_at": CAPTURED, "canceled_at": null, "created_at": CAPTURED,
+            "etag": etag(SUBSCRIPTION, 1)
         }),
         ("subscription.changed", 1) => json!({
             "subscription_ref": SUBSCRIPTION, "subscription_change_ref": CHANGE,
@@ -167,17 +192,17 @@ pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
             "cancellation_reason": "requested_by_buyer", "canceled_at": CAPTURED,
             "product_refs": [PRODUCT], "buyer": buyer()
         }),
-        ("entitlement.granted" | "entitlement.revoked", 1) => {
-            let granted = name == "entitlement.granted";
-            json!({
-                "entitlement_ref": ENTITLEMENT, "product_ref": PRODUCT,
-                "product_refs": [PRODUCT], "order_ref": ORDER, "subscription_ref": null,
-                "status": if granted { "active" } else { "revoked" },
-                "granted_at": CREATED,
-                "revoked_at": if granted { Value::Null } else { json!(CAPTURED) },
-                "buyer": buyer()
-            })
-        }
+        ("entitlement.granted", 1) => json!({
+            "entitlement_ref": ENTITLEMENT, "buyer_ref": BUYER, "product_ref": PRODUCT,
+            "order_ref": ORDER, "status": "active", "granted_at": CAPTURED,
+            "revoked_at": null, "created_at": CAPTURED, "etag": etag(ENTITLEMENT, 1)
+        }),
+        ("entitlement.revoked", 1) => json!({
+            "entitlement_ref": ENTITLEMENT, "product_ref": PRODUCT,
+            "product_refs": [PRODUCT], "order_ref": ORDER, "subscription_ref": null,
+            "status": "revoked", "granted_at": CREATED, "revoked_at": CAPTURED,
+            "buyer": buyer()
+        }),
         ("participation.invited" | "participation.accepted", 1) => {
             let accepted = name == "participation.accepted";
             json!({

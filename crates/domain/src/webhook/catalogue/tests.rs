@@ -1,4 +1,5 @@
 use super::*;
+use crate::catalogue::checkout_config::CustomField;
 use crate::money::{Money, MoneyWire};
 use crate::reference::{Prefix, Ref};
 use crate::time::Timestamp;
@@ -140,29 +141,298 @@ fn examples_are_well_formed() {
                 assert!(Money::from_wire(&w).is_ok(), "{name}: {k}");
             }
         });
+        if let Some(etag) = data.get("etag") {
+            let etag = etag.as_str().unwrap_or_else(|| panic!("{name}: etag"));
+            assert!(
+                etag.len() > 2 && etag.starts_with('"') && etag.ends_with('"'),
+                "{name}: {etag}"
+            );
+        }
+        // A checkout session's custom fields: `{key: value}`, keyed by the
+        // config's field keys, values as strings.
         if let Some(cf) = data.get("custom_fields") {
-            for k in cf.as_object().unwrap().keys() {
-                Ref::parse(Prefix::CustomField, k).unwrap();
+            for (k, v) in cf.as_object().unwrap() {
+                assert!(
+                    CustomField::new(k, "Label", "text", false, None).is_ok(),
+                    "{name}: custom field key {k}"
+                );
+                assert!(v.is_string(), "{name}: custom field {k}");
             }
         }
     }
 }
 
+fn keys(v: &Value) -> Vec<&str> {
+    let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    k.sort_unstable();
+    k
+}
+
+fn sorted<'a>(fields: &[&'a str]) -> Vec<&'a str> {
+    let mut f = fields.to_vec();
+    f.sort_unstable();
+    f
+}
+
+/// The resources of `docs/checkout.md`, field for field, as the control
+/// API answers them (a payment also names itself as `payment_ref`, contract
+/// section 7; an order has `updated_at`).
+const PAYMENT_FIELDS: &[&str] = &[
+    "payment_ref",
+    "payment_intent_ref",
+    "checkout_session_ref",
+    "buyer_ref",
+    "buyer",
+    "amount",
+    "amount_refunded",
+    "status",
+    "failure_code",
+    "payment_method",
+    "stored_payment_method_ref",
+    "product_refs",
+    "next_action",
+    "captured_at",
+    "created_at",
+    "etag",
+];
+const SESSION_FIELDS: &[&str] = &[
+    "checkout_session_ref",
+    "config_ref",
+    "config_version",
+    "status",
+    "mode",
+    "buyer",
+    "buyer_ref",
+    "journey_ref",
+    "line_items",
+    "amount_total",
+    "custom_fields",
+    "payment_intent_ref",
+    "subscription_ref",
+    "success_url",
+    "cancel_url",
+    "expires_at",
+    "completed_at",
+    "created_at",
+    "etag",
+];
+const ORDER_FIELDS: &[&str] = &[
+    "order_ref",
+    "checkout_session_ref",
+    "buyer_ref",
+    "payment_intent_ref",
+    "line_items",
+    "amount_total",
+    "status",
+    "created_at",
+    "updated_at",
+    "etag",
+];
+const INVOICE_FIELDS: &[&str] = &[
+    "invoice_ref",
+    "number",
+    "order_ref",
+    "buyer_ref",
+    "subscription_ref",
+    "amount_total",
+    "status",
+    "issued_at",
+    "paid_at",
+    "created_at",
+    "etag",
+];
+const ENTITLEMENT_FIELDS: &[&str] = &[
+    "entitlement_ref",
+    "buyer_ref",
+    "product_ref",
+    "order_ref",
+    "status",
+    "granted_at",
+    "revoked_at",
+    "created_at",
+    "etag",
+];
+const SUBSCRIPTION_FIELDS: &[&str] = &[
+    "subscription_ref",
+    "buyer_ref",
+    "price_ref",
+    "product_ref",
+    "status",
+    "current_period_start",
+    "current_period_end",
+    "stored_payment_method_ref",
+    "started_at",
+    "canceled_at",
+    "created_at",
+    "etag",
+];
+const LINE_ITEM_FIELDS: &[&str] = &[
+    "offer_ref",
+    "price_ref",
+    "product_ref",
+    "quantity",
+    "unit_amount",
+    "amount",
+];
+
 #[test]
-fn custom_fields_in_checkout_and_order_examples() {
-    for name in ["checkout_session.completed", "order.created"] {
-        let cf = example(name, 1).unwrap()["custom_fields"].clone();
-        assert_eq!(cf.as_object().map(|o| o.len()), Some(1), "{name}");
+fn the_events_a_payment_writes_carry_their_resource() {
+    for (name, v, fields) in [
+        ("payment.succeeded", 2, PAYMENT_FIELDS),
+        ("payment.failed", 1, PAYMENT_FIELDS),
+        ("checkout_session.completed", 1, SESSION_FIELDS),
+        ("order.created", 1, ORDER_FIELDS),
+        ("invoice.paid", 1, INVOICE_FIELDS),
+        ("entitlement.granted", 1, ENTITLEMENT_FIELDS),
+        ("subscription.started", 1, SUBSCRIPTION_FIELDS),
+    ] {
+        let data = example(name, v).unwrap();
+        assert_eq!(keys(&data), sorted(fields), "{name} v{v}");
+        if let Some(items) = data.get("line_items") {
+            for item in items.as_array().unwrap() {
+                assert_eq!(keys(item), sorted(LINE_ITEM_FIELDS), "{name}");
+            }
+        }
     }
+    for (name, v) in [("payment.succeeded", 2), ("payment.failed", 1)] {
+        let p = example(name, v).unwrap();
+        assert_eq!(keys(&p["buyer"]), ["email", "name"], "{name}");
+        assert_eq!(
+            keys(&p["payment_method"]),
+            ["brand", "exp_month", "exp_year", "last4", "type"],
+            "{name}"
+        );
+        assert_eq!(p["payment_method"]["type"], "card");
+    }
+    let failed = example("payment.failed", 1).unwrap();
+    assert_eq!(failed["status"], "failed");
+    assert_eq!(failed["failure_code"], "card_declined");
+    assert!(failed["captured_at"].is_null());
+    let paid = example("payment.succeeded", 2).unwrap();
+    assert_eq!(paid["status"], "succeeded");
+    assert!(paid["failure_code"].is_null() && paid["captured_at"].is_string());
+    let session = example("checkout_session.completed", 1).unwrap();
+    assert_eq!(keys(&session["buyer"]), ["email", "name"]);
+    assert_eq!(session["status"], "complete");
+    assert_eq!(session["payment_intent_ref"], paid["payment_intent_ref"]);
+    assert_eq!(paid["payment_ref"], paid["payment_intent_ref"]);
+    assert_eq!(
+        example("invoice.paid", 1).unwrap()["number"]
+            .as_str()
+            .map(|n| n.len()),
+        Some(11)
+    );
 }
 
 #[test]
 fn payment_succeeded_versions_differ_in_shape() {
     let v1 = example("payment.succeeded", 1).unwrap();
     let v2 = example("payment.succeeded", 2).unwrap();
-    assert!(v1.get("buyer_email").is_some() && v1.get("payment").is_none());
-    assert!(v2["payment"].get("payment_ref").is_some() && v2.get("buyer_email").is_none());
-    assert_eq!(v2["payment_method"]["card"]["exp_year"], 2030);
+    assert_eq!(
+        keys(&v1),
+        sorted(&[
+            "payment_ref",
+            "amount",
+            "status",
+            "captured_at",
+            "buyer_ref",
+            "buyer_email",
+            "buyer_name",
+            "card_brand",
+            "card_last4",
+            "product_refs",
+        ])
+    );
+    assert_eq!(v1["payment_ref"], v2["payment_intent_ref"]);
+    assert_eq!(v1["buyer_email"], v2["buyer"]["email"]);
+    assert_eq!(v1["card_last4"], v2["payment_method"]["last4"]);
+    assert!(v2.get("buyer_email").is_none() && v2.get("card_brand").is_none());
+    assert_eq!(v2["payment_method"]["exp_year"], 2030);
+}
+
+#[test]
+fn data_classes_of_the_payment_events() {
+    let payment = vec![
+        ("buyer.email", DataClass::Contact),
+        ("buyer.name", DataClass::Contact),
+        ("payment_method", DataClass::PaymentInstrument),
+    ];
+    assert_eq!(data_classes("payment.succeeded", 2), payment);
+    assert_eq!(data_classes("payment.failed", 1), payment);
+    assert_eq!(
+        data_classes("payment.succeeded", 1),
+        [
+            ("buyer_email", DataClass::Contact),
+            ("buyer_name", DataClass::Contact),
+            ("card_brand", DataClass::PaymentInstrument),
+            ("card_last4", DataClass::PaymentInstrument),
+        ]
+    );
+    assert_eq!(
+        data_classes("checkout_session.completed", 1),
+        [
+            ("buyer.email", DataClass::Contact),
+            ("buyer.name", DataClass::Contact),
+        ]
+    );
+    for name in [
+        "order.created",
+        "invoice.paid",
+        "entitlement.granted",
+        "subscription.started",
+    ] {
+        assert!(data_classes(name, 1).is_empty(), "{name}");
+    }
+}
+
+/// Keys that hold a buyer's or an invitee's personal data wherever they sit.
+const PERSONAL: &[&str] = &[
+    "email",
+    "name",
+    "buyer_email",
+    "buyer_name",
+    "card_brand",
+    "card_last4",
+    "brand",
+    "last4",
+    "exp_month",
+    "exp_year",
+    "card",
+    "billing_address",
+    "tax_id",
+];
+
+/// Walks every key of a JSON tree with its dotted path (arrays add no
+/// segment, as in the catalogue's paths).
+fn walk_paths(v: &Value, prefix: &str, f: &mut dyn FnMut(&str, &str)) {
+    match v {
+        Value::Object(m) => m.iter().for_each(|(k, v)| {
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            f(k, &path);
+            walk_paths(v, &path, f)
+        }),
+        Value::Array(a) => a.iter().for_each(|v| walk_paths(v, prefix, f)),
+        _ => {}
+    }
+}
+
+#[test]
+fn every_personal_field_of_an_example_is_classified() {
+    for (name, v, data) in examples() {
+        let classes = data_classes(name, v);
+        walk_paths(&data, "", &mut |key, path| {
+            if PERSONAL.contains(&key) {
+                let covered = classes
+                    .iter()
+                    .any(|(c, _)| path == *c || path.starts_with(&format!("{c}.")));
+                assert!(covered, "{name} v{v}: {path} is not classified");
+            }
+        });
+    }
 }
 
 #[test]

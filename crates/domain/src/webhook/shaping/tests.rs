@@ -50,10 +50,11 @@ fn scopes() {
 fn no_grant_keeps_only_unclassified_fields() {
     let data = example("checkout_session.completed", 1).unwrap();
     let out = shape("checkout_session.completed", 1, &data, None);
-    let buyer = out["buyer"].as_object().unwrap();
-    assert_eq!(buyer.keys().collect::<Vec<_>>(), ["buyer_ref"]);
+    assert_eq!(out["buyer"], json!({}));
+    assert_eq!(out["buyer_ref"], data["buyer_ref"]);
     assert!(out.get("custom_fields").is_none());
     assert_eq!(out["amount_total"], data["amount_total"]);
+    assert_eq!(out["line_items"], data["line_items"]);
     assert_eq!(out["status"], "complete");
     assert!(holds_uncovered(
         "checkout_session.completed",
@@ -74,20 +75,28 @@ fn grant_keeps_what_it_covers() {
     let data = example("checkout_session.completed", 1).unwrap();
     let g = grant(&[DataClass::Contact], &[CF]);
     let out = shape("checkout_session.completed", 1, &data, Some(&g));
-    assert_eq!(out["buyer"]["email"], "ada@example.com");
-    assert!(out["buyer"].get("billing_address").is_none());
-    assert!(out["buyer"].get("tax_id").is_none());
-    assert_eq!(out["custom_fields"], data["custom_fields"]);
+    assert_eq!(
+        out["buyer"],
+        json!({"email": "ada@example.com", "name": "Ada Lovelace"})
+    );
     assert!(!holds_uncovered(
         "checkout_session.completed",
         1,
         &out,
         Some(&g)
     ));
+    // The session's custom fields are keyed by the config's keys, which no
+    // grant (of `cf_` references) names: never delivered.
+    assert!(out.get("custom_fields").is_none());
+    let mut without_custom_fields = data.clone();
+    without_custom_fields
+        .as_object_mut()
+        .unwrap()
+        .remove("custom_fields");
     let all = grant(DataClass::ALL, &[CF]);
     assert_eq!(
         shape("checkout_session.completed", 1, &data, Some(&all)),
-        data
+        without_custom_fields
     );
 }
 
@@ -114,25 +123,89 @@ fn custom_fields_filtered_per_entry() {
     ));
 }
 
+/// The payment resource (`payment.succeeded` 2, `payment.failed`) without a
+/// grant, with `contact` only, with `payment_instrument` only and with both.
 #[test]
-fn payment_v1_and_v2_fields_are_removed() {
+fn payment_resource_fields_follow_the_grant() {
+    for (name, v) in [("payment.succeeded", 2), ("payment.failed", 1)] {
+        let data = example(name, v).unwrap();
+        let bare = shape(name, v, &data, None);
+        assert_eq!(bare["buyer"], json!({}), "{name}");
+        assert!(bare.get("payment_method").is_none(), "{name}");
+        for kept in [
+            "payment_ref",
+            "payment_intent_ref",
+            "buyer_ref",
+            "amount",
+            "amount_refunded",
+            "status",
+            "failure_code",
+            "product_refs",
+            "captured_at",
+            "etag",
+        ] {
+            assert_eq!(bare[kept], data[kept], "{name}: {kept}");
+        }
+        assert!(holds_uncovered(name, v, &data, None));
+        assert!(!holds_uncovered(name, v, &bare, None));
+
+        let contact = grant(&[DataClass::Contact], &[]);
+        let out = shape(name, v, &data, Some(&contact));
+        assert_eq!(out["buyer"], data["buyer"], "{name}");
+        assert!(out.get("payment_method").is_none(), "{name}");
+        assert!(holds_uncovered(name, v, &data, Some(&contact)));
+
+        let card = grant(&[DataClass::PaymentInstrument], &[]);
+        let out = shape(name, v, &data, Some(&card));
+        assert_eq!(out["payment_method"], data["payment_method"], "{name}");
+        assert_eq!(out["buyer"], json!({}), "{name}");
+
+        let both = grant(&[DataClass::Contact, DataClass::PaymentInstrument], &[]);
+        assert_eq!(shape(name, v, &data, Some(&both)), data, "{name}");
+        assert!(!holds_uncovered(name, v, &data, Some(&both)));
+    }
+}
+
+#[test]
+fn payment_v1_fields_follow_the_grant() {
+    let data = example("payment.succeeded", 1).unwrap();
+    let bare = shape("payment.succeeded", 1, &data, None);
+    for gone in ["buyer_email", "buyer_name", "card_brand", "card_last4"] {
+        assert!(bare.get(gone).is_none(), "{gone}");
+    }
+    for kept in [
+        "payment_ref",
+        "amount",
+        "status",
+        "captured_at",
+        "buyer_ref",
+        "product_refs",
+    ] {
+        assert_eq!(bare[kept], data[kept], "{kept}");
+    }
     let g = grant(&[DataClass::Contact], &[]);
-    let v1 = shape(
-        "payment.succeeded",
-        1,
-        &example("payment.succeeded", 1).unwrap(),
-        Some(&g),
-    );
+    let v1 = shape("payment.succeeded", 1, &data, Some(&g));
     assert!(v1.get("card_brand").is_none() && v1.get("card_last4").is_none());
     assert_eq!(v1["buyer_name"], "Ada Lovelace");
-    let v2 = shape(
-        "payment.succeeded",
-        2,
-        &example("payment.succeeded", 2).unwrap(),
-        Some(&g),
-    );
-    assert_eq!(v2["payment_method"], json!({}));
-    assert_eq!(v2["buyer"]["email"], "ada@example.com");
+    assert_eq!(v1["buyer_email"], "ada@example.com");
+    let both = grant(&[DataClass::Contact, DataClass::PaymentInstrument], &[]);
+    assert_eq!(shape("payment.succeeded", 1, &data, Some(&both)), data);
+}
+
+/// Records that name the buyer by reference only lose nothing without a
+/// grant.
+#[test]
+fn resources_without_personal_fields_are_delivered_whole() {
+    for name in [
+        "order.created",
+        "invoice.paid",
+        "entitlement.granted",
+        "subscription.started",
+    ] {
+        let data = example(name, 1).unwrap();
+        assert_eq!(shape(name, 1, &data, None), data, "{name}");
+        assert!(!holds_uncovered(name, 1, &data, None), "{name}");
+    }
 }
 
 #[test]
@@ -148,42 +221,138 @@ fn paths_through_arrays_and_nulls() {
 }
 
 #[test]
-fn payment_conversion_round_trips() {
+fn payment_v2_converts_to_v1() {
     let v1 = example("payment.succeeded", 1).unwrap();
     let v2 = example("payment.succeeded", 2).unwrap();
     assert_eq!(convert("payment.succeeded", 2, 1, &v2), v1);
+    // A failed payment: no capture, no buyer yet.
+    let failed = example("payment.failed", 1).unwrap();
     assert_eq!(
-        convert("payment.succeeded", 1, 2, &v1).get("payment"),
-        v2.get("payment")
+        convert("payment.succeeded", 2, 1, &failed),
+        json!({
+            "payment_ref": failed["payment_intent_ref"], "amount": failed["amount"],
+            "status": "failed", "captured_at": null, "buyer_ref": null,
+            "buyer_email": "ada@example.com", "buyer_name": "Ada Lovelace",
+            "card_brand": "visa", "card_last4": "0002", "product_refs": failed["product_refs"]
+        })
     );
-    assert_eq!(
-        convert(
-            "payment.succeeded",
-            2,
-            1,
-            &convert("payment.succeeded", 1, 2, &v1)
-        ),
-        v1
-    );
-    let mut no_expiry = v2.clone();
-    let card = no_expiry["payment_method"]["card"].as_object_mut().unwrap();
-    card.remove("exp_month");
-    card.remove("exp_year");
-    assert_eq!(convert("payment.succeeded", 1, 2, &v1), no_expiry);
-    let refund = example("refund.created", 1).unwrap();
-    assert_eq!(convert("refund.created", 1, 2, &refund), refund);
-    assert_eq!(convert("payment.succeeded", 1, 1, &v1), v1);
 }
 
 #[test]
-fn conversion_keeps_unknown_fields_and_omits_missing_ones() {
-    let v1 = json!({"payment_ref": "pay_aaaaaaaaaaaa", "extra": true});
-    let v2 = convert("payment.succeeded", 1, 2, &v1);
+fn payment_v1_converts_to_v2_as_best_it_can() {
+    let v1 = example("payment.succeeded", 1).unwrap();
+    let v2 = example("payment.succeeded", 2).unwrap();
+    let mut expected = v2.clone();
+    for lacking in [
+        "checkout_session_ref",
+        "stored_payment_method_ref",
+        "next_action",
+        "failure_code",
+        "created_at",
+        "etag",
+    ] {
+        expected[lacking] = Value::Null;
+    }
+    expected["payment_method"]["exp_month"] = Value::Null;
+    expected["payment_method"]["exp_year"] = Value::Null;
+    let converted = convert("payment.succeeded", 1, 2, &v1);
+    assert_eq!(converted, expected);
+    assert_eq!(converted["payment_method"]["type"], "card");
     assert_eq!(
-        v2,
-        json!({"payment": {"payment_ref": "pay_aaaaaaaaaaaa"}, "extra": true})
+        converted["amount_refunded"],
+        json!({"currency": "EUR", "unit": "minor", "value": "0"})
     );
-    assert_eq!(convert("payment.succeeded", 2, 1, &v2), v1);
+    // And back: version 1 loses nothing on the way.
+    assert_eq!(convert("payment.succeeded", 2, 1, &converted), v1);
+    // Another currency's zero.
+    let mut usd = v1.clone();
+    usd["amount"]["currency"] = json!("USD");
+    assert_eq!(
+        convert("payment.succeeded", 1, 2, &usd)["amount_refunded"],
+        json!({"currency": "USD", "unit": "minor", "value": "0"})
+    );
+}
+
+/// Other systems publish on the queue too: data already in the target
+/// shape, or in the nested version 2 used before the payment resource,
+/// converts without losing what it carries.
+#[test]
+fn conversion_reads_data_in_either_shape() {
+    let v1 = example("payment.succeeded", 1).unwrap();
+    let v2 = example("payment.succeeded", 2).unwrap();
+    assert_eq!(convert("payment.succeeded", 2, 1, &v1), v1);
+    assert_eq!(convert("payment.succeeded", 1, 2, &v2), v2);
+    let nested = json!({
+        "payment": {
+            "payment_ref": v1["payment_ref"], "amount": v1["amount"],
+            "status": "succeeded", "captured_at": v1["captured_at"]
+        },
+        "buyer": {"buyer_ref": v1["buyer_ref"], "email": "ada@example.com", "name": "Ada Lovelace"},
+        "payment_method": {"card": {"brand": "visa", "last4": "4242", "exp_month": 12, "exp_year": 2030}},
+        "product_refs": v1["product_refs"]
+    });
+    assert_eq!(convert("payment.succeeded", 2, 1, &nested), v1);
+    let from_nested = convert("payment.succeeded", 1, 2, &nested);
+    assert_eq!(from_nested["payment_intent_ref"], v2["payment_intent_ref"]);
+    assert_eq!(from_nested["buyer"], v2["buyer"]);
+    assert_eq!(from_nested["payment_method"], v2["payment_method"]);
+}
+
+#[test]
+fn conversion_drops_unknown_fields_and_nulls_missing_ones() {
+    // An unknown field could hold personal data the target version's data
+    // classes do not name: it is not carried over.
+    let v1 = json!({"payment_ref": "pay_aaaaaaaaaaaa", "extra": true,
+        "buyer": {"email": "x@example.com", "phone": "+49 30 1234567"}});
+    let v2 = convert("payment.succeeded", 1, 2, &v1);
+    assert!(v2.get("extra").is_none());
+    assert_eq!(v2["payment_intent_ref"], "pay_aaaaaaaaaaaa");
+    assert_eq!(v2["payment_ref"], "pay_aaaaaaaaaaaa");
+    assert_eq!(v2["buyer"], json!({"email": "x@example.com", "name": null}));
+    assert!(v2["amount"].is_null() && v2["amount_refunded"].is_null());
+    assert_eq!(
+        v2["payment_method"],
+        json!({"type": "card", "brand": null, "last4": null, "exp_month": null, "exp_year": null})
+    );
+    let back = convert("payment.succeeded", 2, 1, &v2);
+    assert_eq!(back.as_object().unwrap().len(), 10);
+    assert_eq!(back["payment_ref"], "pay_aaaaaaaaaaaa");
+    assert_eq!(back["buyer_email"], "x@example.com");
+    assert!(back["amount"].is_null() && back["card_brand"].is_null());
+    let with_extra = json!({"payment_intent_ref": "pay_aaaaaaaaaaaa",
+        "buyer": {"email": "x@example.com", "phone": "+49 30 1234567"}, "note": "x"});
+    let v1 = convert("payment.succeeded", 2, 1, &with_extra);
+    assert!(v1.get("note").is_none() && v1.get("buyer").is_none());
+    assert!(!v1.to_string().contains("+49"));
+    // Not an object, another type, the same version: unchanged.
+    assert_eq!(
+        convert("payment.succeeded", 2, 1, &json!(null)),
+        json!(null)
+    );
+    let refund = example("refund.created", 1).unwrap();
+    assert_eq!(convert("refund.created", 1, 2, &refund), refund);
+    let v1 = example("payment.succeeded", 1).unwrap();
+    assert_eq!(convert("payment.succeeded", 1, 1, &v1), v1);
+    let v2 = example("payment.succeeded", 2).unwrap();
+    assert_eq!(convert("payment.succeeded", 2, 2, &v2), v2);
+}
+
+/// Converting then shaping: without a grant, neither version carries the
+/// buyer's contact or the card.
+#[test]
+fn converted_data_is_shaped_by_its_own_version() {
+    let v2 = example("payment.succeeded", 2).unwrap();
+    let v1 = shape(
+        "payment.succeeded",
+        1,
+        &convert("payment.succeeded", 2, 1, &v2),
+        None,
+    );
+    assert!(!holds_uncovered("payment.succeeded", 1, &v1, None));
+    let text = v1.to_string();
+    assert!(!text.contains("ada@example.com") && !text.contains("Ada Lovelace"));
+    assert!(!text.contains("4242") && !text.contains("visa"));
+    assert_eq!(v1["payment_ref"], v2["payment_intent_ref"]);
 }
 
 #[test]

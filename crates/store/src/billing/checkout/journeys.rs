@@ -2,7 +2,7 @@
 //! thing that happened (JSON, appended by each pay).
 
 use super::{at, opt_reference, reference, state};
-use crate::billing::Resource;
+use crate::billing::{Expiry, Resource};
 use crate::db::tx::{int, single, Columns, WriteTx};
 use crate::webhooks::{json_col, to_json};
 use crate::StoreError;
@@ -38,6 +38,11 @@ impl Resource for JourneyRecord {
     const REF_COLUMN: &'static str = "journey_ref";
     const FILTERS: &'static [(&'static str, &'static str)] =
         &[("status", "status"), ("buyer_ref", "buyer_ref")];
+    const EXPIRY: Option<Expiry> = Some(Expiry {
+        column: "expires_at",
+        stored: JourneyStatus::Open.as_str(),
+        reads_as: JourneyStatus::Abandoned.as_str(),
+    });
 
     fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
         Ok(JourneyRecord {

@@ -3,7 +3,7 @@
 //! (`SessionStatus::effective`); the stored status is `open` or `complete`.
 
 use super::{at, opt_at, opt_reference, reference, state, PricedItem};
-use crate::billing::{minor, money, Resource};
+use crate::billing::{minor, money, Expiry, Resource};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::webhooks::{json_col, to_json};
 use crate::StoreError;
@@ -61,6 +61,11 @@ impl Resource for SessionRecord {
     const REF_COLUMN: &'static str = "checkout_session_ref";
     const FILTERS: &'static [(&'static str, &'static str)] =
         &[("status", "status"), ("config_ref", "config_ref")];
+    const EXPIRY: Option<Expiry> = Some(Expiry {
+        column: "expires_at",
+        stored: SessionStatus::Open.as_str(),
+        reads_as: SessionStatus::Expired.as_str(),
+    });
 
     fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
         let version = int(row, "config_version")?;
