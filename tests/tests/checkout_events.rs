@@ -1,0 +1,875 @@
+//! The events a payment emits, end to end (issue 17; contract section 9;
+//! `docs/checkout.md`): a real local receiver subscribed to
+//! `payment.succeeded` versions 1 and 2, `checkout_session.completed`,
+//! `order.created`, `invoice.paid`, `entitlement.granted` and
+//! `subscription.started` gets each event of a one-time and a recurring
+//! payment exactly once, signed so that the official Standard Webhooks
+//! verifier accepts it, its `data` the resource as its retrieve answers it,
+//! with the personal fields left out unless the endpoint's data profile
+//! grant covers them.
+//!
+//! The writes' events leave through the outbox: into the store's queue on
+//! every backend (`backend_tests!`), and across RabbitMQ to two dispatchers
+//! in the fleet variant (only with `BILLING_TEST_FLEET=1`; then a missing
+//! broker or PostgreSQL is a failure, never a skip).
+
+use billing_tests::receiver::{Behaviour, Received, TestReceiver};
+use billing_tests::{backend_tests, fleet_enabled, verifier, Backend, DispatcherHandle, TestApp};
+use dispatcher::amqp::{self, AmqpSettings};
+use dispatcher::outbox::Target;
+use lapin::options::QueueDeleteOptions;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Once;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+const PRODUCTS: &str = "/api/v1/products";
+const PRICES: &str = "/api/v1/prices";
+const OFFERS: &str = "/api/v1/offers";
+const CONFIGS: &str = "/api/v1/checkout-configs";
+const SESSIONS: &str = "/api/v1/checkout-sessions";
+const PAYMENTS: &str = "/api/v1/payments";
+const ORDERS: &str = "/api/v1/orders";
+const INVOICES: &str = "/api/v1/invoices";
+const ENTITLEMENTS: &str = "/api/v1/entitlements";
+const SUBSCRIPTIONS: &str = "/api/v1/subscriptions";
+const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
+
+/// The buyers of the two sessions, and a custom field value of the first:
+/// personal data that must not reach an endpoint without a grant.
+const ADA: (&str, &str) = ("ada.lovelace@example.com", "Ada Lovelace");
+const GRACE: (&str, &str) = ("grace.hopper@example.com", "Grace Hopper");
+const GIFT_NOTE: &str = "Leave it with the concierge";
+
+/// What every endpoint here subscribes to. An endpoint may hold one
+/// subscription per type and scope (contract 9: the same endpoint, type and
+/// scope twice is `semantic_error`), so `payment.succeeded` version 2 is
+/// subscribed in the environment's scope and version 1 in the scope of each
+/// product: the one-time payment matches two of those (book and poster) and
+/// is still delivered once in version 1.
+const SUBSCRIBED: &[(&str, u32)] = &[
+    ("payment.succeeded", 2),
+    ("payment.succeeded", 1),
+    ("checkout_session.completed", 1),
+    ("order.created", 1),
+    ("invoice.paid", 1),
+    ("entitlement.granted", 1),
+    ("subscription.started", 1),
+];
+
+/// The deliveries the two payments make to each endpoint, by type and
+/// version: a one-time session of two products and a monthly session of
+/// one, so three entitlements and one subscription.
+const EXPECTED_COUNTS: &[((&str, u32), usize)] = &[
+    (("payment.succeeded", 1), 2),
+    (("payment.succeeded", 2), 2),
+    (("checkout_session.completed", 1), 2),
+    (("order.created", 1), 2),
+    (("invoice.paid", 1), 2),
+    (("entitlement.granted", 1), 3),
+    (("subscription.started", 1), 1),
+];
+
+/// The distinct events of the two payments (a `payment.succeeded` event is
+/// delivered once per subscribed version).
+const EVENTS: usize = 12;
+
+fn total_deliveries() -> usize {
+    EXPECTED_COUNTS.iter().map(|(_, n)| n).sum()
+}
+
+// ---- helpers --------------------------------------------------------------------
+
+fn text(v: &Value) -> String {
+    v.as_str()
+        .unwrap_or_else(|| panic!("a string, not {v}"))
+        .to_owned()
+}
+
+fn is_ref(v: &Value, prefix: &str) {
+    let s = text(v);
+    assert!(
+        s.starts_with(prefix)
+            && s.len() == prefix.len() + 12
+            && s[prefix.len()..].chars().all(|c| c.is_ascii_alphanumeric()),
+        "{s} is not a {prefix} reference"
+    );
+}
+
+fn eur(value: &str) -> Value {
+    json!({"currency": "EUR", "unit": "minor", "value": value})
+}
+
+async fn retrieve(app: &TestApp, base: &str, reference: &str) -> Value {
+    let r = app.get(&format!("{base}/{reference}")).send().await;
+    r.expect(200);
+    assert_eq!(
+        r.header("etag"),
+        r.data()["etag"].as_str(),
+        "the ETag header is the resource's etag: {}",
+        r.text
+    );
+    r.data().clone()
+}
+
+/// Every item of the list at `base` (this test's environment holds only
+/// the two payments' records), each as its retrieve answers it.
+async fn retrieve_all(app: &TestApp, base: &str, ref_field: &str) -> Vec<Value> {
+    let r = app.get(&format!("{base}?limit=100")).send().await;
+    r.expect(200);
+    let mut out = Vec::new();
+    for item in r.data()["items"].as_array().expect("items") {
+        out.push(retrieve(app, base, &text(&item[ref_field])).await);
+    }
+    out
+}
+
+/// A published product with a published price of `amount`; returns
+/// `(product_ref, offer_ref)`.
+async fn offer(
+    app: &TestApp,
+    name: &str,
+    amount: Value,
+    interval: Option<&str>,
+) -> (String, String) {
+    let r = app.post(PRODUCTS, json!({"name": name})).send().await;
+    r.expect(201);
+    let product = text(&r.data()["product_ref"]);
+    app.post(&format!("{PRODUCTS}/{product}/publish"), json!({}))
+        .send()
+        .await
+        .expect(200);
+    let body = match interval {
+        Some(i) => {
+            json!({"product_ref": product, "amount": amount, "type": "recurring", "interval": i})
+        }
+        None => json!({"product_ref": product, "amount": amount, "type": "one_time"}),
+    };
+    let r = app.post(PRICES, body).send().await;
+    r.expect(201);
+    let price = text(&r.data()["price_ref"]);
+    app.post(&format!("{PRICES}/{price}/publish"), json!({}))
+        .send()
+        .await
+        .expect(200);
+    let r = app
+        .get(&format!("{OFFERS}?product_ref={product}"))
+        .send()
+        .await;
+    r.expect(200);
+    let offers = r.data()["items"].as_array().expect("items").clone();
+    assert_eq!(offers.len(), 1, "one offer per product: {}", r.text);
+    let offer = text(&offers[0]["offer_ref"]);
+    (product, offer)
+}
+
+/// Creates and publishes a checkout config from `body`; its reference.
+async fn published_config(app: &TestApp, body: Value) -> String {
+    let r = app.post(CONFIGS, body).send().await;
+    r.expect(201);
+    let config = text(&r.data()["config_ref"]);
+    app.post(&format!("{CONFIGS}/{config}/publish"), json!({}))
+        .send()
+        .await
+        .expect(200);
+    config
+}
+
+/// Opens a session of `config` for `buyer` and pays it with `pm_card_visa`;
+/// returns `(checkout_session_ref, payment_ref)`.
+async fn pay_session(
+    app: &TestApp,
+    config: &str,
+    buyer: (&str, &str),
+    custom_fields: Option<Value>,
+    result: &str,
+) -> (String, String) {
+    let mut body = json!({"config_ref": config, "buyer": {"email": buyer.0, "name": buyer.1}});
+    if let Some(fields) = custom_fields {
+        body["custom_fields"] = fields;
+    }
+    let r = app.post(SESSIONS, body).send().await;
+    r.expect(201);
+    let session = text(&r.data()["checkout_session_ref"]);
+    let r = app
+        .post(
+            &format!("{SESSIONS}/{session}/pay"),
+            json!({"payment_method": "pm_card_visa"}),
+        )
+        .send()
+        .await;
+    r.expect(200);
+    assert_eq!(r.data()["result"], result, "{}", r.text);
+    assert_eq!(r.data()["payment"]["status"], "succeeded", "{}", r.text);
+    assert_eq!(r.data()["checkout_session"]["status"], "complete");
+    (session, text(&r.data()["payment"]["payment_intent_ref"]))
+}
+
+/// What the two payments buy: a one-time config of two products (book and
+/// poster, with a custom field) and a monthly config of one (magazine).
+struct Catalogue {
+    one_time: String,
+    monthly: String,
+    /// Book, poster, magazine.
+    products: Vec<String>,
+}
+
+async fn catalogue(app: &TestApp) -> Catalogue {
+    let (book, book_offer) = offer(app, "Book", eur("1999"), None).await;
+    let (poster, poster_offer) = offer(app, "Poster", eur("500"), None).await;
+    let (magazine, magazine_offer) = offer(app, "Magazine", eur("999"), Some("month")).await;
+    let one_time = published_config(
+        app,
+        json!({"name": "Shop", "success_url": "https://example.com/ok",
+            "line_items": [{"offer_ref": book_offer, "quantity": 2}, {"offer_ref": poster_offer, "quantity": 1}],
+            "custom_fields": [{"key": "gift_note", "label": "Gift note", "type": "text"}]}),
+    )
+    .await;
+    let monthly = published_config(
+        app,
+        json!({"name": "Subscribe", "success_url": "https://example.com/ok",
+            "line_items": [{"offer_ref": magazine_offer, "quantity": 1}]}),
+    )
+    .await;
+    Catalogue {
+        one_time,
+        monthly,
+        products: vec![book, poster, magazine],
+    }
+}
+
+/// The two payments' sessions and payments.
+struct Purchases {
+    sessions: Vec<String>,
+    payments: Vec<String>,
+}
+
+async fn make_purchases(app: &TestApp, c: &Catalogue) -> Purchases {
+    let (s1, p1) = pay_session(
+        app,
+        &c.one_time,
+        ADA,
+        Some(json!({ "gift_note": GIFT_NOTE })),
+        "retrieve_payment_response",
+    )
+    .await;
+    let (s2, p2) = pay_session(app, &c.monthly, GRACE, None, "subscription_started").await;
+    Purchases {
+        sessions: vec![s1, s2],
+        payments: vec![p1, p2],
+    }
+}
+
+// ---- endpoints ------------------------------------------------------------------
+
+/// An endpoint subscribed to everything in `SUBSCRIBED`, with its receiver.
+struct Endpoint {
+    endpoint_ref: String,
+    secret: String,
+    receiver: TestReceiver,
+    /// Whether its grant covers `contact` and `payment_instrument`.
+    granted: bool,
+}
+
+async fn endpoint(app: &TestApp, c: &Catalogue, granted: bool) -> Endpoint {
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    let (endpoint_ref, secret) = app
+        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    let subscribe = |event_type: &str, dto_version: u32, scope_type: &str, scope_ref: &str| {
+        app.post(
+            &format!("{ENDPOINTS}/{endpoint_ref}/subscriptions"),
+            json!({"public_event_type": event_type, "scope_type": scope_type,
+                "scope_ref": scope_ref, "dto_version": dto_version}),
+        )
+        .send()
+    };
+    for (event_type, dto_version) in &SUBSCRIBED[2..] {
+        subscribe(
+            event_type,
+            *dto_version,
+            "environment",
+            &app.sandbox.environment_ref,
+        )
+        .await
+        .expect(201);
+    }
+    for product in &c.products {
+        subscribe("payment.succeeded", 1, "product", product)
+            .await
+            .expect(201);
+    }
+    if granted {
+        let r = app
+            .post(
+                &format!("{ENDPOINTS}/{endpoint_ref}/data_profile_grants"),
+                json!({"purpose": "fulfillment", "reason": "ship the goods",
+                    "data_classes": ["contact", "payment_instrument"], "custom_field_refs": []}),
+            )
+            .send()
+            .await;
+        r.expect(201);
+        assert_eq!(r.data()["status"], "active", "{}", r.text);
+    }
+    Endpoint {
+        endpoint_ref,
+        secret,
+        receiver,
+        granted,
+    }
+}
+
+/// Waits until every endpoint's receiver got all its deliveries and the
+/// endpoint lists them all as succeeded; then a little longer, so that a
+/// duplicate would have arrived too.
+async fn all_delivered(app: &TestApp, endpoints: &[&Endpoint]) {
+    let total = total_deliveries();
+    for e in endpoints {
+        app.eventually(30, || async { (e.receiver.count() >= total).then_some(()) })
+            .await;
+        app.eventually(15, || async {
+            let r = app
+                .get(&format!(
+                    "{ENDPOINTS}/{}/deliveries?limit=100",
+                    e.endpoint_ref
+                ))
+                .send()
+                .await;
+            let items = r.data()["items"].as_array()?.clone();
+            (items.len() >= total && items.iter().all(|d| d["status"] == "succeeded")).then_some(())
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+}
+
+// ---- what is expected -------------------------------------------------------------
+
+/// The reference field that names the resource an event of `event_type`
+/// and `dto_version` carries.
+fn ref_field(event_type: &str, dto_version: u32) -> &'static str {
+    match (event_type, dto_version) {
+        ("payment.succeeded", _) => "payment_ref",
+        ("checkout_session.completed", _) => "checkout_session_ref",
+        ("order.created", _) => "order_ref",
+        ("invoice.paid", _) => "invoice_ref",
+        ("entitlement.granted", _) => "entitlement_ref",
+        ("subscription.started", _) => "subscription_ref",
+        other => panic!("no such event here: {other:?}"),
+    }
+}
+
+/// `payment.succeeded` version 1: the flat shape of the payment resource
+/// (`docs/checkout.md`), built here from the retrieve answer.
+fn payment_v1(p: &Value) -> Value {
+    json!({
+        "payment_ref": p["payment_ref"],
+        "amount": p["amount"],
+        "status": p["status"],
+        "captured_at": p["captured_at"],
+        "buyer_ref": p["buyer_ref"],
+        "buyer_email": p["buyer"]["email"],
+        "buyer_name": p["buyer"]["name"],
+        "card_brand": p["payment_method"]["brand"],
+        "card_last4": p["payment_method"]["last4"],
+        "product_refs": p["product_refs"],
+    })
+}
+
+/// The resources the events must carry, unshaped, by (type, version),
+/// each keyed by its reference, as their retrieves answer now.
+type Resources = BTreeMap<(String, u32), BTreeMap<String, Value>>;
+
+async fn resources(app: &TestApp, purchases: &Purchases) -> Resources {
+    let mut out: Resources = BTreeMap::new();
+    let mut put = |event_type: &str, version: u32, v: Value| {
+        let key = text(&v[ref_field(event_type, version)]);
+        let previous = out
+            .entry((event_type.to_owned(), version))
+            .or_default()
+            .insert(key.clone(), v);
+        assert!(previous.is_none(), "{key} twice");
+    };
+    for p in &purchases.payments {
+        let payment = retrieve(app, PAYMENTS, p).await;
+        assert_eq!(payment["payment_ref"], payment["payment_intent_ref"]);
+        assert_eq!(payment["payment_method"]["brand"], "visa", "{payment}");
+        assert_eq!(payment["payment_method"]["last4"], "4242", "{payment}");
+        put("payment.succeeded", 1, payment_v1(&payment));
+        put("payment.succeeded", 2, payment);
+    }
+    for s in &purchases.sessions {
+        put(
+            "checkout_session.completed",
+            1,
+            retrieve(app, SESSIONS, s).await,
+        );
+    }
+    let first = retrieve(app, SESSIONS, &purchases.sessions[0]).await;
+    assert_eq!(first["custom_fields"], json!({ "gift_note": GIFT_NOTE }));
+    for (event_type, base, field) in [
+        ("order.created", ORDERS, "order_ref"),
+        ("invoice.paid", INVOICES, "invoice_ref"),
+        ("entitlement.granted", ENTITLEMENTS, "entitlement_ref"),
+        ("subscription.started", SUBSCRIPTIONS, "subscription_ref"),
+    ] {
+        for v in retrieve_all(app, base, field).await {
+            put(event_type, 1, v);
+        }
+    }
+    for ((event_type, version), n) in EXPECTED_COUNTS {
+        let got = out
+            .get(&((*event_type).to_owned(), *version))
+            .map_or(0, BTreeMap::len);
+        assert_eq!(got, *n, "records behind {event_type} v{version}");
+    }
+    out
+}
+
+/// Removes the field at the dotted `path`, if there.
+fn remove(data: &mut Value, path: &str) {
+    let (parent, last) = match path.rsplit_once('.') {
+        Some((parent, last)) => (
+            data.pointer_mut(&format!("/{}", parent.replace('.', "/"))),
+            last,
+        ),
+        None => (Some(data), path),
+    };
+    if let Some(Value::Object(obj)) = parent {
+        obj.remove(last);
+    }
+}
+
+/// The personal fields of each shape (`docs/checkout.md`): `contact` (the
+/// buyer's e-mail and name) and `payment_instrument` (the card). Shaping omits a field whose class the grant does not cover
+/// (contract 9: "otherwise the field is omitted").
+fn personal_fields(event_type: &str, dto_version: u32) -> &'static [&'static str] {
+    match (event_type, dto_version) {
+        ("payment.succeeded", 1) => &["buyer_email", "buyer_name", "card_brand", "card_last4"],
+        ("payment.succeeded", 2) => &["buyer.email", "buyer.name", "payment_method"],
+        ("checkout_session.completed", 1) => &["buyer.email", "buyer.name"],
+        _ => &[],
+    }
+}
+
+/// What an endpoint must receive as `data` for `resource`: without the
+/// grant, without its personal fields. A checkout session's custom fields
+/// are keyed by the config's field keys, which no grant names (grants list
+/// `cf_` references): no endpoint receives them.
+fn delivered_form(event_type: &str, dto_version: u32, resource: &Value, granted: bool) -> Value {
+    let mut data = resource.clone();
+    if !granted {
+        for path in personal_fields(event_type, dto_version) {
+            remove(&mut data, path);
+        }
+    }
+    if event_type == "checkout_session.completed" {
+        remove(&mut data, "custom_fields");
+    }
+    data
+}
+
+// ---- checks -------------------------------------------------------------------
+
+/// Checks everything `e` received against `expected`; returns the event
+/// references it got.
+async fn check_endpoint(app: &TestApp, e: &Endpoint, expected: &Resources) -> BTreeSet<String> {
+    let got: Vec<Received> = e.receiver.received();
+    let who = if e.granted { "granted" } else { "no grant" };
+    assert_eq!(
+        got.len(),
+        total_deliveries(),
+        "{who}: every delivery exactly once: {:#?}",
+        got.iter()
+            .map(|r| (
+                r.header("webhook-id").to_owned(),
+                r.json()["public_event_type"].clone()
+            ))
+            .collect::<Vec<_>>()
+    );
+    assert!(got.iter().all(Received::succeeded));
+
+    // One request per delivery, one delivery per (event, dto_version).
+    let ids: HashSet<&str> = got.iter().map(|r| r.header("webhook-id")).collect();
+    assert_eq!(ids.len(), got.len(), "{who}: a webhook-id arrived twice");
+    let mut per_event: BTreeMap<String, Vec<(String, u32)>> = BTreeMap::new();
+    let mut by_kind: BTreeMap<(String, u32), BTreeMap<String, Value>> = BTreeMap::new();
+    for r in &got {
+        let id = r.header("webhook-id");
+        is_ref(&json!(id), "whd_");
+        assert!(
+            verifier::verifies(
+                &e.secret,
+                id,
+                r.header("webhook-timestamp"),
+                r.header("webhook-signature"),
+                &r.body
+            ),
+            "{who}: the official verifier refuses {id}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+        let body = r.json();
+        is_ref(&body["event_ref"], "evt_");
+        assert_eq!(body["environment_ref"], app.sandbox.environment_ref);
+        assert!(
+            body["occurred_at"]
+                .as_str()
+                .and_then(domain::Timestamp::parse)
+                .is_some(),
+            "{body}"
+        );
+        let event_type = text(&body["public_event_type"]);
+        let version = body["dto_version"].as_u64().expect("dto_version") as u32;
+        assert!(
+            SUBSCRIBED.contains(&(event_type.as_str(), version)),
+            "{who}: not subscribed: {body}"
+        );
+        per_event
+            .entry(text(&body["event_ref"]))
+            .or_default()
+            .push((event_type.clone(), version));
+        let data = body["data"].clone();
+        let key = text(&data[ref_field(&event_type, version)]);
+        let previous = by_kind
+            .entry((event_type.clone(), version))
+            .or_default()
+            .insert(key.clone(), data);
+        assert!(
+            previous.is_none(),
+            "{who}: {event_type} v{version} of {key} arrived twice"
+        );
+
+        // Personal data never travels without a grant, wherever it would sit.
+        let raw = String::from_utf8_lossy(&r.body);
+        let mut secret_values = vec![GIFT_NOTE];
+        if !e.granted {
+            secret_values.extend([ADA.0, ADA.1, GRACE.0, GRACE.1]);
+        }
+        for s in secret_values {
+            assert!(!raw.contains(s), "{who}: {s:?} was delivered: {raw}");
+        }
+    }
+
+    // Each event once, in each subscribed version; payment.succeeded in both.
+    assert_eq!(per_event.len(), EVENTS, "{who}: {per_event:#?}");
+    for (event_ref, kinds) in &per_event {
+        let types: BTreeSet<&str> = kinds.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(types.len(), 1, "{event_ref}: {kinds:?}");
+        let mut versions: Vec<u32> = kinds.iter().map(|(_, v)| *v).collect();
+        versions.sort_unstable();
+        let want = if types.contains("payment.succeeded") {
+            vec![1, 2]
+        } else {
+            vec![1]
+        };
+        assert_eq!(versions, want, "{who}: {event_ref}: {kinds:?}");
+    }
+
+    // The data is the resource as its retrieve answers it, shaped.
+    for ((event_type, version), want) in expected {
+        let have = by_kind
+            .get(&(event_type.clone(), *version))
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            have.keys().collect::<Vec<_>>(),
+            want.keys().collect::<Vec<_>>(),
+            "{who}: {event_type} v{version}: the resources delivered"
+        );
+        for (key, resource) in want {
+            let shaped = delivered_form(event_type, *version, resource, e.granted);
+            assert_eq!(
+                have[key], shaped,
+                "{who}: {event_type} v{version} of {key}: delivered (left) vs retrieved and shaped (right)"
+            );
+        }
+    }
+    assert_eq!(by_kind.len(), expected.len(), "{who}: {by_kind:#?}");
+
+    // The personal fields, stated outright.
+    for v2 in by_kind[&("payment.succeeded".to_owned(), 2)].values() {
+        if e.granted {
+            assert!(
+                [ADA.0, GRACE.0].contains(&v2["buyer"]["email"].as_str().unwrap_or("")),
+                "{v2}"
+            );
+            assert!(v2["buyer"]["name"].is_string(), "{v2}");
+            assert_eq!(v2["payment_method"]["type"], "card", "{v2}");
+            assert_eq!(v2["payment_method"]["brand"], "visa", "{v2}");
+            assert_eq!(v2["payment_method"]["last4"], "4242", "{v2}");
+            assert!(v2["payment_method"]["exp_month"].is_u64(), "{v2}");
+            assert!(v2["payment_method"]["exp_year"].is_u64(), "{v2}");
+        } else {
+            assert_eq!(v2["buyer"], json!({}), "{v2}");
+            assert!(v2.get("payment_method").is_none(), "{v2}");
+        }
+        is_ref(&v2["buyer_ref"], "buy_");
+        assert_eq!(v2["status"], "succeeded");
+        assert!(v2["amount"].is_object());
+    }
+    for v1 in by_kind[&("payment.succeeded".to_owned(), 1)].values() {
+        let fields: BTreeSet<&str> = v1
+            .as_object()
+            .expect("an object")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut want: BTreeSet<&str> = [
+            "payment_ref",
+            "amount",
+            "status",
+            "captured_at",
+            "buyer_ref",
+            "product_refs",
+        ]
+        .into();
+        if e.granted {
+            want.extend(["buyer_email", "buyer_name", "card_brand", "card_last4"]);
+            assert_eq!(v1["card_brand"], "visa", "{v1}");
+            assert_eq!(v1["card_last4"], "4242", "{v1}");
+            assert!(
+                [ADA.0, GRACE.0].contains(&v1["buyer_email"].as_str().unwrap_or("")),
+                "{v1}"
+            );
+        }
+        assert_eq!(fields, want, "{who}: the flat shape: {v1}");
+        is_ref(&v1["payment_ref"], "pay_");
+    }
+    for s in by_kind[&("checkout_session.completed".to_owned(), 1)].values() {
+        if e.granted {
+            assert!(s["buyer"]["email"].is_string(), "{s}");
+            assert!(s["buyer"]["name"].is_string(), "{s}");
+        } else {
+            assert_eq!(s["buyer"], json!({}), "{s}");
+        }
+        assert_eq!(s["status"], "complete", "{s}");
+        assert!(s.get("custom_fields").is_none(), "{s}");
+    }
+
+    // Every matching subscription is a match reason of its one delivery,
+    // and the body view is the body as delivered.
+    for r in &got {
+        let body = r.json();
+        let event_type = text(&body["public_event_type"]);
+        let version = body["dto_version"].as_u64().unwrap_or(0);
+        let reason = |scope_type: &str, scope_ref: &Value| {
+            json!({"kind": "subscription", "public_event_type": event_type,
+                "scope_type": scope_type, "scope_ref": scope_ref, "dto_version": version})
+        };
+        let mut want: Vec<Value> = if (event_type.as_str(), version) == ("payment.succeeded", 1) {
+            body["data"]["product_refs"]
+                .as_array()
+                .expect("product_refs")
+                .iter()
+                .map(|p| reason("product", p))
+                .collect()
+        } else {
+            vec![reason("environment", &json!(app.sandbox.environment_ref))]
+        };
+        let view = app
+            .get(&format!(
+                "/api/v1/webhook_deliveries/{}/body",
+                r.header("webhook-id")
+            ))
+            .send()
+            .await;
+        view.expect(200);
+        let view = view.data();
+        assert_eq!(view["body_status"], "available", "{view}");
+        assert_eq!(view["payload"], body, "{who}: the body view");
+        let mut have = view["match_reasons"]
+            .as_array()
+            .expect("match_reasons")
+            .clone();
+        let order = |v: &Value| v.to_string();
+        have.sort_by_key(order);
+        want.sort_by_key(order);
+        assert_eq!(have, want, "{who}: match reasons of {body}");
+    }
+
+    // The endpoint's deliveries are exactly the requests received.
+    let r = app
+        .get(&format!(
+            "{ENDPOINTS}/{}/deliveries?limit=100",
+            e.endpoint_ref
+        ))
+        .send()
+        .await;
+    r.expect(200);
+    let listed: HashSet<String> = r.data()["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|d| {
+            assert_eq!(d["status"], "succeeded", "{d}");
+            text(&d["delivery_ref"])
+        })
+        .collect();
+    let received: HashSet<String> = ids.iter().map(|s| (*s).to_owned()).collect();
+    assert_eq!(listed, received, "{who}: deliveries listed vs received");
+
+    per_event.into_keys().collect()
+}
+
+// ---- the pipeline ---------------------------------------------------------------
+
+/// The background work of a test: the outbox relay, RabbitMQ consumers (in
+/// the fleet variant) and dispatchers.
+struct Pipeline {
+    stop: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    dispatchers: Vec<DispatcherHandle>,
+}
+
+impl Pipeline {
+    /// Embedded mode: the relay moves events into the store's queue; one
+    /// dispatcher fans them out and delivers.
+    fn embedded(app: &TestApp) -> Pipeline {
+        let stop = CancellationToken::new();
+        let relay = tokio::spawn(dispatcher::outbox::relay(
+            app.store.clone(),
+            Target::StoreQueue,
+            stop.clone(),
+        ));
+        Pipeline {
+            stop,
+            tasks: vec![relay],
+            dispatchers: vec![app.start_dispatcher(app.dispatch_settings("0s,1s"))],
+        }
+    }
+
+    async fn shutdown(self) {
+        self.stop.cancel();
+        for t in self.tasks {
+            tokio::time::timeout(Duration::from_secs(15), t)
+                .await
+                .expect("the relay and consumers stop promptly")
+                .expect("the relay and consumers do not panic");
+        }
+        for d in self.dispatchers {
+            d.shutdown().await;
+        }
+    }
+}
+
+// ---- tests --------------------------------------------------------------------
+
+/// Endpoint A has no data profile grant: every event of the two payments
+/// arrives once per subscription, verified, as its resource without the
+/// personal fields.
+async fn payment_events_arrive_once_signed_and_redacted(app: TestApp) {
+    let c = catalogue(&app).await;
+    let a = endpoint(&app, &c, false).await;
+    let pipeline = Pipeline::embedded(&app);
+    let purchases = make_purchases(&app, &c).await;
+    all_delivered(&app, &[&a]).await;
+    let expected = resources(&app, &purchases).await;
+    check_endpoint(&app, &a, &expected).await;
+    pipeline.shutdown().await;
+    assert!(app.store.outbox_batch(10).await.unwrap().is_empty());
+}
+
+/// Endpoint B's grant covers `contact` and `payment_instrument`: it gets the
+/// same events with the buyer's e-mail and name and the card; endpoint A,
+/// beside it, still gets them without.
+async fn a_grant_delivers_contact_and_card(app: TestApp) {
+    let c = catalogue(&app).await;
+    let a = endpoint(&app, &c, false).await;
+    let b = endpoint(&app, &c, true).await;
+    let pipeline = Pipeline::embedded(&app);
+    let purchases = make_purchases(&app, &c).await;
+    all_delivered(&app, &[&a, &b]).await;
+    let expected = resources(&app, &purchases).await;
+    let seen_by_b = check_endpoint(&app, &b, &expected).await;
+    let seen_by_a = check_endpoint(&app, &a, &expected).await;
+    assert_eq!(seen_by_a, seen_by_b, "both endpoints got the same events");
+    pipeline.shutdown().await;
+}
+
+backend_tests!(
+    payment_events_arrive_once_signed_and_redacted,
+    a_grant_delivers_contact_and_card,
+);
+
+/// Fleet mode: the API on PostgreSQL, its events relayed across RabbitMQ
+/// (`billing.events`, consumed from a queue of this test's own by two
+/// consumers), two dispatchers; each event arrives exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fleet_events_cross_rabbitmq_to_two_dispatchers_once() {
+    static NOTICE: Once = Once::new();
+    if !fleet_enabled() {
+        NOTICE.call_once(|| {
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
+                "fleet tests (RabbitMQ, PostgreSQL) not run: set BILLING_TEST_FLEET=1 to run them"
+            );
+        });
+        return;
+    }
+    let id = format!("{:016x}", rand::random::<u64>());
+    let connection = amqp::connect(BROKER, &format!("billing-test-client-{id}"))
+        .await
+        .unwrap_or_else(|e| {
+            panic!("BILLING_TEST_FLEET=1 but RabbitMQ is not reachable at {BROKER}: {e}")
+        });
+    let channel = connection.create_channel().await.expect("a channel");
+    // Every queue bound to `billing.events` with `#` sees every test's
+    // events; those of other tests' environments match no subscription here.
+    let settings = AmqpSettings {
+        queue: format!("billing.events.test-{id}"),
+        dead_queue: format!("billing.events.dead.test-{id}"),
+        queue_expires: Some(Duration::from_secs(300)),
+        connection_name: format!("billing-test-intake-{id}"),
+        ..AmqpSettings::new(BROKER)
+    };
+    amqp::declare(&channel, &settings)
+        .await
+        .expect("the topology is declared");
+    let app = TestApp::spawn(Backend::Postgres).await;
+    let c = catalogue(&app).await;
+    let a = endpoint(&app, &c, false).await;
+    let b = endpoint(&app, &c, true).await;
+
+    let stop = CancellationToken::new();
+    let mut tasks = vec![tokio::spawn(dispatcher::outbox::relay(
+        app.store.clone(),
+        Target::Amqp(BROKER.to_owned()),
+        stop.clone(),
+    ))];
+    for n in 1..=2 {
+        let consumer = AmqpSettings {
+            connection_name: format!("billing-test-intake-{id}-{n}"),
+            ..settings.clone()
+        };
+        tasks.push(tokio::spawn(amqp::consume(
+            app.store.clone(),
+            consumer,
+            stop.clone(),
+        )));
+    }
+    let dispatchers = (0..2)
+        .map(|_| app.start_dispatcher(app.dispatch_settings("0s,1s")))
+        .collect();
+    let pipeline = Pipeline {
+        stop,
+        tasks,
+        dispatchers,
+    };
+
+    let purchases = make_purchases(&app, &c).await;
+    all_delivered(&app, &[&a, &b]).await;
+    let expected = resources(&app, &purchases).await;
+    let seen_by_a = check_endpoint(&app, &a, &expected).await;
+    let seen_by_b = check_endpoint(&app, &b, &expected).await;
+    assert_eq!(seen_by_a, seen_by_b, "both endpoints got the same events");
+    pipeline.shutdown().await;
+    assert!(app.store.outbox_batch(10).await.unwrap().is_empty());
+
+    for q in [&settings.queue, &settings.dead_queue] {
+        let _ = channel.queue_delete(q, QueueDeleteOptions::default()).await;
+    }
+    let _ = connection.close(200, "test done").await;
+}
