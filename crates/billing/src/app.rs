@@ -146,6 +146,11 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             maintenance(upkeep_store, retention, token).await;
             Ok("maintenance")
         });
+        let (jobs_store, token) = (store.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            control_api::jobs::run(jobs_store, async move { token.cancelled().await }).await;
+            Ok("timed work")
+        });
         let mut dispatcher = Dispatcher::new(store.clone(), dispatch_settings(&config)?);
         if let Some(schedule) = &redis {
             dispatcher = dispatcher.with_redis(schedule.clone());

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod error;
 pub mod handlers;
 pub mod input;
+pub mod jobs;
 pub mod openapi;
 pub mod operations;
 pub mod pipeline;

@@ -19,6 +19,7 @@ use crate::handlers::catalogue::{
     checkout_configs as cc, offers as of, prices as pr, products as pd, promotions as pm,
 };
 use crate::handlers::checkout::{self as ck, pay, records as rec, sessions as cs};
+use crate::handlers::money::{outside as os, refunds as rf};
 use crate::handlers::webhooks::{
     data_profiles as dp, deliveries as dl, endpoints as ep, event_types as et, health as hl,
     redrive as rd, secrets as sec, subscriptions as sub, test_send as ts,
@@ -30,6 +31,8 @@ use store::billing::checkout::{
     payments::CaptureRecord, payments::PaymentRecord, sessions::SessionRecord,
     subscriptions::ChangeRecord, subscriptions::SubscriptionRecord,
 };
+use store::billing::outside::{DisputeRecord, ParticipationRecord, PayoutRecord};
+use store::billing::refunds::RefundRecord;
 
 /// HTTP method of an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,8 +169,8 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Post "/api/v1/checkout-sessions/{checkout_session_ref}/pay" "payCheckoutSession" "checkout_sessions:write_pay" true false false E3 => 200 bind!(pay::pay, req: pay::PayCheckoutSession, resp: pay::PayResultDto)),
     op!(Post "/api/v1/credentials/{credential_ref}/revoke" "revokeServiceAccountCredential" "credentials:manage_revoke" true true false E4 => 200 bind!(cr::revoke, req: cr::RevokeCredential, resp: cr::CredentialDto)),
     op!(Post "/api/v1/credentials/{credential_ref}/rotate" "rotateServiceAccountCredential" "credentials:manage_rotate" true true false E4 => 200 bind!(cr::rotate, req: cr::RotateCredential, resp: cr::CredentialDto)),
-    op!(Get "/api/v1/disputes" "listDisputes" "disputes:read_list" false false true E1 => 200),
-    op!(Get "/api/v1/disputes/{dispute_ref}" "retrieveDispute" "disputes:read" false false false E1 => 200),
+    op!(Get "/api/v1/disputes" "listDisputes" "disputes:read_list" false false true E1 => 200 bind!(ck::list::<DisputeRecord>, resp: os::DisputeDto)),
+    op!(Get "/api/v1/disputes/{dispute_ref}" "retrieveDispute" "disputes:read" false false false E1 => 200 bind!(ck::retrieve::<DisputeRecord>, resp: os::DisputeDto)),
     op!(Get "/api/v1/entitlements" "listEntitlements" "entitlements:read_list" false false true E2 => 200 bind!(ck::list::<EntitlementRecord>, resp: rec::EntitlementDto)),
     op!(Get "/api/v1/entitlements/{entitlement_ref}" "retrieveEntitlement" "entitlements:read_retrieve" false false false E2 => 200 bind!(ck::retrieve::<EntitlementRecord>, resp: rec::EntitlementDto)),
     op!(Get "/api/v1/environments" "listEnvironments" "environments:read_list" false false false E2 => 200 bind!(env::list, resp: env::EnvironmentDto)),
@@ -180,14 +183,14 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Post "/api/v1/offers/{offer_ref}/reprice" "repriceOffer" "products:reprice" true false false E3 => 200 bind!(of::reprice, req: of::RepriceOffer, resp: of::OfferDto)),
     op!(Get "/api/v1/orders" "listOrders" "orders:read_list" false false true E2 => 200 bind!(ck::list::<OrderRecord>, resp: rec::OrderDto)),
     op!(Get "/api/v1/orders/{order_ref}" "retrieveOrder" "orders:read_retrieve" false false false E2 => 200 bind!(ck::retrieve::<OrderRecord>, resp: rec::OrderDto)),
-    op!(Get "/api/v1/participations" "listParticipations" "participations:read_list" false false true E1 => 200),
-    op!(Get "/api/v1/participations/{participation_ref}" "retrieveParticipation" "participations:read" false false false E1 => 200),
+    op!(Get "/api/v1/participations" "listParticipations" "participations:read_list" false false true E1 => 200 bind!(ck::list::<ParticipationRecord>, resp: os::ParticipationDto)),
+    op!(Get "/api/v1/participations/{participation_ref}" "retrieveParticipation" "participations:read" false false false E1 => 200 bind!(ck::retrieve::<ParticipationRecord>, resp: os::ParticipationDto)),
     op!(Get "/api/v1/payment_methods" "listStoredPaymentMethods" "payment_methods:read_list" false false true E2 => 200 bind!(ck::list::<StoredMethodRecord>, resp: rec::StoredMethodDto)),
     op!(Get "/api/v1/payment_methods/{stored_payment_method_ref}" "retrieveStoredPaymentMethod" "payment_methods:read_retrieve" false false false E2 => 200 bind!(ck::retrieve::<StoredMethodRecord>, resp: rec::StoredMethodDto)),
     op!(Get "/api/v1/payments" "listPayments" "payments:read_list" false false true E2 => 200 bind!(ck::list::<PaymentRecord>, resp: rec::PaymentDto)),
     op!(Get "/api/v1/payments/{payment_ref}" "retrievePayment" "payments:read_retrieve" false false false E2 => 200 bind!(ck::retrieve::<PaymentRecord>, resp: rec::PaymentDto)),
-    op!(Get "/api/v1/payouts" "listPayouts" "payouts:read_list" false false true E1 => 200),
-    op!(Get "/api/v1/payouts/{payout_ref}" "retrievePayout" "payouts:read" false false false E1 => 200),
+    op!(Get "/api/v1/payouts" "listPayouts" "payouts:read_list" false false true E1 => 200 bind!(ck::list::<PayoutRecord>, resp: os::PayoutDto)),
+    op!(Get "/api/v1/payouts/{payout_ref}" "retrievePayout" "payouts:read" false false false E1 => 200 bind!(ck::retrieve::<PayoutRecord>, resp: os::PayoutDto)),
     op!(Get "/api/v1/prices" "listPrices" "prices:read_list" false false true E2 => 200 bind!(pr::list, resp: pr::PriceDto)),
     op!(Post "/api/v1/prices" "createPrice" "prices:write_create" true false false E3 => 201 bind!(pr::create, req: pr::CreatePrice, resp: pr::PriceDto)),
     op!(Get "/api/v1/prices/{price_ref}" "retrievePrice" "prices:read_retrieve" false false false E2 => 200 bind!(pr::retrieve, resp: pr::PriceDto)),
@@ -198,9 +201,9 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Post "/api/v1/products/{product_ref}/publish" "publishProduct" "products:write_publish" true false false E3 => 200 bind!(pd::publish, req: ep::EmptyBody, resp: pd::ProductDto)),
     op!(Post "/api/v1/promotions/apply" "applyPromotion" "promotion:manage_apply" true true false E3 => 200 bind!(pm::apply, req: pm::PromotionBody, resp: pm::PromotionDto)),
     op!(Post "/api/v1/promotions/plan" "planPromotion" "promotion:read_plan" false false false E5 => 200 bind!(pm::plan, req: pm::PromotionBody, resp: pm::PlanDto)),
-    op!(Get "/api/v1/refunds" "listRefunds" "refunds:read_list" false false true E1 => 200),
-    op!(Post "/api/v1/refunds" "createRefund" "refunds:write_create" true false false E3 => 201),
-    op!(Get "/api/v1/refunds/{refund_ref}" "retrieveRefund" "refunds:read" false false false E1 => 200),
+    op!(Get "/api/v1/refunds" "listRefunds" "refunds:read_list" false false true E1 => 200 bind!(ck::list::<RefundRecord>, resp: rf::RefundDto)),
+    op!(Post "/api/v1/refunds" "createRefund" "refunds:write_create" true false false E3 => 201 bind!(rf::create, req: rf::CreateRefund, resp: rf::RefundDto)),
+    op!(Get "/api/v1/refunds/{refund_ref}" "retrieveRefund" "refunds:read" false false false E1 => 200 bind!(ck::retrieve::<RefundRecord>, resp: rf::RefundDto)),
     op!(Get "/api/v1/request_logs" "listPublicRequestLogs" "request_logs:read_list" false false true E1 => 200 bind!(rl::list, resp: rl::RequestLogDto)),
     op!(Get "/api/v1/service_accounts" "listServiceAccounts" "service_accounts:read_list" false false false E1 => 200 bind!(sa::list, resp: sa::ServiceAccountDto)),
     op!(Post "/api/v1/service_accounts" "createServiceAccount" "service_accounts:manage_create" true false false E4 => 201 bind!(sa::create, req: sa::CreateServiceAccount, resp: sa::ServiceAccountDto)),

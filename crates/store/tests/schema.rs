@@ -103,6 +103,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "5f275839de6deec29296da141712b6a25189b71e6f48042bb8e30e2634e7b8ca38b9742bb65ed7c4613892909c80fe50",
         "5f275839de6deec29296da141712b6a25189b71e6f48042bb8e30e2634e7b8ca38b9742bb65ed7c4613892909c80fe50",
     ),
+    (
+        "0013_refunds_and_timed_work.sql",
+        "57a18114fb2eef704ffbf13e04a6401ee202e923c6c0152fc86e85e8df7d6ae912f1893ace8ca3fb2dd893baf2a02659",
+        "57a18114fb2eef704ffbf13e04a6401ee202e923c6c0152fc86e85e8df7d6ae912f1893ace8ca3fb2dd893baf2a02659",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ pub mod admin;
 pub mod catalogue;
 pub mod checkout;
 pub(crate) mod lists;
+pub mod money;
 pub mod webhooks;
 
 use crate::auth::Caller;

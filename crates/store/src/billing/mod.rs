@@ -18,10 +18,13 @@
 
 pub mod checkout;
 pub mod checkout_configs;
+pub mod jobs;
 pub mod offers;
+pub mod outside;
 pub mod prices;
 pub mod products;
 pub mod promotions;
+pub mod refunds;
 
 use crate::db::page::{fetch_env_page, Clause, Page, PageRequest};
 use crate::db::read;

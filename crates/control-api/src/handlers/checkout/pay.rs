@@ -43,6 +43,7 @@ use store::billing::checkout::orders::{self, NewInvoice, NewOrder};
 use store::billing::checkout::payments::{self, Finish, NewPayment, PaymentRecord};
 use store::billing::checkout::sessions::{self, Attempt, Completion, SessionRecord};
 use store::billing::checkout::subscriptions::{self, NewSubscription, SubscriptionRecord};
+use store::billing::jobs;
 use store::{EventData, EventRecord, WriteTx};
 use utoipa::ToSchema;
 
@@ -420,6 +421,11 @@ impl Unit<'_> {
             }
         };
         payments::capture(self.tx, &payment, now).await?;
+        if charge.card.opens_dispute() {
+            let due = now.plus_seconds(crate::jobs::DISPUTE_AFTER_SECONDS);
+            let job = crate::jobs::OPEN_DISPUTE;
+            jobs::schedule(self.tx, job, &payment.payment_intent_ref, self.env, due).await?;
+        }
         let subscriptions = self
             .start_subscriptions(&buyer.buyer_ref, stored.as_ref())
             .await?;

@@ -1,0 +1,213 @@
+//! Timed work of the billing surface, run by the dispatcher role: start a
+//! scheduled refund, settle a pending one (the sandbox processor answers
+//! within `SETTLE_AFTER_MS`), open the dispute of a `pm_card_dispute`
+//! payment. Each job runs in one unit of work that makes its effects, emits
+//! its events and deletes the job (`store::billing::jobs`), under a lease,
+//! so it survives a restart and runs once with any number of runners.
+//!
+//! It lives here, not in `dispatcher`, because its events carry resources
+//! as the API shows them.
+
+use crate::error::ApiError;
+use crate::handlers::checkout::Served;
+use crate::handlers::money::outside::dispute_body;
+use crate::handlers::money::refunds::{emit, payment_scope, SETTLE, SETTLE_AFTER_MS, START};
+use domain::checkout::sandbox::TestCard;
+use domain::outside::states::DisputeStatus;
+use domain::refunds::amounts::order_status_after;
+use domain::refunds::states::{AccessEffect, RefundStatus};
+use domain::{Prefix, Ref, Timestamp};
+use std::future::Future;
+use std::time::Duration;
+use store::billing::checkout::payments::PaymentRecord;
+use store::billing::jobs::{self, Job};
+use store::billing::outside::{self, DisputeRecord, Projection};
+use store::billing::refunds;
+use store::{Store, WriteTx};
+
+/// The dispute a `pm_card_dispute` payment gets.
+pub const OPEN_DISPUTE: &str = "dispute.open";
+/// How long after its payment that dispute opens.
+pub const DISPUTE_AFTER_SECONDS: i64 = 10;
+/// How often due jobs are looked for.
+const POLL: Duration = Duration::from_millis(250);
+/// How long a runner holds a job before another may take it.
+const LEASE_SECONDS: i64 = 30;
+
+/// Runs due jobs until `shutdown` resolves.
+pub async fn run(store: Store, shutdown: impl Future<Output = ()>) {
+    let owner = format!("jobs-{}", Ref::generate(Prefix::Event));
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => return,
+            () = tokio::time::sleep(POLL) => {}
+        }
+        let now = Timestamp::now();
+        let due = match store.due_jobs(now, 32).await {
+            Ok(due) => due,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read due jobs");
+                continue;
+            }
+        };
+        for job in due {
+            let until = now.plus_seconds(LEASE_SECONDS);
+            match store.lease_job(&job, &owner, now, until).await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot lease a job");
+                    continue;
+                }
+            }
+            if let Err(e) = run_one(&store, &job, &owner).await {
+                // The lease ends and the job runs again.
+                tracing::warn!(kind = %job.kind, subject = %job.subject_ref, error = %e, "job failed");
+            }
+        }
+    }
+}
+
+async fn run_one(store: &Store, job: &Job, owner: &str) -> Result<(), ApiError> {
+    let mut tx = store.begin().await?;
+    match job.kind.as_str() {
+        START => start_refund(&mut tx, job).await?,
+        SETTLE => settle_refund(store, &mut tx, job).await?,
+        OPEN_DISPUTE => open_dispute(store, &mut tx, job).await?,
+        other => tracing::warn!(kind = other, "unknown job dropped"),
+    }
+    jobs::complete(&mut tx, job, owner).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn start_refund(tx: &mut WriteTx, job: &Job) -> Result<(), ApiError> {
+    let refund = refunds::lock(tx, &job.subject_ref).await?;
+    let Ok(next) = refund.status.start() else {
+        return Ok(()); // canceled meanwhile
+    };
+    refunds::set_status(tx, &refund, next).await?;
+    let due = Timestamp::now().plus_millis(SETTLE_AFTER_MS);
+    jobs::schedule(tx, SETTLE, &refund.refund_ref, &job.environment_ref, due).await?;
+    Ok(())
+}
+
+async fn settle_refund(store: &Store, tx: &mut WriteTx, job: &Job) -> Result<(), ApiError> {
+    let refund = refunds::lock(tx, &job.subject_ref).await?;
+    if refund.status != RefundStatus::Pending {
+        return Ok(());
+    }
+    let payment: PaymentRecord = store
+        .billing()
+        .get(&job.environment_ref, &refund.payment_intent_ref)
+        .await?;
+    let ok = !TestCard::parse(&payment.method).is_some_and(TestCard::refunds_fail);
+    let next = refund
+        .status
+        .settle(ok)
+        .map_err(|e| ApiError::Internal(Box::new(e)))?;
+    let settled = refunds::set_status(tx, &refund, next).await?;
+    let scope = payment_scope(&payment);
+    let now = Timestamp::now();
+    if ok {
+        let order = refunds::apply_success(tx, &settled, order_status_after).await?;
+        emit(
+            tx,
+            &job.environment_ref,
+            "refund.succeeded",
+            &scope,
+            &settled.dto(now),
+        )
+        .await?;
+        if let (AccessEffect::Revoke, Some(order_ref)) = (settled.access_effect, order) {
+            for entitlement in refunds::revoke_entitlements(tx, &order_ref).await? {
+                emit(
+                    tx,
+                    &job.environment_ref,
+                    "entitlement.revoked",
+                    &scope,
+                    &entitlement.dto(now),
+                )
+                .await?;
+            }
+        }
+    } else {
+        refunds::release(tx, &settled).await?;
+        emit(
+            tx,
+            &job.environment_ref,
+            "refund.failed",
+            &scope,
+            &settled.dto(now),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Cancels the payment's scheduled refunds: a dispute opened on it.
+pub(crate) async fn cancel_scheduled_refunds(
+    tx: &mut WriteTx,
+    environment_ref: &Ref,
+    payment: &PaymentRecord,
+) -> Result<(), ApiError> {
+    let now = Timestamp::now();
+    for refund in refunds::scheduled_of_payment(tx, &payment.payment_intent_ref).await? {
+        let Ok(next) = refund.status.cancel() else {
+            continue;
+        };
+        let canceled = refunds::set_status(tx, &refund, next).await?;
+        refunds::release(tx, &canceled).await?;
+        jobs::cancel(tx, START, &canceled.refund_ref).await?;
+        emit(
+            tx,
+            environment_ref,
+            "refund.canceled",
+            &payment_scope(payment),
+            &canceled.dto(now),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The sandbox's dispute of a `pm_card_dispute` payment.
+async fn open_dispute(store: &Store, tx: &mut WriteTx, job: &Job) -> Result<(), ApiError> {
+    let payment: PaymentRecord = store
+        .billing()
+        .get(&job.environment_ref, &job.subject_ref)
+        .await?;
+    let now = Timestamp::now();
+    let dispute_ref = Ref::generate(Prefix::Dispute);
+    let body = dispute_body(
+        &dispute_ref,
+        &payment.payment_intent_ref,
+        payment.amount,
+        "chargeback",
+        DisputeStatus::NeedsResponse,
+        Some("fraudulent"),
+        now,
+        None,
+    );
+    let projection = Projection {
+        environment_ref: &job.environment_ref,
+        reference: &dispute_ref,
+        status: DisputeStatus::NeedsResponse.as_str(),
+        body: &body,
+        occurred_at: now,
+        payment_intent_ref: Some(&payment.payment_intent_ref),
+    };
+    let (dispute, _) = outside::project::<DisputeStatus>(tx, projection).await?;
+    cancel_scheduled_refunds(tx, &job.environment_ref, &payment).await?;
+    let record: &DisputeRecord = &dispute;
+    emit(
+        tx,
+        &job.environment_ref,
+        "dispute.opened",
+        &payment_scope(&payment),
+        &record.dto(now),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,128 @@
+//! Timed work: a row per thing to do later, keyed by its kind and subject
+//! (`refund.start` of a refund, …). A runner takes due jobs under a lease
+//! (`lease`), does each in a unit of work that also deletes it
+//! (`complete`), so a job's effects commit exactly once: a crash before the
+//! commit leaves the job to run again once its lease ends; another runner
+//! whose lease was lost finds nothing to delete and rolls back.
+//!
+//! It never decides what a job does; the runner does.
+
+use crate::db::read;
+use crate::db::tx::{int, text, Columns, WriteTx};
+use crate::{Store, StoreError};
+use domain::{Ref, Timestamp};
+
+/// A due job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub kind: String,
+    pub subject_ref: Ref,
+    pub environment_ref: Ref,
+    pub due_at: Timestamp,
+}
+
+fn decode(row: &dyn Columns) -> Result<Job, StoreError> {
+    Ok(Job {
+        kind: text(row, "kind")?,
+        subject_ref: Ref::from_trusted(text(row, "subject_ref")?),
+        environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
+        due_at: Timestamp::from_millis(int(row, "due_at")?),
+    })
+}
+
+/// Schedules `kind` for `subject` at `due_at` (once: a job already there
+/// keeps its time).
+pub async fn schedule(
+    tx: &mut WriteTx,
+    kind: &str,
+    subject_ref: &Ref,
+    environment_ref: &Ref,
+    due_at: Timestamp,
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO jobs (kind, subject_ref, environment_ref, due_at, created_at) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (kind, subject_ref) DO NOTHING",
+        &[
+            kind.into(),
+            subject_ref.as_str().into(),
+            environment_ref.as_str().into(),
+            due_at.millis().into(),
+            Timestamp::now().millis().into(),
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Drops a job that is no longer wanted (a refund canceled before it ran).
+pub async fn cancel(tx: &mut WriteTx, kind: &str, subject_ref: &Ref) -> Result<(), StoreError> {
+    tx.execute(
+        "DELETE FROM jobs WHERE kind = $1 AND subject_ref = $2",
+        &[kind.into(), subject_ref.as_str().into()],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Completes a leased job in the unit of work that made its effects;
+/// `Conflict` when the lease was lost (another runner has it).
+pub async fn complete(tx: &mut WriteTx, job: &Job, owner: &str) -> Result<(), StoreError> {
+    let gone = tx
+        .execute(
+            "DELETE FROM jobs WHERE kind = $1 AND subject_ref = $2 AND lease_owner = $3",
+            &[
+                job.kind.as_str().into(),
+                job.subject_ref.as_str().into(),
+                owner.into(),
+            ],
+        )
+        .await?;
+    if gone == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict)
+    }
+}
+
+impl Store {
+    /// Up to `limit` jobs due at `now` whose lease is free, soonest first.
+    pub async fn due_jobs(&self, now: Timestamp, limit: u32) -> Result<Vec<Job>, StoreError> {
+        read::all(
+            self.pool(),
+            &format!(
+                "SELECT * FROM jobs WHERE due_at <= $1 \
+                 AND (lease_until IS NULL OR lease_until < $1) ORDER BY due_at LIMIT {limit}"
+            ),
+            &[now.millis().into()],
+            |row| decode(row),
+        )
+        .await
+    }
+
+    /// Leases a due job to `owner` until `until`; false when another
+    /// runner holds it or it is gone.
+    pub async fn lease_job(
+        &self,
+        job: &Job,
+        owner: &str,
+        now: Timestamp,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let changed = tx
+            .execute(
+                "UPDATE jobs SET lease_owner = $1, lease_until = $2 WHERE kind = $3 \
+                 AND subject_ref = $4 AND (lease_until IS NULL OR lease_until < $5)",
+                &[
+                    owner.into(),
+                    until.millis().into(),
+                    job.kind.as_str().into(),
+                    job.subject_ref.as_str().into(),
+                    now.millis().into(),
+                ],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(changed == 1)
+    }
+}
