@@ -113,6 +113,7 @@ impl TestApp {
         let store = Store::connect(&url).await.expect("store opens");
         let database_url = url.clone();
         store.migrate().await.expect("migrations apply");
+        store.set_projector(control_api::projection::projector(store.clone()));
         let boot = bootstrap(&store).await.expect("bootstrap");
         let mut envs = boot.environments.into_iter();
         let sandbox = envs.next().expect("sandbox");

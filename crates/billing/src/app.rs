@@ -43,6 +43,10 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
         .migrate()
         .await
         .context("failed to migrate the store")?;
+    // Other systems' events reaching this process's intake (or
+    // `publish-event` in the embedded mode) are projected onto the
+    // resources they name.
+    store.set_projector(control_api::projection::projector(store.clone()));
     Ok(store)
 }
 

@@ -9,7 +9,7 @@ use crate::config::Config;
 use anyhow::Context;
 
 pub async fn publish(config: &Config, body: &[u8]) -> anyhow::Result<String> {
-    let event = dispatcher::intake::parse(body)
+    let (event, producer) = dispatcher::intake::parse_with_producer(body)
         .map_err(|reason| anyhow::anyhow!("event refused: {reason}"))?;
     if let Some(url) = config.amqp_url() {
         dispatcher::amqp::publish(url, body, &event.public_event_type)
@@ -18,6 +18,10 @@ pub async fn publish(config: &Config, body: &[u8]) -> anyhow::Result<String> {
         return Ok(format!("published {} to billing.events", event.event_ref));
     }
     let store = crate::app::open_store(config).await?;
+    let event = dispatcher::intake::project(&store, event, producer.as_deref())
+        .await
+        .context("failed to project the event")?
+        .map_err(|reason| anyhow::anyhow!("event refused: {reason}"))?;
     let new = store
         .enqueue_event(&event)
         .await

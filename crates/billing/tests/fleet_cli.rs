@@ -91,7 +91,11 @@ async fn serve_in_fleet_mode_delivers_a_published_event() {
     let event_ref = format!("evt_{:012}", rand_u32());
     let event = serde_json::json!({"event_ref": event_ref, "public_event_type": "payout.paid",
         "environment_ref": env_ref, "occurred_at": "2026-11-22T10:00:00Z",
-        "scope": {"product_refs": [], "buyer_ref": null, "beneficiary_business_ref": null}, "data": {}});
+        "scope": {"product_refs": [], "buyer_ref": null, "beneficiary_business_ref": null},
+        // Other systems' payouts are projected: the data is a whole payout.
+        "data": {"payout_ref": format!("wd_{:012}", rand_u32()), "status": "paid",
+            "amount": {"currency": "EUR", "unit": "minor", "value": "10000"},
+            "fee": {"currency": "EUR", "unit": "minor", "value": "250"}}});
     let file = dir.path().join("event.json");
     std::fs::write(&file, event.to_string()).unwrap();
     let published = output_ok(billing(dir.path(), &envs).args([

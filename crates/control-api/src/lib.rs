@@ -15,6 +15,7 @@ pub mod jobs;
 pub mod openapi;
 pub mod operations;
 pub mod pipeline;
+pub mod projection;
 pub mod reply;
 pub mod router;
 pub mod state;

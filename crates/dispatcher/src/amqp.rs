@@ -445,7 +445,20 @@ async fn run_session(
 
 impl Handler {
     async fn handle(&self, delivery: Delivery) {
-        match intake::parse(&delivery.data) {
+        let parsed = match intake::parse_with_producer(&delivery.data) {
+            Ok((event, producer)) => {
+                match intake::project(&self.store, event, producer.as_deref()).await {
+                    Ok(projected) => projected,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "event not projected; handing it back");
+                        self.hand_back(&delivery).await;
+                        return;
+                    }
+                }
+            }
+            Err(refused) => Err(refused),
+        };
+        match parsed {
             Ok(event) => match self.store.enqueue_event(&event).await {
                 Ok(_) => {
                     // The event is durable now: even if the ack is lost, a

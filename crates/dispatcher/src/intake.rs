@@ -10,6 +10,7 @@ use domain::webhook::shaping::Scope;
 use domain::{Prefix, Ref, RefError, Timestamp};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+use store::projection::Projection;
 use store::{EventData, EventRecord, Store, StoreError};
 
 #[derive(Debug, Deserialize)]
@@ -20,6 +21,10 @@ struct Envelope {
     occurred_at: String,
     #[serde(default)]
     scope: ScopeWire,
+    /// Who published it: `billing` for the service's own events, which are
+    /// never projected again.
+    #[serde(default)]
+    producer: Option<String>,
     /// Kept as text (`EventData`): checked to be an object, not parsed.
     data: Box<RawValue>,
 }
@@ -55,7 +60,13 @@ pub enum EnvelopeError {
     /// `data` is not a JSON object (`EventData::object`'s reason).
     #[error("{0}")]
     Data(String),
+    /// The projection refused the data (`store::projection`'s reason).
+    #[error("{0}")]
+    Projection(String),
 }
+
+/// The producer of the service's own events.
+pub const PRODUCER: &str = "billing";
 
 /// `text` as a reference of `prefix`, or why `field` is refused.
 fn reference(prefix: Prefix, text: &str, field: impl Into<String>) -> Result<Ref, EnvelopeError> {
@@ -67,6 +78,11 @@ fn reference(prefix: Prefix, text: &str, field: impl Into<String>) -> Result<Ref
 
 /// Parses and validates one message; the error says why it is refused.
 pub fn parse(body: &[u8]) -> Result<EventRecord, EnvelopeError> {
+    parse_with_producer(body).map(|(event, _)| event)
+}
+
+/// `parse`, with the envelope's `producer`.
+pub fn parse_with_producer(body: &[u8]) -> Result<(EventRecord, Option<String>), EnvelopeError> {
     let e: Envelope = serde_json::from_slice(body).map_err(EnvelopeError::Malformed)?;
     let event_ref = reference(Prefix::Event, &e.event_ref, "event_ref")?;
     let environment_ref = reference(Prefix::Environment, &e.environment_ref, "environment_ref")?;
@@ -92,7 +108,7 @@ pub fn parse(body: &[u8]) -> Result<EventRecord, EnvelopeError> {
             "scope.beneficiary_business_ref",
         )?;
     }
-    Ok(EventRecord {
+    let event = EventRecord {
         event_ref,
         environment_ref,
         public_event_type: event_type.name.to_owned(),
@@ -103,13 +119,38 @@ pub fn parse(body: &[u8]) -> Result<EventRecord, EnvelopeError> {
             beneficiary_business_ref: e.scope.beneficiary_business_ref,
         },
         data,
+    };
+    Ok((event, e.producer))
+}
+
+/// Applies the process's projector (`store::projection`) to an event of
+/// another system: the event as subscribers receive it, or why it is
+/// refused. The service's own events (`producer` billing) pass as they are.
+pub async fn project(
+    store: &Store,
+    mut event: EventRecord,
+    producer: Option<&str>,
+) -> Result<Result<EventRecord, EnvelopeError>, StoreError> {
+    let Some(projector) = store.projector().filter(|_| producer != Some(PRODUCER)) else {
+        return Ok(Ok(event));
+    };
+    Ok(match projector.project(&event).await? {
+        Projection::Skip => Ok(event),
+        Projection::Apply { data, scope } => {
+            event.data = data;
+            event.scope = scope;
+            Ok(event)
+        }
+        Projection::Refuse(reason) => Err(EnvelopeError::Projection(reason)),
     })
 }
 
-/// The envelope of contract section 9 for an event: what `parse` reads.
+/// The envelope of contract section 9 for an event the service emits:
+/// what `parse` reads, with `producer` billing.
 pub fn envelope(e: &EventRecord) -> String {
     #[derive(Serialize)]
     struct Out<'a> {
+        producer: &'a str,
         event_ref: &'a str,
         public_event_type: &'a str,
         environment_ref: &'a str,
@@ -118,6 +159,7 @@ pub fn envelope(e: &EventRecord) -> String {
         data: &'a EventData,
     }
     serde_json::to_string(&Out {
+        producer: PRODUCER,
         event_ref: e.event_ref.as_str(),
         public_event_type: &e.public_event_type,
         environment_ref: e.environment_ref.as_str(),
@@ -143,7 +185,11 @@ pub async fn accept(
     body: &[u8],
     source: &'static str,
 ) -> Result<Accepted, StoreError> {
-    match parse(body) {
+    let parsed = match parse_with_producer(body) {
+        Ok((event, producer)) => project(store, event, producer.as_deref()).await?,
+        Err(refused) => Err(refused),
+    };
+    match parsed {
         Ok(event) => {
             metrics::counter!(m::EVENTS_CONSUMED, "source" => source).increment(1);
             Ok(if store.enqueue_event(&event).await? {

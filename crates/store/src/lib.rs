@@ -32,7 +32,7 @@ pub use admin::Admin;
 pub use billing::Billing;
 pub use db::page::{Page, PageRequest};
 pub use db::tx::WriteTx;
-pub use dispatch::{fanout, handoff, signals};
+pub use dispatch::{fanout, handoff, projection, signals};
 pub use dispatch::{AttemptResult, EventData, EventRecord};
 pub use error::{LaneError, StoreError};
 pub use webhooks::data_profiles::{DataProfileGrantRecord, NewDataProfileGrant, StoredBody};
@@ -83,6 +83,8 @@ pub struct Store {
     pg_url: Option<Arc<str>>,
     /// This process's dispatcher, if one runs here (`handoff`).
     handoff: dispatch::handoff::Slot,
+    /// This process's projection of other systems' events (`projection`).
+    projector: dispatch::projection::Slot,
     /// SQLite only: where the hot write transactions run (`lane`).
     lane: Option<Arc<db::lane::Lane>>,
     /// Idempotency keys claimed by this process's open transactions.
@@ -179,6 +181,7 @@ impl Store {
             due: Arc::default(),
             pg_url: (backend == Backend::Postgres).then(|| Arc::from(url.as_str())),
             handoff: dispatch::handoff::Slot::default(),
+            projector: dispatch::projection::Slot::default(),
             lane: match sqlite_file {
                 Some(file) => Some(Arc::new(db::lane::Lane::start(&file)?)),
                 None => None,

@@ -108,6 +108,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "57a18114fb2eef704ffbf13e04a6401ee202e923c6c0152fc86e85e8df7d6ae912f1893ace8ca3fb2dd893baf2a02659",
         "57a18114fb2eef704ffbf13e04a6401ee202e923c6c0152fc86e85e8df7d6ae912f1893ace8ca3fb2dd893baf2a02659",
     ),
+    (
+        "0014_projected_events.sql",
+        "0d78ee96563581962f277aeaca4a28243185348d109b4456639b3ff72116929a0563de92ed2b4b18249f398a732ceb59",
+        "0d78ee96563581962f277aeaca4a28243185348d109b4456639b3ff72116929a0563de92ed2b4b18249f398a732ceb59",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

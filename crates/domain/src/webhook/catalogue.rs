@@ -5,15 +5,54 @@
 //! # Shapes
 //!
 //! An event's `data` is the resource it names, as its retrieve answers it
-//! (contract 10.1, "Events are the resource"; the shapes are those of
-//! `docs/checkout.md`): `payment.succeeded` (version 2) and `payment.failed`
-//! carry the payment, `checkout_session.completed` the checkout session,
-//! `order.created` the order, `invoice.paid` the invoice,
-//! `entitlement.granted` the entitlement and `subscription.started` the
-//! subscription, each with its `etag` (and, as the control API answers
-//! them, the payment with `payment_ref` beside `payment_intent_ref`, the
-//! order with `updated_at`). References are `<prefix>_` + 12
-//! characters, amounts Money objects, times RFC 3339 UTC.
+//! at that moment (contract 10.1, "Events are the resource"; the shapes are
+//! those of `docs/checkout.md` and `interface.md`, with the fields the
+//! control API adds), every field present and null where empty, with its
+//! `etag`. References are `<prefix>_` + 12 characters, amounts Money
+//! objects, times RFC 3339 UTC. The exceptions, which carry no `etag`:
+//! `payment.succeeded` version 1 (below), `subscription.changed` and
+//! `subscription.canceled` (their earlier shapes), and `webhook.test`
+//! (`{message, sent_at}`, no resource).
+//!
+//! | type | `data` |
+//! |---|---|
+//! | `payment.succeeded` (version 2), `payment.failed` | the payment (with `payment_ref` beside `payment_intent_ref`) |
+//! | `checkout_session.completed` | the checkout session |
+//! | `order.created` | the order (with `updated_at`) |
+//! | `invoice.paid` | the invoice |
+//! | `entitlement.granted`, `entitlement.revoked` | the entitlement, `active`, or `revoked` with `revoked_at` |
+//! | `subscription.started` | the subscription |
+//! | `refund.created`, `refund.succeeded`, `refund.failed`, `refund.canceled` | the refund |
+//! | `dispute.opened`, `dispute.closed` | the dispute |
+//! | `payout.paid`, `payout.failed` | the payout |
+//! | `participation.invited`, `participation.accepted` | the participation |
+//!
+//! The refund is `{refund_ref, payment_intent_ref, capture_ref, status,
+//! scope, amount, reason, access_effect, cancelable, requested_at,
+//! scheduled_at, executed_at, canceled_at, created_at, updated_at, etag}`:
+//! `pending` (or `scheduled`) after `refund.created`, `succeeded` or
+//! `failed` with `executed_at` after settlement, `canceled` with
+//! `canceled_at`; `cancelable` only while `scheduled`.
+//!
+//! The dispute is `{dispute_ref, payment_intent_ref, amount, kind, status,
+//! reason_safe, opened_at, evidence_due_at, resolved_at, etag}`:
+//! `needs_response` when opened, `won` or `lost` with `resolved_at` when
+//! closed; `evidence_due_at` is `opened_at` + 7 days; subscribers get the
+//! upstream reason only as `reason_safe`.
+//!
+//! The payout is `{payout_ref, beneficiary_business_ref, status, amount,
+//! fee, net, method_key, destination_label, destination_last4,
+//! requested_at, completed_at, etag}` (`net` = `amount` − `fee`, one
+//! currency; `destination_last4` four digits).
+//!
+//! The participation is `{participation_ref, beneficiary_business_ref,
+//! status, invited_at, accepted_at, terms_version, terms_digest, etag}`
+//! (`terms_digest` the SHA-256, 64 lower-case hex digits, of the accepted
+//! terms; null, like `accepted_at`, while `invited`).
+//!
+//! `subscription.changed` and `subscription.canceled` keep their earlier
+//! shapes, with `product_refs` and `buyer: {buyer_ref, email, name}`
+//! (`contact`).
 //!
 //! Personal fields carry a data class, given as a dotted path within
 //! `data`; references, amounts and statuses are never classified:
@@ -25,21 +64,20 @@
 //! | `payment.succeeded` 1 | `buyer_email`, `buyer_name` | `contact` |
 //! | | `card_brand`, `card_last4` | `payment_instrument` |
 //! | `checkout_session.completed` 1 | `buyer.email`, `buyer.name` | `contact` |
-//! | `order.created`, `invoice.paid`, `entitlement.granted`, `subscription.started` | none: they name the buyer by `buyer_ref` only | |
+//! | `subscription.changed` 1, `subscription.canceled` 1 | `buyer.email`, `buyer.name` | `contact` |
+//! | orders, invoices, entitlements, `subscription.started` | none: they name the buyer by `buyer_ref` only | |
+//! | refunds, disputes | none: they name the payment by `payment_intent_ref` only (no buyer, no card) | |
+//! | payouts, participations, `webhook.test` | none | |
+//!
+//! A payout's `destination_label` and `destination_last4` describe the
+//! beneficiary business's account, not a person, and are not classified.
+//! No type carries a `billing_address` or `tax_id` field at present.
 //!
 //! A checkout session also carries its `custom_fields`, `{key: value}` keyed
 //! by the config's field `key`. Shaping delivers a `custom_fields` entry
 //! only to an endpoint whose grant lists it in `custom_field_refs`; grants
 //! list `cf_` references, which no session key is, so for now every
 //! endpoint receives the session without its custom fields.
-//!
-//! The types issue 17 did not touch keep their earlier shapes: refunds,
-//! `subscription.changed`, `subscription.canceled` and
-//! `entitlement.revoked` carry `buyer: {buyer_ref, email, name}` (`contact`);
-//! disputes add `payment_method.card` (`payment_instrument`);
-//! participations carry `invitee: {email, name}` (`contact`); payouts and
-//! `webhook.test` carry no personal field. No type carries a
-//! `billing_address` or `tax_id` field at present.
 //!
 //! # `payment.succeeded`, versions 1 and 2
 //!
@@ -113,6 +151,7 @@ static CATALOGUE: &[EventType] = &[
     ),
     business("refund.created", "A refund was created.", PRODUCT_BUYER),
     business("refund.succeeded", "A refund succeeded.", PRODUCT_BUYER),
+    business("refund.failed", "A refund failed.", PRODUCT_BUYER),
     business(
         "refund.canceled",
         "A scheduled refund was canceled.",
@@ -207,21 +246,15 @@ impl EventType {
 
 type Classes = &'static [(&'static str, DataClass)];
 
-/// The buyer's contact fields, nested: the payment and checkout session
-/// resources (`buyer: {email, name}`) and the older shapes that keep
-/// `buyer: {buyer_ref, email, name}`.
+/// The buyer's contact fields, nested: the checkout session resource
+/// (`buyer: {email, name}`) and the older shapes of `subscription.changed`
+/// and `subscription.canceled` (`buyer: {buyer_ref, email, name}`).
 const BUYER_CONTACT: Classes = &[("buyer.email", Contact), ("buyer.name", Contact)];
 /// The payment resource: the buyer's contact fields and the card.
 const PAYMENT: Classes = &[
     ("buyer.email", Contact),
     ("buyer.name", Contact),
     ("payment_method", PaymentInstrument),
-];
-/// Disputes (unchanged by issue 17): the card sits under `payment_method.card`.
-const DISPUTE: Classes = &[
-    ("buyer.email", Contact),
-    ("buyer.name", Contact),
-    ("payment_method.card", PaymentInstrument),
 ];
 
 fn classes(name: &str, dto_version: u32) -> Classes {
@@ -233,20 +266,13 @@ fn classes(name: &str, dto_version: u32) -> Classes {
             ("card_last4", PaymentInstrument),
         ],
         ("payment.succeeded", 2) | ("payment.failed", 1) => PAYMENT,
-        ("dispute.opened", 1) | ("dispute.closed", 1) => DISPUTE,
         ("checkout_session.completed", 1)
-        | ("refund.created", 1)
-        | ("refund.succeeded", 1)
-        | ("refund.canceled", 1)
         | ("subscription.changed", 1)
-        | ("subscription.canceled", 1)
-        | ("entitlement.revoked", 1) => BUYER_CONTACT,
-        ("participation.invited", 1) | ("participation.accepted", 1) => {
-            &[("invitee.email", Contact), ("invitee.name", Contact)]
-        }
+        | ("subscription.canceled", 1) => BUYER_CONTACT,
         // The order, invoice, entitlement and subscription resources name
-        // the buyer by reference only; payouts and the test event hold no
-        // personal field.
+        // the buyer by reference only, refunds and disputes the payment;
+        // payouts, participations and the test event hold no personal
+        // field.
         _ => &[],
     }
 }

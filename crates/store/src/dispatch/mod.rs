@@ -11,6 +11,7 @@ pub mod fanout;
 pub mod handoff;
 pub(crate) mod intake;
 pub(crate) mod outbox;
+pub mod projection;
 pub mod signals;
 
 use crate::db::marks::Marks;

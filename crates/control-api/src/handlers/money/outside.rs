@@ -66,7 +66,7 @@ pub struct ParticipationDto {
 }
 
 /// The projected body with its tag.
-fn with_etag<S>(record: &Projected<S>) -> Value {
+pub(crate) fn with_etag<S>(record: &Projected<S>) -> Value {
     let mut body = record.body.clone();
     if let Value::Object(map) = &mut body {
         map.insert(

@@ -2,11 +2,19 @@
 //! well-formed references, Money objects and timestamps, and every
 //! classified field present (the catalogue's tests hold them to that).
 //!
-//! The events a payment writes carry their resource as its retrieve answers
-//! it (contract 10.1, `docs/checkout.md`); the examples tell one story: Ada
+//! Each event carries its resource as its retrieve answers it (contract
+//! 10.1, "Events are the resource"; `docs/checkout.md`, `interface.md`),
+//! every field present, null where empty. The examples tell one story: Ada
 //! pays a one-time checkout session of one product with a visa card, which
 //! makes a payment, an order, an invoice and an entitlement (and, for
-//! `subscription.started`, a monthly subscription).
+//! `subscription.started`, a monthly subscription). Three days later she
+//! asks for her money back: a full refund that revokes her access, created
+//! `pending` and then settled (`refund.succeeded`, or `refund.failed`; its
+//! `entitlement.revoked` follows the success). A refund scheduled instead
+//! is canceled when her bank opens a chargeback on the payment the next
+//! day (`refund.canceled`, `dispute.opened`), which the merchant later wins
+//! (`dispute.closed`). Apart from her, a beneficiary business is invited to
+//! participate, accepts its terms and is paid out (or its payout fails).
 
 use crate::etag::etag;
 use serde_json::{json, Value};
@@ -41,6 +49,20 @@ const SESSION_EXPIRES: &str = "2026-11-23T10:01:12.345Z";
 const CREATED: &str = "2026-11-22T10:04:05.123Z";
 const CAPTURED: &str = "2026-11-22T10:04:07.456Z";
 const PERIOD_END: &str = "2026-12-22T10:04:07.456Z";
+/// The refund: requested three days later, settled by the processor
+/// within two seconds; the scheduled variant would have run on
+/// `REFUND_SCHEDULED`, but the dispute opening canceled it.
+const REFUND_REQUESTED: &str = "2026-11-25T09:15:30.000Z";
+const REFUND_EXECUTED: &str = "2026-11-25T09:15:31.789Z";
+const REFUND_SCHEDULED: &str = "2026-12-01T09:00:00.000Z";
+/// The dispute: evidence is due seven days after it opened.
+const DISPUTE_OPENED: &str = "2026-11-26T16:20:45.000Z";
+const EVIDENCE_DUE: &str = "2026-12-03T16:20:45.000Z";
+const DISPUTE_RESOLVED: &str = "2026-12-10T11:02:33.000Z";
+const PAYOUT_REQUESTED: &str = "2026-11-30T08:00:00.000Z";
+const PAYOUT_COMPLETED: &str = "2026-12-01T09:30:12.000Z";
+const INVITED: &str = "2026-11-02T14:00:00.000Z";
+const ACCEPTED: &str = "2026-11-03T08:45:19.000Z";
 
 fn money(value: &str) -> Value {
     json!({"currency": "EUR", "unit": "minor", "value": value})
@@ -52,14 +74,10 @@ fn buyer_contact() -> Value {
     json!({"email": "ada@example.com", "name": "Ada Lovelace"})
 }
 
-/// Contact fields with the reference inside, as the types issue 17 left
-/// alone (refunds, disputes, subscription changes, revocations) carry them.
+/// Contact fields with the reference inside, as the older shapes of
+/// `subscription.changed` and `subscription.canceled` carry them.
 fn buyer() -> Value {
     json!({"buyer_ref": BUYER, "email": "ada@example.com", "name": "Ada Lovelace"})
-}
-
-fn card() -> Value {
-    json!({"brand": "visa", "last4": "4242", "exp_month": 12, "exp_year": 2030})
 }
 
 /// The session's line items, priced when it was created.
@@ -102,6 +120,100 @@ fn payment(succeeded: bool) -> Value {
     })
 }
 
+/// The refund resource (`retrieveRefund`) of Ada's payment, in the state
+/// each refund event leaves it: `refund.created` pending, settled as
+/// `refund.succeeded` or `refund.failed`, or, scheduled, `refund.canceled`.
+fn refund(name: &str) -> Value {
+    let status = match name {
+        "refund.created" => "pending",
+        "refund.succeeded" => "succeeded",
+        "refund.failed" => "failed",
+        _ => "canceled",
+    };
+    let mut r = json!({
+        "refund_ref": REFUND, "payment_intent_ref": PAYMENT, "capture_ref": CAPTURE,
+        "status": status, "scope": "full", "amount": money("1999"),
+        "reason": "requested_by_customer", "access_effect": "revoke",
+        // Only a scheduled refund can still be canceled.
+        "cancelable": status == "scheduled",
+        "requested_at": REFUND_REQUESTED, "scheduled_at": null, "executed_at": null,
+        "canceled_at": null, "created_at": REFUND_REQUESTED,
+        "updated_at": REFUND_REQUESTED, "etag": etag(REFUND, 1)
+    });
+    match status {
+        "pending" => {}
+        "canceled" => {
+            r["scheduled_at"] = json!(REFUND_SCHEDULED);
+            r["canceled_at"] = json!(DISPUTE_OPENED);
+            r["updated_at"] = json!(DISPUTE_OPENED);
+            r["etag"] = json!(etag(REFUND, 2));
+        }
+        _ => {
+            r["executed_at"] = json!(REFUND_EXECUTED);
+            r["updated_at"] = json!(REFUND_EXECUTED);
+            r["etag"] = json!(etag(REFUND, 2));
+        }
+    }
+    r
+}
+
+/// The dispute resource (`retrieveDispute`) as projected from the
+/// processor's event: opened, or closed (won). Its `reason_safe` is the
+/// upstream reason made safe; the raw reason is never delivered.
+fn dispute(closed: bool) -> Value {
+    json!({
+        "dispute_ref": DISPUTE, "payment_intent_ref": PAYMENT, "amount": money("1999"),
+        "kind": "chargeback",
+        "status": if closed { "won" } else { "needs_response" },
+        "reason_safe": "The cardholder does not recognise this payment.",
+        "opened_at": DISPUTE_OPENED, "evidence_due_at": EVIDENCE_DUE,
+        "resolved_at": if closed { json!(DISPUTE_RESOLVED) } else { Value::Null },
+        "etag": etag(DISPUTE, if closed { 2 } else { 1 })
+    })
+}
+
+/// The payout resource (`retrievePayout`): paid, or failed (it never
+/// completed).
+fn payout(paid: bool) -> Value {
+    json!({
+        "payout_ref": PAYOUT, "beneficiary_business_ref": BUSINESS,
+        "status": if paid { "paid" } else { "failed" },
+        "amount": money("100000"), "fee": money("250"), "net": money("99750"),
+        "method_key": "sepa_credit_transfer", "destination_label": "Main business account",
+        "destination_last4": "6789", "requested_at": PAYOUT_REQUESTED,
+        "completed_at": if paid { json!(PAYOUT_COMPLETED) } else { Value::Null },
+        "etag": etag(PAYOUT, 1)
+    })
+}
+
+/// The participation resource (`retrieveParticipation`): invited to terms
+/// version 1, or having accepted them (`terms_digest`, the SHA-256 of the
+/// accepted text, is set on acceptance).
+fn participation(accepted: bool) -> Value {
+    let digest = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    json!({
+        "participation_ref": PARTICIPATION, "beneficiary_business_ref": BUSINESS,
+        "status": if accepted { "accepted" } else { "invited" },
+        "invited_at": INVITED,
+        "accepted_at": if accepted { json!(ACCEPTED) } else { Value::Null },
+        "terms_version": 1,
+        "terms_digest": if accepted { json!(digest) } else { Value::Null },
+        "etag": etag(PARTICIPATION, if accepted { 2 } else { 1 })
+    })
+}
+
+/// The entitlement resource (`retrieveEntitlement`): granted with the
+/// payment, or revoked when the refund (`access_effect: revoke`) succeeded.
+fn entitlement(revoked: bool) -> Value {
+    json!({
+        "entitlement_ref": ENTITLEMENT, "buyer_ref": BUYER, "product_ref": PRODUCT,
+        "order_ref": ORDER, "status": if revoked { "revoked" } else { "active" },
+        "granted_at": CAPTURED,
+        "revoked_at": if revoked { json!(REFUND_EXECUTED) } else { Value::Null },
+        "created_at": CAPTURED, "etag": etag(ENTITLEMENT, if revoked { 2 } else { 1 })
+    })
+}
+
 pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
     Some(match (name, dto_version) {
         ("checkout_session.completed", 1) => json!({
@@ -124,44 +236,11 @@ pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
         }),
         ("payment.succeeded", 2) => payment(true),
         ("payment.failed", 1) => payment(false),
-        ("refund.created" | "refund.succeeded" | "refund.canceled", 1) => {
-            let (status, at) = match name {
-                "refund.created" => ("pending", "created_at"),
-                "refund.succeeded" => ("succeeded", "succeeded_at"),
-                _ => ("canceled", "canceled_at"),
-            };
-            let mut r = json!({
-                "refund_ref": REFUND, "payment_intent_ref": PAYMENT, "capture_ref": CAPTURE,
-                "amount": money("999"), "scope": "partial", "reason": "requested_by_customer",
-                "access_effect": "retain", "status": status, "cancelable": false,
-                "scheduled_at": null, "product_refs": [PRODUCT], "buyer": buyer()
-            });
-            r[at] = json!(CAPTURED);
-            r
+        ("refund.created" | "refund.succeeded" | "refund.failed" | "refund.canceled", 1) => {
+            refund(name)
         }
-        ("dispute.opened" | "dispute.closed", 1) => {
-            let closed = name == "dispute.closed";
-            json!({
-                "dispute_ref": DISPUTE, "payment_intent_ref": PAYMENT, "kind": "chargeback",
-                "status": if closed { "won" } else { "needs_response" },
-                "reason_safe": "fraudulent", "amount": money("1999"),
-                "opened_at": CREATED, "evidence_due_at": "2026-11-29T10:04:05.123Z",
-                "closed_at": if closed { json!(CAPTURED) } else { Value::Null },
-                "buyer": buyer(), "payment_method": {"type": "card", "card": card()}
-            })
-        }
-        ("payout.paid" | "payout.failed", 1) => {
-            let paid = name == "payout.paid";
-            json!({
-                "payout_ref": PAYOUT, "beneficiary_business_ref": BUSINESS,
-                "amount": money("100000"), "fee": money("250"), "net": money("99750"),
-                "status": if paid { "paid" } else { "failed" },
-                "destination_last4": "6789",
-                "failure_code": if paid { Value::Null } else { json!("account_closed") },
-                "created_at": CREATED,
-                "arrived_at": if paid { json!(CAPTURED) } else { Value::Null }
-            })
-        }
+        ("dispute.opened" | "dispute.closed", 1) => dispute(name == "dispute.closed"),
+        ("payout.paid" | "payout.failed", 1) => payout(name == "payout.paid"),
         ("invoice.paid", 1) => json!({
             "invoice_ref": INVOICE, "number": "2026-000042", "order_ref": ORDER,
             "buyer_ref": BUYER, "subscription_ref": null, "amount_total": money("1999"),
@@ -192,29 +271,10 @@ pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
             "cancellation_reason": "requested_by_buyer", "canceled_at": CAPTURED,
             "product_refs": [PRODUCT], "buyer": buyer()
         }),
-        ("entitlement.granted", 1) => json!({
-            "entitlement_ref": ENTITLEMENT, "buyer_ref": BUYER, "product_ref": PRODUCT,
-            "order_ref": ORDER, "status": "active", "granted_at": CAPTURED,
-            "revoked_at": null, "created_at": CAPTURED, "etag": etag(ENTITLEMENT, 1)
-        }),
-        ("entitlement.revoked", 1) => json!({
-            "entitlement_ref": ENTITLEMENT, "product_ref": PRODUCT,
-            "product_refs": [PRODUCT], "order_ref": ORDER, "subscription_ref": null,
-            "status": "revoked", "granted_at": CREATED, "revoked_at": CAPTURED,
-            "buyer": buyer()
-        }),
+        ("entitlement.granted", 1) => entitlement(false),
+        ("entitlement.revoked", 1) => entitlement(true),
         ("participation.invited" | "participation.accepted", 1) => {
-            let accepted = name == "participation.accepted";
-            json!({
-                "participation_ref": PARTICIPATION, "beneficiary_business_ref": BUSINESS,
-                "status": if accepted { "accepted" } else { "invited" },
-                "invited_at": CREATED,
-                "accepted_at": if accepted { json!(CAPTURED) } else { Value::Null },
-                "terms_digest": if accepted {
-                    json!("9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08")
-                } else { Value::Null },
-                "invitee": {"email": "finance@example.org", "name": "Grace Hopper"}
-            })
+            participation(name == "participation.accepted")
         }
         ("webhook.test", 1) => json!({
             "message": "This is a test delivery from the billing service.",

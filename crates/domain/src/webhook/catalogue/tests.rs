@@ -11,6 +11,7 @@ const REQUIRED: &[&str] = &[
     "payment.failed",
     "refund.created",
     "refund.succeeded",
+    "refund.failed",
     "refund.canceled",
     "dispute.opened",
     "dispute.closed",
@@ -87,6 +88,20 @@ fn versions_scopes_and_diagnostics() {
     let c = find("checkout_session.completed").unwrap();
     assert!(c.has_scope_type(Product) && c.has_scope_type(Buyer));
     assert!(find("participation.accepted").unwrap().has_scope_type(Biz));
+    for name in [
+        "refund.created",
+        "refund.succeeded",
+        "refund.failed",
+        "refund.canceled",
+    ] {
+        let r = find(name).unwrap();
+        assert_eq!(r.scope_types, [Env, Product, Buyer], "{name}");
+        assert_eq!(r.dto_versions, [1], "{name}");
+    }
+    assert_eq!(
+        find("refund.failed").unwrap().description,
+        "A refund failed."
+    );
 }
 
 #[test]
@@ -324,6 +339,240 @@ fn the_events_a_payment_writes_carry_their_resource() {
     );
 }
 
+/// The resources of `interface.md` (with `created_at`, `updated_at` and
+/// `etag` of a refund as the control API answers it).
+const REFUND_FIELDS: &[&str] = &[
+    "refund_ref",
+    "payment_intent_ref",
+    "capture_ref",
+    "status",
+    "scope",
+    "amount",
+    "reason",
+    "access_effect",
+    "cancelable",
+    "requested_at",
+    "scheduled_at",
+    "executed_at",
+    "canceled_at",
+    "created_at",
+    "updated_at",
+    "etag",
+];
+const DISPUTE_FIELDS: &[&str] = &[
+    "dispute_ref",
+    "payment_intent_ref",
+    "amount",
+    "kind",
+    "status",
+    "reason_safe",
+    "opened_at",
+    "evidence_due_at",
+    "resolved_at",
+    "etag",
+];
+const PAYOUT_FIELDS: &[&str] = &[
+    "payout_ref",
+    "beneficiary_business_ref",
+    "status",
+    "amount",
+    "fee",
+    "net",
+    "method_key",
+    "destination_label",
+    "destination_last4",
+    "requested_at",
+    "completed_at",
+    "etag",
+];
+const PARTICIPATION_FIELDS: &[&str] = &[
+    "participation_ref",
+    "beneficiary_business_ref",
+    "status",
+    "invited_at",
+    "accepted_at",
+    "terms_version",
+    "terms_digest",
+    "etag",
+];
+
+fn at(v: &Value, field: &str) -> Timestamp {
+    Timestamp::parse(v[field].as_str().unwrap_or_else(|| panic!("{field}: {v}")))
+        .unwrap_or_else(|| panic!("{field}: {v}"))
+}
+
+fn minor(v: &Value) -> (String, u64) {
+    let w: MoneyWire = serde_json::from_value(v.clone()).unwrap();
+    (w.currency, w.value.parse().unwrap())
+}
+
+#[test]
+fn refund_events_carry_the_refund() {
+    for (name, status) in [
+        ("refund.created", "pending"),
+        ("refund.succeeded", "succeeded"),
+        ("refund.failed", "failed"),
+        ("refund.canceled", "canceled"),
+    ] {
+        let r = example(name, 1).unwrap();
+        assert_eq!(keys(&r), sorted(REFUND_FIELDS), "{name}");
+        assert_eq!(r["status"], status, "{name}");
+        assert_eq!(r["cancelable"], status == "scheduled", "{name}");
+        assert!(["full", "partial"].contains(&r["scope"].as_str().unwrap()));
+        assert!(["revoke", "retain"].contains(&r["access_effect"].as_str().unwrap()));
+        assert!(
+            ["requested_by_customer", "duplicate", "fraudulent", "other"]
+                .contains(&r["reason"].as_str().unwrap()),
+            "{name}"
+        );
+        // Settled refunds say when; only a canceled one says when it was
+        // canceled, and only a scheduled one can be.
+        let settled = matches!(status, "succeeded" | "failed");
+        assert_eq!(r["executed_at"].is_string(), settled, "{name}");
+        assert_eq!(r["canceled_at"].is_string(), status == "canceled", "{name}");
+        if status == "canceled" {
+            assert!(at(&r, "scheduled_at") > at(&r, "canceled_at"), "{name}");
+        }
+        if settled {
+            assert!(at(&r, "executed_at") >= at(&r, "requested_at"), "{name}");
+            assert_eq!(r["updated_at"], r["executed_at"], "{name}");
+        }
+        assert!(at(&r, "updated_at") >= at(&r, "created_at"), "{name}");
+        // The refund is of Ada's payment, and no more than it.
+        let paid = example("payment.succeeded", 2).unwrap();
+        assert_eq!(
+            r["payment_intent_ref"], paid["payment_intent_ref"],
+            "{name}"
+        );
+        let (currency, amount) = minor(&r["amount"]);
+        let (paid_currency, paid_amount) = minor(&paid["amount"]);
+        assert!(currency == paid_currency && (1..=paid_amount).contains(&amount));
+        assert_eq!(r["scope"] == "full", amount == paid_amount, "{name}");
+        assert!(at(&r, "requested_at") > at(&paid, "captured_at"), "{name}");
+    }
+}
+
+#[test]
+fn dispute_events_carry_the_dispute() {
+    for (name, closed) in [("dispute.opened", false), ("dispute.closed", true)] {
+        let d = example(name, 1).unwrap();
+        assert_eq!(keys(&d), sorted(DISPUTE_FIELDS), "{name}");
+        assert!(["chargeback", "inquiry"].contains(&d["kind"].as_str().unwrap()));
+        let status = d["status"].as_str().unwrap();
+        if closed {
+            assert!(["won", "lost"].contains(&status), "{name}");
+            assert!(at(&d, "resolved_at") > at(&d, "opened_at"), "{name}");
+        } else {
+            assert_eq!(status, "needs_response", "{name}");
+            assert!(d["resolved_at"].is_null(), "{name}");
+        }
+        assert_eq!(
+            at(&d, "evidence_due_at").millis() - at(&d, "opened_at").millis(),
+            7 * 86_400_000,
+            "{name}"
+        );
+        let reason = d["reason_safe"].as_str().unwrap();
+        assert!(reason.chars().count() <= 200 && !reason.chars().any(char::is_control));
+        assert!(!reason.contains('<') && !reason.contains('>'), "{name}");
+        assert!(d.get("reason").is_none(), "{name}: never the raw reason");
+    }
+    // The dispute opening is what canceled the scheduled refund.
+    let canceled = example("refund.canceled", 1).unwrap();
+    let opened = example("dispute.opened", 1).unwrap();
+    assert_eq!(canceled["payment_intent_ref"], opened["payment_intent_ref"]);
+    assert_eq!(canceled["canceled_at"], opened["opened_at"]);
+}
+
+#[test]
+fn payout_events_carry_the_payout() {
+    for (name, status) in [("payout.paid", "paid"), ("payout.failed", "failed")] {
+        let p = example(name, 1).unwrap();
+        assert_eq!(keys(&p), sorted(PAYOUT_FIELDS), "{name}");
+        assert_eq!(p["status"], status, "{name}");
+        let (currency, amount) = minor(&p["amount"]);
+        assert_eq!(minor(&p["fee"]).0, currency, "{name}");
+        assert_eq!(
+            minor(&p["net"]),
+            (currency, amount - minor(&p["fee"]).1),
+            "{name}: net = amount - fee"
+        );
+        let last4 = p["destination_last4"].as_str().unwrap();
+        assert!(last4.len() == 4 && last4.bytes().all(|b| b.is_ascii_digit()));
+        assert!(p["method_key"].is_string() && p["destination_label"].is_string());
+        assert_eq!(p["completed_at"].is_string(), status == "paid", "{name}");
+        if status == "paid" {
+            assert!(at(&p, "completed_at") > at(&p, "requested_at"));
+        }
+    }
+}
+
+#[test]
+fn participation_events_carry_the_participation() {
+    for (name, accepted) in [
+        ("participation.invited", false),
+        ("participation.accepted", true),
+    ] {
+        let p = example(name, 1).unwrap();
+        assert_eq!(keys(&p), sorted(PARTICIPATION_FIELDS), "{name}");
+        assert!(
+            p["terms_version"].as_u64().is_some_and(|v| v >= 1),
+            "{name}"
+        );
+        if accepted {
+            assert_eq!(p["status"], "accepted");
+            assert!(at(&p, "accepted_at") > at(&p, "invited_at"));
+            let digest = p["terms_digest"].as_str().unwrap();
+            assert!(
+                digest.len() == 64
+                    && digest
+                        .bytes()
+                        .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+                "{digest}"
+            );
+        } else {
+            assert_eq!(p["status"], "invited");
+            assert!(p["accepted_at"].is_null() && p["terms_digest"].is_null());
+        }
+    }
+}
+
+/// `entitlement.revoked` carries the entitlement `entitlement.granted`
+/// carried, revoked: when the refund that revokes access succeeded.
+#[test]
+fn entitlement_revoked_carries_the_revoked_entitlement() {
+    let granted = example("entitlement.granted", 1).unwrap();
+    let revoked = example("entitlement.revoked", 1).unwrap();
+    assert_eq!(keys(&revoked), sorted(ENTITLEMENT_FIELDS));
+    assert_eq!(revoked["status"], "revoked");
+    assert!(granted["revoked_at"].is_null());
+    assert!(at(&revoked, "revoked_at") > at(&revoked, "granted_at"));
+    assert_ne!(revoked["etag"], granted["etag"]);
+    for (k, v) in granted.as_object().unwrap() {
+        if !["status", "revoked_at", "etag"].contains(&k.as_str()) {
+            assert_eq!(&revoked[k], v, "{k}");
+        }
+    }
+    let refund = example("refund.succeeded", 1).unwrap();
+    assert_eq!(refund["access_effect"], "revoke");
+    assert_eq!(revoked["revoked_at"], refund["executed_at"]);
+}
+
+/// Every event that carries a resource carries its `etag`; only the older
+/// shapes and the test event have none.
+#[test]
+fn every_resource_example_has_its_etag() {
+    for (name, v, data) in examples() {
+        let older = matches!(
+            (name, v),
+            ("payment.succeeded", 1)
+                | ("subscription.changed", 1)
+                | ("subscription.canceled", 1)
+                | ("webhook.test", 1)
+        );
+        assert_eq!(data.get("etag").is_none(), older, "{name} v{v}");
+    }
+}
+
 #[test]
 fn payment_succeeded_versions_differ_in_shape() {
     let v1 = example("payment.succeeded", 1).unwrap();
@@ -382,6 +631,48 @@ fn data_classes_of_the_payment_events() {
         "subscription.started",
     ] {
         assert!(data_classes(name, 1).is_empty(), "{name}");
+    }
+}
+
+/// Refunds and disputes name the payment by reference only, entitlements
+/// the buyer; payouts and participations concern a business. None carries
+/// a personal field, so none has a data class.
+#[test]
+fn the_other_resources_have_no_data_classes() {
+    for name in [
+        "refund.created",
+        "refund.succeeded",
+        "refund.failed",
+        "refund.canceled",
+        "dispute.opened",
+        "dispute.closed",
+        "entitlement.revoked",
+        "payout.paid",
+        "payout.failed",
+        "participation.invited",
+        "participation.accepted",
+        "webhook.test",
+    ] {
+        assert!(data_classes(name, 1).is_empty(), "{name}");
+        let data = example(name, 1).unwrap();
+        walk_paths(&data, "", &mut |key, path| {
+            let personal =
+                PERSONAL.contains(&key) || ["buyer", "invitee", "payment_method"].contains(&key);
+            assert!(!personal, "{name}: {path}");
+        });
+        let text = data.to_string();
+        assert!(!text.contains("ada@example.com") && !text.contains("Ada Lovelace"));
+    }
+    // The two types that keep their earlier shape keep the buyer's contact.
+    for name in ["subscription.changed", "subscription.canceled"] {
+        assert_eq!(
+            data_classes(name, 1),
+            [
+                ("buyer.email", DataClass::Contact),
+                ("buyer.name", DataClass::Contact),
+            ],
+            "{name}"
+        );
     }
 }
 
