@@ -32,6 +32,8 @@ use store::billing::checkout::{
     subscriptions::ChangeRecord, subscriptions::SubscriptionRecord,
 };
 use store::billing::outside::{DisputeRecord, ParticipationRecord, PayoutRecord};
+use store::billing::prices::PriceRecord;
+use store::billing::products::ProductRecord;
 use store::billing::refunds::RefundRecord;
 
 /// HTTP method of an operation.
@@ -191,13 +193,13 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Get "/api/v1/payments/{payment_ref}" "retrievePayment" "payments:read_retrieve" false false false E2 => 200 bind!(ck::retrieve::<PaymentRecord>, resp: rec::PaymentDto)),
     op!(Get "/api/v1/payouts" "listPayouts" "payouts:read_list" false false true E1 => 200 bind!(ck::list::<PayoutRecord>, resp: os::PayoutDto)),
     op!(Get "/api/v1/payouts/{payout_ref}" "retrievePayout" "payouts:read" false false false E1 => 200 bind!(ck::retrieve::<PayoutRecord>, resp: os::PayoutDto)),
-    op!(Get "/api/v1/prices" "listPrices" "prices:read_list" false false true E2 => 200 bind!(pr::list, resp: pr::PriceDto)),
+    op!(Get "/api/v1/prices" "listPrices" "prices:read_list" false false true E2 => 200 bind!(ck::list::<PriceRecord>, resp: pr::PriceDto)),
     op!(Post "/api/v1/prices" "createPrice" "prices:write_create" true false false E3 => 201 bind!(pr::create, req: pr::CreatePrice, resp: pr::PriceDto)),
-    op!(Get "/api/v1/prices/{price_ref}" "retrievePrice" "prices:read_retrieve" false false false E2 => 200 bind!(pr::retrieve, resp: pr::PriceDto)),
+    op!(Get "/api/v1/prices/{price_ref}" "retrievePrice" "prices:read_retrieve" false false false E2 => 200 bind!(ck::retrieve::<PriceRecord>, resp: pr::PriceDto)),
     op!(Post "/api/v1/prices/{price_ref}/publish" "publishPrice" "prices:write_publish" true false false E3 => 200 bind!(pr::publish, req: ep::EmptyBody, resp: pr::PriceDto)),
-    op!(Get "/api/v1/products" "listProducts" "products:read_list" false false true E2 => 200 bind!(pd::list, resp: pd::ProductDto)),
+    op!(Get "/api/v1/products" "listProducts" "products:read_list" false false true E2 => 200 bind!(ck::list::<ProductRecord>, resp: pd::ProductDto)),
     op!(Post "/api/v1/products" "createProduct" "products:write_create" true false false E3 => 201 bind!(pd::create, req: pd::CreateProduct, resp: pd::ProductDto)),
-    op!(Get "/api/v1/products/{product_ref}" "retrieveProduct" "products:read_retrieve" false false false E2 => 200 bind!(pd::retrieve, resp: pd::ProductDto)),
+    op!(Get "/api/v1/products/{product_ref}" "retrieveProduct" "products:read_retrieve" false false false E2 => 200 bind!(ck::retrieve::<ProductRecord>, resp: pd::ProductDto)),
     op!(Post "/api/v1/products/{product_ref}/publish" "publishProduct" "products:write_publish" true false false E3 => 200 bind!(pd::publish, req: ep::EmptyBody, resp: pd::ProductDto)),
     op!(Post "/api/v1/promotions/apply" "applyPromotion" "promotion:manage_apply" true true false E3 => 200 bind!(pm::apply, req: pm::PromotionBody, resp: pm::PromotionDto)),
     op!(Post "/api/v1/promotions/plan" "planPromotion" "promotion:read_plan" false false false E5 => 200 bind!(pm::plan, req: pm::PromotionBody, resp: pm::PlanDto)),

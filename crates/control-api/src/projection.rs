@@ -18,7 +18,7 @@ use domain::{Ref, Timestamp};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use store::billing::checkout::payments::PaymentRecord;
-use store::billing::outside::{self, Projected, Projection as Write};
+use store::billing::outside::{self, DisputeRecord, Projected, Projection as Write};
 use store::billing::Resource;
 use store::projection::{self, Projection, ProjectionFuture, Projector};
 use store::{EventData, EventRecord, Store, StoreError, WriteTx};
@@ -82,10 +82,9 @@ where
 {
     let body = w.body.clone();
     let (record, changed) = outside::project::<S>(tx, w).await?;
-    let mut sent = if changed { record.body.clone() } else { body };
-    if let Value::Object(map) = &mut sent {
-        map.insert("etag".to_owned(), with_etag(&record)["etag"].clone());
-    }
+    // The resource as it is now, with its tag; an older event is delivered
+    // as it described the resource then, without the current tag.
+    let sent = if changed { with_etag(&record) } else { body };
     Ok((sent, changed))
 }
 
@@ -112,7 +111,7 @@ impl StoreProjector {
         }
         let env = &event.environment_ref;
         let mut scope = event.scope.clone();
-        let sent = match kind {
+        let sent: Result<Value, StoreError> = match kind {
             "dispute.opened" | "dispute.closed" => {
                 let d = match DisputeData::parse(&data) {
                     Ok(d) => d,
@@ -129,7 +128,18 @@ impl StoreProjector {
                 if scope.buyer_ref.is_none() {
                     scope.buyer_ref = payment.buyer_ref.as_ref().map(Ref::to_string);
                 }
-                let opened_at = d.opened_at.unwrap_or(event.occurred_at);
+                // A close that does not repeat the opening keeps it.
+                let known = match self
+                    .store
+                    .billing()
+                    .get::<DisputeRecord>(env, &d.dispute_ref)
+                    .await
+                {
+                    Ok(known) => Timestamp::parse(known.body["opened_at"].as_str().unwrap_or("")),
+                    Err(StoreError::NotFound) => None,
+                    Err(e) => return Err(e),
+                };
+                let opened_at = d.opened_at.or(known).unwrap_or(event.occurred_at);
                 let body = dispute_body(
                     &d.dispute_ref,
                     &d.payment_intent_ref,
@@ -148,13 +158,19 @@ impl StoreProjector {
                     occurred_at: event.occurred_at,
                     payment_intent_ref: Some(&d.payment_intent_ref),
                 };
-                let (sent, changed) = write::<DisputeStatus>(&mut tx, w).await?;
-                if changed && d.status.is_open() {
-                    cancel_scheduled_refunds(&mut tx, env, &payment)
-                        .await
-                        .map_err(|e| StoreError::Corrupt(format!("canceling refunds: {e}")))?;
+                match write::<DisputeStatus>(&mut tx, w).await {
+                    Ok((sent, changed)) => {
+                        if changed && d.status.is_open() {
+                            cancel_scheduled_refunds(&mut tx, env, &payment)
+                                .await
+                                .map_err(|e| {
+                                    StoreError::Corrupt(format!("canceling refunds: {e}"))
+                                })?;
+                        }
+                        Ok(sent)
+                    }
+                    Err(e) => Err(e),
                 }
-                sent
             }
             "payout.paid" | "payout.failed" => {
                 let p = match PayoutData::parse(&data) {
@@ -170,7 +186,9 @@ impl StoreProjector {
                     occurred_at: event.occurred_at,
                     payment_intent_ref: None,
                 };
-                write::<PayoutStatus>(&mut tx, w).await?.0
+                write::<PayoutStatus>(&mut tx, w)
+                    .await
+                    .map(|(sent, _)| sent)
             }
             _ => {
                 let p = match ParticipationData::parse(&data) {
@@ -186,8 +204,19 @@ impl StoreProjector {
                     occurred_at: event.occurred_at,
                     payment_intent_ref: None,
                 };
-                write::<ParticipationStatus>(&mut tx, w).await?.0
+                write::<ParticipationStatus>(&mut tx, w)
+                    .await
+                    .map(|(sent, _)| sent)
             }
+        };
+        let sent = match sent {
+            Ok(sent) => sent,
+            Err(StoreError::Duplicate) => {
+                return Ok(Projection::Refuse(
+                    "the reference names a resource of another environment".to_owned(),
+                ))
+            }
+            Err(e) => return Err(e),
         };
         let data = EventData::parse(sent.to_string()).map_err(StoreError::Corrupt)?;
         projection::remember(&mut tx, event, &data, &scope).await?;

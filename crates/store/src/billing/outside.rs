@@ -97,7 +97,8 @@ fn table<T: Resource>() -> (&'static str, &'static str) {
 }
 
 /// Applies a projection unless the resource already holds a newer event;
-/// returns the record as it is after, and whether it changed.
+/// returns the record as it is after, and whether it changed. `Duplicate`
+/// when the reference names a resource of another environment.
 pub async fn project<S>(
     tx: &mut WriteTx,
     p: Projection<'_>,
@@ -107,9 +108,13 @@ where
 {
     let (table, ref_column) = table::<Projected<S>>();
     let now = Timestamp::now().millis();
-    let (extra_col, extra_val) = match p.payment_intent_ref {
-        Some(r) => (", payment_intent_ref", Some(r.as_str())),
-        None => ("", None),
+    let (extra_col, extra_val, extra_set) = match p.payment_intent_ref {
+        Some(r) => (
+            ", payment_intent_ref",
+            Some(r.as_str()),
+            ", payment_intent_ref = excluded.payment_intent_ref",
+        ),
+        None => ("", None, ""),
     };
     let body = to_json(p.body);
     let mut args: Vec<crate::db::tx::Arg> = vec![
@@ -133,7 +138,7 @@ where
         "INSERT INTO {table} ({ref_column}, environment_ref, status, body, applied_at, \
          created_at{extra_col}) VALUES ($1, $2, $3, $4, $5, $6{extra_mark}) \
          ON CONFLICT ({ref_column}) DO UPDATE SET status = excluded.status, \
-         body = excluded.body, applied_at = excluded.applied_at, \
+         body = excluded.body, applied_at = excluded.applied_at{extra_set}, \
          version = {table}.version + 1 \
          WHERE {table}.applied_at <= excluded.applied_at \
          AND {table}.environment_ref = excluded.environment_ref RETURNING *"
@@ -148,7 +153,11 @@ where
             &[p.reference.as_str().into()],
         )
         .await?;
-    Ok((Projected::<S>::decode(single(&rows)?)?, false))
+    let current = Projected::<S>::decode(single(&rows)?)?;
+    if &current.environment_ref != p.environment_ref {
+        return Err(StoreError::Duplicate);
+    }
+    Ok((current, false))
 }
 
 /// The payment's open disputes (`needs_response`, `under_review`).

@@ -2,9 +2,8 @@
 //! at most one published price (`prices_one_published`): the one its offer
 //! sells.
 
-use super::{minor, money, Billing, Source};
+use super::{minor, money, Resource, Source};
 use crate::admin::service_accounts::opt_ts;
-use crate::db::page::{equal, fetch_env_page, Page, PageRequest};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
 use crate::StoreError;
 use domain::catalogue::{PriceStatus, Recurrence};
@@ -138,40 +137,13 @@ pub(crate) async fn by_refs(
     source.all(&sql, &args, from_row).await
 }
 
-impl Billing<'_> {
-    pub async fn price(
-        &self,
-        environment_ref: &Ref,
-        price_ref: &Ref,
-    ) -> Result<PriceRecord, StoreError> {
-        self.source()
-            .one(
-                "SELECT * FROM prices WHERE price_ref = $1 AND environment_ref = $2",
-                &[price_ref.as_str().into(), environment_ref.as_str().into()],
-                from_row,
-            )
-            .await
-    }
+impl Resource for PriceRecord {
+    const TABLE: &'static str = "prices";
+    const REF_COLUMN: &'static str = "price_ref";
+    const FILTERS: &'static [(&'static str, &'static str)] =
+        &[("status", "status"), ("product_ref", "product_ref")];
 
-    pub async fn list_prices(
-        &self,
-        environment_ref: &Ref,
-        status: Option<PriceStatus>,
-        product_ref: Option<&Ref>,
-        page: &PageRequest,
-    ) -> Result<Page<PriceRecord>, StoreError> {
-        fetch_env_page(
-            self.pool(),
-            "prices",
-            "price_ref",
-            environment_ref.as_str(),
-            &equal(&[
-                ("status", status.map(|s| s.as_str())),
-                ("product_ref", product_ref.map(Ref::as_str)),
-            ]),
-            page,
-            |row| from_row(row),
-        )
-        .await
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        from_row(row)
     }
 }

@@ -1,8 +1,7 @@
 //! Products: `draft → published` (contract 10.1).
 
-use super::Billing;
+use super::Resource;
 use crate::admin::service_accounts::opt_ts;
-use crate::db::page::{equal, fetch_env_page, Page, PageRequest};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::StoreError;
 use domain::catalogue::ProductStatus;
@@ -105,36 +104,12 @@ pub async fn lock(
     from_row(rows.first().ok_or(StoreError::NotFound)?)
 }
 
-impl Billing<'_> {
-    pub async fn product(
-        &self,
-        environment_ref: &Ref,
-        product_ref: &Ref,
-    ) -> Result<ProductRecord, StoreError> {
-        self.source()
-            .one(
-                "SELECT * FROM products WHERE product_ref = $1 AND environment_ref = $2",
-                &[product_ref.as_str().into(), environment_ref.as_str().into()],
-                from_row,
-            )
-            .await
-    }
+impl Resource for ProductRecord {
+    const TABLE: &'static str = "products";
+    const REF_COLUMN: &'static str = "product_ref";
+    const FILTERS: &'static [(&'static str, &'static str)] = &[("status", "status")];
 
-    pub async fn list_products(
-        &self,
-        environment_ref: &Ref,
-        status: Option<ProductStatus>,
-        page: &PageRequest,
-    ) -> Result<Page<ProductRecord>, StoreError> {
-        fetch_env_page(
-            self.pool(),
-            "products",
-            "product_ref",
-            environment_ref.as_str(),
-            &equal(&[("status", status.map(|s| s.as_str()))]),
-            page,
-            |row| from_row(row),
-        )
-        .await
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        from_row(row)
     }
 }

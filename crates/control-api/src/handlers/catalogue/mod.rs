@@ -88,7 +88,10 @@ pub(crate) async fn product_by_ref(
     product_ref: &Ref,
 ) -> Result<ProductRecord, ApiError> {
     found(
-        ctx.store().billing().product(ctx.env(), product_ref).await,
+        ctx.store()
+            .billing()
+            .get::<ProductRecord>(ctx.env(), product_ref)
+            .await,
         "product",
     )
 }

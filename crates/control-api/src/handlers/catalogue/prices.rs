@@ -1,18 +1,18 @@
-//! Prices: create (draft), list, retrieve, and publish, which supersedes
+//! Prices: create (draft) and publish, which supersedes
 //! the product's published price and makes or moves its offer in the same
-//! unit of work.
+//! unit of work. List and retrieve are the generic reads of `Served` records.
 
 use super::{found, product_by_ref, refused, MoneyDto};
 use crate::error::ApiError;
 use crate::handlers::admin::{opt_ts, ts};
-use crate::handlers::lists::ListQuery;
+use crate::handlers::checkout::{load, one, Served, StatusFilter};
 use crate::handlers::webhooks::endpoints::EmptyBody;
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
 use domain::catalogue::{PriceStatus, ProductStatus, Recurrence};
 use domain::etag::etag;
-use domain::{Prefix, Ref};
+use domain::{Prefix, Ref, Timestamp};
 use serde::{Deserialize, Serialize};
 use store::billing::prices::{self, NewPrice, PriceRecord};
 use store::billing::{offers, products};
@@ -36,27 +36,43 @@ pub struct PriceDto {
     pub etag: String,
 }
 
-fn price_etag(p: &PriceRecord) -> String {
-    etag(p.price_ref.as_str(), p.version)
-}
+impl Served for PriceRecord {
+    type Dto = PriceDto;
+    const PREFIX: Prefix = Prefix::Price;
+    const WHAT: &'static str = "price";
+    const PATH_PARAM: &'static str = "price_ref";
+    const STATUS: Option<StatusFilter> = Some(StatusFilter {
+        valid: |s| PriceStatus::parse(s).is_some(),
+        names: || PriceStatus::ALL.iter().map(|s| s.as_str()).collect(),
+    });
+    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("product_ref", Prefix::Product)];
 
-fn dto(p: &PriceRecord) -> PriceDto {
-    PriceDto {
-        price_ref: p.price_ref.to_string(),
-        product_ref: p.product_ref.to_string(),
-        amount: p.amount.into(),
-        price_type: p.recurrence.price_type().as_str().to_owned(),
-        interval: p.recurrence.interval().map(|i| i.as_str().to_owned()),
-        status: p.status.as_str().to_owned(),
-        created_at: ts(p.created_at),
-        published_at: opt_ts(p.published_at),
-        superseded_at: opt_ts(p.superseded_at),
-        etag: price_etag(p),
+    fn dto(&self, _now: Timestamp) -> PriceDto {
+        PriceDto {
+            price_ref: self.price_ref.to_string(),
+            product_ref: self.product_ref.to_string(),
+            amount: self.amount.into(),
+            price_type: self.recurrence.price_type().as_str().to_owned(),
+            interval: self.recurrence.interval().map(|i| i.as_str().to_owned()),
+            status: self.status.as_str().to_owned(),
+            created_at: ts(self.created_at),
+            published_at: opt_ts(self.published_at),
+            superseded_at: opt_ts(self.superseded_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.price_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        (self.created_at.millis(), self.price_ref.to_string())
     }
 }
 
 fn reply(p: &PriceRecord) -> Reply {
-    Reply::one(dto(p), Some(price_etag(p)))
+    one(p)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -92,44 +108,9 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     Ok(reply(&row))
 }
 
-pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let query = ListQuery::parse(
-        ctx.op.id,
-        &input,
-        Some("status"),
-        &[("product_ref", Prefix::Product)],
-    )?;
-    let status = query.status(PriceStatus::parse, "draft, published or superseded")?;
-    let product_ref = query.reference("product_ref");
-    let page = ctx
-        .store()
-        .billing()
-        .list_prices(ctx.env(), status, product_ref.as_ref(), &query.page)
-        .await?;
-    Ok(Reply::page(
-        page,
-        &query.scope,
-        |p| (p.created_at.millis(), p.price_ref.to_string()),
-        dto,
-    ))
-}
-
-async fn load(ctx: &Ctx, input: &Input) -> Result<PriceRecord, ApiError> {
-    let price_ref = input.path_ref("price_ref", Prefix::Price)?;
-    found(
-        ctx.store().billing().price(ctx.env(), &price_ref).await,
-        "price",
-    )
-}
-
-pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    input.query_params(&[])?;
-    Ok(reply(&load(ctx, &input).await?))
-}
-
 pub async fn publish(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let _: EmptyBody = input.body()?;
-    let current = load(ctx, &input).await?;
+    let current = load::<PriceRecord>(ctx, &input).await?;
     current.status.publish().map_err(refused)?;
     let env = ctx.env().clone();
     let tx = ctx.tx().await?;

@@ -1,17 +1,18 @@
-//! Products: create, list, retrieve and publish (`draft → published`).
+//! Products: create and publish (`draft → published`); list and retrieve
+//! are the generic reads of `Served` records.
 
 use super::{found, product_by_ref, refused};
 use crate::error::ApiError;
 use crate::handlers::admin::service_accounts::check_text;
 use crate::handlers::admin::{opt_ts, ts};
-use crate::handlers::lists::ListQuery;
+use crate::handlers::checkout::{one, Served, StatusFilter};
 use crate::handlers::webhooks::endpoints::EmptyBody;
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
 use domain::catalogue::ProductStatus;
 use domain::etag::etag;
-use domain::Prefix;
+use domain::{Prefix, Timestamp};
 use serde::{Deserialize, Serialize};
 use store::billing::products::{self, ProductRecord};
 use utoipa::ToSchema;
@@ -29,25 +30,41 @@ pub struct ProductDto {
     pub etag: String,
 }
 
-fn product_etag(p: &ProductRecord) -> String {
-    etag(p.product_ref.as_str(), p.version)
-}
+impl Served for ProductRecord {
+    type Dto = ProductDto;
+    const PREFIX: Prefix = Prefix::Product;
+    const WHAT: &'static str = "product";
+    const PATH_PARAM: &'static str = "product_ref";
+    const STATUS: Option<StatusFilter> = Some(StatusFilter {
+        valid: |s| ProductStatus::parse(s).is_some(),
+        names: || ProductStatus::ALL.iter().map(|s| s.as_str()).collect(),
+    });
+    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[];
 
-pub(crate) fn dto(p: &ProductRecord) -> ProductDto {
-    ProductDto {
-        product_ref: p.product_ref.to_string(),
-        name: p.name.clone(),
-        description: p.description.clone(),
-        status: p.status.as_str().to_owned(),
-        created_at: ts(p.created_at),
-        updated_at: ts(p.updated_at),
-        published_at: opt_ts(p.published_at),
-        etag: product_etag(p),
+    fn dto(&self, _now: Timestamp) -> ProductDto {
+        ProductDto {
+            product_ref: self.product_ref.to_string(),
+            name: self.name.clone(),
+            description: self.description.clone(),
+            status: self.status.as_str().to_owned(),
+            created_at: ts(self.created_at),
+            updated_at: ts(self.updated_at),
+            published_at: opt_ts(self.published_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.product_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        (self.created_at.millis(), self.product_ref.to_string())
     }
 }
 
 fn reply(p: &ProductRecord) -> Reply {
-    Reply::one(dto(p), Some(product_etag(p)))
+    one(p)
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -74,28 +91,6 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     )
     .await?;
     Ok(reply(&row))
-}
-
-pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let query = ListQuery::parse(ctx.op.id, &input, Some("status"), &[])?;
-    let status = query.status(ProductStatus::parse, "draft, published or archived")?;
-    let page = ctx
-        .store()
-        .billing()
-        .list_products(ctx.env(), status, &query.page)
-        .await?;
-    Ok(Reply::page(
-        page,
-        &query.scope,
-        |p| (p.created_at.millis(), p.product_ref.to_string()),
-        dto,
-    ))
-}
-
-pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    input.query_params(&[])?;
-    let product_ref = input.path_ref("product_ref", Prefix::Product)?;
-    Ok(reply(&product_by_ref(ctx, &product_ref).await?))
 }
 
 pub async fn publish(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
