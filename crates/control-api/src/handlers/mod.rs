@@ -11,6 +11,7 @@ pub mod catalogue;
 pub mod checkout;
 pub(crate) mod lists;
 pub mod money;
+pub mod reads;
 pub mod webhooks;
 
 use crate::auth::Caller;

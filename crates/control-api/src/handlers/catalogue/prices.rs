@@ -5,7 +5,7 @@
 use super::{found, product_by_ref, refused, MoneyDto};
 use crate::error::ApiError;
 use crate::handlers::admin::{opt_ts, ts};
-use crate::handlers::checkout::{load, one, Served, StatusFilter};
+use crate::handlers::reads::{load, one, Served, StatusFilter};
 use crate::handlers::webhooks::endpoints::EmptyBody;
 use crate::handlers::Ctx;
 use crate::input::Input;

@@ -5,7 +5,7 @@ use super::{found, product_by_ref, refused};
 use crate::error::ApiError;
 use crate::handlers::admin::service_accounts::check_text;
 use crate::handlers::admin::{opt_ts, ts};
-use crate::handlers::checkout::{one, Served, StatusFilter};
+use crate::handlers::reads::{one, Served, StatusFilter};
 use crate::handlers::webhooks::endpoints::EmptyBody;
 use crate::handlers::Ctx;
 use crate::input::Input;

@@ -1,103 +1,11 @@
 //! Checkout sessions, pay, and the records a payment makes (contract 10.1,
 //! `docs/checkout.md`).
 //!
-//! The records are read-only on the wire: each is `Served` (its wire form,
-//! tag, list filters) and listed and retrieved by the generic `list` and
-//! `retrieve` handlers bound in the operation table. Writes happen in
-//! `sessions::create` and `pay::pay`, each one unit of work.
+//! The records are read-only on the wire: each is `Served`
+//! (`handlers::reads`) and listed and retrieved by the generic reads bound
+//! in the operation table. Writes happen in `sessions::create` and
+//! `pay::pay`, each one unit of work.
 
 pub mod pay;
 pub mod records;
 pub mod sessions;
-
-use crate::error::ApiError;
-use crate::handlers::catalogue::found;
-use crate::handlers::lists::ListQuery;
-use crate::handlers::Ctx;
-use crate::input::Input;
-use crate::reply::Reply;
-use domain::{Prefix, Timestamp};
-use serde::Serialize;
-use store::billing::Resource;
-
-/// The values of a record's status.
-pub struct StatusFilter {
-    pub valid: fn(&str) -> bool,
-    pub names: fn() -> Vec<&'static str>,
-}
-
-/// A billing record as the API serves it.
-pub trait Served: Resource + Send + Sync + 'static {
-    type Dto: Serialize;
-    const PREFIX: Prefix;
-    /// For "no such …".
-    const WHAT: &'static str;
-    /// The path parameter of its retrieve.
-    const PATH_PARAM: &'static str;
-    /// Its `status` filter, when it has a status.
-    const STATUS: Option<StatusFilter>;
-    /// Its reference filters besides `status` (names of `Resource::FILTERS`).
-    const REF_FILTERS: &'static [(&'static str, Prefix)];
-    fn dto(&self, now: Timestamp) -> Self::Dto;
-    fn etag(&self) -> String;
-    /// `(created_at_ms, ref)`: its position in a list.
-    fn position(&self) -> (i64, String);
-}
-
-/// The record named by the path parameter, in the caller's environment.
-pub(crate) async fn load<T: Served>(ctx: &Ctx, input: &Input) -> Result<T, ApiError> {
-    let reference = input.path_ref(T::PATH_PARAM, T::PREFIX)?;
-    load_by_ref(ctx, &reference).await
-}
-
-/// The record `reference` of the caller's environment; 404 otherwise.
-pub(crate) async fn load_by_ref<T: Served>(
-    ctx: &Ctx,
-    reference: &domain::Ref,
-) -> Result<T, ApiError> {
-    found(
-        ctx.store().billing().get::<T>(ctx.env(), reference).await,
-        T::WHAT,
-    )
-}
-
-pub(crate) fn one<T: Served>(record: &T) -> Reply {
-    Reply::one(record.dto(Timestamp::now()), Some(record.etag()))
-}
-
-pub async fn retrieve<T: Served>(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    input.query_params(&[])?;
-    Ok(one(&load::<T>(ctx, &input).await?))
-}
-
-pub async fn list<T: Served>(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let query = ListQuery::parse(
-        ctx.op.id,
-        &input,
-        T::STATUS.as_ref().map(|_| "status"),
-        T::REF_FILTERS,
-    )?;
-    let mut filters: Vec<(&str, Option<&str>)> = Vec::new();
-    if let Some(filter) = T::STATUS {
-        let status = input.query_value("status");
-        if let Some(s) = status {
-            if !(filter.valid)(s) {
-                return Err(ApiError::validation(
-                    "status",
-                    format!("must be one of {}", (filter.names)().join(", ")),
-                ));
-            }
-        }
-        filters.push(("status", status));
-    }
-    for (name, _) in T::REF_FILTERS {
-        filters.push((name, input.query_value(name)));
-    }
-    let page = ctx
-        .store()
-        .billing()
-        .list::<T>(ctx.env(), &filters, &query.page)
-        .await?;
-    let now = Timestamp::now();
-    Ok(Reply::page(page, &query.scope, T::position, |r| r.dto(now)))
-}

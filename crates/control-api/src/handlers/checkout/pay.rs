@@ -18,10 +18,10 @@
 
 use super::records::{NextActionDto, PaymentDto, SubscriptionDto};
 use super::sessions::{step, SessionDto};
-use super::{load, Served};
 use crate::error::ApiError;
 use crate::handlers::admin::ts;
 use crate::handlers::catalogue::{found, refused};
+use crate::handlers::reads::{load, Served};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;

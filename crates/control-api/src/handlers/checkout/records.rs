@@ -1,9 +1,9 @@
 //! The wire form of every record a payment makes, and what the generic
 //! reads need to serve it (`Served`).
 
-use super::{Served, StatusFilter};
 use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::catalogue::MoneyDto;
+use crate::handlers::reads::{Served, StatusFilter};
 use domain::checkout::sandbox::Card;
 use domain::checkout::states::{
     EntitlementStatus, InvoiceStatus, JourneyStatus, OrderStatus, PaymentStatus,

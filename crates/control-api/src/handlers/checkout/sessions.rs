@@ -2,11 +2,11 @@
 //! version; starts a journey), list and retrieve.
 
 use super::records::{line_items, BuyerContactDto, LineItemDto};
-use super::{Served, StatusFilter};
 use crate::error::ApiError;
 use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::catalogue::offers::amount_at;
 use crate::handlers::catalogue::{found, money_error, MoneyDto};
+use crate::handlers::reads::{Served, StatusFilter};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
@@ -239,5 +239,5 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         now,
     )
     .await?;
-    Ok(super::one(&session))
+    Ok(crate::handlers::reads::one(&session))
 }

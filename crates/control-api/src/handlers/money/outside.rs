@@ -3,7 +3,7 @@
 //! The `…Dto` types describe them for the OpenAPI document.
 
 use crate::handlers::catalogue::MoneyDto;
-use crate::handlers::checkout::{Served, StatusFilter};
+use crate::handlers::reads::{Served, StatusFilter};
 use domain::etag::etag;
 use domain::outside::sanitize::reason_safe;
 use domain::outside::states::evidence_due_at;

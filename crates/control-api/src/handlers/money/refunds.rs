@@ -5,7 +5,7 @@
 use crate::error::ApiError;
 use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::catalogue::MoneyDto;
-use crate::handlers::checkout::{load_by_ref, Served, StatusFilter};
+use crate::handlers::reads::{load_by_ref, Served, StatusFilter};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
@@ -268,5 +268,5 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         &refund.dto(now),
     )
     .await?;
-    Ok(crate::handlers::checkout::one(&refund))
+    Ok(crate::handlers::reads::one(&refund))
 }

@@ -103,7 +103,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
             crate::handlers::catalogue::product_by_ref(ctx, &scope_ref).await?;
         }
         ScopeType::Buyer => {
-            crate::handlers::checkout::load_by_ref::<store::billing::checkout::buyers::BuyerRecord>(
+            crate::handlers::reads::load_by_ref::<store::billing::checkout::buyers::BuyerRecord>(
                 ctx, &scope_ref,
             )
             .await?;
