@@ -31,8 +31,11 @@ pub const OPEN_DISPUTE: &str = "dispute.open";
 pub const DISPUTE_AFTER_SECONDS: i64 = 10;
 /// How often due jobs are looked for.
 const POLL: Duration = Duration::from_millis(250);
-/// How long a runner holds a job before another may take it.
-const LEASE_SECONDS: i64 = 30;
+/// How long a runner holds a job before another may take it: after a
+/// crash, its jobs wait this long. A job takes milliseconds, and a runner
+/// whose lease ended finds its job gone at completion and rolls back, so a
+/// short lease never runs a job twice.
+const LEASE_SECONDS: i64 = 5;
 
 /// Runs due jobs until `shutdown` resolves.
 pub async fn run(store: Store, shutdown: impl Future<Output = ()>) {

@@ -379,3 +379,45 @@ pub fn fleet_env(store: &str, queue: &str, scheduler: &str) -> Vec<(&'static str
         ("BILLING_SECRETS__KEY", SECRETS_KEY.to_owned()),
     ]
 }
+
+/// A fresh RabbitMQ virtual host on the fleet's broker (made with
+/// `rabbitmqctl`, which must work), named `{prefix}_{pid}_{random}`, so
+/// that the durable queues a test's processes declare (the fixed
+/// `billing.events.dispatcher`, …) are theirs alone.
+pub struct FreshVhost {
+    pub name: String,
+    /// The broker URL for it (user `guest`).
+    pub url: String,
+}
+
+fn rabbitmqctl(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .map_err(|e| format!("rabbitmqctl {args:?}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "rabbitmqctl {args:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+impl FreshVhost {
+    pub fn create(prefix: &str) -> FreshVhost {
+        let name = format!("{prefix}_{}_{:08x}", std::process::id(), rand_u32());
+        rabbitmqctl(&["add_vhost", &name]).expect("RabbitMQ reachable with rabbitmqctl");
+        rabbitmqctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"])
+            .expect("guest may use the fresh vhost");
+        let url = format!("{}/{name}", &AMQP_URL[..AMQP_URL.rfind('/').unwrap()]);
+        FreshVhost { name, url }
+    }
+
+    /// Deletes the vhost with everything in it; a failure is ignored.
+    pub fn remove(self) {
+        drop(rabbitmqctl(&["delete_vhost", &self.name]));
+    }
+}
