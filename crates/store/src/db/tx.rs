@@ -285,12 +285,31 @@ impl WriteTx {
     /// Inserts `event` into the outbox (`crate::dispatch::outbox`): it
     /// exists if and only if this transaction commits.
     pub async fn emit(&mut self, event: &EventRecord) -> Result<(), StoreError> {
-        let scope = crate::webhooks::to_json(&event.scope);
+        self.emit_all(std::slice::from_ref(event)).await
+    }
+
+    /// Emits several events with one statement.
+    pub async fn emit_all(&mut self, events: &[EventRecord]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        const COLUMNS: usize = 7;
         let now = Timestamp::now().millis();
-        self.execute(
-            "INSERT INTO outbox (event_ref, environment_ref, public_event_type, occurred_at, scope, \
-             data, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
-            &[
+        let scopes: Vec<String> = events
+            .iter()
+            .map(|e| crate::webhooks::to_json(&e.scope))
+            .collect();
+        let rows: Vec<String> = (0..events.len())
+            .map(|i| {
+                format!(
+                    "({})",
+                    crate::webhooks::placeholders(i * COLUMNS + 1, COLUMNS)
+                )
+            })
+            .collect();
+        let mut args: Vec<Arg<'_>> = Vec::with_capacity(events.len() * COLUMNS);
+        for (event, scope) in events.iter().zip(&scopes) {
+            args.extend::<[Arg<'_>; COLUMNS]>([
                 event.event_ref.as_str().into(),
                 event.environment_ref.as_str().into(),
                 event.public_event_type.as_str().into(),
@@ -298,7 +317,15 @@ impl WriteTx {
                 scope.as_str().into(),
                 event.data.as_str().into(),
                 now.into(),
-            ],
+            ]);
+        }
+        self.execute(
+            &format!(
+                "INSERT INTO outbox (event_ref, environment_ref, public_event_type, occurred_at, \
+                 scope, data, created_at) VALUES {}",
+                rows.join(", ")
+            ),
+            &args,
         )
         .await?;
         self.emitted = true;

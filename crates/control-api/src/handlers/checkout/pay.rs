@@ -210,6 +210,7 @@ pub async fn pay(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
                 session: claimed,
                 email: &email,
                 now,
+                events: Vec::new(),
             };
             match charge.card.outcome() {
                 Outcome::Succeeded => unit.succeed(&charge, None).await,
@@ -234,6 +235,7 @@ pub async fn pay(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
                 session: claimed,
                 email: &email,
                 now,
+                events: Vec::new(),
             };
             match authenticate(approve) {
                 Outcome::Failed(code) => unit.fail(None, Some(&waiting), code).await,
@@ -273,6 +275,8 @@ struct Unit<'a> {
     session: SessionRecord,
     email: &'a Email,
     now: Timestamp,
+    /// The events of this pay, written together (`flush`).
+    events: Vec<EventRecord>,
 }
 
 impl Unit<'_> {
@@ -284,7 +288,8 @@ impl Unit<'_> {
         }
     }
 
-    async fn emit(
+    /// Adds an event to those the pay emits (`flush`, one statement).
+    fn emit(
         &mut self,
         event_type: &str,
         scope: &Scope,
@@ -292,16 +297,21 @@ impl Unit<'_> {
     ) -> Result<(), ApiError> {
         let text = serde_json::to_string(data).map_err(|e| ApiError::Internal(Box::new(e)))?;
         let data = EventData::parse(text).map_err(|e| ApiError::Internal(e.into()))?;
-        self.tx
-            .emit(&EventRecord {
-                event_ref: Ref::generate(Prefix::Event),
-                environment_ref: self.env.clone(),
-                public_event_type: event_type.to_owned(),
-                occurred_at: self.now,
-                scope: scope.clone(),
-                data,
-            })
-            .await?;
+        self.events.push(EventRecord {
+            event_ref: Ref::generate(Prefix::Event),
+            environment_ref: self.env.clone(),
+            public_event_type: event_type.to_owned(),
+            occurred_at: self.now,
+            scope: scope.clone(),
+            data,
+        });
+        Ok(())
+    }
+
+    /// Writes the pay's events into the outbox.
+    async fn flush(&mut self) -> Result<(), ApiError> {
+        let events = std::mem::take(&mut self.events);
+        self.tx.emit_all(&events).await?;
         Ok(())
     }
 
@@ -488,20 +498,17 @@ impl Unit<'_> {
         .await?;
 
         let scope = self.scope(Some(&buyer.buyer_ref));
-        self.emit("payment.succeeded", &scope, &payment.dto(now))
-            .await?;
-        self.emit("checkout_session.completed", &scope, &session.dto(now))
-            .await?;
-        self.emit("order.created", &scope, &order.dto(now)).await?;
-        self.emit("invoice.paid", &scope, &invoice.dto(now)).await?;
+        self.emit("payment.succeeded", &scope, &payment.dto(now))?;
+        self.emit("checkout_session.completed", &scope, &session.dto(now))?;
+        self.emit("order.created", &scope, &order.dto(now))?;
+        self.emit("invoice.paid", &scope, &invoice.dto(now))?;
         for entitlement in &granted {
-            self.emit("entitlement.granted", &scope, &entitlement.dto(now))
-                .await?;
+            self.emit("entitlement.granted", &scope, &entitlement.dto(now))?;
         }
         for subscription in &subscriptions {
-            self.emit("subscription.started", &scope, &subscription.dto(now))
-                .await?;
+            self.emit("subscription.started", &scope, &subscription.dto(now))?;
         }
+        self.flush().await?;
         let result = if subscriptions.is_empty() {
             PayResult::RetrievePaymentResponse
         } else {
@@ -518,6 +525,9 @@ impl Unit<'_> {
         stored: Option<&Ref>,
     ) -> Result<Vec<SubscriptionRecord>, ApiError> {
         let now = self.now;
+        if !self.is_recurring() {
+            return Ok(Vec::new());
+        }
         let waiting =
             subscriptions::incomplete_of_session(self.tx, &self.session.checkout_session_ref)
                 .await?;
@@ -606,8 +616,8 @@ impl Unit<'_> {
         let steps = self.steps(&kinds, &payment.payment_intent_ref);
         journeys::add_steps(self.tx, &session.journey_ref, &steps, None).await?;
         let scope = self.scope(buyer_ref.as_ref());
-        self.emit("payment.failed", &scope, &payment.dto(self.now))
-            .await?;
+        self.emit("payment.failed", &scope, &payment.dto(self.now))?;
+        self.flush().await?;
         Ok(self.answer(PayResult::RetrievePaymentResponse, &payment, None, &session))
     }
 

@@ -55,27 +55,28 @@ pub async fn find(
 }
 
 /// The buyer of `email`, created with `name` if there is none. A buyer
-/// created concurrently by another unit of work is found, not duplicated.
+/// created concurrently by another unit of work is found, not duplicated
+/// (the no-op update returns the existing row and waits for its creator).
 pub async fn find_or_create(
     tx: &mut WriteTx,
     environment_ref: &Ref,
     email: &Email,
     name: Option<&str>,
 ) -> Result<BuyerRecord, StoreError> {
-    tx.execute(
-        "INSERT INTO buyers (buyer_ref, environment_ref, email, email_key, name, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (environment_ref, email_key) DO NOTHING",
-        &[
-            Ref::generate(Prefix::Buyer).as_str().into(),
-            environment_ref.as_str().into(),
-            email.as_str().into(),
-            email.match_key().as_str().into(),
-            name.into(),
-            Timestamp::now().millis().into(),
-        ],
-    )
-    .await?;
-    find(tx, environment_ref, email)
-        .await?
-        .ok_or_else(|| StoreError::Corrupt("a buyer vanished after its insert".into()))
+    let rows = tx
+        .fetch(
+            "INSERT INTO buyers (buyer_ref, environment_ref, email, email_key, name, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (environment_ref, email_key) \
+             DO UPDATE SET email_key = excluded.email_key RETURNING *",
+            &[
+                Ref::generate(Prefix::Buyer).as_str().into(),
+                environment_ref.as_str().into(),
+                email.as_str().into(),
+                email.match_key().as_str().into(),
+                name.into(),
+                Timestamp::now().millis().into(),
+            ],
+        )
+        .await?;
+    BuyerRecord::decode(crate::db::tx::single(&rows)?)
 }
