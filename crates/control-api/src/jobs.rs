@@ -9,8 +9,9 @@
 //! as the API shows them.
 
 use crate::error::ApiError;
+use crate::handlers::events::emit;
 use crate::handlers::money::outside::dispute_body;
-use crate::handlers::money::refunds::{emit, payment_scope, SETTLE, SETTLE_AFTER_MS, START};
+use crate::handlers::money::refunds::{payment_scope, SETTLE, SETTLE_AFTER_MS, START};
 use crate::handlers::reads::Served;
 use domain::checkout::sandbox::TestCard;
 use domain::outside::states::DisputeStatus;

@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod catalogue;
 pub mod checkout;
+pub(crate) mod events;
 pub(crate) mod lists;
 pub mod money;
 pub mod reads;
@@ -147,3 +148,22 @@ macro_rules! bind {
     };
 }
 pub(crate) use bind;
+
+/// The references of kind `prefix` listed at `field`: each well-formed,
+/// none twice.
+pub(crate) fn distinct_refs(
+    field: &str,
+    prefix: domain::Prefix,
+    refs: &[String],
+) -> Result<Vec<String>, ApiError> {
+    let mut out: Vec<String> = Vec::with_capacity(refs.len());
+    for (i, r) in refs.iter().enumerate() {
+        domain::Ref::parse(prefix, r)
+            .map_err(|e| ApiError::validation(format!("{field}.{i}"), e.to_string()))?;
+        if out.contains(r) {
+            return Err(ApiError::validation(format!("{field}.{i}"), "listed twice"));
+        }
+        out.push(r.clone());
+    }
+    Ok(out)
+}

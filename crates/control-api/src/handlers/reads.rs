@@ -19,6 +19,18 @@ pub struct StatusFilter {
     pub names: fn() -> Vec<&'static str>,
 }
 
+/// The `Served::STATUS` of a record whose status is the state type `$t`
+/// (a `wire_enum` with `ALL`, `parse` and `as_str`).
+macro_rules! status_of {
+    ($t:ty) => {
+        Some($crate::handlers::reads::StatusFilter {
+            valid: |s| <$t>::parse(s).is_some(),
+            names: || <$t>::ALL.iter().map(|s| s.as_str()).collect(),
+        })
+    };
+}
+pub(crate) use status_of;
+
 /// A billing record as the API serves it.
 pub trait Served: Resource + Send + Sync + 'static {
     type Dto: Serialize;

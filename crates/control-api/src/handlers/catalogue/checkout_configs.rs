@@ -6,7 +6,7 @@ use super::found;
 use crate::error::{ApiError, Detail};
 use crate::handlers::admin::service_accounts::check_text;
 use crate::handlers::admin::ts;
-use crate::handlers::Ctx;
+use crate::handlers::{distinct_refs, Ctx};
 use crate::input::Input;
 use crate::reply::Reply;
 use domain::catalogue::checkout_config::{
@@ -201,7 +201,7 @@ async fn line_items(
         ));
     }
     let refs: Vec<String> = items.iter().map(|i| i.offer_ref.clone()).collect();
-    let refs = super::offers::offer_refs("line_items", &refs).map_err(|e| match e {
+    let refs = distinct_refs("line_items", Prefix::Offer, &refs).map_err(|e| match e {
         // `offer_refs` names the item; the reference is its `offer_ref`.
         ApiError::Validation(mut d) => {
             for detail in &mut d {

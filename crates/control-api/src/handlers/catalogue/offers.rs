@@ -13,7 +13,7 @@ use crate::reply::Reply;
 use domain::catalogue::promotion::PromotionStatus;
 use domain::catalogue::{OfferStatus, PriceStatus};
 use domain::etag::etag;
-use domain::{Money, Prefix, Ref, Timestamp};
+use domain::{Money, Prefix, Timestamp};
 use serde::{Deserialize, Serialize};
 use store::billing::offers::{self, OfferRecord};
 use store::billing::prices::{self, NewPrice};
@@ -167,18 +167,4 @@ pub async fn reprice(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let price = prices::create(tx, &env, new).await?;
     let moved = offers::point_at(tx, &env, &current.offer.product_ref, &price.price_ref).await?;
     Ok(reply(&moved))
-}
-
-/// The offers named at `field`: well-formed, each once.
-pub(crate) fn offer_refs(field: &str, refs: &[String]) -> Result<Vec<String>, ApiError> {
-    let mut out: Vec<String> = Vec::with_capacity(refs.len());
-    for (i, r) in refs.iter().enumerate() {
-        Ref::parse(Prefix::Offer, r)
-            .map_err(|e| ApiError::validation(format!("{field}.{i}"), e.to_string()))?;
-        if out.contains(r) {
-            return Err(ApiError::validation(format!("{field}.{i}"), "listed twice"));
-        }
-        out.push(r.clone());
-    }
-    Ok(out)
 }

@@ -5,7 +5,7 @@
 use super::{found, product_by_ref, refused, MoneyDto};
 use crate::error::ApiError;
 use crate::handlers::admin::{opt_ts, ts};
-use crate::handlers::reads::{load, one, Served, StatusFilter};
+use crate::handlers::reads::{load, one, status_of, Served, StatusFilter};
 use crate::handlers::webhooks::endpoints::EmptyBody;
 use crate::handlers::Ctx;
 use crate::input::Input;
@@ -41,10 +41,7 @@ impl Served for PriceRecord {
     const PREFIX: Prefix = Prefix::Price;
     const WHAT: &'static str = "price";
     const PATH_PARAM: &'static str = "price_ref";
-    const STATUS: Option<StatusFilter> = Some(StatusFilter {
-        valid: |s| PriceStatus::parse(s).is_some(),
-        names: || PriceStatus::ALL.iter().map(|s| s.as_str()).collect(),
-    });
+    const STATUS: Option<StatusFilter> = status_of!(PriceStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("product_ref", Prefix::Product)];
 
     fn dto(&self, _now: Timestamp) -> PriceDto {

@@ -5,7 +5,7 @@ use super::{found, product_by_ref, refused};
 use crate::error::ApiError;
 use crate::handlers::admin::service_accounts::check_text;
 use crate::handlers::admin::{opt_ts, ts};
-use crate::handlers::reads::{one, Served, StatusFilter};
+use crate::handlers::reads::{one, status_of, Served, StatusFilter};
 use crate::handlers::webhooks::endpoints::EmptyBody;
 use crate::handlers::Ctx;
 use crate::input::Input;
@@ -35,10 +35,7 @@ impl Served for ProductRecord {
     const PREFIX: Prefix = Prefix::Product;
     const WHAT: &'static str = "product";
     const PATH_PARAM: &'static str = "product_ref";
-    const STATUS: Option<StatusFilter> = Some(StatusFilter {
-        valid: |s| ProductStatus::parse(s).is_some(),
-        names: || ProductStatus::ALL.iter().map(|s| s.as_str()).collect(),
-    });
+    const STATUS: Option<StatusFilter> = status_of!(ProductStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[];
 
     fn dto(&self, _now: Timestamp) -> ProductDto {

@@ -2,11 +2,11 @@
 //! digests the plan and every row it read) and apply (the same body under
 //! that ETag: recomputed in the unit of work, after locking the offers).
 
-use super::offers::{amount_at, offer_refs};
+use super::offers::amount_at;
 use super::{money_error, MoneyDto};
 use crate::error::ApiError;
 use crate::handlers::admin::{opt_ts, ts};
-use crate::handlers::Ctx;
+use crate::handlers::{distinct_refs, Ctx};
 use crate::input::Input;
 use crate::reply::Reply;
 use domain::catalogue::plan::plan_digest;
@@ -116,7 +116,7 @@ fn checked(input: &Input) -> Result<Plan, ApiError> {
             format!("must list 1 to {MAX_OFFERS} offers"),
         ));
     }
-    let offer_refs = offer_refs("offer_refs", &body.offer_refs)?;
+    let offer_refs = distinct_refs("offer_refs", domain::Prefix::Offer, &body.offer_refs)?;
     let discount = match (body.discount.percent_off, &body.discount.amount_off) {
         (Some(p), None) => Discount::PercentOff(
             Percent::new(p)

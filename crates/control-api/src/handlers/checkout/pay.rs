@@ -19,8 +19,8 @@
 use super::records::{NextActionDto, PaymentDto, SubscriptionDto};
 use super::sessions::{step, SessionDto};
 use crate::error::ApiError;
-use crate::handlers::admin::ts;
 use crate::handlers::catalogue::{found, refused};
+use crate::handlers::events::event;
 use crate::handlers::reads::{load, Served};
 use crate::handlers::Ctx;
 use crate::input::Input;
@@ -44,7 +44,7 @@ use store::billing::checkout::payments::{self, Finish, NewPayment, PaymentRecord
 use store::billing::checkout::sessions::{self, Attempt, Completion, SessionRecord};
 use store::billing::checkout::subscriptions::{self, NewSubscription, SubscriptionRecord};
 use store::billing::jobs;
-use store::{EventData, EventRecord, WriteTx};
+use store::{EventRecord, WriteTx};
 use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -295,16 +295,8 @@ impl Unit<'_> {
         scope: &Scope,
         data: &impl Serialize,
     ) -> Result<(), ApiError> {
-        let text = serde_json::to_string(data).map_err(|e| ApiError::Internal(Box::new(e)))?;
-        let data = EventData::parse(text).map_err(|e| ApiError::Internal(e.into()))?;
-        self.events.push(EventRecord {
-            event_ref: Ref::generate(Prefix::Event),
-            environment_ref: self.env.clone(),
-            public_event_type: event_type.to_owned(),
-            occurred_at: self.now,
-            scope: scope.clone(),
-            data,
-        });
+        let event = event(self.env, event_type, scope, data, self.now)?;
+        self.events.push(event);
         Ok(())
     }
 
@@ -329,18 +321,12 @@ impl Unit<'_> {
         subscription: Option<&SubscriptionRecord>,
         session: &SessionRecord,
     ) -> Reply {
-        let payment_dto = payment.dto(self.now);
-        let next_action = payment
-            .action_expires_at
-            .filter(|_| payment.status == PaymentStatus::RequiresAction);
+        let payment = payment.dto(self.now);
         let dto = PayResultDto {
             result: result.as_str().to_owned(),
-            payment: payment_dto,
+            next_action: payment.next_action.clone(),
+            payment,
             subscription: subscription.map(|s| s.dto(self.now)),
-            next_action: next_action.map(|t| NextActionDto {
-                action_type: "authenticate".to_owned(),
-                expires_at: ts(t),
-            }),
             checkout_session: session.dto(self.now),
         };
         Reply::one(dto, None)
@@ -541,25 +527,42 @@ impl Unit<'_> {
                 started.push(subscriptions::activate(self.tx, s, buyer_ref, spm, period).await?);
             }
         } else {
-            for item in self.session.line_items.clone() {
-                let Some(interval) = item.recurrence()?.interval() else {
-                    continue;
-                };
-                let new = NewSubscription {
-                    checkout_session_ref: &self.session.checkout_session_ref,
-                    buyer_ref: Some(buyer_ref),
-                    price_ref: &item.price_ref,
-                    product_ref: &item.product_ref,
-                    stored_payment_method_ref: Some(stored.ok_or_else(no_method)?),
-                    period: Some((now, period_end(now, interval))),
-                };
-                started.push(subscriptions::create(self.tx, self.env, new).await?);
-            }
+            let spm = stored.ok_or_else(no_method)?;
+            started = self
+                .create_subscriptions(Some(buyer_ref), Some(spm))
+                .await?;
         }
         for s in &started {
             subscriptions::started(self.tx, s, now).await?;
         }
         Ok(started)
+    }
+
+    /// One subscription per recurring line item: active from now with its
+    /// first period when a buyer paid, else incomplete (waiting for
+    /// authentication).
+    async fn create_subscriptions(
+        &mut self,
+        buyer_ref: Option<&Ref>,
+        stored: Option<&Ref>,
+    ) -> Result<Vec<SubscriptionRecord>, ApiError> {
+        let now = self.now;
+        let mut made = Vec::new();
+        for item in self.session.line_items.clone() {
+            let Some(interval) = item.recurrence()?.interval() else {
+                continue;
+            };
+            let new = NewSubscription {
+                checkout_session_ref: &self.session.checkout_session_ref,
+                buyer_ref,
+                price_ref: &item.price_ref,
+                product_ref: &item.product_ref,
+                stored_payment_method_ref: stored,
+                period: buyer_ref.map(|_| (now, period_end(now, interval))),
+            };
+            made.push(subscriptions::create(self.tx, self.env, new).await?);
+        }
+        Ok(made)
     }
 
     fn interval_of(&self, price_ref: &Ref) -> Result<domain::catalogue::Interval, ApiError> {
@@ -635,20 +638,7 @@ impl Unit<'_> {
             subscriptions::incomplete_of_session(self.tx, &self.session.checkout_session_ref)
                 .await?;
         if incomplete.is_empty() {
-            for item in self.session.line_items.clone() {
-                if item.recurrence()?.interval().is_none() {
-                    continue;
-                }
-                let new = NewSubscription {
-                    checkout_session_ref: &self.session.checkout_session_ref,
-                    buyer_ref: None,
-                    price_ref: &item.price_ref,
-                    product_ref: &item.product_ref,
-                    stored_payment_method_ref: None,
-                    period: None,
-                };
-                incomplete.push(subscriptions::create(self.tx, self.env, new).await?);
-            }
+            incomplete = self.create_subscriptions(None, None).await?;
         }
         let attempt = Attempt {
             payment_intent_ref: &payment.payment_intent_ref,

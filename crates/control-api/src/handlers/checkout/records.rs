@@ -3,7 +3,7 @@
 
 use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::catalogue::MoneyDto;
-use crate::handlers::reads::{Served, StatusFilter};
+use crate::handlers::reads::{status_of, Served, StatusFilter};
 use domain::checkout::sandbox::Card;
 use domain::checkout::states::{
     EntitlementStatus, InvoiceStatus, JourneyStatus, OrderStatus, PaymentStatus,
@@ -24,26 +24,6 @@ use utoipa::ToSchema;
 
 fn opt_ref(r: &Option<Ref>) -> Option<String> {
     r.as_ref().map(Ref::to_string)
-}
-
-/// The `STATUS` of a record whose status is the state type `$t`.
-macro_rules! statuses {
-    ($t:ty) => {
-        Some(StatusFilter {
-            valid: {
-                fn valid(s: &str) -> bool {
-                    <$t>::parse(s).is_some()
-                }
-                valid
-            },
-            names: {
-                fn names() -> Vec<&'static str> {
-                    <$t>::ALL.iter().map(|s| s.as_str()).collect()
-                }
-                names
-            },
-        })
-    };
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -75,7 +55,7 @@ impl From<&Card> for PaymentMethodDto {
     }
 }
 
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct NextActionDto {
     /// Always `authenticate`.
     #[serde(rename = "type")]
@@ -115,7 +95,7 @@ impl Served for PaymentRecord {
     const PREFIX: Prefix = Prefix::Payment;
     const WHAT: &'static str = "payment";
     const PATH_PARAM: &'static str = "payment_ref";
-    const STATUS: Option<StatusFilter> = statuses!(PaymentStatus);
+    const STATUS: Option<StatusFilter> = status_of!(PaymentStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
 
     fn dto(&self, _now: Timestamp) -> PaymentDto {
@@ -245,7 +225,7 @@ impl Served for OrderRecord {
     const PREFIX: Prefix = Prefix::Order;
     const WHAT: &'static str = "order";
     const PATH_PARAM: &'static str = "order_ref";
-    const STATUS: Option<StatusFilter> = statuses!(OrderStatus);
+    const STATUS: Option<StatusFilter> = status_of!(OrderStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
 
     fn dto(&self, _now: Timestamp) -> OrderDto {
@@ -294,7 +274,7 @@ impl Served for InvoiceRecord {
     const PREFIX: Prefix = Prefix::Invoice;
     const WHAT: &'static str = "invoice";
     const PATH_PARAM: &'static str = "invoice_ref";
-    const STATUS: Option<StatusFilter> = statuses!(InvoiceStatus);
+    const STATUS: Option<StatusFilter> = status_of!(InvoiceStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
 
     fn dto(&self, _now: Timestamp) -> InvoiceDto {
@@ -341,7 +321,7 @@ impl Served for EntitlementRecord {
     const PREFIX: Prefix = Prefix::Entitlement;
     const WHAT: &'static str = "entitlement";
     const PATH_PARAM: &'static str = "entitlement_ref";
-    const STATUS: Option<StatusFilter> = statuses!(EntitlementStatus);
+    const STATUS: Option<StatusFilter> = status_of!(EntitlementStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[
         ("product_ref", Prefix::Product),
         ("buyer_ref", Prefix::Buyer),
@@ -425,7 +405,7 @@ impl Served for StoredMethodRecord {
     const PREFIX: Prefix = Prefix::StoredPaymentMethod;
     const WHAT: &'static str = "stored payment method";
     const PATH_PARAM: &'static str = "stored_payment_method_ref";
-    const STATUS: Option<StatusFilter> = statuses!(StoredMethodStatus);
+    const STATUS: Option<StatusFilter> = status_of!(StoredMethodStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
 
     fn dto(&self, _now: Timestamp) -> StoredMethodDto {
@@ -473,7 +453,7 @@ impl Served for SubscriptionRecord {
     const PREFIX: Prefix = Prefix::Subscription;
     const WHAT: &'static str = "subscription";
     const PATH_PARAM: &'static str = "subscription_ref";
-    const STATUS: Option<StatusFilter> = statuses!(SubscriptionStatus);
+    const STATUS: Option<StatusFilter> = status_of!(SubscriptionStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[
         ("product_ref", Prefix::Product),
         ("buyer_ref", Prefix::Buyer),
@@ -576,7 +556,7 @@ impl Served for JourneyRecord {
     const PREFIX: Prefix = Prefix::Journey;
     const WHAT: &'static str = "journey";
     const PATH_PARAM: &'static str = "journey_ref";
-    const STATUS: Option<StatusFilter> = statuses!(JourneyStatus);
+    const STATUS: Option<StatusFilter> = status_of!(JourneyStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
 
     fn dto(&self, now: Timestamp) -> JourneyDto {

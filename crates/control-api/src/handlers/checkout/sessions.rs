@@ -6,7 +6,7 @@ use crate::error::ApiError;
 use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::catalogue::offers::amount_at;
 use crate::handlers::catalogue::{found, money_error, MoneyDto};
-use crate::handlers::reads::{Served, StatusFilter};
+use crate::handlers::reads::{status_of, Served, StatusFilter};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
@@ -55,10 +55,7 @@ impl Served for SessionRecord {
     const PREFIX: Prefix = Prefix::CheckoutSession;
     const WHAT: &'static str = "checkout session";
     const PATH_PARAM: &'static str = "checkout_session_ref";
-    const STATUS: Option<StatusFilter> = Some(StatusFilter {
-        valid: |s| SessionStatus::parse(s).is_some(),
-        names: || SessionStatus::ALL.iter().map(|s| s.as_str()).collect(),
-    });
+    const STATUS: Option<StatusFilter> = status_of!(SessionStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] =
         &[("config_ref", Prefix::CheckoutConfig)];
 

@@ -3,7 +3,7 @@
 //! The `…Dto` types describe them for the OpenAPI document.
 
 use crate::handlers::catalogue::MoneyDto;
-use crate::handlers::reads::{Served, StatusFilter};
+use crate::handlers::reads::{status_of, Served, StatusFilter};
 use domain::etag::etag;
 use domain::outside::sanitize::reason_safe;
 use domain::outside::states::evidence_due_at;
@@ -84,10 +84,7 @@ macro_rules! served {
             const PREFIX: Prefix = $prefix;
             const WHAT: &'static str = $what;
             const PATH_PARAM: &'static str = $param;
-            const STATUS: Option<StatusFilter> = Some(StatusFilter {
-                valid: |s| <$status>::parse(s).is_some(),
-                names: || <$status>::ALL.iter().map(|s| s.as_str()).collect(),
-            });
+            const STATUS: Option<StatusFilter> = status_of!($status);
             const REF_FILTERS: &'static [(&'static str, Prefix)] = $filters;
 
             fn dto(&self, _now: Timestamp) -> Value {

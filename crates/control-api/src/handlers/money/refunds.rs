@@ -5,7 +5,8 @@
 use crate::error::ApiError;
 use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::catalogue::MoneyDto;
-use crate::handlers::reads::{load_by_ref, Served, StatusFilter};
+use crate::handlers::events::emit;
+use crate::handlers::reads::{load_by_ref, status_of, Served, StatusFilter};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
@@ -20,7 +21,7 @@ use store::billing::checkout::payments::{CaptureRecord, PaymentRecord};
 use store::billing::jobs;
 use store::billing::outside;
 use store::billing::refunds::{self, NewRefund, RefundRecord};
-use store::{EventData, EventRecord, StoreError, WriteTx};
+use store::StoreError;
 use utoipa::ToSchema;
 
 /// The timed work of refunds.
@@ -58,10 +59,7 @@ impl Served for RefundRecord {
     const PREFIX: Prefix = Prefix::Refund;
     const WHAT: &'static str = "refund";
     const PATH_PARAM: &'static str = "refund_ref";
-    const STATUS: Option<StatusFilter> = Some(StatusFilter {
-        valid: |s| RefundStatus::parse(s).is_some(),
-        names: || RefundStatus::ALL.iter().map(|s| s.as_str()).collect(),
-    });
+    const STATUS: Option<StatusFilter> = status_of!(RefundStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] =
         &[("payment_intent_ref", Prefix::Payment)];
 
@@ -110,28 +108,6 @@ pub struct CreateRefund {
     pub access_effect: String,
     /// In the future, at most 90 days ahead.
     pub scheduled_at: Option<String>,
-}
-
-/// Emits `event_type` with `data` in the unit of work.
-pub(crate) async fn emit(
-    tx: &mut WriteTx,
-    environment_ref: &Ref,
-    event_type: &str,
-    scope: &Scope,
-    data: &impl Serialize,
-) -> Result<(), ApiError> {
-    let text = serde_json::to_string(data).map_err(|e| ApiError::Internal(Box::new(e)))?;
-    let data = EventData::parse(text).map_err(|e| ApiError::Internal(e.into()))?;
-    tx.emit(&EventRecord {
-        event_ref: Ref::generate(Prefix::Event),
-        environment_ref: environment_ref.clone(),
-        public_event_type: event_type.to_owned(),
-        occurred_at: Timestamp::now(),
-        scope: scope.clone(),
-        data,
-    })
-    .await?;
-    Ok(())
 }
 
 /// What a refund's events concern: its payment's products and buyer.

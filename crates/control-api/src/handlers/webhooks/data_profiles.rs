@@ -3,10 +3,10 @@
 //! revoking redacts stored bodies holding data no longer covered.
 
 use super::endpoints::endpoint_etag;
-use super::{check_reason, custom_field_refs, load_endpoint};
+use super::{check_reason, load_endpoint};
 use crate::error::ApiError;
 use crate::handlers::admin::{opt_ts, ts};
-use crate::handlers::Ctx;
+use crate::handlers::{distinct_refs, Ctx};
 use crate::input::Input;
 use crate::reply::Reply;
 use domain::webhook::shaping::{holds_uncovered, GrantView};
@@ -148,7 +148,11 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         }
         data_classes.push(class);
     }
-    let cf_refs = custom_field_refs("custom_field_refs", &body.custom_field_refs)?;
+    let cf_refs = distinct_refs(
+        "custom_field_refs",
+        domain::Prefix::CustomField,
+        &body.custom_field_refs,
+    )?;
     let endpoint = load_endpoint(ctx, &input).await?;
     let new = NewDataProfileGrant {
         purpose,

@@ -57,17 +57,3 @@ pub(crate) async fn load_delivery(ctx: &Ctx, input: &Input) -> Result<DeliveryRe
 pub(crate) fn check_reason(reason: &str) -> Result<(), ApiError> {
     crate::handlers::admin::service_accounts::check_text("reason", reason, 1, 500)
 }
-
-/// Parses a list of `cf_` references at `field`.
-pub(crate) fn custom_field_refs(field: &str, refs: &[String]) -> Result<Vec<String>, ApiError> {
-    let mut out: Vec<String> = Vec::with_capacity(refs.len());
-    for (i, r) in refs.iter().enumerate() {
-        Ref::parse(Prefix::CustomField, r)
-            .map_err(|e| ApiError::validation(format!("{field}.{i}"), e.to_string()))?;
-        if out.contains(r) {
-            return Err(ApiError::validation(format!("{field}.{i}"), "listed twice"));
-        }
-        out.push(r.clone());
-    }
-    Ok(out)
-}

@@ -1,10 +1,10 @@
 //! Subscriptions: bind an endpoint to an event type within a scope and a
 //! payload version, validated against the event catalogue.
 
-use super::{custom_field_refs, load_endpoint};
+use super::load_endpoint;
 use crate::error::ApiError;
 use crate::handlers::admin::ts;
-use crate::handlers::Ctx;
+use crate::handlers::{distinct_refs, Ctx};
 use crate::input::Input;
 use crate::reply::Reply;
 use domain::webhook::{catalogue, ScopeType};
@@ -95,7 +95,11 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
             "must be the reference of the caller's environment",
         ));
     }
-    let cf_refs = custom_field_refs("custom_field_refs", &body.custom_field_refs)?;
+    let cf_refs = distinct_refs(
+        "custom_field_refs",
+        domain::Prefix::CustomField,
+        &body.custom_field_refs,
+    )?;
     let endpoint = load_endpoint(ctx, &input).await?;
     // A product or buyer scope names one of the environment (contract 10.1).
     match scope_type {
