@@ -288,22 +288,13 @@ struct Kind {
     data: serde_json::Value,
 }
 
-const PROJECTED: &[&str] = &[
-    "dispute.opened",
-    "dispute.closed",
-    "payout.paid",
-    "payout.failed",
-    "participation.invited",
-    "participation.accepted",
-];
-
 fn kinds() -> Vec<Kind> {
     // Other systems' disputes, payouts and participations are projected
     // before they are accepted (their data must name real resources): this
     // benchmark measures delivery, so it publishes the other types.
     catalogue::all()
         .iter()
-        .filter(|t| !t.diagnostic && !PROJECTED.contains(&t.name))
+        .filter(|t| !t.diagnostic && !catalogue::is_projected(t.name))
         .map(|t| {
             let version = t.dto_versions.iter().copied().max().unwrap_or(1);
             Kind {

@@ -14,6 +14,7 @@ use crate::handlers::money::outside::{dispute_body, with_etag};
 use crate::jobs::cancel_scheduled_refunds;
 use domain::outside::data::{DisputeData, FieldIssue, ParticipationData, PayoutData};
 use domain::outside::states::{DisputeStatus, ParticipationStatus, PayoutStatus};
+use domain::webhook::catalogue;
 use domain::{Ref, Timestamp};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -91,15 +92,7 @@ where
 impl StoreProjector {
     async fn apply(&self, event: &EventRecord) -> Result<Projection, StoreError> {
         let kind = event.public_event_type.as_str();
-        if !matches!(
-            kind,
-            "dispute.opened"
-                | "dispute.closed"
-                | "payout.paid"
-                | "payout.failed"
-                | "participation.invited"
-                | "participation.accepted"
-        ) {
+        if !catalogue::is_projected(kind) {
             return Ok(Projection::Skip);
         }
         let data: Value = serde_json::from_str(event.data.as_str())

@@ -131,7 +131,8 @@ pub async fn project(
     mut event: EventRecord,
     producer: Option<&str>,
 ) -> Result<Result<EventRecord, EnvelopeError>, StoreError> {
-    let Some(projector) = store.projector().filter(|_| producer != Some(PRODUCER)) else {
+    let theirs = producer != Some(PRODUCER) && catalogue::is_projected(&event.public_event_type);
+    let Some(projector) = store.projector().filter(|_| theirs) else {
         return Ok(Ok(event));
     };
     Ok(match projector.project(&event).await? {

@@ -229,6 +229,23 @@ pub fn all() -> &'static [EventType] {
     CATALOGUE
 }
 
+/// The types other systems own (disputes, payouts, participations): when
+/// they publish one, the service projects it onto the resource it names
+/// before accepting it (contract 10.1, "Events from other systems").
+pub const PROJECTED: &[&str] = &[
+    "dispute.opened",
+    "dispute.closed",
+    "payout.paid",
+    "payout.failed",
+    "participation.invited",
+    "participation.accepted",
+];
+
+/// Whether another system's event of this type is projected (`PROJECTED`).
+pub fn is_projected(name: &str) -> bool {
+    PROJECTED.contains(&name)
+}
+
 /// The event type of that name, if the catalogue has it.
 pub fn find(name: &str) -> Option<&'static EventType> {
     CATALOGUE.iter().find(|t| t.name == name)

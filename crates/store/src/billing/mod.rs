@@ -98,9 +98,19 @@ impl Source<'_> {
 pub(crate) fn money(row: &dyn Columns, currency: &str, minor: &str) -> Result<Money, StoreError> {
     let code = text(row, currency)?;
     let currency = Currency::parse(&code).map_err(|_| StoreError::Corrupt(code))?;
-    let minor = u64::try_from(int(row, minor)?)
+    money_in(row, currency, minor)
+}
+
+/// Minor units kept in `minor`, of a currency another column gave (what a
+/// capture or payment has refunded or reserved, in its amount's currency).
+pub(crate) fn money_in(
+    row: &dyn Columns,
+    currency: Currency,
+    minor: &str,
+) -> Result<Money, StoreError> {
+    let value = u64::try_from(int(row, minor)?)
         .map_err(|_| StoreError::Corrupt(format!("{minor} is negative")))?;
-    Money::new(currency, minor).map_err(|e| StoreError::Corrupt(format!("{minor}: {e}")))
+    Money::new(currency, value).map_err(|e| StoreError::Corrupt(format!("{minor}: {e}")))
 }
 
 /// A money amount as a column value. Amounts are at most 18 digits

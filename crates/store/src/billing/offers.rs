@@ -203,23 +203,6 @@ impl Billing<'_> {
         by_refs(&mut self.source(), environment_ref, offer_refs).await
     }
 
-    /// The product's offer, if its price was ever published.
-    pub async fn offer_of_product(
-        &self,
-        environment_ref: &Ref,
-        product_ref: &Ref,
-    ) -> Result<Option<OfferRecord>, StoreError> {
-        let mut source = self.source();
-        let rows = source
-            .all(
-                "SELECT * FROM offers WHERE product_ref = $1 AND environment_ref = $2",
-                &[product_ref.as_str().into(), environment_ref.as_str().into()],
-                from_row,
-            )
-            .await?;
-        Ok(complete(&mut source, rows).await?.pop())
-    }
-
     pub async fn list_offers(
         &self,
         environment_ref: &Ref,

@@ -3,8 +3,10 @@
 //! and the payment's `amount_refunded`, the order's status, entitlements.
 
 use super::checkout::entitlements::EntitlementRecord;
-use super::checkout::{at, opt_at, reference, state};
-use super::{minor, money, Resource};
+use super::checkout::payments::PaymentRecord;
+use super::checkout::{at, reference, state};
+use super::{minor, money, money_in, Resource};
+use crate::admin::service_accounts::opt_ts;
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::StoreError;
 use domain::checkout::states::{EntitlementStatus, OrderStatus};
@@ -51,9 +53,9 @@ impl Resource for RefundRecord {
             reason: state(row, "reason", RefundReason::parse)?,
             access_effect: state(row, "access_effect", AccessEffect::parse)?,
             requested_at: at(row, "requested_at")?,
-            scheduled_at: opt_at(row, "scheduled_at")?,
-            executed_at: opt_at(row, "executed_at")?,
-            canceled_at: opt_at(row, "canceled_at")?,
+            scheduled_at: opt_ts(row, "scheduled_at")?,
+            executed_at: opt_ts(row, "executed_at")?,
+            canceled_at: opt_ts(row, "canceled_at")?,
             created_at: at(row, "created_at")?,
             updated_at: at(row, "updated_at")?,
             version: int(row, "version")?,
@@ -80,12 +82,9 @@ pub async fn lock_capture(tx: &mut WriteTx, capture_ref: &Ref) -> Result<Held, S
         .await?;
     let row = single(&rows)?;
     let captured = money(row, "currency", "amount_minor")?;
-    let reserved = u64::try_from(int(row, "amount_reserved_minor")?)
-        .map_err(|_| StoreError::Corrupt("amount_reserved_minor".into()))?;
     Ok(Held {
         captured,
-        reserved: Money::new(captured.currency(), reserved)
-            .map_err(|e| StoreError::Corrupt(format!("amount_reserved_minor: {e}")))?,
+        reserved: money_in(row, captured.currency(), "amount_reserved_minor")?,
     })
 }
 
@@ -230,13 +229,8 @@ pub async fn apply_success(
             ],
         )
         .await?;
-    let row = single(&rows)?;
-    let captured = money(row, "currency", "amount_minor")?;
-    let refunded = u64::try_from(int(row, "amount_refunded_minor")?)
-        .ok()
-        .and_then(|v| Money::new(captured.currency(), v).ok())
-        .ok_or_else(|| StoreError::Corrupt("amount_refunded_minor".into()))?;
-    let status = order_status(captured, refunded);
+    let payment = PaymentRecord::decode(single(&rows)?)?;
+    let status = order_status(payment.amount, payment.amount_refunded);
     let orders = tx
         .fetch(
             "UPDATE orders SET status = $1, updated_at = $2, version = version + 1 \

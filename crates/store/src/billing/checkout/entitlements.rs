@@ -1,6 +1,7 @@
 //! Entitlements: one per product of a paid order.
 
-use super::{at, opt_at, reference, state};
+use super::{at, reference, state};
+use crate::admin::service_accounts::opt_ts;
 use crate::billing::Resource;
 use crate::db::tx::{int, single, Columns, WriteTx};
 use crate::StoreError;
@@ -39,7 +40,7 @@ impl Resource for EntitlementRecord {
             order_ref: reference(row, "order_ref")?,
             status: state(row, "status", EntitlementStatus::parse)?,
             granted_at: at(row, "granted_at")?,
-            revoked_at: opt_at(row, "revoked_at")?,
+            revoked_at: opt_ts(row, "revoked_at")?,
             created_at: at(row, "created_at")?,
             version: int(row, "version")?,
         })

@@ -55,10 +55,6 @@ pub(crate) fn at(row: &dyn Columns, col: &str) -> Result<Timestamp, StoreError> 
     Ok(Timestamp::from_millis(int(row, col)?))
 }
 
-pub(crate) fn opt_at(row: &dyn Columns, col: &str) -> Result<Option<Timestamp>, StoreError> {
-    Ok(row.int(col)?.map(Timestamp::from_millis))
-}
-
 /// A closed set's value read back (`parse` is the domain type's).
 pub(crate) fn state<T>(
     row: &dyn Columns,

@@ -1,7 +1,8 @@
 //! Orders (one per completed session) and their invoices, numbered per
 //! environment and year without gaps (`invoice_counters`).
 
-use super::{at, opt_at, opt_reference, reference, state, PricedItem};
+use super::{at, opt_reference, reference, state, PricedItem};
+use crate::admin::service_accounts::opt_ts;
 use crate::billing::{minor, money, Resource};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::webhooks::{json_col, to_json};
@@ -116,7 +117,7 @@ impl Resource for InvoiceRecord {
             amount_total: money(row, "currency", "amount_total")?,
             status: state(row, "status", InvoiceStatus::parse)?,
             issued_at: at(row, "issued_at")?,
-            paid_at: opt_at(row, "paid_at")?,
+            paid_at: opt_ts(row, "paid_at")?,
             created_at: at(row, "created_at")?,
             version: int(row, "version")?,
         })

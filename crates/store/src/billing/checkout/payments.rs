@@ -1,7 +1,8 @@
 //! Payments (one per pay call) and captures (one per succeeded payment).
 
-use super::{at, opt_at, opt_reference, reference, state};
-use crate::billing::{minor, money, Resource};
+use super::{at, opt_reference, reference, state};
+use crate::admin::service_accounts::opt_ts;
+use crate::billing::{minor, money, money_in, Resource};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::webhooks::{json_col, to_json};
 use crate::StoreError;
@@ -48,8 +49,6 @@ impl Resource for PaymentRecord {
             .map(|c| FailureCode::parse(&c).ok_or(StoreError::Corrupt(c)))
             .transpose()?;
         let amount = money(row, "currency", "amount_minor")?;
-        let refunded = u64::try_from(int(row, "amount_refunded_minor")?)
-            .map_err(|_| StoreError::Corrupt("amount_refunded_minor".into()))?;
         Ok(PaymentRecord {
             payment_intent_ref: reference(row, "payment_intent_ref")?,
             environment_ref: reference(row, "environment_ref")?,
@@ -58,8 +57,7 @@ impl Resource for PaymentRecord {
             buyer_email: text(row, "buyer_email")?,
             buyer_name: row.text("buyer_name")?,
             amount,
-            amount_refunded: Money::new(amount.currency(), refunded)
-                .map_err(|e| StoreError::Corrupt(format!("amount_refunded_minor: {e}")))?,
+            amount_refunded: money_in(row, amount.currency(), "amount_refunded_minor")?,
             status: state(row, "status", PaymentStatus::parse)?,
             failure_code,
             method: text(row, "method")?,
@@ -67,8 +65,8 @@ impl Resource for PaymentRecord {
             save_method: int(row, "save_method")? != 0,
             stored_payment_method_ref: opt_reference(row, "stored_payment_method_ref")?,
             product_refs: json_col(row, "product_refs")?,
-            action_expires_at: opt_at(row, "action_expires_at")?,
-            captured_at: opt_at(row, "captured_at")?,
+            action_expires_at: opt_ts(row, "action_expires_at")?,
+            captured_at: opt_ts(row, "captured_at")?,
             created_at: at(row, "created_at")?,
             updated_at: at(row, "updated_at")?,
             version: int(row, "version")?,
@@ -188,15 +186,12 @@ impl Resource for CaptureRecord {
 
     fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
         let amount = money(row, "currency", "amount_minor")?;
-        let refunded = u64::try_from(int(row, "amount_refunded_minor")?)
-            .map_err(|_| StoreError::Corrupt("amount_refunded_minor".into()))?;
         Ok(CaptureRecord {
             capture_ref: reference(row, "capture_ref")?,
             environment_ref: reference(row, "environment_ref")?,
             payment_intent_ref: reference(row, "payment_intent_ref")?,
             amount,
-            amount_refunded: Money::new(amount.currency(), refunded)
-                .map_err(|e| StoreError::Corrupt(format!("amount_refunded_minor: {e}")))?,
+            amount_refunded: money_in(row, amount.currency(), "amount_refunded_minor")?,
             captured_at: at(row, "captured_at")?,
             created_at: at(row, "created_at")?,
             version: int(row, "version")?,

@@ -2,7 +2,8 @@
 //! `open` until a payment completes them. Expiry is read from the clock
 //! (`SessionStatus::effective`); the stored status is `open` or `complete`.
 
-use super::{at, opt_at, opt_reference, reference, state, PricedItem};
+use super::{at, opt_reference, reference, state, PricedItem};
+use crate::admin::service_accounts::opt_ts;
 use crate::billing::{minor, money, Expiry, Resource};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::webhooks::{json_col, to_json};
@@ -89,7 +90,7 @@ impl Resource for SessionRecord {
             success_url: text(row, "success_url")?,
             cancel_url: row.text("cancel_url")?,
             expires_at: at(row, "expires_at")?,
-            completed_at: opt_at(row, "completed_at")?,
+            completed_at: opt_ts(row, "completed_at")?,
             created_at: at(row, "created_at")?,
             updated_at: at(row, "updated_at")?,
             version: int(row, "version")?,

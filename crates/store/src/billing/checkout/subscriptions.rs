@@ -1,7 +1,8 @@
 //! Subscriptions (one per recurring line item of a paid session) and their
 //! changes (`started` first).
 
-use super::{at, opt_at, opt_reference, reference, state};
+use super::{at, opt_reference, reference, state};
+use crate::admin::service_accounts::opt_ts;
 use crate::billing::Resource;
 use crate::db::tx::{int, single, Columns, WriteTx};
 use crate::StoreError;
@@ -45,11 +46,11 @@ impl Resource for SubscriptionRecord {
             product_ref: reference(row, "product_ref")?,
             checkout_session_ref: reference(row, "checkout_session_ref")?,
             status: state(row, "status", SubscriptionStatus::parse)?,
-            current_period_start: opt_at(row, "current_period_start")?,
-            current_period_end: opt_at(row, "current_period_end")?,
+            current_period_start: opt_ts(row, "current_period_start")?,
+            current_period_end: opt_ts(row, "current_period_end")?,
             stored_payment_method_ref: opt_reference(row, "stored_payment_method_ref")?,
-            started_at: opt_at(row, "started_at")?,
-            canceled_at: opt_at(row, "canceled_at")?,
+            started_at: opt_ts(row, "started_at")?,
+            canceled_at: opt_ts(row, "canceled_at")?,
             created_at: at(row, "created_at")?,
             updated_at: at(row, "updated_at")?,
             version: int(row, "version")?,
