@@ -96,21 +96,61 @@ pub struct Store {
 
 /// How every SQLite connection of the store is set up (the pools' and the
 /// write lane's): WAL, a busy timeout of `BUSY_TIMEOUT`, foreign keys, and
-/// no automatic checkpoints (`checkpoint.rs` runs them).
-pub(crate) const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; \
+/// no automatic checkpoints (`checkpoint.rs` runs them). The durability
+/// pragma follows (`Synchronous`).
+pub(crate) const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; \
      PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON; \
      PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 0;";
 
+/// When a SQLite commit counts as done (`store.synchronous`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// The write-ahead log is synced at every commit: whatever the service
+    /// confirmed (a 2xx, an ack, a recorded attempt) survives a power loss.
+    #[default]
+    Full,
+    /// Synced at checkpoints only: a crash of the process loses nothing, a
+    /// power loss may lose the last commits.
+    Normal,
+}
+
+impl Synchronous {
+    pub fn parse(s: &str) -> Option<Synchronous> {
+        match s {
+            "full" => Some(Synchronous::Full),
+            "normal" => Some(Synchronous::Normal),
+            _ => None,
+        }
+    }
+
+    /// The pragma that sets it on a connection.
+    pub(crate) fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "PRAGMA synchronous = FULL;",
+            Synchronous::Normal => "PRAGMA synchronous = NORMAL;",
+        }
+    }
+}
+
+/// Options of `Store::connect_with`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreOptions {
+    pub synchronous: Synchronous,
+}
+
 /// The busy timeout set by `SQLITE_PRAGMAS`.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
-
-static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
-static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 impl Store {
     /// Opens `url` (`sqlite://path` or `postgres://…`). A SQLite file and its
     /// folder are created when missing.
     pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        Store::connect_with(url, StoreOptions::default()).await
+    }
+
+    /// `connect` with explicit options.
+    pub async fn connect_with(url: &str, options: StoreOptions) -> Result<Store, StoreError> {
+        let synchronous = options.synchronous;
         sqlx::any::install_default_drivers();
         let mut sqlite_file = None;
         let (backend, url) = if let Some(path) = url.strip_prefix("sqlite://") {
@@ -149,6 +189,7 @@ impl Store {
                     Box::pin(async move {
                         if backend == Backend::Sqlite {
                             conn.execute(SQLITE_PRAGMAS).await?;
+                            conn.execute(synchronous.pragma()).await?;
                         }
                         Ok(())
                     })
@@ -183,7 +224,7 @@ impl Store {
             handoff: dispatch::handoff::Slot::default(),
             projector: dispatch::projection::Slot::default(),
             lane: match sqlite_file {
-                Some(file) => Some(Arc::new(db::lane::Lane::start(&file)?)),
+                Some(file) => Some(Arc::new(db::lane::Lane::start(&file, synchronous)?)),
                 None => None,
             },
             claimed: Arc::default(),
@@ -197,11 +238,9 @@ impl Store {
 
     /// Applies every pending versioned migration of this backend.
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        let migrator = match self.backend {
-            Backend::Sqlite => &SQLITE_MIGRATIONS,
-            Backend::Postgres => &POSTGRES_MIGRATIONS,
-        };
-        migrator
+        db::migrations::migrator(self.backend)
+            .await
+            .map_err(|e| StoreError::Migration(e.to_string()))?
             .run(&self.writer)
             .await
             .map_err(|e| StoreError::Migration(e.to_string()))

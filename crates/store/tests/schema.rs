@@ -1,6 +1,7 @@
-//! The two migration folders, `migrations/sqlite` and `migrations/postgres`,
-//! must leave both engines with the same schema, and stay one source of
-//! truth (see `migrations/README.md`):
+//! The migrations are written once (`migrations/README.md`): those both
+//! engines accept as they are in `migrations/shared`, and only the versions
+//! whose SQL must differ in `migrations/sqlite` and `migrations/postgres`.
+//! These tests keep that true and safe:
 //!
 //! - `both_engines_end_with_the_same_schema` migrates a fresh SQLite file
 //!   and a fresh PostgreSQL database with `Store::migrate` and compares what
@@ -9,8 +10,9 @@
 //!   partial or not and the predicate) and foreign keys. The PostgreSQL part
 //!   runs when the server answers; with `BILLING_TEST_FLEET=1` (CI) an
 //!   unreachable server is a failure, otherwise a skip.
-//! - `shared_migrations_are_byte_identical`: a version present in both
-//!   folders has the same bytes in both unless `ENGINE_SPECIFIC` lists it.
+//! - `each_version_is_written_once`: a version is in `shared` or in both
+//!   engine folders (then listed in `ENGINE_SPECIFIC`, and different), never
+//!   both; and what the store embeds is exactly these files.
 //! - `deployed_migrations_never_change`: sqlx records each applied
 //!   migration's SHA-384 in `_sqlx_migrations`, and refuses to start on a
 //!   database whose recorded checksum no longer matches the file; the
@@ -118,15 +120,15 @@ const PINNED: &[(&str, &str, &str)] = &[
 // ---------------------------------------------------------------------------
 // The migration files.
 
-fn migrations_dir(engine: &str) -> PathBuf {
+fn migrations_dir(folder: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("migrations")
-        .join(engine)
+        .join(folder)
 }
 
 /// The `.sql` files of one folder: file name to contents.
-fn migration_files(engine: &str) -> BTreeMap<String, Vec<u8>> {
-    let dir = migrations_dir(engine);
+fn folder_files(folder: &str) -> BTreeMap<String, Vec<u8>> {
+    let dir = migrations_dir(folder);
     std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("read {}: {e}", dir.display()))
         .map(|entry| entry.expect("directory entry").path())
@@ -137,6 +139,13 @@ fn migration_files(engine: &str) -> BTreeMap<String, Vec<u8>> {
             (name, bytes)
         })
         .collect()
+}
+
+/// What one engine applies: the shared files and its own.
+fn migration_files(engine: &str) -> BTreeMap<String, Vec<u8>> {
+    let mut all = folder_files("shared");
+    all.extend(folder_files(engine));
+    all
 }
 
 /// `0010_events_data_until_fanned_out.sql` → `0010`.
@@ -152,56 +161,50 @@ fn sha384_hex(bytes: &[u8]) -> String {
 }
 
 #[test]
-fn shared_migrations_are_byte_identical() {
-    let sqlite = migration_files("sqlite");
-    let postgres = migration_files("postgres");
-    assert!(!sqlite.is_empty() && !postgres.is_empty());
+fn each_version_is_written_once() {
+    let shared = folder_files("shared");
+    let sqlite = folder_files("sqlite");
+    let postgres = folder_files("postgres");
+    assert!(!shared.is_empty());
     let mut problems = Vec::new();
-
-    // A version is one file name in both folders: same number, same
-    // description (sqlx takes the description from the name).
-    let by_version = |files: &BTreeMap<String, Vec<u8>>| -> BTreeMap<String, String> {
+    let versions = |files: &BTreeMap<String, Vec<u8>>| -> BTreeMap<String, String> {
         files
             .keys()
             .map(|name| (version_of(name).to_owned(), name.clone()))
             .collect()
     };
-    let (lite_versions, pg_versions) = (by_version(&sqlite), by_version(&postgres));
-    for (version, name) in &lite_versions {
-        match pg_versions.get(version) {
-            None => problems.push(format!(
-                "{name} is only in migrations/sqlite: copy it to migrations/postgres"
-            )),
-            Some(other) if other != name => problems.push(format!(
-                "version {version} is {name} for SQLite but {other} for PostgreSQL: use one name"
-            )),
-            Some(_) => {}
+    let (common, lite, pg) = (versions(&shared), versions(&sqlite), versions(&postgres));
+    for (engine, own, other) in [("sqlite", &lite, &pg), ("postgres", &pg, &lite)] {
+        for (version, name) in own {
+            if common.contains_key(version) {
+                problems.push(format!(
+                    "version {version} is in migrations/shared and migrations/{engine}: \
+                     write it once"
+                ));
+            }
+            match other.get(version) {
+                None => problems.push(format!(
+                    "{name} is only in migrations/{engine}: write it once in migrations/shared, \
+                     or for both engines"
+                )),
+                // sqlx takes the description from the name.
+                Some(o) if o != name => problems.push(format!(
+                    "version {version} is {name} here and {o} for the other engine: use one name"
+                )),
+                Some(_) => {}
+            }
+            if !ENGINE_SPECIFIC.iter().any(|(v, _)| v == version) {
+                problems.push(format!(
+                    "{name} is engine-specific: add (\"{version}\", \"<why>\") to ENGINE_SPECIFIC"
+                ));
+            }
         }
     }
-    for (version, name) in &pg_versions {
-        if !lite_versions.contains_key(version) {
+    for (name, bytes) in &sqlite {
+        if postgres.get(name) == Some(bytes) {
             problems.push(format!(
-                "{name} is only in migrations/postgres: copy it to migrations/sqlite"
+                "{name} is the same for both engines: move it to migrations/shared"
             ));
-        }
-    }
-
-    for (name, lite) in &sqlite {
-        let Some(pg) = postgres.get(name) else {
-            continue;
-        };
-        let version = version_of(name);
-        let listed = ENGINE_SPECIFIC.iter().any(|(v, _)| *v == version);
-        match (lite == pg, listed) {
-            (false, false) => problems.push(format!(
-                "{name} differs between migrations/sqlite and migrations/postgres: write the \
-                 migration once and copy it unchanged to both folders, or, if an engine really \
-                 needs different SQL, add (\"{version}\", \"<why>\") to ENGINE_SPECIFIC"
-            )),
-            (true, true) => problems.push(format!(
-                "{name} is identical in both folders: remove \"{version}\" from ENGINE_SPECIFIC"
-            )),
-            _ => {}
         }
     }
     for (version, reason) in ENGINE_SPECIFIC {
@@ -209,13 +212,29 @@ fn shared_migrations_are_byte_identical() {
             !reason.trim().is_empty(),
             "ENGINE_SPECIFIC {version}: give the reason"
         );
-        if !lite_versions.contains_key(*version) && !pg_versions.contains_key(*version) {
+        if !lite.contains_key(*version) {
             problems.push(format!(
-                "ENGINE_SPECIFIC lists {version}, which has no migration"
+                "ENGINE_SPECIFIC lists {version}, which has no engine-specific files"
             ));
         }
     }
-
+    // The store embeds exactly these files, in version order.
+    for (engine, backend) in [
+        ("sqlite", store::Backend::Sqlite),
+        ("postgres", store::Backend::Postgres),
+    ] {
+        let files = migration_files(engine);
+        let embedded: Vec<(String, Vec<u8>)> = store::db::migrations::files(backend)
+            .iter()
+            .map(|(name, sql)| ((*name).to_owned(), sql.as_bytes().to_vec()))
+            .collect();
+        let on_disk: Vec<(String, Vec<u8>)> = files.into_iter().collect();
+        if embedded != on_disk {
+            problems.push(format!(
+                "the {engine} migrations embedded in the store are not the files (rebuild)"
+            ));
+        }
+    }
     assert!(
         problems.is_empty(),
         "migration folders:\n  {}",
@@ -233,7 +252,7 @@ fn deployed_migrations_never_change() {
         let lite = sqlite.get(name).map(|b| sha384_hex(b));
         let pg = postgres.get(name).map(|b| sha384_hex(b));
         let (Some(lite), Some(pg)) = (lite, pg) else {
-            continue; // `shared_migrations_are_byte_identical` reports it.
+            continue; // `each_version_is_written_once` reports it.
         };
         match PINNED.iter().find(|(file, _, _)| file == name) {
             None => problems.push(format!(
@@ -242,17 +261,17 @@ fn deployed_migrations_never_change() {
             )),
             Some((_, want_lite, want_pg)) => {
                 if lite != *want_lite {
-                    problems.push(format!("migrations/sqlite/{name} changed (SHA-384 {lite})"));
+                    problems.push(format!("{name} for SQLite changed (SHA-384 {lite})"));
                 }
                 if pg != *want_pg {
-                    problems.push(format!("migrations/postgres/{name} changed (SHA-384 {pg})"));
+                    problems.push(format!("{name} for PostgreSQL changed (SHA-384 {pg})"));
                 }
             }
         }
     }
     for (file, _, _) in PINNED {
         if !sqlite.contains_key(*file) || !postgres.contains_key(*file) {
-            problems.push(format!("pinned migration {file} is missing from a folder"));
+            problems.push(format!("pinned migration {file} is missing for an engine"));
         }
     }
     assert!(

@@ -46,7 +46,7 @@ pub(crate) struct Lane {
 impl Lane {
     /// Starts the lane with its connection to the database `file`, which
     /// must exist (the store's pools made it).
-    pub(crate) fn start(file: &str) -> Result<Lane, StoreError> {
+    pub(crate) fn start(file: &str, synchronous: crate::Synchronous) -> Result<Lane, StoreError> {
         let connection = rusqlite::Connection::open_with_flags(
             file,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -55,6 +55,7 @@ impl Lane {
         )?;
         // As the pools' connections (`Store::connect`).
         connection.execute_batch(crate::SQLITE_PRAGMAS)?;
+        connection.execute_batch(synchronous.pragma())?;
         connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

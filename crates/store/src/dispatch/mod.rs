@@ -852,20 +852,15 @@ pub mod statements {
     mod tests {
         use super::*;
 
-        /// The partial index's predicate, as each engine's migration 0003
-        /// creates it.
+        /// The partial index's predicate, as migration 0003 creates it.
         #[test]
         fn pending_is_the_due_time_index_predicate() {
-            for migration in [
-                include_str!("../../migrations/postgres/0003_dispatch.sql"),
-                include_str!("../../migrations/sqlite/0003_dispatch.sql"),
-            ] {
-                let index = migration
-                    .lines()
-                    .find(|l| l.contains("INDEX webhook_deliveries_due_at "))
-                    .expect("the due-time index");
-                assert!(index.ends_with(&format!("WHERE {};", pending())), "{index}");
-            }
+            let migration = include_str!("../../migrations/shared/0003_dispatch.sql");
+            let index = migration
+                .lines()
+                .find(|l| l.contains("INDEX webhook_deliveries_due_at "))
+                .expect("the due-time index");
+            assert!(index.ends_with(&format!("WHERE {};", pending())), "{index}");
             for sql in [claimable("$1", "$2"), pending_due(10)] {
                 assert!(sql.contains(&pending()), "{sql}");
             }
