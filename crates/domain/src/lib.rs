@@ -16,6 +16,7 @@ pub mod idempotency;
 pub mod money;
 pub mod outside;
 pub mod principal;
+pub mod rate_limit;
 pub mod reference;
 pub mod refunds;
 pub mod secret;

@@ -3,39 +3,30 @@
 //! A `Ref` can only be built by generating one or by parsing a string whose
 //! prefix and shape are right, so a value of this type is always well-formed.
 //!
-//! A generated body is 7 characters of the creation time (Unix
-//! milliseconds in base 62, digits before capitals before small letters, so
-//! that byte order is time order) then 5 of a sequence that starts at a
-//! random point in each process. Why not 12 random characters: a
-//! reference is the key of its row, and random keys land on a different
-//! B-tree page each, so every inserted delivery and attempt dirtied a page
-//! of each of its key indexes, written out whole at each commit (a third of
-//! the SQLite writer's time under load). Keys made moments apart now share
-//! pages. Within a process two references never repeat (the sequence
-//! would have to pass 916 million values in one millisecond); across
-//! processes a repeat needs the same millisecond and overlapping
-//! sequences, and a store refuses it as a duplicate key, never overwrites.
-//! References are identifiers, not secrets: nothing is authorised by
-//! knowing one (the contract answers `not_found` across environments).
+//! A generated body is 5 characters of the creation time, then 7 drawn from
+//! a cryptographic random source (contract 7: about 41 bits that no other
+//! reference tells; no counter). The time part is the count of 10 µs ticks
+//! modulo 62^5 (it wraps every 2.5 hours) in base 62, digits before
+//! capitals before small letters, so that references made one after
+//! another are neighbours in byte order: a reference is the key of its
+//! row, and keys made moments apart share B-tree pages instead of dirtying
+//! one page each per insert. Byte order is not time order across a wrap,
+//! and nothing may rely on it: lists order by creation time first. Two
+//! references repeat only with the same tick and the same 7 random
+//! characters (one chance in 3.5 * 10^12), and a store refuses a repeat as
+//! a duplicate key, never overwrites. References are identifiers, not
+//! secrets: nothing is authorised by knowing one (the contract answers
+//! `not_found` across environments).
 
 use rand::Rng;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 
 /// Length of the body of every reference.
 pub const BODY_LEN: usize = 12;
 /// Characters of the body that hold the creation time.
-const TIME_LEN: usize = 7;
+const TIME_LEN: usize = 5;
 /// Base-62 digits in ASCII order.
 const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-
-/// The process's sequence, from a random start.
-fn sequence() -> u64 {
-    static NEXT: OnceLock<AtomicU64> = OnceLock::new();
-    NEXT.get_or_init(|| AtomicU64::new(rand::thread_rng().gen()))
-        .fetch_add(1, Ordering::Relaxed)
-}
 
 /// Writes `value` as `out.len()` base-62 digits, most significant first
 /// (higher digits beyond the width are dropped).
@@ -86,15 +77,20 @@ pub enum RefError {
 pub struct Ref(String);
 
 impl Ref {
-    /// A fresh reference: creation time, then the process's sequence (see
-    /// the module's documentation).
+    /// A fresh reference: creation time, then random characters (see the
+    /// module's documentation).
     pub fn generate(prefix: Prefix) -> Ref {
-        let millis = std::time::SystemTime::now()
+        let ticks = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+            .map_or(0, |d| (d.as_micros() / 10) as u64);
         let mut body = [0u8; BODY_LEN];
-        base62(millis, &mut body[..TIME_LEN]);
-        base62(sequence(), &mut body[TIME_LEN..]);
+        base62(ticks, &mut body[..TIME_LEN]);
+        // `thread_rng` is a cryptographically secure generator, seeded
+        // from the operating system and reseeded periodically.
+        let mut rng = rand::thread_rng();
+        for slot in &mut body[TIME_LEN..] {
+            *slot = DIGITS[rng.gen_range(0..DIGITS.len())];
+        }
         let body = std::str::from_utf8(&body).expect("base-62 digits are ASCII");
         Ref(format!("{}_{}", prefix.as_str(), body))
     }
@@ -153,13 +149,39 @@ mod tests {
     }
 
     #[test]
-    fn generated_refs_are_distinct_and_in_creation_order() {
+    fn generated_refs_are_distinct_and_neighbours() {
         let refs: Vec<Ref> = (0..10_000).map(|_| Ref::generate(Prefix::Event)).collect();
         let unique: std::collections::HashSet<&Ref> = refs.iter().collect();
         assert_eq!(unique.len(), refs.len());
-        // In order but where the sequence wrapped (at most once here).
-        let descents = refs.windows(2).filter(|w| w[0] >= w[1]).count();
-        assert!(descents <= 1, "{descents} references out of order");
+        // The time part never goes back, but where it wrapped (at most once here).
+        let time = |r: &Ref| r.as_str()[4..4 + TIME_LEN].to_owned();
+        let descents = refs
+            .windows(2)
+            .filter(|w| time(&w[0]) > time(&w[1]))
+            .count();
+        assert!(descents <= 1, "{descents} time parts out of order");
+    }
+
+    #[test]
+    fn the_random_part_is_not_a_counter() {
+        // Seven characters per reference are random: across many
+        // references made within one tick, every position takes many values.
+        let refs: Vec<String> = (0..2_000)
+            .map(|_| Ref::generate(Prefix::Event).into_string())
+            .collect();
+        for position in 4 + TIME_LEN..4 + BODY_LEN {
+            let seen: std::collections::HashSet<u8> =
+                refs.iter().map(|r| r.as_bytes()[position]).collect();
+            assert!(
+                seen.len() > 50,
+                "position {position}: {} values",
+                seen.len()
+            );
+        }
+        // Two consecutive references share no random suffix.
+        for w in refs.windows(2) {
+            assert_ne!(w[0][4 + TIME_LEN..], w[1][4 + TIME_LEN..]);
+        }
     }
 
     #[test]
@@ -169,14 +191,10 @@ mod tests {
             base62(v, &mut out);
             out
         };
-        assert_eq!(&encode(0), b"0000000");
-        assert_eq!(&encode(61), b"000000z");
-        assert_eq!(&encode(62), b"0000010");
-        for (a, b) in [
-            (1u64, 2u64),
-            (61, 62),
-            (1_700_000_000_000, 1_700_000_000_001),
-        ] {
+        assert_eq!(&encode(0), b"00000");
+        assert_eq!(&encode(61), b"0000z");
+        assert_eq!(&encode(62), b"00010");
+        for (a, b) in [(1u64, 2u64), (61, 62), (900_000_000, 900_000_001)] {
             assert!(encode(a) < encode(b));
         }
     }
@@ -194,7 +212,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn base62_is_monotonic(a in 0u64..62u64.pow(7), b in 0u64..62u64.pow(7)) {
+        fn base62_is_monotonic(a in 0u64..62u64.pow(5), b in 0u64..62u64.pow(5)) {
             let (mut x, mut y) = ([0u8; TIME_LEN], [0u8; TIME_LEN]);
             base62(a, &mut x);
             base62(b, &mut y);
