@@ -7,6 +7,7 @@
 
 use crate::config::Config;
 use anyhow::Context;
+use control_api::rate_limit::SharedBuckets;
 use control_api::state::{Probe, WebhookSettings};
 use control_api::{ApiSettings, AppState};
 use dispatcher::redis_schedule::RedisSchedule;
@@ -33,7 +34,10 @@ pub enum Role {
 
 /// Opens the store and applies pending migrations.
 pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
-    let store = Store::connect(&config.store.url).await.with_context(|| {
+    let options = store::StoreOptions {
+        synchronous: store::Synchronous::parse(&config.store.synchronous).unwrap_or_default(),
+    };
+    let store = Store::connect_with(&config.store.url, options).await.with_context(|| {
         format!(
             "failed to open the store at {}",
             crate::config::redact_url(&config.store.url)
@@ -61,6 +65,7 @@ pub fn api_settings(config: &Config) -> anyhow::Result<ApiSettings> {
     };
     Ok(ApiSettings {
         idempotency_retention: config.idempotency_retention(),
+        rate_limit: config.api.rate_limit,
         ..ApiSettings::new(webhooks)
     })
 }
@@ -74,6 +79,19 @@ pub fn dispatch_settings(config: &Config) -> anyhow::Result<DispatchSettings> {
         allow_private_networks: config.delivery.allow_private_networks,
         disable_after: Config::duration(&config.delivery.disable_after),
         ..DispatchSettings::new(schedule, SecretCipher::new(key))
+    })
+}
+
+/// Rate-limit buckets kept in the fleet's Redis.
+pub fn shared_buckets(schedule: Arc<RedisSchedule>) -> SharedBuckets {
+    Arc::new(move |credential, rate| {
+        let schedule = schedule.clone();
+        Box::pin(async move {
+            schedule
+                .take_token(&credential, rate)
+                .await
+                .map_err(|e| e.to_string())
+        })
     })
 }
 
@@ -117,12 +135,15 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             state = state.with_probe("queue", probe);
         }
         if let Some(schedule) = &redis {
-            let schedule = schedule.clone();
+            let probed = schedule.clone();
             let probe: Probe = Arc::new(move || {
-                let schedule = schedule.clone();
+                let schedule = probed.clone();
                 Box::pin(async move { schedule.ping().await.map_err(|e| e.to_string()) })
             });
             state = state.with_probe("scheduler", probe);
+            // The fleet's API processes share each credential's bucket.
+            let buckets = shared_buckets(schedule.clone());
+            state = state.with_shared_rate_limit(buckets);
         }
         // The events this process's writes emit leave through its outbox.
         let target = match config.amqp_url() {

@@ -45,18 +45,33 @@ impl std::fmt::Debug for SecretsConfig {
 #[serde(deny_unknown_fields)]
 pub struct ApiConfig {
     pub listen: String,
+    /// Requests per second per credential (a token bucket with bursts of
+    /// twice as many); 0 turns the limit off.
+    pub rate_limit: u32,
+    /// Open connections one process accepts at once; more wait in the
+    /// kernel's backlog.
+    pub max_connections: u32,
+    /// Time a client has to send a request's headers, and between two
+    /// pieces of its body.
+    pub read_timeout: String,
+    /// Largest request head (request line and headers) in bytes.
+    pub max_header_bytes: u32,
 }
 
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     pub url: String,
+    /// SQLite only: `full` (every commit is on disk before it is
+    /// acknowledged) or `normal` (a power loss may lose the last commits).
+    pub synchronous: String,
 }
 
 impl std::fmt::Debug for StoreConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoreConfig")
             .field("url", &redact_url(&self.url))
+            .field("synchronous", &self.synchronous)
             .finish()
     }
 }
@@ -113,9 +128,14 @@ impl Default for Config {
         Config {
             api: ApiConfig {
                 listen: "127.0.0.1:8080".into(),
+                rate_limit: 1000,
+                max_connections: 1024,
+                read_timeout: "10s".into(),
+                max_header_bytes: 16 * 1024,
             },
             store: StoreConfig {
                 url: "sqlite://data/billing.db".into(),
+                synchronous: "full".into(),
             },
             queue: UrlConfig {
                 url: "embedded".into(),
@@ -189,6 +209,7 @@ impl Config {
             ("delivery.disable_after", &self.delivery.disable_after),
             ("delivery.body_retention", &self.delivery.body_retention),
             ("idempotency.retention", &self.idempotency.retention),
+            ("api.read_timeout", &self.api.read_timeout),
         ];
         for (field, value) in durations {
             domain::duration::parse(value)
@@ -253,6 +274,19 @@ impl Config {
                 "secrets.key_file",
                 "must be set when secrets.key is empty",
             ));
+        }
+        if Config::duration(&self.api.read_timeout).is_zero() {
+            return Err(invalid("api.read_timeout", "must be longer than 0s"));
+        }
+        if self.api.max_connections == 0 {
+            return Err(invalid("api.max_connections", "must be at least 1"));
+        }
+        // hyper's read buffer cannot be smaller than 8 KiB.
+        if self.api.max_header_bytes < 8192 {
+            return Err(invalid("api.max_header_bytes", "must be at least 8192"));
+        }
+        if store::Synchronous::parse(&self.store.synchronous).is_none() {
+            return Err(invalid("store.synchronous", "must be `full` or `normal`"));
         }
         if !["text", "json"].contains(&self.log.format.as_str()) {
             return Err(invalid("log.format", "must be `text` or `json`"));
@@ -332,6 +366,38 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn the_defaults_are_the_contracts() {
+        let c = Config::default();
+        assert_eq!(c.api.rate_limit, 1000);
+        assert_eq!(
+            store::Synchronous::parse(&c.store.synchronous),
+            Some(store::Synchronous::Full)
+        );
+    }
+
+    #[test]
+    fn limits_and_durability_are_checked() {
+        let cases: [(&str, fn(&mut Config)); 4] = [
+            ("store.synchronous", |c| c.store.synchronous = "off".into()),
+            ("api.read_timeout", |c| c.api.read_timeout = "0s".into()),
+            ("api.max_connections", |c| c.api.max_connections = 0),
+            ("api.max_header_bytes", |c| c.api.max_header_bytes = 100),
+        ];
+        for (name, spoil) in cases {
+            let mut c = Config::default();
+            spoil(&mut c);
+            assert!(
+                matches!(c.validate(), Err(ConfigError::Invalid { field, .. }) if field == name),
+                "{name}"
+            );
+        }
+        let mut c = Config::default();
+        c.store.synchronous = "normal".into();
+        c.api.rate_limit = 0;
+        c.validate().unwrap();
     }
 
     #[test]

@@ -62,6 +62,10 @@ pub enum ApiError {
     /// 503: a backing service is unreachable.
     #[error("a backing service is unavailable; retry later")]
     DependencyUnavailable,
+    /// 429: the credential is over its rate limit; the value is the whole
+    /// seconds until a request would pass.
+    #[error("this credential sent more requests than its rate limit allows; retry later")]
+    RateLimited { retry_after_secs: u64 },
     /// 500: a defect. The source is logged, never sent.
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -99,6 +103,7 @@ impl ApiError {
             ApiError::PreconditionFailed => "precondition_failed",
             ApiError::VersionConflict(_) => "version_conflict",
             ApiError::DependencyUnavailable => "dependency_unavailable",
+            ApiError::RateLimited { .. } => "rate_limited",
             ApiError::Internal(_) => "internal_error",
         }
     }
@@ -117,6 +122,7 @@ impl ApiError {
             ApiError::PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             ApiError::VersionConflict(_) => StatusCode::CONFLICT,
             ApiError::DependencyUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -163,6 +169,9 @@ impl ApiError {
             }
             ApiError::DependencyUnavailable => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            }
+            ApiError::RateLimited { retry_after_secs } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs.max(1)));
             }
             _ => {}
         }

@@ -16,6 +16,7 @@ pub mod openapi;
 pub mod operations;
 pub mod pipeline;
 pub mod projection;
+pub mod rate_limit;
 pub mod reply;
 pub mod router;
 pub mod state;

@@ -1,10 +1,12 @@
 //! The request pipeline every operation runs through, written once:
-//! request id, authentication, permission, header checks, body parsing,
-//! idempotency, the handler, the envelope, ETag and the request log.
+//! request id, authentication, rate limit, permission, header checks, body
+//! parsing, idempotency, the handler, the envelope, ETag and the request
+//! log.
 //!
-//! Check order (contract section 2): authentication, permission, header
-//! presence and format (idempotency key, then precondition), body
-//! validation, then the handler (existence, precondition match, semantics).
+//! Check order (contract section 2): authentication, rate limit,
+//! permission, header presence and format (idempotency key, then
+//! precondition), body validation, then the handler (existence,
+//! precondition match, semantics).
 
 use crate::auth::{authenticate, Caller};
 use crate::error::ApiError;
@@ -136,6 +138,7 @@ async fn execute(
     let (mut parts, body) = req.into_parts();
     let caller = authenticate(&state.store, &parts.headers).await?;
     trace.caller = Some(caller.clone());
+    state.limiter.check(&caller.credential_ref).await?;
     if !caller.holds(op.permission) {
         return Err(ApiError::Forbidden(op.permission));
     }

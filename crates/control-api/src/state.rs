@@ -1,5 +1,6 @@
 //! Shared state of the control API: the store and the settings it needs.
 
+use crate::rate_limit::{RateLimiter, SharedBuckets};
 use domain::webhook::cipher::SecretCipher;
 use futures::future::BoxFuture;
 use std::sync::Arc;
@@ -13,6 +14,9 @@ pub struct ApiSettings {
     pub idempotency_retention: Duration,
     /// Largest accepted request body.
     pub max_body_bytes: usize,
+    /// Requests per second per credential (bursts of twice as many); 0 is
+    /// no limit.
+    pub rate_limit: u32,
     pub webhooks: WebhookSettings,
 }
 
@@ -49,6 +53,7 @@ impl ApiSettings {
         ApiSettings {
             idempotency_retention: Duration::from_secs(24 * 3600),
             max_body_bytes: 1 << 20,
+            rate_limit: 1000,
             webhooks,
         }
     }
@@ -63,15 +68,23 @@ pub struct AppState {
     pub settings: Arc<ApiSettings>,
     /// Backing services `/readyz` checks besides the store (queue, scheduler).
     pub probes: Arc<Vec<(&'static str, Probe)>>,
+    pub limiter: Arc<RateLimiter>,
 }
 
 impl AppState {
     pub fn new(store: Store, settings: ApiSettings) -> AppState {
         AppState {
             store,
+            limiter: Arc::new(RateLimiter::new(settings.rate_limit)),
             settings: Arc::new(settings),
             probes: Arc::new(Vec::new()),
         }
+    }
+
+    /// Keeps the rate-limit buckets in `shared` (a fleet's Redis).
+    pub fn with_shared_rate_limit(mut self, shared: SharedBuckets) -> AppState {
+        self.limiter = Arc::new(RateLimiter::new(self.settings.rate_limit).with_shared(shared));
+        self
     }
 
     /// Adds a service `/readyz` must find reachable.

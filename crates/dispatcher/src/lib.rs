@@ -26,6 +26,7 @@ pub mod intake;
 pub mod metrics;
 pub mod outbox;
 pub mod recorder;
+pub mod redis_buckets;
 pub mod redis_schedule;
 pub mod schedule;
 pub mod sending;

@@ -96,7 +96,8 @@ return n
 /// reconnects by itself after a Redis restart.
 #[derive(Clone)]
 pub struct RedisSchedule {
-    conn: ConnectionManager,
+    /// Shared with `redis_buckets`, which keeps the API's rate limit here.
+    pub(crate) conn: ConnectionManager,
     prefix: String,
     due_key: String,
     leased_key: String,
