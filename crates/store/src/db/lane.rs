@@ -96,3 +96,44 @@ impl Lane {
         LiteTx::begin(self.connection.clone(), Some(turn))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Store, StoreOptions, Synchronous};
+
+    /// Every connection that writes or reads (the pools' and the lane's)
+    /// runs with the configured durability: `PRAGMA synchronous` reads 2
+    /// for FULL and 1 for NORMAL.
+    #[tokio::test]
+    async fn every_connection_has_the_configured_durability() {
+        for (synchronous, want) in [(Synchronous::Full, 2i64), (Synchronous::Normal, 1)] {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}/d.db", dir.path().display());
+            let store = Store::connect_with(&url, StoreOptions { synchronous })
+                .await
+                .unwrap();
+            for pool in [&store.pool, &store.writer] {
+                let got: i64 = sqlx::query_scalar("PRAGMA synchronous")
+                    .fetch_one(pool)
+                    .await
+                    .unwrap();
+                assert_eq!(got, want, "{synchronous:?} pool");
+            }
+            let lane = store.lane.clone().expect("SQLite has a lane");
+            let got: i64 = lane
+                .connection
+                .lock()
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .query_row("PRAGMA synchronous", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(got, want, "{synchronous:?} lane");
+        }
+    }
+
+    #[test]
+    fn the_default_is_full() {
+        assert_eq!(StoreOptions::default().synchronous, Synchronous::Full);
+    }
+}
