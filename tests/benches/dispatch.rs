@@ -48,7 +48,8 @@
 //! 256, as many as the AMQP consumer's concurrent handlers: one per message
 //! of its prefetch), `BENCH_BACKLOG_CHUNK` (deliveries per seeding transaction, default
 //! 5,000), `BENCH_PHASES` (any of `throughput,latency,memory,store`,
-//! default all).
+//! default all), `BILLING_STORE__SYNCHRONOUS` (`full`, the service's
+//! default, or `normal`: the SQLite durability, as the service reads it).
 //! For experiments only, `BENCH_MAX_IN_FLIGHT`, `BENCH_PER_ENDPOINT`,
 //! `BENCH_CLAIM_BATCH` and `BENCH_POLL_MS` override the harness's
 //! dispatcher settings (`TestApp::dispatch_settings`); the settings used are

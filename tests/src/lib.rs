@@ -115,7 +115,9 @@ impl TestApp {
                 (db.url.clone(), StoreGuard::Postgres(db))
             }
         };
-        let store = Store::connect(&url).await.expect("store opens");
+        let store = Store::connect_with(&url, store_options())
+            .await
+            .expect("store opens");
         let database_url = url.clone();
         store.migrate().await.expect("migrations apply");
         store.set_projector(control_api::projection::projector(store.clone()));
@@ -362,6 +364,17 @@ impl TestApp {
             tokio::time::sleep(std::time::Duration::from_millis(25)).await;
         }
     }
+}
+
+/// The store's options: the service's default durability, or the one
+/// `BILLING_STORE__SYNCHRONOUS` names (`full` or `normal`), so that a
+/// benchmark can compare them.
+pub fn store_options() -> store::StoreOptions {
+    let synchronous = std::env::var("BILLING_STORE__SYNCHRONOUS")
+        .ok()
+        .map(|v| store::Synchronous::parse(&v).expect("BILLING_STORE__SYNCHRONOUS: full or normal"))
+        .unwrap_or_default();
+    store::StoreOptions { synchronous }
 }
 
 pub fn unique_key() -> String {
