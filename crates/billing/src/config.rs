@@ -380,7 +380,8 @@ mod tests {
 
     #[test]
     fn limits_and_durability_are_checked() {
-        let cases: [(&str, fn(&mut Config)); 4] = [
+        type Spoil = fn(&mut Config);
+        let cases: [(&str, Spoil); 4] = [
             ("store.synchronous", |c| c.store.synchronous = "off".into()),
             ("api.read_timeout", |c| c.api.read_timeout = "0s".into()),
             ("api.max_connections", |c| c.api.max_connections = 0),

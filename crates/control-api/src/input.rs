@@ -118,16 +118,65 @@ fn field_in_message(msg: &str) -> Option<String> {
 
 fn clean_message(msg: &str) -> String {
     // Drop serde's list of expected fields: it is long and names internals.
-    match msg.find(", expected one of") {
-        Some(i) if msg.starts_with("unknown field") => msg[..i].to_owned(),
-        _ => msg.to_owned(),
+    if msg.starts_with("unknown field") {
+        if let Some(i) = msg.find(", expected one of") {
+            return msg[..i].to_owned();
+        }
+        return msg.to_owned();
     }
+    // Never echo a refused value: serde quotes it (`invalid type: string
+    // "sk_test_…", expected i64`, ``unknown variant `…` ``), and a caller
+    // may have put a secret there.
+    let mut out = msg.to_owned();
+    for (open, close) in [(" \"", "\", expected "), (" `", "`, expected ")] {
+        if let (Some(o), Some(c)) = (out.find(open), out.rfind(close)) {
+            if o < c {
+                out = format!("{}{}", &out[..o], &out[c + close.len() - ", expected ".len()..]);
+                break;
+            }
+        }
+    }
+    // `expected struct MoneyDto` would name an internal type.
+    if let Some(i) = out.find("expected struct ") {
+        out.truncate(i);
+        out.push_str("expected an object");
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde::Deserialize;
+
+    #[test]
+    fn refused_values_are_never_echoed() {
+        for (msg, want) in [
+            (
+                "invalid type: string \"sk_test_abc\", expected i64",
+                "invalid type: string, expected i64",
+            ),
+            (
+                "invalid value: string \"a\", expected \", expected x\", expected a date",
+                "invalid value: string, expected a date",
+            ),
+            (
+                "unknown variant `sk_test_abc`, expected one of `a`, `b`",
+                "unknown variant, expected one of `a`, `b`",
+            ),
+            (
+                "invalid type: string \"whsec_x\", expected struct MoneyDto",
+                "invalid type: string, expected an object",
+            ),
+            (
+                "unknown field `x`, expected one of `a`, `b`",
+                "unknown field `x`",
+            ),
+            ("missing field `name`", "missing field `name`"),
+        ] {
+            assert_eq!(clean_message(msg), want, "{msg}");
+        }
+    }
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
