@@ -156,11 +156,21 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             Ok("outbox relay")
         });
         let token = shutdown.clone();
+        let limits = control_api::ServeLimits {
+            max_connections: config.api.max_connections as usize,
+            read_timeout: Config::duration(&config.api.read_timeout),
+            max_header_bytes: config.api.max_header_bytes as usize,
+        };
         tasks.spawn(async move {
-            control_api::run(state, listener, async move { token.cancelled().await })
-                .await
-                .context("API server failed")
-                .map(|()| "api")
+            control_api::run_with(
+                state,
+                listener,
+                limits,
+                async move { token.cancelled().await },
+            )
+            .await
+            .context("API server failed")
+            .map(|()| "api")
         });
     }
     if matches!(role, Role::All | Role::Dispatcher) {

@@ -41,6 +41,10 @@ pub enum ApiError {
     /// 413 with code `validation_failed`.
     #[error("the request body is larger than 1 MiB")]
     BodyTooLarge,
+    /// 408 with code `validation_failed`: the body's next piece did not
+    /// arrive within the read time-out (`serve`).
+    #[error("the request body arrived too slowly")]
+    BodyTimeout { waited_ms: u64 },
     /// 400: an E3 operation without `Idempotency-Key`.
     #[error("this operation requires an Idempotency-Key header")]
     IdempotencyKeyRequired,
@@ -95,7 +99,9 @@ impl ApiError {
             ApiError::AuthenticationFailed => "authentication_failed",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
-            ApiError::Validation(_) | ApiError::BodyTooLarge => "validation_failed",
+            ApiError::Validation(_) | ApiError::BodyTooLarge | ApiError::BodyTimeout { .. } => {
+                "validation_failed"
+            }
             ApiError::IdempotencyKeyRequired => "idempotency_key_required",
             ApiError::IdempotencyMismatch => "idempotency_mismatch",
             ApiError::Semantic(_) => "semantic_error",
@@ -115,6 +121,7 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Validation(_) | ApiError::IdempotencyKeyRequired => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::IdempotencyMismatch | ApiError::Semantic(_) => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
@@ -132,6 +139,10 @@ impl ApiError {
         let details = match self {
             ApiError::Validation(d) => d.clone(),
             ApiError::BodyTooLarge => vec![Detail::new("body", "larger than 1048576 bytes")],
+            ApiError::BodyTimeout { waited_ms } => vec![Detail::new(
+                "body",
+                format!("no data arrived for {waited_ms} ms"),
+            )],
             _ => Vec::new(),
         };
         let body = ErrorBody {
@@ -171,7 +182,10 @@ impl ApiError {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
             }
             ApiError::RateLimited { retry_after_secs } => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs.max(1)));
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(retry_after_secs.max(1)),
+                );
             }
             _ => {}
         }

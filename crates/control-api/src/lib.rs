@@ -19,22 +19,23 @@ pub mod projection;
 pub mod rate_limit;
 pub mod reply;
 pub mod router;
+pub mod serve;
 pub mod state;
+mod transport;
 
 pub use router::router;
+pub use serve::{run_with, ServeLimits};
 pub use state::{ApiSettings, AppState};
 
 use std::future::Future;
 use tokio::net::TcpListener;
 
-/// Serves the API on `listener` until `shutdown` resolves, then finishes
-/// in-flight requests.
+/// Serves the API on `listener` with the default `ServeLimits` until
+/// `shutdown` resolves, then finishes in-flight requests.
 pub async fn run(
     state: AppState,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    run_with(state, listener, ServeLimits::default(), shutdown).await
 }
