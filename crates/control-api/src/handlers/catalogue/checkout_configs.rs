@@ -23,6 +23,7 @@ const MAX_URL_LEN: usize = 2000;
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = ConfigLineItemDto)]
 pub struct LineItemDto {
     pub offer_ref: String,
     /// 1 to 1,000.

@@ -70,6 +70,7 @@ pub struct PlanDto {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = PromotionChangeDto)]
 pub struct ChangeDto {
     pub offer_ref: String,
     /// The offer's amount now.

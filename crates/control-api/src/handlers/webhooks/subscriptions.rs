@@ -15,6 +15,7 @@ use store::{NewSubscription, StoreError, SubscriptionRecord};
 use utoipa::ToSchema;
 
 #[derive(Debug, Serialize, ToSchema)]
+#[schema(as = WebhookSubscriptionDto)]
 pub struct SubscriptionDto {
     pub endpoint_ref: String,
     pub public_event_type: String,
