@@ -159,7 +159,11 @@ impl ApiError {
     /// The error body and headers for a request.
     pub fn into_response_for(self, request_id: &str) -> Response {
         if let ApiError::Internal(source) = &self {
-            tracing::error!(request.id = request_id, error = %source, "internal error");
+            tracing::error!(
+                request.id = request_id,
+                error = %chain(source.as_ref()),
+                "internal error"
+            );
         }
         let mut response = (
             self.status(),
@@ -191,6 +195,23 @@ impl ApiError {
         }
         response
     }
+}
+
+/// An error and its sources, `outer: inner: …`, for the log (a source an
+/// outer message already ends with is not repeated): a defect is logged
+/// once, so that line must say what happened.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -252,5 +273,26 @@ mod tests {
             mapped(StoreError::Conflict),
             (StatusCode::CONFLICT, "version_conflict")
         );
+    }
+
+    #[test]
+    fn an_unavailable_dependency_is_503_with_retry_after() {
+        // Which store errors are outages is `StoreError::is_unavailable`'s
+        // to say (its tests: lost connections, full disks, busy databases).
+        let response = ApiError::DependencyUnavailable.into_response_for("req_AAAAAAAAAAAA");
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "5");
+        assert_eq!(
+            ApiError::DependencyUnavailable.code(),
+            "dependency_unavailable"
+        );
+    }
+
+    #[test]
+    fn an_internal_error_is_logged_with_its_causes() {
+        let e = StoreError::Shared(std::sync::Arc::new(StoreError::Corrupt("no status".into())));
+        let text = chain(&e);
+        assert!(text.contains("a shared write failed"), "{text}");
+        assert_eq!(text.matches("no status").count(), 1, "{text}");
     }
 }

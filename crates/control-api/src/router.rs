@@ -46,30 +46,33 @@ async fn healthz() -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok"}))
 }
 
+/// How long `/readyz` waits for each backing service.
+const PROBE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Ready when the store and every configured backing service (RabbitMQ,
-/// Redis) answer. In the embedded mode the queue and scheduler live in the
-/// store, so its answer covers them.
+/// Redis) answer; otherwise 503 with `Retry-After`, and `checks` names
+/// each service with `ok` or `unreachable`. The services are asked at
+/// once, each for at most `PROBE_WITHIN`, so the answer comes within that
+/// however many are down. In the embedded mode the queue and scheduler
+/// live in the store, so its answer covers them.
 async fn readyz(State(state): State<AppState>) -> Response {
+    let store = async {
+        let ping = tokio::time::timeout(PROBE_WITHIN, state.store.ping()).await;
+        ("store", matches!(ping, Ok(Ok(()))))
+    };
+    let others = state.probes.iter().map(|(name, probe)| async move {
+        let outcome = tokio::time::timeout(PROBE_WITHIN, probe()).await;
+        (*name, matches!(outcome, Ok(Ok(()))))
+    });
+    let (store, others) = tokio::join!(store, futures::future::join_all(others));
     let mut checks = serde_json::Map::new();
     let mut ready = true;
-    let store = tokio::time::timeout(std::time::Duration::from_secs(2), state.store.ping()).await;
-    let store_ok = matches!(store, Ok(Ok(())));
-    ready &= store_ok;
-    checks.insert(
-        "store".into(),
-        (if store_ok { "ok" } else { "unreachable" }).into(),
-    );
-    for (name, probe) in state.probes.iter() {
-        let outcome = tokio::time::timeout(std::time::Duration::from_secs(2), probe()).await;
-        let ok = matches!(outcome, Ok(Ok(())));
+    for (name, ok) in std::iter::once(store).chain(others) {
         if !ok {
-            tracing::warn!(service = *name, "not ready");
+            tracing::warn!(service = name, "not ready");
         }
         ready &= ok;
-        checks.insert(
-            (*name).into(),
-            (if ok { "ok" } else { "unreachable" }).into(),
-        );
+        checks.insert(name.into(), (if ok { "ok" } else { "unreachable" }).into());
     }
     let status = if ready { "ready" } else { "unavailable" };
     let body = Json(serde_json::json!({"status": status, "checks": checks}));

@@ -59,6 +59,16 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const STORE_RETRY_DELAY: Duration = Duration::from_secs(1);
 /// How long shutdown waits for handlers to finish their message.
 const DRAIN: Duration = Duration::from_secs(10);
+/// How long opening a connection may take (TCP and the AMQP handshake).
+const CONNECT_WITHIN: Duration = Duration::from_secs(10);
+/// How long a publish may wait for the broker's confirm. A broker that
+/// blocks publishers (a resource alarm) or was cut off mid-way answers
+/// nothing: the message counts as not published and is sent again (the
+/// intake keeps each `event_ref` once).
+const CONFIRM_WITHIN: Duration = Duration::from_secs(10);
+/// How long closing a connection may take: a broker that is gone never
+/// answers the close.
+const CLOSE_WITHIN: Duration = Duration::from_secs(2);
 
 /// Where and how to consume.
 #[derive(Clone)]
@@ -126,7 +136,8 @@ pub enum AmqpError {
     /// The broker refused or dropped a TCP connection.
     #[error("RabbitMQ unreachable: {0}")]
     Unreachable(#[source] std::io::Error),
-    /// The broker did not accept a TCP connection in time.
+    /// The broker did not accept a TCP connection, or confirm a message,
+    /// in time.
     #[error("RabbitMQ did not answer within {} s", .0.as_secs())]
     NoAnswer(Duration),
 }
@@ -164,19 +175,38 @@ pub fn parse_url(url: &str) -> Result<AMQPUri, AmqpError> {
     Ok(uri)
 }
 
-/// Opens a connection that runs on the current tokio runtime.
+/// Opens a connection that runs on the current tokio runtime, within
+/// [`CONNECT_WITHIN`].
 pub async fn connect(url: &str, connection_name: &str) -> Result<Connection, lapin::Error> {
-    let uri = parse_url(url).map_err(|e| {
-        lapin::Error::IOError(Arc::new(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            e.to_string(),
-        )))
-    })?;
+    connect_within(url, connection_name, CONNECT_WITHIN).await
+}
+
+/// `connect`, giving up after `within`: a broker that takes the TCP
+/// connection and never finishes the handshake (overloaded, or cut off
+/// behind a proxy) is an error the caller retries, not a wait for ever.
+async fn connect_within(
+    url: &str,
+    connection_name: &str,
+    within: Duration,
+) -> Result<Connection, lapin::Error> {
+    let io_error =
+        |kind, text: String| lapin::Error::IOError(Arc::new(std::io::Error::new(kind, text)));
+    let uri =
+        parse_url(url).map_err(|e| io_error(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let properties = ConnectionProperties::default()
         .with_connection_name(connection_name.into())
         .with_executor(tokio_executor_trait::Tokio::current())
         .with_reactor(tokio_reactor_trait::Tokio);
-    Connection::connect_uri(uri, properties).await
+    match tokio::time::timeout(within, Connection::connect_uri(uri, properties)).await {
+        Ok(connected) => connected,
+        Err(_) => Err(io_error(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "RabbitMQ did not open a connection within {} ms",
+                within.as_millis()
+            ),
+        )),
+    }
 }
 
 fn durable_exchange() -> ExchangeDeclareOptions {
@@ -295,11 +325,17 @@ impl Publisher {
         let properties = BasicProperties::default()
             .with_content_type("application/json".into())
             .with_delivery_mode(2);
-        publish_confirmed(&self.channel, EXCHANGE, routing_key, event_json, properties).await
+        let publish =
+            publish_confirmed(&self.channel, EXCHANGE, routing_key, event_json, properties);
+        match tokio::time::timeout(CONFIRM_WITHIN, publish).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(AmqpError::NoAnswer(CONFIRM_WITHIN)),
+        }
     }
 
+    /// Closes the connection, waiting at most `CLOSE_WITHIN` for the broker.
     pub async fn close(self) {
-        let _ = self.connection.close(200, "done").await;
+        let _ = tokio::time::timeout(CLOSE_WITHIN, self.connection.close(200, "done")).await;
     }
 }
 
@@ -639,6 +675,23 @@ mod tests {
         for example in schema["examples"].as_array().expect("examples") {
             intake::parse(example.to_string().as_bytes()).expect("the example is accepted");
         }
+    }
+
+    /// A broker that takes the TCP connection and never answers the
+    /// handshake: the connection fails in time instead of waiting for ever
+    /// (the outbox relay and the intake retry it).
+    #[tokio::test]
+    async fn a_broker_that_never_answers_fails_in_time() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let url = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
+        let started = std::time::Instant::now();
+        let refused = connect_within(&url, "silent", Duration::from_millis(300)).await;
+        let Err(e) = refused else {
+            panic!("a silent listener is no broker");
+        };
+        assert!(started.elapsed() < Duration::from_secs(5), "{e}");
+        assert!(e.to_string().contains("within 300 ms"), "{e}");
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! `MAX_BATCH` results, so a busy dispatcher does not pay one commit per
 //! attempt. In a fleet it then clears the batch's Redis leases and puts
 //! its retries into the Redis schedule, due at their time. A result is
-//! never dropped while the store is reachable; if it is not, the
-//! delivery's lease expires and the attempt is made again (at-least-once).
+//! never dropped for an outage: while the store is unavailable the batch
+//! waits for it (and the dispatcher, its results channel full, waits too).
+//! Other failures are retried a few times; then the deliveries' leases
+//! expire and their attempts are made again (at-least-once).
 
 use crate::redis_schedule::RedisSchedule;
 use std::sync::Arc;
@@ -48,20 +50,7 @@ pub async fn run(
                 _ = &mut window => break,
             }
         }
-        let mut backoff = Duration::from_millis(50);
-        for attempt in 0..8 {
-            match store.record_attempts(&owner, &batch).await {
-                Ok(_) => break,
-                Err(e) if attempt < 7 => {
-                    tracing::warn!(error = %e, "recording attempts failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, count = batch.len(), "attempt results not recorded; their leases will expire and they will be retried")
-                }
-            }
-        }
+        record(&store, &owner, &batch).await;
         // A result the store dropped (its lease was lost) schedules a stale
         // member at worst, which a claim skips.
         let retries: Vec<(String, i64)> = batch
@@ -80,5 +69,31 @@ pub async fn run(
             recorded.notify_one();
         }
         batch.clear();
+    }
+}
+
+/// Writes `batch`, waiting out an unavailable store however long it
+/// lasts, and giving up on any other failure after `OTHER_FAILURES` tries.
+async fn record(store: &Store, owner: &str, batch: &[AttemptResult]) {
+    const OTHER_FAILURES: u32 = 8;
+    let mut backoff = Duration::from_millis(50);
+    let mut failures = 0;
+    loop {
+        match store.record_attempts(owner, batch).await {
+            Ok(_) => return,
+            Err(e) if e.is_unavailable() => {
+                tracing::warn!(error = %e, "recording attempts: the store is unavailable; waiting");
+            }
+            Err(e) if failures + 1 < OTHER_FAILURES => {
+                failures += 1;
+                tracing::warn!(error = %e, "recording attempts failed; retrying");
+            }
+            Err(e) => {
+                tracing::error!(error = %e, count = batch.len(), "attempt results not recorded; their leases will expire and they will be retried");
+                return;
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }

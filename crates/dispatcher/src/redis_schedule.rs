@@ -49,6 +49,13 @@ pub const ATTEMPTS_TTL_SECS: i64 = 7 * 24 * 3600;
 pub const FEED_HORIZON: Duration = Duration::from_secs(5);
 /// Most deliveries `feed` reads from the store per pass (the earliest due).
 pub const FEED_BATCH: u32 = 10_000;
+/// How long a (re)connection to Redis may take.
+const REDIS_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a command may wait for Redis's answer: far more than the
+/// largest (a script over [`CHUNK`] members) takes.
+const REDIS_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Further attempts `RedisSchedule::connect` makes, half a second apart.
+const STARTUP_RETRIES: u32 = 6;
 /// Members per command when writing or moving many.
 const CHUNK: usize = 1_000;
 /// Expired leases moved back per script call.
@@ -117,15 +124,32 @@ impl std::fmt::Debug for RedisSchedule {
 
 impl RedisSchedule {
     /// Connects to `url` (`redis://…`), keeping every key under
-    /// `key_prefix`. Fails when Redis cannot be reached now.
+    /// `key_prefix`. Fails when Redis cannot be reached within a few
+    /// seconds.
     pub async fn connect(url: &str, key_prefix: &str) -> Result<RedisSchedule, DispatchError> {
         let client = redis::Client::open(url)?;
+        // While Redis is down, every command waits for the manager's
+        // reconnection: one attempt, failing at once when the server
+        // refuses and within `REDIS_CONNECT_TIMEOUT` when it does not
+        // answer. The callers retry on their own (the loops at their next
+        // round, the API's rate limit falls back to the process's buckets),
+        // so a request never waits seconds for a Redis that is gone.
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Duration::from_secs(5))
-            .set_response_timeout(Duration::from_secs(5))
-            .set_number_of_retries(3)
-            .set_max_delay(2_000);
-        let conn = ConnectionManager::new_with_config(client, config).await?;
+            .set_connection_timeout(REDIS_CONNECT_TIMEOUT)
+            .set_response_timeout(REDIS_RESPONSE_TIMEOUT)
+            .set_number_of_retries(0);
+        // A Redis still starting gets a few seconds, as before.
+        let mut tries = 0;
+        let conn = loop {
+            match ConnectionManager::new_with_config(client.clone(), config.clone()).await {
+                Ok(conn) => break conn,
+                Err(_) if tries < STARTUP_RETRIES => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         Ok(RedisSchedule {
             conn,
             prefix: key_prefix.to_owned(),

@@ -20,11 +20,13 @@ pub enum StoreError {
     /// A stored value could not be read back (a defect or tampering).
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
-    /// The database could not be reached or answered with an error.
-    #[error("database error")]
+    /// The database could not be reached or answered with an error. The
+    /// message names the cause, so that a log line of it says what
+    /// happened (the API never sends it to a client).
+    #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
     /// The same, from the write lane's own SQLite connection (`crate::db::lane`).
-    #[error("database error")]
+    #[error("database error: {0}")]
     Sqlite(#[source] rusqlite::Error),
     /// A write made together with other callers' (the intake's group
     /// commit, `crate::dispatch::intake`) failed: the cause is the group
@@ -93,28 +95,32 @@ impl From<rusqlite::Error> for StoreError {
 }
 
 impl StoreError {
-    /// True when the database itself is unreachable or overloaded (a lost
+    /// True when the database itself is unreachable, overloaded or out of
+    /// room, so that the same request may succeed later: a lost or refused
     /// connection, a pool that timed out or closed, TLS or protocol
-    /// trouble, a busy or locked database, a serialization failure, a
-    /// deadlock, a server shutting down), so that the same request may
-    /// succeed later. Anything else (a refused or malformed statement, a
-    /// corrupt row, a defect of the store) is false: retrying it would
-    /// fail the same way. A shared write is unavailable only when its
-    /// cause is.
+    /// trouble, a server shutting down, starting up or read-only (a
+    /// fail-over), a busy or locked database, a serialization failure, a
+    /// deadlock, a cancelled statement, a full disk, an I/O error or a lack
+    /// of memory. Anything else (a refused or malformed statement, a
+    /// violated constraint, a corrupt row, a defect of the store) is false:
+    /// retrying it would fail the same way. A shared write is unavailable
+    /// only when its cause is.
     pub fn is_unavailable(&self) -> bool {
         match self {
             StoreError::Database(
                 sqlx::Error::Io(_)
                 | sqlx::Error::PoolTimedOut
                 | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
                 | sqlx::Error::Tls(_)
                 | sqlx::Error::Protocol(_),
             ) => true,
-            StoreError::Database(sqlx::Error::Database(db)) => is_busy(db.code().as_deref()),
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => matches!(
-                f.code,
-                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-            ),
+            StoreError::Database(sqlx::Error::Database(db)) => {
+                db.code().is_some_and(|code| is_unavailable_code(&code))
+            }
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => {
+                is_sqlite_unavailable(f.extended_code)
+            }
             StoreError::Shared(cause) => cause.is_unavailable(),
             StoreError::NotFound
             | StoreError::Conflict
@@ -129,14 +135,56 @@ impl StoreError {
     }
 }
 
-fn is_busy(code: Option<&str>) -> bool {
-    // SQLite BUSY (5), LOCKED (6) and BUSY_SNAPSHOT (517); PostgreSQL
-    // serialization_failure (40001), deadlock_detected (40P01),
-    // lock_not_available (55P03), admin_shutdown (57P01) and
-    // cannot_connect_now (57P03).
+/// Whether a database error code says the database is unavailable for now
+/// (`StoreError::is_unavailable`). A PostgreSQL SQLSTATE has five
+/// characters; a SQLite code (sqlx reports its extended result code) is a
+/// number of at most four digits.
+fn is_unavailable_code(code: &str) -> bool {
+    if code.len() == 5 {
+        return is_postgres_unavailable(code);
+    }
+    code.parse().is_ok_and(is_sqlite_unavailable)
+}
+
+/// PostgreSQL: the classes 08 (connection exception) and 53 (insufficient
+/// resources: disk full, out of memory, too many connections), and
+/// serialization_failure (40001), deadlock_detected (40P01),
+/// read_only_sql_transaction (25006, a standby after a fail-over),
+/// lock_not_available (55P03), query_canceled (57014), admin_shutdown
+/// (57P01), crash_shutdown (57P02), cannot_connect_now (57P03),
+/// system_error (58000) and io_error (58030).
+fn is_postgres_unavailable(sqlstate: &str) -> bool {
+    sqlstate.starts_with("08")
+        || sqlstate.starts_with("53")
+        || matches!(
+            sqlstate,
+            "40001"
+                | "40P01"
+                | "25006"
+                | "55P03"
+                | "57014"
+                | "57P01"
+                | "57P02"
+                | "57P03"
+                | "58000"
+                | "58030"
+        )
+}
+
+/// SQLite, by primary result code (the low byte of an extended one): BUSY
+/// (5), LOCKED (6), NOMEM (7), IOERR (10), FULL (13, "database or disk is
+/// full"), CANTOPEN (14) and PROTOCOL (15).
+fn is_sqlite_unavailable(extended_code: i32) -> bool {
+    use rusqlite::ffi;
     matches!(
-        code,
-        Some("5" | "6" | "517" | "40001" | "40P01" | "55P03" | "57P01" | "57P03")
+        extended_code & 0xff,
+        ffi::SQLITE_BUSY
+            | ffi::SQLITE_LOCKED
+            | ffi::SQLITE_NOMEM
+            | ffi::SQLITE_IOERR
+            | ffi::SQLITE_FULL
+            | ffi::SQLITE_CANTOPEN
+            | ffi::SQLITE_PROTOCOL
     )
 }
 
@@ -249,6 +297,92 @@ mod tests {
             None,
         );
         assert!(StoreError::from(busy).is_unavailable());
+    }
+
+    /// A database of at most `pages` pages, filled until SQLite refuses:
+    /// the error a full disk gives ("database or disk is full").
+    fn fill(conn: &rusqlite::Connection, pages: u32) -> rusqlite::Error {
+        conn.execute_batch(&format!(
+            "PRAGMA max_page_count = {pages}; CREATE TABLE f (v BLOB);"
+        ))
+        .unwrap();
+        loop {
+            if let Err(e) = conn.execute("INSERT INTO f VALUES (zeroblob(4096))", []) {
+                return e;
+            }
+        }
+    }
+
+    #[test]
+    fn a_full_disk_is_an_outage() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let full = StoreError::from(fill(&conn, 64));
+        assert!(
+            matches!(&full, StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) if f.code == rusqlite::ErrorCode::DiskFull),
+            "{full:?}"
+        );
+        assert!(full.is_unavailable());
+        assert!(shared(full).is_unavailable());
+        let io = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR_WRITE),
+            None,
+        );
+        assert!(StoreError::from(io).is_unavailable());
+    }
+
+    #[tokio::test]
+    async fn a_full_disk_is_an_outage_through_sqlx_too() {
+        use sqlx::Executor;
+        let pool = sqlx::sqlite::SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        pool.execute("PRAGMA max_page_count = 64; CREATE TABLE f (v BLOB);")
+            .await
+            .unwrap();
+        let full = loop {
+            if let Err(e) = pool.execute("INSERT INTO f VALUES (zeroblob(4096))").await {
+                break StoreError::from(e);
+            }
+        };
+        assert!(full.is_unavailable(), "{full:?}");
+        let syntax = StoreError::from(pool.execute("SELEC 1").await.unwrap_err());
+        assert!(!syntax.is_unavailable(), "{syntax:?}");
+        let missing = StoreError::from(pool.execute("SELECT * FROM nothing").await.unwrap_err());
+        assert!(!missing.is_unavailable(), "{missing:?}");
+    }
+
+    #[test]
+    fn postgres_losing_its_connections_or_room_is_an_outage() {
+        for code in [
+            "57P01", "57P02", "57P03", "08000", "08001", "08003", "08006", "08P01", "53100",
+            "53200", "53300", "40001", "40P01", "55P03", "57014", "25006", "58030",
+        ] {
+            assert!(postgres(code).is_unavailable(), "{code}");
+        }
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert!(StoreError::from(sqlx::Error::Io(refused)).is_unavailable());
+        assert!(StoreError::from(sqlx::Error::PoolTimedOut).is_unavailable());
+        assert!(StoreError::from(sqlx::Error::Protocol("unexpected eof".into())).is_unavailable());
+    }
+
+    #[test]
+    fn a_sql_bug_is_not_an_outage() {
+        // syntax_error, undefined_table, undefined_column,
+        // invalid_text_representation, not_null_violation,
+        // foreign_key_violation, check_violation, datatype_mismatch.
+        for code in [
+            "42601", "42P01", "42703", "22P02", "23502", "23503", "23514", "42804",
+        ] {
+            assert!(!postgres(code).is_unavailable(), "{code}");
+        }
+        // SQLite: a generic error, a corrupt file, a constraint, a misuse.
+        for code in ["1", "11", "19", "787", "21"] {
+            assert!(!postgres(code).is_unavailable(), "SQLite {code}");
+        }
+        assert!(!StoreError::from(sqlx::Error::ColumnNotFound("status".into())).is_unavailable());
+        assert!(!StoreError::from(sqlx::Error::Decode("not a number".into())).is_unavailable());
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub use webhooks::subscriptions::{NewSubscription, SubscriptionRecord};
 pub use webhooks::Webhooks;
 
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyPool, Executor};
+use sqlx::{AnyPool, Connection, Executor};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -180,11 +180,31 @@ impl Store {
         let pool_of = |size: u32| {
             AnyPoolOptions::new()
                 .max_connections(size)
-                .acquire_timeout(Duration::from_secs(10))
+                // With SQLite the writers queue for the one connection, so a
+                // wait is a turn; with PostgreSQL a long wait means the
+                // server is gone: the request answers 503 within seconds.
+                .acquire_timeout(match backend {
+                    Backend::Sqlite => Duration::from_secs(10),
+                    Backend::Postgres => Duration::from_secs(2),
+                })
                 // A SQLite connection is a file handle that cannot go stale,
                 // and the check before each use is one more round trip to
                 // its thread; a PostgreSQL one can (a server restart).
                 .test_before_acquire(backend == Backend::Postgres)
+                // A transaction the database ended by itself (SQLite rolls
+                // back on a full disk or an I/O error) leaves sqlx counting
+                // it open, and the connection would refuse every `BEGIN`
+                // from then on: such a connection is closed, not reused.
+                .after_release(|conn, _meta| {
+                    Box::pin(async move {
+                        if !conn.is_in_transaction() {
+                            return Ok(true);
+                        }
+                        // Runs the rollback the dropped transaction queued.
+                        conn.ping().await?;
+                        Ok(!conn.is_in_transaction())
+                    })
+                })
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
                         if backend == Backend::Sqlite {

@@ -1,0 +1,193 @@
+//! A RabbitMQ outage with the real binary (issue 19): `billing serve` in
+//! fleet mode (PostgreSQL, and RabbitMQ for events: the outbox relay
+//! publishes what the API's writes emit, the AMQP intake consumes it; the
+//! retry schedule in the store), under API load (checkout sessions and
+//! pays under `Idempotency-Key`s, and reads) with every `payment.succeeded`
+//! event sent to a local receiver. The broker is cut off for about five
+//! seconds: `billing` reaches it through a TCP proxy of this test, which
+//! drops every connection and refuses new ones meanwhile. `billing` is not
+//! restarted:
+//!
+//! - during the outage every answer is a success or `503
+//!   dependency_unavailable` with `Retry-After`, never a 500, and comes in
+//!   time; `/readyz` answers 503 naming `queue`, quickly;
+//! - after it, `/readyz` is 200 and writes succeed;
+//! - every write that answered 2xx exists, and every event of a paid
+//!   payment reached the receiver exactly once (an event published twice,
+//!   its confirm lost in the cut, is one event: the intake keeps each
+//!   `event_ref` once).
+//!
+//! The shared broker on 5672 serves other tests and is never stopped: the
+//! test uses a fresh virtual host of its own (so the durable queues the
+//! process declares are its alone), deleted at the end. Runs only with
+//! `BILLING_TEST_FLEET=1`; then a broker or PostgreSQL that cannot be
+//! reached is a failure.
+
+mod common;
+mod outage;
+
+use common::{
+    billing, bootstrap, fleet, fleet_env, free_port, rand_u32, say, FreshDatabase, FreshVhost,
+    Process, Sandbox,
+};
+use outage::{check_answers, check_committed, check_events, open_shop, tail, Api, Hooks, Load};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::AbortHandle;
+
+/// How long the broker stays cut off.
+const OUTAGE: Duration = Duration::from_secs(5);
+/// The slowest answer accepted, in or out of the outage.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+/// The shared broker.
+const BROKER: &str = "127.0.0.1:5672";
+
+/// A TCP proxy on 127.0.0.1 to the broker that can be cut (every
+/// connection dropped, new ones refused) and restored on the same port.
+struct Proxy {
+    port: u16,
+    tasks: Arc<Mutex<Vec<AbortHandle>>>,
+}
+
+impl Proxy {
+    async fn start(port: u16) -> Proxy {
+        let proxy = Proxy {
+            port,
+            tasks: Arc::default(),
+        };
+        proxy.open().await;
+        proxy
+    }
+
+    /// Listens on the port again (it was free: it is the proxy's).
+    async fn open(&self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .expect("the proxy's port is free");
+        let tasks = self.tasks.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let forward = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(BROKER).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tasks.lock().unwrap().push(forward.abort_handle());
+            }
+        });
+        self.tasks.lock().unwrap().push(accept.abort_handle());
+    }
+
+    /// Drops every connection and the listener: the broker is gone.
+    fn cut(&self) {
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+
+    fn url(&self, vhost: &str) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/{vhost}", self.port)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.cut();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rabbitmq_outage_answers_in_time_and_loses_no_event() {
+    if !fleet("RabbitMQ outage test (real binary)") {
+        return;
+    }
+    let vhost = FreshVhost::create("billing_outage");
+    let proxy = Proxy::start(free_port()).await;
+    let db = FreshDatabase::create("billing_outage_amqp").await;
+    let dir = tempfile::tempdir().unwrap();
+    let api_port = free_port();
+    let mut envs = fleet_env(&db.url, &proxy.url(&vhost.name), "embedded");
+    envs.extend([
+        ("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")),
+        (
+            "BILLING_METRICS__LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        ),
+        (
+            "BILLING_DELIVERY__ALLOW_PRIVATE_NETWORKS",
+            "true".to_owned(),
+        ),
+        ("BILLING_DELIVERY__TIMEOUT", "5s".to_owned()),
+        (
+            "BILLING_DELIVERY__RETRY_SCHEDULE",
+            "0s,1s,1s,1s,1s,1s".to_owned(),
+        ),
+    ]);
+    let Sandbox {
+        secret,
+        environment_ref,
+    } = bootstrap(dir.path(), &envs);
+    let mut server = Process::spawn_logged(
+        billing(dir.path(), &envs)
+            .arg("serve")
+            .env("RUST_LOG", "warn"),
+        dir.path().join("serve.log"),
+    );
+    let serve_log = dir.path().join("serve.log");
+    let logs = || tail(&serve_log, 30);
+    let api = Api::new(format!("http://127.0.0.1:{api_port}"), secret);
+    api.wait_ready(Duration::from_secs(30), logs).await;
+    let (hooks, hook) = Hooks::start().await;
+    let run = format!("amqp{:08x}", rand_u32());
+    let shop = open_shop(&api, &environment_ref, &hook, &run).await;
+
+    let load = Load::start(&api, &shop, &run, 3);
+    load.wait_paid(10, Duration::from_secs(30), logs).await;
+    // Events flow through the broker before the cut.
+    let started = Instant::now();
+    while hooks.all().len() < 5 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no event reached the receiver through RabbitMQ\n{}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let down = Instant::now();
+    proxy.cut();
+    let readyz = api
+        .wait_unready(
+            "queue",
+            Duration::from_secs(8),
+            Duration::from_secs(4),
+            logs,
+        )
+        .await;
+    say(&format!("/readyz during the outage: {readyz}"));
+    tokio::time::sleep(OUTAGE.saturating_sub(down.elapsed())).await;
+    let up = Instant::now();
+    proxy.open().await;
+
+    // No restart of `billing`: it reconnects by itself.
+    api.wait_ready(Duration::from_secs(30), logs).await;
+    load.wait_paid(10, Duration::from_secs(30), logs).await;
+    let (paid, seen) = load.finish(Duration::from_secs(30), logs).await;
+
+    let (all, during) = check_answers(&seen, ANSWER_WITHIN, (down, up), logs);
+    say(&format!(
+        "answers: {all:?}; sent during the outage: {during:?}"
+    ));
+    check_committed(&api, &paid).await;
+    check_events(&hooks, &paid, Duration::from_secs(60), logs).await;
+
+    assert!(
+        server.terminate_cleanly(),
+        "SIGTERM exits cleanly\n{}",
+        logs()
+    );
+    drop(proxy);
+    db.remove().await;
+    vhost.remove();
+}

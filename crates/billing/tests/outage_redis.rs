@@ -1,0 +1,181 @@
+//! A Redis outage with the real binary (issue 19): `billing serve` in fleet
+//! mode (PostgreSQL, and Redis for the retry schedule, leases and rate
+//! limits; events through the store's queue), under API load (checkout
+//! sessions and pays under `Idempotency-Key`s, and reads) with every
+//! `payment.succeeded` event sent to a local receiver. Its Redis server is
+//! killed (SIGKILL) for about five seconds and started again empty on the
+//! same port; `billing` is not restarted:
+//!
+//! - during the outage every answer is a success or `503
+//!   dependency_unavailable` with `Retry-After`, never a 500, and comes in
+//!   time; `/readyz` answers 503 naming `scheduler`, quickly;
+//! - after it, `/readyz` is 200 and writes succeed;
+//! - every write that answered 2xx exists, and every event of a paid
+//!   payment reached the receiver exactly once.
+//!
+//! The shared Redis on 6379 serves other tests, so this one starts a
+//! private `redis-server` on a free port and ends only that process,
+//! through its `Child` handle. Runs only with `BILLING_TEST_FLEET=1`; then
+//! a missing `redis-server` or PostgreSQL is a failure.
+
+mod common;
+mod outage;
+
+use common::{
+    billing, bootstrap, fleet, fleet_env, free_port, fresh_redis_schedule, rand_u32, say,
+    FreshDatabase, Process, Sandbox,
+};
+use outage::{check_answers, check_committed, check_events, open_shop, tail, Api, Hooks, Load};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long Redis stays down.
+const OUTAGE: Duration = Duration::from_secs(5);
+/// The slowest answer accepted, in or out of the outage.
+const ANSWER_WITHIN: Duration = Duration::from_secs(5);
+
+/// A `redis-server` this test started, without persistence; killed when
+/// dropped.
+struct PrivateRedis {
+    child: Child,
+    port: u16,
+}
+
+impl PrivateRedis {
+    /// Starts an empty server on `port` and waits until it answers PING.
+    async fn start(port: u16) -> PrivateRedis {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("BILLING_TEST_FLEET=1 but `redis-server` cannot be started");
+        let server = PrivateRedis { child, port };
+        let started = Instant::now();
+        while !server.answers().await {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the private redis-server never answered"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    async fn answers(&self) -> bool {
+        use dispatcher::redis_schedule::redis;
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+            return false;
+        };
+        redis::cmd("PING")
+            .query_async::<String>(&mut c)
+            .await
+            .is_ok()
+    }
+
+    /// SIGKILL: the server and its data are gone.
+    fn kill(mut self) {
+        self.child.kill().expect("kill our redis-server");
+        self.child.wait().expect("reap our redis-server");
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_answers_in_time_and_loses_no_event() {
+    if !fleet("Redis outage test (real binary)") {
+        return;
+    }
+    let port = free_port();
+    let redis = PrivateRedis::start(port).await;
+    fresh_redis_schedule(&redis.url()).await;
+    let db = FreshDatabase::create("billing_outage_redis").await;
+    let dir = tempfile::tempdir().unwrap();
+    let api_port = free_port();
+    let mut envs = fleet_env(&db.url, "embedded", &redis.url());
+    envs.extend([
+        ("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")),
+        (
+            "BILLING_METRICS__LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        ),
+        (
+            "BILLING_DELIVERY__ALLOW_PRIVATE_NETWORKS",
+            "true".to_owned(),
+        ),
+        ("BILLING_DELIVERY__TIMEOUT", "5s".to_owned()),
+        (
+            "BILLING_DELIVERY__RETRY_SCHEDULE",
+            "0s,1s,1s,1s,1s,1s".to_owned(),
+        ),
+    ]);
+    let Sandbox {
+        secret,
+        environment_ref,
+    } = bootstrap(dir.path(), &envs);
+    let mut server = Process::spawn_logged(
+        billing(dir.path(), &envs)
+            .arg("serve")
+            .env("RUST_LOG", "warn"),
+        dir.path().join("serve.log"),
+    );
+    let serve_log = dir.path().join("serve.log");
+    let logs = || tail(&serve_log, 30);
+    let api = Api::new(format!("http://127.0.0.1:{api_port}"), secret);
+    api.wait_ready(Duration::from_secs(30), logs).await;
+    let (hooks, hook) = Hooks::start().await;
+    let run = format!("redis{:08x}", rand_u32());
+    let shop = open_shop(&api, &environment_ref, &hook, &run).await;
+
+    let load = Load::start(&api, &shop, &run, 3);
+    load.wait_paid(10, Duration::from_secs(30), logs).await;
+
+    let down = Instant::now();
+    redis.kill();
+    let readyz = api
+        .wait_unready(
+            "scheduler",
+            Duration::from_secs(8),
+            Duration::from_secs(4),
+            logs,
+        )
+        .await;
+    say(&format!("/readyz during the outage: {readyz}"));
+    tokio::time::sleep(OUTAGE.saturating_sub(down.elapsed())).await;
+    let up = Instant::now();
+    // Empty, as a Redis restarted without persistence comes back.
+    let _redis = PrivateRedis::start(port).await;
+
+    // No restart of `billing`: it recovers by itself.
+    api.wait_ready(Duration::from_secs(30), logs).await;
+    load.wait_paid(10, Duration::from_secs(30), logs).await;
+    let (paid, seen) = load.finish(Duration::from_secs(30), logs).await;
+
+    let (all, during) = check_answers(&seen, ANSWER_WITHIN, (down, up), logs);
+    say(&format!(
+        "answers: {all:?}; sent during the outage: {during:?}"
+    ));
+    check_committed(&api, &paid).await;
+    check_events(&hooks, &paid, Duration::from_secs(60), logs).await;
+
+    assert!(
+        server.terminate_cleanly(),
+        "SIGTERM exits cleanly\n{}",
+        logs()
+    );
+    db.remove().await;
+}
