@@ -8,20 +8,41 @@
 //! once: a slot free for the endpoint and in total, and a circuit that is
 //! not open or probing. Everything else stays due in the store and takes
 //! the claim loop's way, so fairness rules live in one place.
+//!
+//! Slow endpoints cannot take every slot: an endpoint is quick while its
+//! last attempt here ended within [`quick_limit`]; the others (slow, or not
+//! attempted yet) share all slots but a reserve (a quarter of them, at
+//! least one endpoint's limit, at most half), which stays for the quick
+//! ones. However many
+//! endpoints answer slowly, a quick endpoint's fresh delivery finds a slot
+//! at once; an endpoint that turns quick again leaves the shared part with
+//! its next attempt.
 
 use crate::breaker::Breakers;
 use crate::failing::FailingSince;
 use crate::settings::DispatchSettings;
 use domain::{Ref, Timestamp};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use store::handoff::{HandedOver, Handoff, Ticket};
 use tokio::sync::{mpsc, Semaphore};
 
+/// The longest attempt that keeps its endpoint quick: a second, or half the
+/// time-out if that is shorter.
+pub fn quick_limit(timeout: Duration) -> Duration {
+    (timeout / 2).min(Duration::from_secs(1))
+}
+
 /// Concurrency slots and circuit breakers of one dispatcher.
 pub struct Slots {
     pub global: Arc<Semaphore>,
+    /// The part of the global slots that endpoints not known to be quick
+    /// may hold: all but the reserve (at least one).
+    unproven: Arc<Semaphore>,
+    /// Endpoints whose last attempt ended within `quick_limit`.
+    quick: Mutex<HashSet<String>>,
+    quick_limit: Duration,
     per_endpoint: Mutex<HashMap<String, Arc<Semaphore>>>,
     per_endpoint_limit: usize,
     pub breakers: Mutex<Breakers>,
@@ -30,8 +51,16 @@ pub struct Slots {
 
 impl Slots {
     pub fn new(settings: &DispatchSettings) -> Slots {
+        // A quarter, but at least one endpoint's limit (a quick endpoint
+        // meets its own limit before the slow ones can refuse it), and at
+        // most half.
+        let n = settings.max_in_flight;
+        let reserve = (n / 4).max(settings.max_in_flight_per_endpoint).min(n / 2);
         Slots {
             global: Arc::new(Semaphore::new(settings.max_in_flight)),
+            unproven: Arc::new(Semaphore::new((settings.max_in_flight - reserve).max(1))),
+            quick: Mutex::default(),
+            quick_limit: quick_limit(settings.timeout),
             per_endpoint: Mutex::default(),
             per_endpoint_limit: settings.max_in_flight_per_endpoint,
             breakers: Mutex::default(),
@@ -39,7 +68,36 @@ impl Slots {
         }
     }
 
-    /// One slot of `endpoint_ref` and one global slot, if both are free.
+    /// After an attempt to `endpoint_ref` that took `took`: the endpoint is
+    /// quick until an attempt takes longer than `quick_limit`.
+    pub fn paced(&self, endpoint_ref: &Ref, took: Duration) {
+        let mut quick = self.quick.lock().unwrap_or_else(|p| p.into_inner());
+        if took <= self.quick_limit {
+            if !quick.contains(endpoint_ref.as_str()) {
+                quick.insert(endpoint_ref.to_string());
+            }
+        } else {
+            quick.remove(endpoint_ref.as_str());
+        }
+    }
+
+    /// How many claimed deliveries could start now: the global slots free,
+    /// but while the shared part is taken (slow endpoints hold it) at most
+    /// one more than it has free: a claim then never takes a batch that
+    /// would only wait and be written back, yet still finds a quick
+    /// endpoint's delivery at the head of the due ones.
+    pub fn room(&self) -> usize {
+        let shared = self.unproven.available_permits().saturating_add(1);
+        self.global.available_permits().min(shared)
+    }
+
+    fn is_quick(&self, endpoint_ref: &Ref) -> bool {
+        let quick = self.quick.lock().unwrap_or_else(|p| p.into_inner());
+        quick.contains(endpoint_ref.as_str())
+    }
+
+    /// One slot of `endpoint_ref` and one global slot, if both are free,
+    /// and for an endpoint not known to be quick one of the shared part.
     pub fn try_reserve(&self, endpoint_ref: &Ref) -> Option<Ticket> {
         let endpoint = {
             let mut limits = self.per_endpoint.lock().unwrap_or_else(|p| p.into_inner());
@@ -52,10 +110,14 @@ impl Slots {
             }
         };
         let endpoint = endpoint.try_acquire_owned().ok()?;
+        let unproven = match self.is_quick(endpoint_ref) {
+            true => None,
+            false => Some(self.unproven.clone().try_acquire_owned().ok()?),
+        };
         let global = self.global.clone().try_acquire_owned().ok()?;
-        Some(Ticket {
-            permits: vec![global, endpoint],
-        })
+        let mut permits = vec![global, endpoint];
+        permits.extend(unproven);
+        Some(Ticket { permits })
     }
 }
 
@@ -132,5 +194,80 @@ impl Handoff for Intake {
             // schedule's periodic pass finds them.
             let _ = to.send(deliveries);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::webhook::cipher::SecretCipher;
+    use domain::webhook::retry::RetrySchedule;
+    use domain::Prefix;
+
+    fn slots(max_in_flight: usize, per_endpoint: usize) -> Slots {
+        let schedule = RetrySchedule::parse("0s").unwrap();
+        let mut settings = DispatchSettings::new(schedule, SecretCipher::new([7; 32]));
+        settings.max_in_flight = max_in_flight;
+        settings.max_in_flight_per_endpoint = per_endpoint;
+        settings.timeout = Duration::from_secs(2);
+        Slots::new(&settings)
+    }
+
+    fn endpoint() -> Ref {
+        Ref::generate(Prefix::WebhookEndpoint)
+    }
+
+    /// How many attempts to distinct slow endpoints find room.
+    fn slow_room(slots: &Slots) -> Vec<Ticket> {
+        let mut held = Vec::new();
+        for _ in 0..=slots.global.available_permits() {
+            let slow = endpoint();
+            slots.paced(&slow, Duration::from_millis(1500));
+            if let Some(t) = slots.try_reserve(&slow) {
+                held.push(t);
+            }
+        }
+        held
+    }
+
+    #[test]
+    fn slow_and_new_endpoints_leave_a_reserve_to_quick_ones() {
+        let slots = slots(16, 2);
+        let quick = endpoint();
+        slots.paced(&quick, Duration::from_millis(5));
+        let held = slow_room(&slots);
+        assert_eq!(held.len(), 12, "all but a quarter");
+        assert!(
+            slots.try_reserve(&endpoint()).is_none(),
+            "a new endpoint shares the slow ones' part"
+        );
+        assert_eq!(slots.room(), 1, "claims take one at a time");
+        let a = slots
+            .try_reserve(&quick)
+            .expect("the reserve is the quick one's");
+        let b = slots
+            .try_reserve(&quick)
+            .expect("the reserve is the quick one's");
+        assert!(slots.try_reserve(&quick).is_none(), "its own limit");
+        let other = endpoint();
+        slots.paced(&other, Duration::from_millis(5));
+        let c = slots.try_reserve(&other).expect("another quick endpoint");
+        let d = slots.try_reserve(&other).expect("another quick endpoint");
+        assert!(slots.try_reserve(&endpoint()).is_none());
+        assert_eq!(slots.global.available_permits(), 0);
+        drop((a, b, c, d, held));
+        // A slow attempt demotes, a quick one promotes again.
+        slots.paced(&quick, Duration::from_secs(2));
+        assert!(!slots.is_quick(&quick));
+        slots.paced(&quick, Duration::from_millis(20));
+        assert!(slots.is_quick(&quick));
+    }
+
+    #[test]
+    fn the_reserve_is_at_least_one_endpoints_limit_and_at_most_half() {
+        assert_eq!(slow_room(&slots(512, 32)).len(), 384, "a quarter");
+        assert_eq!(slow_room(&slots(64, 32)).len(), 32, "one endpoint's limit");
+        assert_eq!(slow_room(&slots(40, 32)).len(), 20, "at most half");
+        assert_eq!(slow_room(&slots(1, 32)).len(), 1, "at least one");
     }
 }

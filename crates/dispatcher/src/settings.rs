@@ -1,7 +1,9 @@
 //! Settings of the dispatcher, built from the `delivery` configuration.
 
+use crate::sending::{Lookup, SystemLookup};
 use domain::webhook::cipher::SecretCipher;
 use domain::webhook::retry::RetrySchedule;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +28,13 @@ pub struct DispatchSettings {
     pub poll_interval: Duration,
     /// How much longer than the time-out a lease lasts.
     pub lease_margin: Duration,
+    /// How endpoint host names are looked up, for every new connection:
+    /// the system resolver (`SystemLookup`); tests script the answers.
+    pub lookup: Arc<dyn Lookup>,
+    /// Forbidden addresses that are destinations all the same while
+    /// `allow_private_networks` is off: none but in tests, where one
+    /// loopback receiver stands for a public address.
+    pub admitted_addresses: Vec<IpAddr>,
 }
 
 impl DispatchSettings {
@@ -46,6 +55,8 @@ impl DispatchSettings {
             claim_batch: 256,
             poll_interval: Duration::from_millis(50),
             lease_margin: Duration::from_secs(10),
+            lookup: Arc::new(SystemLookup),
+            admitted_addresses: Vec::new(),
         }
     }
 

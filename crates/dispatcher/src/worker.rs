@@ -1,6 +1,7 @@
 //! The dispatch loop: leases due deliveries from the store, keeps the
 //! per-endpoint concurrency limits and circuit breakers, runs attempts
-//! concurrently, and hands results to the recorder.
+//! concurrently, and hands results to the recorder. Deliveries the intake
+//! hands over start on a loop of their own beside it (`handed_loop`).
 //!
 //! Fairness: a delivery whose endpoint is behind an open circuit is given
 //! back at once (due a little later); one whose endpoint is at its limit
@@ -195,7 +196,7 @@ pub struct Dispatcher {
 
 impl Dispatcher {
     pub fn new(store: Store, settings: DispatchSettings) -> Dispatcher {
-        let sender = Sender::new(settings.allow_private_networks);
+        let sender = Sender::new(&settings);
         Dispatcher {
             store,
             settings: Arc::new(settings),
@@ -219,6 +220,10 @@ impl Dispatcher {
     }
 
     pub async fn run(self, shutdown: CancellationToken) {
+        Arc::new(self).run_shared(shutdown).await
+    }
+
+    async fn run_shared(self: Arc<Self>, shutdown: CancellationToken) {
         let (results_tx, results_rx) = mpsc::channel(recorder::MAX_BATCH * 4);
         let recorder = tokio::spawn(recorder::run(
             self.store.clone(),
@@ -253,16 +258,32 @@ impl Dispatcher {
             )));
         }
         self.store.set_handoff(Arc::new(intake));
-        self.claim_loop(&slots, &mut handed, results_tx, &shutdown)
-            .await;
+        // Handed-over deliveries start on a task of their own, beside the
+        // claim loop rather than inside it (`handed_loop`).
+        let handed_task = {
+            let (this, slots) = (self.clone(), slots.clone());
+            let (results, shutdown) = (results_tx.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                this.handed_loop(&mut handed, &slots, results, &shutdown)
+                    .await;
+                handed
+            })
+        };
+        self.claim_loop(&slots, results_tx, &shutdown).await;
         // No more hand-overs; those not started go back to the store.
         self.store.clear_handoff();
-        handed.close();
-        let mut back = Vec::new();
-        while let Some(h) = handed.recv().await {
-            back.push((h.delivery.delivery_ref, Some(Duration::ZERO)));
+        match handed_task.await {
+            Ok(mut handed) => {
+                handed.close();
+                let mut back = Vec::new();
+                while let Some(h) = handed.recv().await {
+                    back.push((h.delivery.delivery_ref, Some(Duration::ZERO)));
+                }
+                self.give_back_many(&self.settings.worker_id, &back).await;
+            }
+            // Those it held keep their leases until they expire.
+            Err(e) => tracing::error!(error = %e, "the hand-over task failed"),
         }
-        self.give_back_many(&self.settings.worker_id, &back).await;
         // Wait for in-flight attempts: each holds a global permit.
         let all = self.settings.max_in_flight as u32;
         let _ = tokio::time::timeout(
@@ -290,7 +311,6 @@ impl Dispatcher {
     async fn claim_loop(
         &self,
         slots: &Arc<Slots>,
-        handed: &mut mpsc::UnboundedReceiver<HandedOver>,
         results: mpsc::Sender<store::AttemptResult>,
         shutdown: &CancellationToken,
     ) {
@@ -313,10 +333,6 @@ impl Dispatcher {
                 self.give_back_many(&owner, &back).await;
                 return;
             }
-            // Deliveries the intake leased to us, with their slots.
-            while let Ok(h) = handed.try_recv() {
-                self.start_handed(h, &mut cache, slots, &results).await;
-            }
             let mut back: Vec<_> = carried
                 .refresh(&self.store)
                 .await
@@ -335,8 +351,7 @@ impl Dispatcher {
             }
             self.give_back_many(&owner, &back).await;
             let free = slots
-                .global
-                .available_permits()
+                .room()
                 .min(batch)
                 .saturating_sub(carried.len())
                 .min(claim_size.get()) as u32;
@@ -354,8 +369,7 @@ impl Dispatcher {
                 Err(e) => {
                     tracing::warn!(error = %e, "claiming due deliveries failed");
                     let wait = Duration::from_millis(500);
-                    self.idle(shutdown, handed, wait, (&mut cache, slots, &results))
-                        .await;
+                    self.idle(shutdown, wait).await;
                     continue;
                 }
             };
@@ -365,8 +379,7 @@ impl Dispatcher {
                     0 => self.settings.poll_interval,
                     _ => Duration::from_millis(2).min(self.settings.poll_interval),
                 };
-                self.idle(shutdown, handed, wait, (&mut cache, slots, &results))
-                    .await;
+                self.idle(shutdown, wait).await;
                 continue;
             }
             let drained = claimed.len() < free as usize;
@@ -421,6 +434,33 @@ impl Dispatcher {
                     _ = shutdown.cancelled() => continue,
                     _ = tokio::time::sleep(CLAIM_WINDOW) => {}
                 }
+            }
+        }
+    }
+
+    /// Starts the deliveries the intake hands over (leased to us, with
+    /// their slots), as they come, until shutdown or until the store drops
+    /// the hand-off. A task of its own, with its own endpoint views: a
+    /// handed-over delivery holds its slots and must start at once, never
+    /// after the claim loop's work, which grows with the number of slow
+    /// endpoints (claims, give-backs, endpoint views to read).
+    async fn handed_loop(
+        &self,
+        handed: &mut mpsc::UnboundedReceiver<HandedOver>,
+        slots: &Arc<Slots>,
+        results: mpsc::Sender<store::AttemptResult>,
+        shutdown: &CancellationToken,
+    ) {
+        let mut cache = EndpointCache::default();
+        loop {
+            let h = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                h = handed.recv() => h,
+            };
+            match h {
+                Some(h) => self.start_handed(h, &mut cache, slots, &results).await,
+                // The store dropped the hand-off: the claim loop finds all.
+                None => return,
             }
         }
     }
@@ -499,6 +539,8 @@ impl Dispatcher {
             let result =
                 attempt::run(&store, &settings, &sender, &delivery, &view, &slots.failing).await;
             metrics::gauge!(m::IN_FLIGHT).decrement(1.0);
+            let took = Duration::from_millis(result.duration_ms.max(0) as u64);
+            slots.paced(&delivery.endpoint_ref, took);
             if let Ok(mut b) = slots.breakers.lock() {
                 b.record(
                     delivery.endpoint_ref.as_str(),
@@ -581,41 +623,13 @@ impl Dispatcher {
     }
 
     /// Waits for `wait`, a wake-up (work was left in the store) or
-    /// shutdown, starting the hand-overs that arrive meanwhile. A hand-over
-    /// does not end the wait: it needs no claim, and a wait that ended for
-    /// each would cost a claim (a read of the store) per event under a
-    /// light load.
-    async fn idle(
-        &self,
-        shutdown: &CancellationToken,
-        handed: &mut mpsc::UnboundedReceiver<HandedOver>,
-        wait: Duration,
-        (cache, slots, results): (
-            &mut EndpointCache,
-            &Arc<Slots>,
-            &mpsc::Sender<store::AttemptResult>,
-        ),
-    ) {
-        let until = tokio::time::Instant::now() + wait;
-        loop {
-            let h = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = self.wake.notified() => return,
-                _ = tokio::time::sleep_until(until) => return,
-                h = handed.recv() => match h {
-                    Some(h) => h,
-                    // The store dropped the hand-off: poll as before.
-                    None => {
-                        tokio::select! {
-                            _ = shutdown.cancelled() => {}
-                            _ = self.wake.notified() => {}
-                            _ = tokio::time::sleep_until(until) => {}
-                        }
-                        return;
-                    }
-                },
-            };
-            self.start_handed(h, cache, slots, results).await;
+    /// shutdown. Hand-overs do not end it: they need no claim, and start on
+    /// their own loop (`handed_loop`).
+    async fn idle(&self, shutdown: &CancellationToken, wait: Duration) {
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            _ = self.wake.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }

@@ -1,0 +1,2653 @@
+//! Soak benchmark of `billing serve` in fleet mode (issue 19): a long run of
+//! mixed load (API writes and reads, checkout pays, events through RabbitMQ,
+//! a few endpoints that always fail), watched from outside for growth, then
+//! audited for lost, doubled and concurrent deliveries.
+//!
+//! The service runs as `fleet.rs` runs it, from outside, as its own process:
+//! the release binary is built first (`cargo build --release -p billing`;
+//! `BENCH_BILLING_BIN` names another binary instead), then `billing serve`
+//! starts over a PostgreSQL database, a RabbitMQ virtual host and a Redis
+//! logical database of its own (named `billing_soak_<pid>_<hex>`; the Redis
+//! database is an empty one of 1..15, flushed before and after), with
+//! private destinations allowed, `BILLING_LOG__LEVEL=warn` and
+//! `BILLING_DELIVERY__RETRY_SCHEDULE=0s,1s,2s,5s` (`BENCH_SOAK_RETRY_SCHEDULE`)
+//! so that deliveries to a failing endpoint end `failed` within seconds.
+//! `billing admin bootstrap --json` gives the sandbox credential; the setup
+//! then makes, through the HTTP API: `BENCH_SOAK_ENDPOINTS` endpoints
+//! (default 20), each subscribed to `order.created` (dto 1) and
+//! `payment.succeeded` (dto 2), the last `BENCH_SOAK_FAILING_ENDPOINTS` of
+//! them (default 5 % of them, at least 1) answering 500 to everything; and a
+//! published product, price and checkout config of one one-time item. The
+//! database is `ANALYZE`d every `BENCH_SOAK_ANALYZE_SECONDS` (default 30):
+//! this machine's PostgreSQL runs with autovacuum off. Everything is
+//! released at the end, passed or failed (a drop guard); leftovers of runs
+//! whose process is gone are removed at start.
+//!
+//! Load, for `BENCH_SOAK_SECONDS` (default 1,800), each stream paced by a
+//! tokio interval, each request its own task, at most
+//! `BENCH_SOAK_MAX_IN_FLIGHT` (default 64) in flight per stream (a tick that
+//! finds them all busy is counted as skipped, not queued):
+//!
+//! - events: `BENCH_SOAK_EVENT_RATE` per second (default 50) published with
+//!   lapin to `billing.events` (routing key = type, persistent, mandatory,
+//!   publisher confirms), alternately `order.created` and
+//!   `payment.succeeded` with the catalogue's example data and a fresh
+//!   `evt_` reference; only confirmed events are expected;
+//! - writes: `BENCH_SOAK_WRITE_RATE` per second (default 20), in turn
+//!   `createServiceAccount`, `createProduct`, `createWebhookEndpoint` (an
+//!   endpoint without subscriptions), each with a fresh `Idempotency-Key`;
+//! - reads: `BENCH_SOAK_READ_RATE` per second (default 50), in turn
+//!   `listProducts`, `retrieveProduct`, `retrieveServiceAccount`,
+//!   `retrieveWebhookEndpoint`, `listWebhookDeliveries` (of a subscribed
+//!   endpoint), `listPayments`, `retrievePayment`, `retrieveCheckoutSession`
+//!   (references taken from what the load created);
+//! - pays: `BENCH_SOAK_PAY_RATE` per second (default 5): `createCheckoutSession`
+//!   then `payCheckoutSession` with `pm_card_visa`. Each successful pay
+//!   emits, among others, `payment.succeeded` and `order.created`, which
+//!   every endpoint receives too.
+//!
+//! One axum receiver on 127.0.0.1 serves the endpoints (`/hook/{i}`): it
+//! counts, per event (`event_ref` of the delivered body) and endpoint, the
+//! requests it got, holds each request `BENCH_SOAK_RECEIVER_DELAY_MS`
+//! (default 5) before answering (204, or 500 for a failing endpoint), and
+//! tracks the requests in flight per `webhook-id` header (the delivery's
+//! reference): the most ever in flight at once for one delivery is the
+//! "attempts at once" figure.
+//!
+//! Every `BENCH_SOAK_REPORT_SECONDS` (default 60) a report: the elapsed
+//! time; resident memory (`VmRSS`) and open file descriptors (entries of
+//! `/proc/<pid>/fd`) of the `billing` process and its CPU (cores, over the
+//! window); the run database's commits and updated rows per second
+//! (`pg_stat_database`); the due backlog: the service's gauge
+//! `billing_webhook_due_backlog` (its metrics endpoint; the service updates
+//! it at most every 15 s), the Redis due set `billing:due` (members due now,
+//! and all of them), and in the store the pending deliveries (due now, of
+//! the healthy and of the failing endpoints), the outbox, the keys in the
+//! run's Redis database and the Redis server's `used_memory`; events
+//! published and deliveries received in the window; API calls of each kind
+//! in the window with their p99. Samples for the checks are taken every
+//! `min(5, BENCH_SOAK_REPORT_SECONDS)` seconds.
+//!
+//! After the load stops, the benchmark waits (at most
+//! `BENCH_SOAK_DRAIN_SECONDS`, default 120) until every expected delivery
+//! reached every healthy endpoint and no delivery is pending, then checks,
+//! each PASS or FAIL:
+//!
+//! - lost: every confirmed event, and the `payment.succeeded` and
+//!   `order.created` of every successful pay, reached every healthy endpoint
+//!   at least once (duplicates are counted and shown, not failed);
+//! - failing endpoints: each of their deliveries is `failed` in the store
+//!   after every attempt of the schedule, there is one per expected event,
+//!   and no retry came earlier than its delay allows (delay − 20 % jitter);
+//! - attempts at once: no delivery was ever received twice at the same time;
+//! - RSS flat: the mean of the last third of the load's samples is less than
+//!   10 % above the mean of the second third;
+//! - fds flat: those means differ by less than 20;
+//! - due backlog not growing (the gauge; Redis's due set if the gauge never
+//!   appeared), pending deliveries in the store not growing, and those of
+//!   the healthy endpoints alone not growing: last-third mean ≤ second-third
+//!   mean × 1.1 + 50;
+//! - the API: every call answered as expected (no error status, no
+//!   transport error).
+//!
+//! The summary then gives each kind of API call's count, errors, p50, p99
+//! and max over the whole run. The exit status is non-zero on any FAIL or
+//! error.
+//!
+//! Run with `cargo bench -p billing-tests --bench soak` (30 minutes), or
+//! e.g. `BENCH_SOAK_SECONDS=300 BENCH_SOAK_REPORT_SECONDS=30 cargo bench -p
+//! billing-tests --bench soak`. Needs PostgreSQL (`BILLING_TEST_PG_URL`,
+//! default `postgres://postgres@127.0.0.1:5432/postgres`), Redis on
+//! 127.0.0.1:6379, RabbitMQ on 127.0.0.1:5672 (guest/guest) and
+//! `rabbitmqctl` on the `PATH`.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::serve::ListenerExt;
+use base64::Engine as _;
+use billing_tests::{env_num, ms, percentile_ms};
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
+};
+use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, ExchangeKind};
+use serde_json::{json, Value};
+use sqlx::{Connection, Executor, PgConnection};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::{Child, ExitCode, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+const EXCHANGE: &str = "billing.events";
+/// The queue `billing serve` consumes; publishing waits until it exists.
+const QUEUE: &str = "billing.events.dispatcher";
+const AMQP_BASE: &str = "amqp://guest:guest@127.0.0.1:5672";
+const REDIS_BASE: &str = "redis://127.0.0.1:6379";
+/// The service's Redis key prefix (`crates/billing/src/app.rs`).
+const REDIS_DUE: &str = "billing:due";
+/// Prefix of the database's and the virtual host's name.
+const NAME_PREFIX: &str = "billing_soak_";
+/// The service's due backlog gauge (`crates/dispatcher/src/metrics.rs`).
+const DUE_GAUGE: &str = "billing_webhook_due_backlog";
+/// Event types published and subscribed to, with the subscription's dto
+/// version; a successful pay emits both.
+const TYPES: [(&str, u32); 2] = [("order.created", 1), ("payment.succeeded", 2)];
+const CARD: &str = "pm_card_visa";
+/// Longest wait for `billing serve` to answer `/readyz` with 200.
+const READY_LIMIT: Duration = Duration::from_secs(60);
+/// Longest wait for the child to exit after SIGTERM (its grace is 25 s).
+const STOP_LIMIT: Duration = Duration::from_secs(30);
+/// Longest wait for outstanding publisher confirms after the load.
+const CONFIRM_LIMIT: Duration = Duration::from_secs(30);
+/// References kept per kind for the reads.
+const KEEP_REFS: usize = 256;
+/// Distinct buyer e-mails the pays use.
+const BUYERS: u32 = 500;
+/// Growth limits of the checks.
+const RSS_GROWTH: f64 = 0.10;
+const FD_DIFFERENCE: f64 = 20.0;
+const BACKLOG_GROWTH: f64 = 0.10;
+const BACKLOG_SLACK: f64 = 50.0;
+
+/// Set when a drop guard could not clean up; the run then fails.
+static CLEANUP_FAILED: AtomicBool = AtomicBool::new(false);
+
+// ------------------------------------------------------------------ config
+
+struct Config {
+    seconds: u64,
+    report: u64,
+    sample: u64,
+    event_rate: u64,
+    write_rate: u64,
+    read_rate: u64,
+    pay_rate: u64,
+    endpoints: usize,
+    failing: usize,
+    retry_schedule: String,
+    /// Delays of `retry_schedule`, in milliseconds.
+    delays_ms: Vec<u64>,
+    drain: Duration,
+    receiver_delay: Duration,
+    max_in_flight: usize,
+    analyze_every: Duration,
+}
+
+/// A count that may be zero: the variable `name`, or `default`.
+fn env_count(name: &str, default: usize) -> Result<usize, String> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("{name} must be a whole number, got {v:?}")),
+        Err(_) => Ok(default),
+    }
+}
+
+/// `"0s,1s,500ms,2m"` as milliseconds.
+fn parse_schedule(s: &str) -> Result<Vec<u64>, String> {
+    s.split(',')
+        .map(|d| {
+            let d = d.trim();
+            let (num, unit) = d.split_at(d.find(|c: char| !c.is_ascii_digit()).unwrap_or(d.len()));
+            let n: u64 = num
+                .parse()
+                .map_err(|_| format!("BENCH_SOAK_RETRY_SCHEDULE: bad delay {d:?}"))?;
+            let factor = match unit {
+                "ms" => 1,
+                "s" => 1_000,
+                "m" => 60_000,
+                "h" => 3_600_000,
+                _ => return Err(format!("BENCH_SOAK_RETRY_SCHEDULE: bad delay {d:?}")),
+            };
+            Ok(n * factor)
+        })
+        .collect()
+}
+
+fn config() -> Result<Config, String> {
+    let report: u64 = env_num("BENCH_SOAK_REPORT_SECONDS", 60)?;
+    let endpoints: usize = env_num("BENCH_SOAK_ENDPOINTS", 20)?;
+    let failing = env_count(
+        "BENCH_SOAK_FAILING_ENDPOINTS",
+        endpoints.div_ceil(20).max(1),
+    )?;
+    if failing >= endpoints {
+        return Err(format!(
+            "BENCH_SOAK_FAILING_ENDPOINTS ({failing}) must be below BENCH_SOAK_ENDPOINTS \
+             ({endpoints})"
+        ));
+    }
+    let retry_schedule =
+        std::env::var("BENCH_SOAK_RETRY_SCHEDULE").unwrap_or_else(|_| "0s,1s,2s,5s".to_owned());
+    let delays_ms = parse_schedule(&retry_schedule)?;
+    Ok(Config {
+        seconds: env_num("BENCH_SOAK_SECONDS", 1_800)?,
+        report,
+        sample: report.min(5),
+        event_rate: env_num("BENCH_SOAK_EVENT_RATE", 50)?,
+        write_rate: env_num("BENCH_SOAK_WRITE_RATE", 20)?,
+        read_rate: env_num("BENCH_SOAK_READ_RATE", 50)?,
+        pay_rate: env_num("BENCH_SOAK_PAY_RATE", 5)?,
+        endpoints,
+        failing,
+        retry_schedule,
+        delays_ms,
+        drain: Duration::from_secs(env_num("BENCH_SOAK_DRAIN_SECONDS", 120)?),
+        receiver_delay: Duration::from_millis(env_count("BENCH_SOAK_RECEIVER_DELAY_MS", 5)? as u64),
+        max_in_flight: env_num("BENCH_SOAK_MAX_IN_FLIGHT", 64)?,
+        analyze_every: Duration::from_secs(env_num("BENCH_SOAK_ANALYZE_SECONDS", 30)?),
+    })
+}
+
+// ------------------------------------------------------------------ binary
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the tests package is inside the workspace")
+        .to_path_buf()
+}
+
+/// Builds the release `billing` binary and returns its path, as cargo
+/// reports it (`target/release/billing`, or under `CARGO_TARGET_DIR`).
+fn build_billing() -> Result<PathBuf, String> {
+    if let Some(given) = std::env::var_os("BENCH_BILLING_BIN") {
+        let path = PathBuf::from(given);
+        println!("using the binary in BENCH_BILLING_BIN (not built)");
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "BENCH_BILLING_BIN: no binary at {}",
+                path.display()
+            ))
+        };
+    }
+    let root = workspace_root();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    println!("building the release binary: cargo build --release -p billing");
+    let out = std::process::Command::new(&cargo)
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "billing",
+            "--bin",
+            "billing",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("cargo build --release -p billing: {}", out.status));
+    }
+    let reported = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "billing")
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from));
+    let path = reported.unwrap_or_else(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .map(|t| if t.is_relative() { root.join(t) } else { t })
+            .unwrap_or_else(|| root.join("target"));
+        target.join("release").join("billing")
+    });
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!("no binary at {}", path.display()))
+    }
+}
+
+/// A `billing` command with the inherited `BILLING_*` and `RUST_LOG`
+/// variables removed and `envs` set.
+fn billing_command(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    envs: &[(String, String)],
+) -> std::process::Command {
+    let mut c = std::process::Command::new(bin);
+    for (k, _) in std::env::vars_os() {
+        let name = k.to_string_lossy();
+        if name.starts_with("BILLING_") || name == "RUST_LOG" {
+            c.env_remove(&k);
+        }
+    }
+    c.current_dir(dir);
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    c
+}
+
+fn free_port() -> Result<u16, String> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port: {e}"))
+}
+
+// -------------------------------------------------------- backing services
+
+fn pg_admin_url() -> String {
+    std::env::var("BILLING_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+}
+
+fn pg_url_for(db: &str) -> String {
+    let base = pg_admin_url();
+    let cut = base.rfind('/').unwrap_or(base.len());
+    format!("{}/{db}", &base[..cut])
+}
+
+async fn pg_admin() -> Result<PgConnection, String> {
+    PgConnection::connect(&pg_admin_url())
+        .await
+        .map_err(|e| format!("PostgreSQL at {}: {e}", pg_admin_url()))
+}
+
+/// Percent-encodes a virtual host name for an AMQP URL.
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+async fn rabbitmqctl(args: &[&str]) -> Result<String, String> {
+    let out = tokio::process::Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .await
+        .map_err(|e| format!("cannot run rabbitmqctl: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "rabbitmqctl {}: {} {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// Whether the benchmark process that named `name`
+/// (`billing_soak_<pid>_<hex>`) has exited.
+fn owner_exited(name: &str) -> bool {
+    name.strip_prefix(NAME_PREFIX)
+        .and_then(|r| r.split('_').next())
+        .and_then(|pid| pid.parse::<u32>().ok())
+        .is_some_and(|pid| {
+            pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        })
+}
+
+/// Drops the databases and virtual hosts left by soak runs that did not
+/// clean up (killed), whose process is gone.
+async fn remove_leftovers() {
+    if let Ok(mut conn) = pg_admin().await {
+        let dbs: Vec<String> = sqlx::query_scalar(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'billing\\_soak\\_%'",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap_or_default();
+        for db in dbs.into_iter().filter(|d| owner_exited(d)) {
+            println!("removing the leftover database {db}");
+            let _ = conn
+                .execute(format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)").as_str())
+                .await;
+        }
+        let _ = conn.close().await;
+    }
+    if let Ok(list) = rabbitmqctl(&["-q", "list_vhosts", "name"]).await {
+        for vhost in list.lines().map(str::trim).filter(|v| owner_exited(v)) {
+            println!("removing the leftover virtual host {vhost}");
+            let _ = rabbitmqctl(&["delete_vhost", vhost]).await;
+        }
+    }
+}
+
+async fn redis_conn(n: u8) -> Result<redis::aio::MultiplexedConnection, String> {
+    let client = redis::Client::open(format!("{REDIS_BASE}/{n}")).map_err(|e| e.to_string())?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| format!("Redis at {REDIS_BASE}: {e}"))
+}
+
+/// An empty Redis logical database among 1..15, picked at random.
+async fn pick_redis_db() -> Result<u8, String> {
+    use rand::seq::SliceRandom;
+    let mut dbs: Vec<u8> = (1..=15).collect();
+    dbs.shuffle(&mut rand::thread_rng());
+    for n in dbs {
+        let mut conn = redis_conn(n).await?;
+        let size: u64 = redis::cmd("DBSIZE")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if size == 0 {
+            return Ok(n);
+        }
+    }
+    Err("no empty Redis database among 1..15 (others are in use)".to_owned())
+}
+
+async fn flush_redis(n: u8) -> Result<(), String> {
+    let mut conn = redis_conn(n).await?;
+    redis::cmd("FLUSHDB")
+        .query_async::<()>(&mut conn)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+// ------------------------------------------------------------- the fleet
+
+/// The run's resources; dropping it releases them all: the child is
+/// stopped (SIGTERM by PID, SIGKILL after `STOP_LIMIT`), the virtual host
+/// deleted, the Redis database flushed, the PostgreSQL database dropped.
+struct Fleet {
+    /// The database's and the virtual host's name.
+    name: String,
+    dir: tempfile::TempDir,
+    db_created: bool,
+    vhost_created: bool,
+    redis_db: Option<u8>,
+    child: Option<Child>,
+    stderr_path: PathBuf,
+}
+
+impl Fleet {
+    fn new() -> Result<Fleet, String> {
+        let name = format!(
+            "{NAME_PREFIX}{}_{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        let dir = tempfile::tempdir().map_err(|e| format!("temporary folder: {e}"))?;
+        let stderr_path = dir.path().join("billing.stderr");
+        Ok(Fleet {
+            name,
+            dir,
+            db_created: false,
+            vhost_created: false,
+            redis_db: None,
+            child: None,
+            stderr_path,
+        })
+    }
+
+    fn child_pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The child's exit status if it has exited (without reaping a live one).
+    fn child_exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// SIGTERM to the child, by its PID; waits for it to exit.
+    fn stop_child(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + STOP_LIMIT;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    println!(
+                        "!! billing (pid {}) did not stop within {} s of SIGTERM; killing it",
+                        child.id(),
+                        STOP_LIMIT.as_secs()
+                    );
+                    let _ = child.kill();
+                    return child.wait().ok();
+                }
+            }
+        }
+    }
+
+    /// The number of lines of the child's standard error and the last `n`.
+    fn stderr_tail(&self, n: usize) -> (usize, Vec<String>) {
+        let lines: Vec<String> = std::fs::File::open(&self.stderr_path)
+            .map(|f| {
+                std::io::BufReader::new(f)
+                    .lines()
+                    .map_while(Result::ok)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let total = lines.len();
+        (
+            total,
+            lines.into_iter().skip(total.saturating_sub(n)).collect(),
+        )
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let fail = |what: String| {
+            println!("!! cleanup: {what}");
+            CLEANUP_FAILED.store(true, Ordering::SeqCst);
+        };
+        self.stop_child();
+        if self.vhost_created {
+            match std::process::Command::new("rabbitmqctl")
+                .args(["-q", "delete_vhost", &self.name])
+                .output()
+            {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => fail(format!(
+                    "delete_vhost {}: {}",
+                    self.name,
+                    String::from_utf8_lossy(&o.stderr).trim()
+                )),
+                Err(e) => fail(format!("rabbitmqctl: {e}")),
+            }
+        }
+        if let Some(n) = self.redis_db {
+            let flushed = redis::Client::open(format!("{REDIS_BASE}/{n}")).and_then(|c| {
+                let mut conn = c.get_connection_with_timeout(Duration::from_secs(5))?;
+                redis::cmd("FLUSHDB").query::<()>(&mut conn)
+            });
+            if let Err(e) = flushed {
+                fail(format!("FLUSHDB of Redis database {n}: {e}"));
+            }
+        }
+        if self.db_created {
+            // A runtime of its own on a thread of its own: this may run
+            // inside the benchmark's runtime.
+            let db = self.name.clone();
+            let dropped = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                rt.block_on(async {
+                    let mut conn = pg_admin().await?;
+                    conn.execute(format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)").as_str())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let _ = conn.close().await;
+                    Ok::<(), String>(())
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err("the dropping thread panicked".to_owned()));
+            if let Err(e) = dropped {
+                fail(format!("DROP DATABASE {}: {e}", self.name));
+            }
+        }
+    }
+}
+
+/// A lock, whether or not another holder panicked.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+// ------------------------------------------------------------------ sink
+
+/// What the receiver knows of one event.
+struct Received {
+    event_type: String,
+    /// `data.checkout_session_ref`, which ties a pay's events to its session.
+    session: Option<String>,
+    /// Requests per endpoint (by index).
+    counts: Vec<u16>,
+}
+
+/// The receiver of every endpoint (`/hook/{i}`).
+struct Sink {
+    /// Whether endpoint `i` answers 500 to everything.
+    failing: Vec<bool>,
+    delay: Duration,
+    events: Mutex<HashMap<String, Received>>,
+    /// Requests being answered, per `webhook-id`.
+    in_flight: Mutex<HashMap<String, u32>>,
+    /// The most requests of one `webhook-id` ever in flight at once.
+    max_at_once: AtomicU32,
+    /// Requests that arrived while another of the same `webhook-id` was in
+    /// flight.
+    overlapping: AtomicU64,
+    requests: AtomicU64,
+    answered_ok: AtomicU64,
+    answered_500: AtomicU64,
+    /// Requests to a healthy endpoint for an event it already had.
+    repeats: AtomicU64,
+    unreadable: AtomicU64,
+    without_id: AtomicU64,
+}
+
+#[derive(serde::Deserialize)]
+struct Delivered {
+    event_ref: String,
+    public_event_type: String,
+    #[serde(default)]
+    data: DeliveredData,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct DeliveredData {
+    #[serde(default)]
+    checkout_session_ref: Option<String>,
+}
+
+/// One request of a `webhook-id` in flight, until dropped (also when the
+/// sender hangs up and the handler is cancelled).
+struct InFlight {
+    sink: Arc<Sink>,
+    id: String,
+}
+
+impl InFlight {
+    fn enter(sink: &Arc<Sink>, id: String) -> InFlight {
+        let now = {
+            let mut m = lock(&sink.in_flight);
+            let n = m.entry(id.clone()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        if now > 1 {
+            sink.overlapping.fetch_add(1, Ordering::Relaxed);
+        }
+        sink.max_at_once.fetch_max(now, Ordering::Relaxed);
+        InFlight {
+            sink: sink.clone(),
+            id,
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut m = lock(&self.sink.in_flight);
+        if let Some(n) = m.get_mut(&self.id) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.id);
+            }
+        }
+    }
+}
+
+async fn hook(
+    State(sink): State<Arc<Sink>>,
+    Path(i): Path<usize>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    sink.requests.fetch_add(1, Ordering::Relaxed);
+    let Some(&failing) = sink.failing.get(i) else {
+        return StatusCode::NOT_FOUND;
+    };
+    let id = headers
+        .get("webhook-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let _in_flight = match id {
+        Some(id) => Some(InFlight::enter(&sink, id)),
+        None => {
+            sink.without_id.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    };
+    match serde_json::from_slice::<Delivered>(&body) {
+        Ok(d) => {
+            let n = sink.failing.len();
+            let count = {
+                let mut events = lock(&sink.events);
+                let rec = events.entry(d.event_ref).or_insert_with(|| Received {
+                    event_type: d.public_event_type,
+                    session: d.data.checkout_session_ref,
+                    counts: vec![0; n],
+                });
+                rec.counts[i] = rec.counts[i].saturating_add(1);
+                rec.counts[i]
+            };
+            if !failing && count > 1 {
+                sink.repeats.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Err(_) => {
+            sink.unreadable.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    if !sink.delay.is_zero() {
+        tokio::time::sleep(sink.delay).await;
+    }
+    if failing {
+        sink.answered_500.fetch_add(1, Ordering::Relaxed);
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        sink.answered_ok.fetch_add(1, Ordering::Relaxed);
+        StatusCode::NO_CONTENT
+    }
+}
+
+impl Sink {
+    /// Starts the receiver; returns it and its base URL (`…/hook`).
+    async fn start(failing: Vec<bool>, delay: Duration) -> Result<(Arc<Sink>, String), String> {
+        let sink = Arc::new(Sink {
+            failing,
+            delay,
+            events: Mutex::default(),
+            in_flight: Mutex::default(),
+            max_at_once: AtomicU32::new(0),
+            overlapping: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            answered_ok: AtomicU64::new(0),
+            answered_500: AtomicU64::new(0),
+            repeats: AtomicU64::new(0),
+            unreadable: AtomicU64::new(0),
+            without_id: AtomicU64::new(0),
+        });
+        let app = axum::Router::new()
+            .route("/hook/{i}", axum::routing::post(hook))
+            .with_state(sink.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| format!("receiver: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok((sink, format!("http://{addr}/hook")))
+    }
+}
+
+// ------------------------------------------------------------- publishing
+
+fn envelope(env_ref: &str, event_type: &str, data: &Value) -> (String, Vec<u8>) {
+    let event_ref = domain::Ref::generate(domain::Prefix::Event).into_string();
+    let body = json!({
+        "event_ref": event_ref,
+        "public_event_type": event_type,
+        "environment_ref": env_ref,
+        "occurred_at": domain::Timestamp::now().to_rfc3339(),
+        "scope": {"product_refs": [], "buyer_ref": null, "beneficiary_business_ref": null},
+        "data": data,
+    });
+    (event_ref, body.to_string().into_bytes())
+}
+
+struct Publisher {
+    connection: lapin::Connection,
+    channel: Channel,
+}
+
+impl Publisher {
+    /// A channel in confirm mode on `url`, once the service's queue exists
+    /// (published messages would otherwise be unroutable).
+    async fn connect(url: &str) -> Result<Publisher, String> {
+        let connection = dispatcher::amqp::connect(url, "billing-soak-bench")
+            .await
+            .map_err(|e| format!("RabbitMQ: {e}"))?;
+        let deadline = Instant::now() + READY_LIMIT;
+        loop {
+            // A failed passive declare closes its channel: one channel each.
+            let probe = connection
+                .create_channel()
+                .await
+                .map_err(|e| e.to_string())?;
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            };
+            if probe
+                .queue_declare(QUEUE, passive, FieldTable::default())
+                .await
+                .is_ok()
+            {
+                let _ = probe.close(200, "found").await;
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the queue {QUEUE} was never declared"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| e.to_string())?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        channel
+            .exchange_declare(
+                EXCHANGE,
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Publisher {
+            connection,
+            channel,
+        })
+    }
+
+    async fn publish(&self, routing_key: &str, body: &[u8]) -> Result<PublisherConfirm, String> {
+        let options = BasicPublishOptions {
+            mandatory: true,
+            ..BasicPublishOptions::default()
+        };
+        let properties = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_delivery_mode(2);
+        self.channel
+            .basic_publish(EXCHANGE, routing_key, options, body, properties)
+            .await
+            .map_err(|e| format!("publish: {e}"))
+    }
+
+    async fn close(self) {
+        let _ = self.connection.close(200, "done").await;
+    }
+}
+
+fn confirmed(c: Result<Confirmation, lapin::Error>) -> Result<(), String> {
+    match c {
+        Ok(Confirmation::Ack(None)) => Ok(()),
+        Ok(Confirmation::Ack(Some(_))) => Err("a message was unroutable".to_owned()),
+        Ok(other) => Err(format!("a message was not confirmed: {other:?}")),
+        Err(e) => Err(format!("confirm: {e}")),
+    }
+}
+
+/// What the publisher did.
+#[derive(Default)]
+struct PublishOutcome {
+    /// Confirmed events: these must arrive.
+    confirmed: Vec<String>,
+    errors: Vec<String>,
+}
+
+/// Publishes `rate` events per second until `stop`, then waits for the
+/// outstanding confirms.
+async fn publish_events(
+    publisher: Publisher,
+    rate: u64,
+    env_ref: String,
+    stop: CancellationToken,
+    load: Arc<Load>,
+) -> PublishOutcome {
+    let examples: Vec<(&str, Value)> = TYPES
+        .iter()
+        .map(|(t, v)| {
+            (
+                *t,
+                domain::webhook::catalogue::example(t, *v).unwrap_or_default(),
+            )
+        })
+        .collect();
+    let mut out = PublishOutcome::default();
+    let mut inflight = FuturesUnordered::new();
+    let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / rate));
+    let handle = |(event_ref, c): (String, Result<Confirmation, lapin::Error>),
+                  out: &mut PublishOutcome| {
+        match confirmed(c) {
+            Ok(()) => {
+                load.confirmed.fetch_add(1, Ordering::Relaxed);
+                out.confirmed.push(event_ref);
+            }
+            Err(e) => {
+                if out.errors.len() < 20 {
+                    out.errors.push(format!("event {event_ref}: {e}"));
+                }
+                load.publish_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    };
+    let mut i = 0usize;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let (event_type, data) = &examples[i % examples.len()];
+        i += 1;
+        let (event_ref, body) = envelope(&env_ref, event_type, data);
+        match publisher.publish(event_type, &body).await {
+            Ok(confirm) => {
+                load.published.fetch_add(1, Ordering::Relaxed);
+                inflight.push(async move { (event_ref, confirm.await) });
+            }
+            Err(e) => {
+                load.publish_errors.fetch_add(1, Ordering::Relaxed);
+                if out.errors.len() < 20 {
+                    out.errors.push(e);
+                }
+            }
+        }
+        while let Some(Some(done)) = inflight.next().now_or_never() {
+            handle(done, &mut out);
+        }
+    }
+    let deadline = tokio::time::Instant::now() + CONFIRM_LIMIT;
+    loop {
+        match tokio::time::timeout_at(deadline, inflight.next()).await {
+            Ok(Some(done)) => handle(done, &mut out),
+            Ok(None) => break,
+            Err(_) => {
+                out.errors.push(format!(
+                    "{} confirms still outstanding {} s after the load",
+                    inflight.len(),
+                    CONFIRM_LIMIT.as_secs()
+                ));
+                break;
+            }
+        }
+    }
+    publisher.close().await;
+    out
+}
+
+// --------------------------------------------------------------------- API
+
+/// Calls of one kind.
+#[derive(Default)]
+struct KindStats {
+    /// Since the last report.
+    window: Vec<Duration>,
+    window_errors: u64,
+    all: Vec<Duration>,
+    errors: u64,
+    /// Unexpected outcomes (`status 409`, `transport`) and their counts.
+    outcomes: BTreeMap<String, u64>,
+    last_error: Option<String>,
+}
+
+/// References made by the load, newest last, for the reads.
+#[derive(Default)]
+struct Refs {
+    service_accounts: VecDeque<String>,
+    products: VecDeque<String>,
+    endpoints: VecDeque<String>,
+    payments: VecDeque<String>,
+    sessions: VecDeque<String>,
+}
+
+fn keep(list: &mut VecDeque<String>, r: String) {
+    if list.len() >= KEEP_REFS {
+        list.pop_front();
+    }
+    list.push_back(r);
+}
+
+fn pick(list: &VecDeque<String>) -> Option<String> {
+    use rand::Rng;
+    (!list.is_empty()).then(|| list[rand::thread_rng().gen_range(0..list.len())].clone())
+}
+
+/// Counters of the load.
+#[derive(Default)]
+struct Load {
+    published: AtomicU64,
+    confirmed: AtomicU64,
+    publish_errors: AtomicU64,
+    /// Ticks that found their stream's in-flight limit reached.
+    skipped: AtomicU64,
+    pays_succeeded: AtomicU64,
+    /// Pays answered otherwise (a declined payment, an error): their
+    /// events are not expected, and those that arrive are not lost ones.
+    pays_other: AtomicU64,
+}
+
+struct Api {
+    client: reqwest::Client,
+    base: String,
+    secret: String,
+    stats: Mutex<BTreeMap<&'static str, KindStats>>,
+    refs: Mutex<Refs>,
+    /// Sessions whose pay succeeded.
+    paid: Mutex<Vec<String>>,
+    load: Arc<Load>,
+    /// The subscribed endpoints, for `listWebhookDeliveries`.
+    endpoints: Vec<String>,
+    spare_url: String,
+    config_ref: String,
+}
+
+fn idempotency_key() -> String {
+    format!("soak-{:016x}", rand::random::<u64>())
+}
+
+impl Api {
+    /// One request: `(status, body, duration)`; POSTs carry a fresh
+    /// `Idempotency-Key`.
+    async fn request(
+        &self,
+        post: Option<&Value>,
+        path: &str,
+    ) -> Result<(u16, String, Duration), String> {
+        let url = format!("{}{path}", self.base);
+        let req = match post {
+            Some(body) => self
+                .client
+                .post(url)
+                .header("Idempotency-Key", idempotency_key())
+                .json(body),
+            None => self.client.get(url),
+        }
+        .bearer_auth(&self.secret);
+        let started = Instant::now();
+        let r = req.send().await.map_err(|e| e.to_string())?;
+        let status = r.status().as_u16();
+        let text = r.text().await.map_err(|e| e.to_string())?;
+        Ok((status, text, started.elapsed()))
+    }
+
+    /// A setup request: its `data`, or an error when the status is not
+    /// `expect`.
+    async fn setup(&self, post: Option<Value>, path: &str, expect: u16) -> Result<Value, String> {
+        let (status, text, _) = self
+            .request(post.as_ref(), path)
+            .await
+            .map_err(|e| format!("{path}: {e}"))?;
+        if status != expect {
+            return Err(format!("{path}: {status} {text}"));
+        }
+        let v: Value = serde_json::from_str(&text).map_err(|e| format!("{path}: {e}"))?;
+        Ok(v["data"].clone())
+    }
+
+    /// A measured request of `kind`: its `data` when answered `expect`.
+    async fn timed(
+        &self,
+        kind: &'static str,
+        post: Option<Value>,
+        path: &str,
+        expect: u16,
+    ) -> Option<Value> {
+        let outcome = self.request(post.as_ref(), path).await;
+        let mut stats = lock(&self.stats);
+        let s = stats.entry(kind).or_default();
+        let (failure, data) = match outcome {
+            Ok((status, text, took)) => {
+                s.window.push(took);
+                s.all.push(took);
+                if status == expect {
+                    let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                    (None, Some(v["data"].clone()))
+                } else {
+                    let excerpt: String = text.chars().take(200).collect();
+                    (
+                        Some((format!("status {status}"), format!("{status} {excerpt}"))),
+                        None,
+                    )
+                }
+            }
+            Err(e) => (Some(("transport".to_owned(), e)), None),
+        };
+        if let Some((outcome, detail)) = failure {
+            s.errors += 1;
+            s.window_errors += 1;
+            *s.outcomes.entry(outcome).or_default() += 1;
+            s.last_error = Some(detail);
+        }
+        data
+    }
+
+    fn refs(&self) -> MutexGuard<'_, Refs> {
+        lock(&self.refs)
+    }
+
+    async fn write(self: Arc<Self>, n: u64) {
+        match n % 3 {
+            0 => {
+                let body = json!({"name": format!("soak account {n}")});
+                if let Some(d) = self
+                    .timed(
+                        "createServiceAccount",
+                        Some(body),
+                        "/api/v1/service_accounts",
+                        201,
+                    )
+                    .await
+                {
+                    if let Some(r) = d["principal_ref"].as_str() {
+                        keep(&mut self.refs().service_accounts, r.to_owned());
+                    }
+                }
+            }
+            1 => {
+                let body = json!({"name": format!("soak product {n}")});
+                if let Some(d) = self
+                    .timed("createProduct", Some(body), "/api/v1/products", 201)
+                    .await
+                {
+                    if let Some(r) = d["product_ref"].as_str() {
+                        keep(&mut self.refs().products, r.to_owned());
+                    }
+                }
+            }
+            _ => {
+                let body = json!({"url": format!("{}/{n}", self.spare_url)});
+                if let Some(d) = self
+                    .timed(
+                        "createWebhookEndpoint",
+                        Some(body),
+                        "/api/v1/webhook_endpoints",
+                        201,
+                    )
+                    .await
+                {
+                    if let Some(r) = d["endpoint_ref"].as_str() {
+                        keep(&mut self.refs().endpoints, r.to_owned());
+                    }
+                }
+            }
+        }
+    }
+
+    async fn read(self: Arc<Self>, n: u64) {
+        use rand::Rng;
+        let (kind, path): (&'static str, String) = {
+            let refs = self.refs();
+            let one = |kind: &'static str, list: &VecDeque<String>, base: &str| {
+                pick(list).map(|r| (kind, format!("{base}/{r}")))
+            };
+            let choice = match n % 8 {
+                1 => one("retrieveProduct", &refs.products, "/api/v1/products"),
+                2 => one(
+                    "retrieveServiceAccount",
+                    &refs.service_accounts,
+                    "/api/v1/service_accounts",
+                ),
+                3 => one(
+                    "retrieveWebhookEndpoint",
+                    &refs.endpoints,
+                    "/api/v1/webhook_endpoints",
+                ),
+                4 => {
+                    let i = rand::thread_rng().gen_range(0..self.endpoints.len());
+                    Some((
+                        "listWebhookDeliveries",
+                        format!(
+                            "/api/v1/webhook_endpoints/{}/deliveries?limit=10",
+                            self.endpoints[i]
+                        ),
+                    ))
+                }
+                5 => Some(("listPayments", "/api/v1/payments?limit=10".to_owned())),
+                6 => one("retrievePayment", &refs.payments, "/api/v1/payments"),
+                7 => one(
+                    "retrieveCheckoutSession",
+                    &refs.sessions,
+                    "/api/v1/checkout-sessions",
+                ),
+                _ => None,
+            };
+            // Nothing to retrieve yet: list instead.
+            choice.unwrap_or(("listProducts", "/api/v1/products?limit=10".to_owned()))
+        };
+        let _ = self.timed(kind, None, &path, 200).await;
+    }
+
+    async fn pay(self: Arc<Self>, n: u64) {
+        let email = format!("buyer{}@example.com", n % u64::from(BUYERS));
+        let body =
+            json!({"config_ref": self.config_ref, "buyer": {"email": email, "name": "Soak Buyer"}});
+        let Some(session) = self
+            .timed(
+                "createCheckoutSession",
+                Some(body),
+                "/api/v1/checkout-sessions",
+                201,
+            )
+            .await
+        else {
+            return;
+        };
+        let Some(session_ref) = session["checkout_session_ref"].as_str().map(str::to_owned) else {
+            return;
+        };
+        keep(&mut self.refs().sessions, session_ref.clone());
+        let path = format!("/api/v1/checkout-sessions/{session_ref}/pay");
+        let paid = self
+            .timed(
+                "payCheckoutSession",
+                Some(json!({"payment_method": CARD})),
+                &path,
+                200,
+            )
+            .await;
+        let payment = paid.as_ref().map(|d| &d["payment"]);
+        match payment {
+            Some(p) if p["status"] == "succeeded" => {
+                if let Some(r) = p["payment_ref"].as_str() {
+                    keep(&mut self.refs().payments, r.to_owned());
+                }
+                lock(&self.paid).push(session_ref);
+                self.load.pays_succeeded.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {
+                self.load.pays_other.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Runs `op(n)` `rate` times per second until `stop`, each in a task of
+/// its own, at most `limit` at once; a tick finding the limit reached is
+/// counted in `load.skipped`. Returns once the last task ended.
+async fn paced<F, Fut>(rate: u64, limit: usize, stop: CancellationToken, load: Arc<Load>, mut op: F)
+where
+    F: FnMut(u64) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let permits = Arc::new(Semaphore::new(limit));
+    let mut tasks = JoinSet::new();
+    let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / rate));
+    let mut n = 0u64;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        while tasks.try_join_next().is_some() {}
+        match permits.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let fut = op(n);
+                tasks.spawn(async move {
+                    fut.await;
+                    drop(permit);
+                });
+            }
+            Err(_) => {
+                load.skipped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        n += 1;
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+// --------------------------------------------------------------- sampling
+
+/// `getconf CLK_TCK`, the unit of `/proc/<pid>/stat` times (100 if unknown).
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .filter(|t| *t > 0.0)
+        .unwrap_or(100.0)
+}
+
+/// `utime + stime` of a process, in ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let f = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    Some(f(11) + f(12))
+}
+
+/// `VmRSS` of a process, in KiB.
+fn rss_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+fn open_fds(pid: u32) -> Option<usize> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()
+        .map(|d| d.count())
+}
+
+/// What the store holds that is waiting.
+#[derive(Clone, Copy)]
+struct StoreCounts {
+    pending: i64,
+    pending_due: i64,
+    pending_failing: i64,
+    outbox: i64,
+    /// Cumulative `pg_stat_database` counters of the run's database.
+    commits: i64,
+    updated: i64,
+}
+
+#[derive(Clone)]
+struct Sample {
+    /// Seconds since the load started.
+    at: f64,
+    loaded: bool,
+    rss_kib: Option<u64>,
+    fds: Option<usize>,
+    cpu: Option<u64>,
+    gauge: Option<f64>,
+    redis_due_now: Option<u64>,
+    redis_due_all: Option<u64>,
+    redis_keys: Option<u64>,
+    redis_memory: Option<u64>,
+    store: Option<StoreCounts>,
+}
+
+struct Monitor {
+    pid: u32,
+    metrics_url: String,
+    client: reqwest::Client,
+    redis: redis::aio::MultiplexedConnection,
+    db: PgConnection,
+    failing_refs: Vec<String>,
+    start: Instant,
+}
+
+impl Monitor {
+    async fn gauge(&self) -> Option<f64> {
+        let text = self
+            .client
+            .get(&self.metrics_url)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .find(|l| {
+                l.strip_prefix(DUE_GAUGE)
+                    .is_some_and(|r| r.starts_with(' ') || r.starts_with('{'))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    }
+
+    async fn redis_counts(&mut self) -> (Option<u64>, Option<u64>, Option<u64>) {
+        let now = domain::Timestamp::now().millis();
+        let due_now: Option<u64> = redis::cmd("ZCOUNT")
+            .arg(REDIS_DUE)
+            .arg("-inf")
+            .arg(now)
+            .query_async(&mut self.redis)
+            .await
+            .ok();
+        let all: Option<u64> = redis::cmd("ZCARD")
+            .arg(REDIS_DUE)
+            .query_async(&mut self.redis)
+            .await
+            .ok();
+        let keys: Option<u64> = redis::cmd("DBSIZE").query_async(&mut self.redis).await.ok();
+        (due_now, all, keys)
+    }
+
+    /// `used_memory` of the Redis server (all databases: others' too).
+    async fn redis_memory(&mut self) -> Option<u64> {
+        let info: String = redis::cmd("INFO")
+            .arg("memory")
+            .query_async(&mut self.redis)
+            .await
+            .ok()?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("used_memory:"))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    async fn store_counts(&mut self) -> Option<StoreCounts> {
+        let now = domain::Timestamp::now().millis();
+        let row: (i64, i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT \
+               (SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'), \
+               (SELECT count(*) FROM webhook_deliveries WHERE status = 'pending' \
+                  AND next_attempt_at <= $1), \
+               (SELECT count(*) FROM webhook_deliveries WHERE status = 'pending' \
+                  AND endpoint_ref = ANY($2)), \
+               (SELECT count(*) FROM outbox), \
+               (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()), \
+               (SELECT tup_updated FROM pg_stat_database WHERE datname = current_database())",
+        )
+        .bind(now)
+        .bind(&self.failing_refs)
+        .fetch_one(&mut self.db)
+        .await
+        .ok()?;
+        Some(StoreCounts {
+            pending: row.0,
+            pending_due: row.1,
+            pending_failing: row.2,
+            outbox: row.3,
+            commits: row.4,
+            updated: row.5,
+        })
+    }
+
+    async fn sample(&mut self, loaded: bool) -> Sample {
+        let gauge = self.gauge().await;
+        let (redis_due_now, redis_due_all, redis_keys) = self.redis_counts().await;
+        let redis_memory = self.redis_memory().await;
+        let store = self.store_counts().await;
+        Sample {
+            at: self.start.elapsed().as_secs_f64(),
+            loaded,
+            rss_kib: rss_kib(self.pid),
+            fds: open_fds(self.pid),
+            cpu: cpu_ticks(self.pid),
+            gauge,
+            redis_due_now,
+            redis_due_all,
+            redis_keys,
+            redis_memory,
+            store,
+        }
+    }
+}
+
+/// `ANALYZE` every `every` from a connection of its own until `stop`;
+/// returns how many ran.
+async fn analyzer(db: String, every: Duration, stop: CancellationToken) -> usize {
+    let Ok(mut conn) = PgConnection::connect(&pg_url_for(&db)).await else {
+        return 0;
+    };
+    let mut runs = 0;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {
+                if conn.execute("ANALYZE").await.is_ok() {
+                    runs += 1;
+                }
+            }
+        }
+    }
+    let _ = conn.close().await;
+    runs
+}
+
+// --------------------------------------------------------------- printing
+
+/// `1234567` as `1,234,567`.
+fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The wall clock (UTC, `HH:MM:SS`), to match the service's log lines.
+fn clock() -> String {
+    let t = domain::Timestamp::now().to_rfc3339();
+    t.get(11..19).unwrap_or(&t).to_owned()
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn mib(kib: Option<u64>) -> String {
+    kib.map_or_else(
+        || "-".to_owned(),
+        |k| format!("{:.1} MiB", k as f64 / 1024.0),
+    )
+}
+
+/// Snapshot of the cumulative counters, to print a window's deltas.
+#[derive(Clone, Copy, Default)]
+struct Totals {
+    published: u64,
+    requests: u64,
+    ok: u64,
+    refused: u64,
+    repeats: u64,
+    skipped: u64,
+    pays: u64,
+}
+
+fn totals(load: &Load, sink: &Sink) -> Totals {
+    Totals {
+        published: load.published.load(Ordering::Relaxed),
+        requests: sink.requests.load(Ordering::Relaxed),
+        ok: sink.answered_ok.load(Ordering::Relaxed),
+        refused: sink.answered_500.load(Ordering::Relaxed),
+        repeats: sink.repeats.load(Ordering::Relaxed),
+        skipped: load.skipped.load(Ordering::Relaxed),
+        pays: load.pays_succeeded.load(Ordering::Relaxed),
+    }
+}
+
+/// The backlog part of a report line.
+fn backlog_text(s: &Sample) -> String {
+    let store = s.store.map_or_else(
+        || "store -".to_owned(),
+        |c| {
+            format!(
+                "store pending {} (due {}; healthy endpoints {}, failing endpoints {}), outbox {}",
+                thousands(c.pending as u64),
+                thousands(c.pending_due as u64),
+                thousands((c.pending - c.pending_failing) as u64),
+                thousands(c.pending_failing as u64),
+                c.outbox
+            )
+        },
+    );
+    format!(
+        "due backlog: gauge {}, redis due {} (set {}); {store}; redis keys {}, memory {}",
+        s.gauge
+            .map_or_else(|| "-".to_owned(), |g| format!("{g:.0}")),
+        opt(s.redis_due_now),
+        opt(s.redis_due_all),
+        opt(s.redis_keys),
+        mib(s.redis_memory.map(|b| b / 1024))
+    )
+}
+
+/// Prints one report: the latest sample, the window's counters and calls.
+fn report(
+    s: &Sample,
+    prev: &Sample,
+    ticks: f64,
+    now: Totals,
+    before: Totals,
+    api: &Api,
+    sink: &Sink,
+) {
+    let secs = (s.at - prev.at).max(1e-9);
+    let cores = match (prev.cpu, s.cpu) {
+        (Some(c0), Some(c1)) => format!("{:.2}", c1.saturating_sub(c0) as f64 / ticks / secs),
+        _ => "-".to_owned(),
+    };
+    let pg = match (prev.store, s.store) {
+        (Some(a), Some(b)) => format!(
+            "{:.0} commits/s, {:.0} rows updated/s",
+            (b.commits - a.commits) as f64 / secs,
+            (b.updated - a.updated) as f64 / secs
+        ),
+        _ => "-".to_owned(),
+    };
+    println!(
+        "[{:>5.0} s] {} billing rss {}, fds {}, cpu {cores} cores | PostgreSQL (this database) {pg}",
+        s.at,
+        clock(),
+        mib(s.rss_kib),
+        opt(s.fds),
+    );
+    println!("          {}", backlog_text(s));
+    println!(
+        "          events published {} (total {}), pays ok {} | receiver {} requests: {} ok, {} \
+         500, {} repeats; max at once per webhook-id {} | load ticks skipped {}",
+        thousands(now.published - before.published),
+        thousands(now.published),
+        now.pays - before.pays,
+        thousands(now.requests - before.requests),
+        thousands(now.ok - before.ok),
+        thousands(now.refused - before.refused),
+        now.repeats - before.repeats,
+        sink.max_at_once.load(Ordering::Relaxed),
+        now.skipped - before.skipped
+    );
+    let mut parts = Vec::new();
+    {
+        let mut stats = lock(&api.stats);
+        for (kind, k) in stats.iter_mut() {
+            let mut w = std::mem::take(&mut k.window);
+            if w.is_empty() {
+                continue;
+            }
+            w.sort_unstable();
+            let errors = std::mem::take(&mut k.window_errors);
+            parts.push(format!(
+                "{kind} {} p99 {}{}",
+                w.len(),
+                ms(percentile_ms(&w, 99.0)),
+                if errors > 0 {
+                    format!(" ({errors} errors)")
+                } else {
+                    String::new()
+                }
+            ));
+        }
+    }
+    let mut line = String::from("          calls:");
+    for p in parts {
+        if line.len() + p.len() > 118 {
+            println!("{line}");
+            line = String::from("                ");
+        }
+        line.push(' ');
+        line.push_str(&p);
+        line.push(';');
+    }
+    println!("{line}");
+    let _ = std::io::stdout().flush();
+}
+
+// ------------------------------------------------------------------ audit
+
+/// Deliveries the receiver got, against what was expected.
+#[derive(Default)]
+struct Audit {
+    /// (event, healthy endpoint) pairs expected.
+    expected: u64,
+    /// Of those, never received.
+    lost: u64,
+    /// Requests beyond the first for an expected pair.
+    duplicates: u64,
+    /// Events received that were neither published nor of a successful pay.
+    unexpected: u64,
+    /// Events expected (published + 2 per successful pay).
+    events: u64,
+    /// Requests per (event, failing endpoint): how many got that count.
+    failing_attempts: BTreeMap<u16, u64>,
+    /// A few examples of what was lost.
+    examples: Vec<String>,
+}
+
+fn audit(sink: &Sink, published: &[String], paid: &[String]) -> Audit {
+    let events = lock(&sink.events);
+    let healthy: Vec<usize> = (0..sink.failing.len())
+        .filter(|i| !sink.failing[*i])
+        .collect();
+    let failing: Vec<usize> = (0..sink.failing.len())
+        .filter(|i| sink.failing[*i])
+        .collect();
+    let mut a = Audit::default();
+    let published_set: HashSet<&str> = published.iter().map(String::as_str).collect();
+    // The events of pays, by (type, session).
+    let mut of_pays: HashMap<(&str, &str), Vec<&Received>> = HashMap::new();
+    let mut outside = 0u64;
+    for (event_ref, rec) in events.iter() {
+        if published_set.contains(event_ref.as_str()) {
+            continue;
+        }
+        match rec.session.as_deref() {
+            Some(s) => of_pays
+                .entry((rec.event_type.as_str(), s))
+                .or_default()
+                .push(rec),
+            None => outside += 1,
+        }
+    }
+    let tally = |what: String, recs: &[&Received], a: &mut Audit| {
+        a.events += 1;
+        for &i in &healthy {
+            a.expected += 1;
+            let n: u64 = recs.iter().map(|r| u64::from(r.counts[i])).sum();
+            if n == 0 {
+                a.lost += 1;
+                if a.examples.len() < 5 {
+                    a.examples.push(format!("{what} at endpoint {i}"));
+                }
+            } else {
+                a.duplicates += n - 1;
+            }
+        }
+        for &i in &failing {
+            let n: u64 = recs.iter().map(|r| u64::from(r.counts[i])).sum();
+            *a.failing_attempts
+                .entry(u16::try_from(n).unwrap_or(u16::MAX))
+                .or_default() += 1;
+        }
+    };
+    for event_ref in published {
+        let recs: Vec<&Received> = events.get(event_ref).into_iter().collect();
+        tally(format!("published {event_ref}"), &recs, &mut a);
+    }
+    let paid_set: HashSet<&str> = paid.iter().map(String::as_str).collect();
+    for session in paid {
+        for (t, _) in TYPES {
+            let recs = of_pays.remove(&(t, session.as_str())).unwrap_or_default();
+            tally(format!("{t} of {session}"), &recs, &mut a);
+        }
+    }
+    a.unexpected = outside
+        + of_pays
+            .iter()
+            .filter(|((_, s), _)| !paid_set.contains(s))
+            .map(|(_, v)| v.len() as u64)
+            .sum::<u64>();
+    a
+}
+
+/// The failing endpoints' deliveries in the store:
+/// `(status, attempt_count, count)`.
+async fn failing_deliveries(
+    db: &mut PgConnection,
+    refs: &[String],
+) -> Result<Vec<(String, i64, i64)>, String> {
+    sqlx::query_as(
+        "SELECT status, attempt_count, count(*) FROM webhook_deliveries \
+         WHERE endpoint_ref = ANY($1) GROUP BY status, attempt_count ORDER BY status, attempt_count",
+    )
+    .bind(refs)
+    .fetch_all(db)
+    .await
+    .map_err(|e| format!("failing deliveries: {e}"))
+}
+
+/// Per attempt number (2..), the shortest and median gap from the previous
+/// attempt's start, in ms, over the failing endpoints' deliveries.
+async fn retry_gaps(
+    db: &mut PgConnection,
+    refs: &[String],
+) -> Result<Vec<(i64, i64, i64, f64)>, String> {
+    sqlx::query_as(
+        "SELECT attempt_number, count(*), min(gap), \
+                percentile_cont(0.5) WITHIN GROUP (ORDER BY gap) \
+         FROM (SELECT attempt_number, started_at - lag(started_at) OVER \
+                 (PARTITION BY delivery_ref, generation ORDER BY attempt_number) AS gap \
+               FROM webhook_attempts WHERE endpoint_ref = ANY($1)) g \
+         WHERE gap IS NOT NULL GROUP BY attempt_number ORDER BY attempt_number",
+    )
+    .bind(refs)
+    .fetch_all(db)
+    .await
+    .map_err(|e| format!("retry gaps: {e}"))
+}
+
+/// Deliveries by endpoint class and status: `(failing, status, count)`.
+async fn delivery_statuses(
+    db: &mut PgConnection,
+    failing: &[String],
+) -> Result<Vec<(bool, String, i64)>, String> {
+    sqlx::query_as(
+        "SELECT endpoint_ref = ANY($1), status, count(*) FROM webhook_deliveries \
+         GROUP BY 1, 2 ORDER BY 1, 2",
+    )
+    .bind(failing)
+    .fetch_all(db)
+    .await
+    .map_err(|e| format!("delivery statuses: {e}"))
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// Means of the second and the last third of `values`.
+fn thirds(values: &[f64]) -> Option<(f64, f64)> {
+    let n = values.len();
+    if n < 3 {
+        return None;
+    }
+    Some((
+        mean(&values[n / 3..2 * n / 3])?,
+        mean(&values[2 * n / 3..])?,
+    ))
+}
+
+// -------------------------------------------------------------- the run
+
+struct Check {
+    name: &'static str,
+    pass: bool,
+    detail: String,
+}
+
+async fn soak(
+    bin: &std::path::Path,
+    cfg: &Config,
+    fleet: &mut Fleet,
+    interrupted: CancellationToken,
+) -> Result<Vec<Check>, String> {
+    let name = fleet.name.clone();
+    let ticks = clock_ticks();
+    let mut admin = pg_admin().await?;
+
+    // Isolation: database, virtual host, Redis database.
+    admin
+        .execute(format!("CREATE DATABASE \"{name}\"").as_str())
+        .await
+        .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
+    fleet.db_created = true;
+    let _ = admin.close().await;
+    rabbitmqctl(&["-q", "add_vhost", &name]).await?;
+    fleet.vhost_created = true;
+    rabbitmqctl(&[
+        "-q",
+        "set_permissions",
+        "-p",
+        &name,
+        "guest",
+        ".*",
+        ".*",
+        ".*",
+    ])
+    .await?;
+    let redis_db = pick_redis_db().await?;
+    fleet.redis_db = Some(redis_db);
+    flush_redis(redis_db).await?;
+
+    let failing_flags: Vec<bool> = (0..cfg.endpoints)
+        .map(|i| i >= cfg.endpoints - cfg.failing)
+        .collect();
+    let (sink, hook_base) = Sink::start(failing_flags.clone(), cfg.receiver_delay).await?;
+
+    // The service.
+    let amqp_url = format!("{AMQP_BASE}/{}", url_encode(&name));
+    let (api_port, metrics_port) = (free_port()?, free_port()?);
+    let mut key = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut key);
+    let envs: Vec<(String, String)> = [
+        ("BILLING_STORE__URL", pg_url_for(&name)),
+        ("BILLING_QUEUE__URL", amqp_url.clone()),
+        ("BILLING_SCHEDULER__URL", format!("{REDIS_BASE}/{redis_db}")),
+        ("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")),
+        (
+            "BILLING_METRICS__LISTEN",
+            format!("127.0.0.1:{metrics_port}"),
+        ),
+        (
+            "BILLING_DELIVERY__ALLOW_PRIVATE_NETWORKS",
+            "true".to_owned(),
+        ),
+        (
+            "BILLING_DELIVERY__RETRY_SCHEDULE",
+            cfg.retry_schedule.clone(),
+        ),
+        (
+            "BILLING_SECRETS__KEY",
+            base64::engine::general_purpose::STANDARD.encode(key),
+        ),
+        ("BILLING_LOG__LEVEL", "warn".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let stderr = std::fs::File::create(&fleet.stderr_path).map_err(|e| e.to_string())?;
+    let child = billing_command(bin, fleet.dir.path(), &envs)
+        .arg("serve")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let pid = child.id();
+    fleet.child = Some(child);
+
+    let base = format!("http://127.0.0.1:{api_port}");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(256)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    loop {
+        if let Some(status) = fleet.child_exited() {
+            return Err(format!("billing serve exited during start-up: {status}"));
+        }
+        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
+            if r.status() == 200 {
+                break;
+            }
+        }
+        if started.elapsed() > READY_LIMIT {
+            return Err(format!(
+                "GET /readyz did not answer 200 within {} s",
+                READY_LIMIT.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let ready_after = started.elapsed();
+
+    let boot = tokio::process::Command::from(billing_command(bin, fleet.dir.path(), &envs))
+        .args(["admin", "bootstrap", "--json"])
+        .output()
+        .await
+        .map_err(|e| format!("billing admin bootstrap: {e}"))?;
+    if !boot.status.success() {
+        return Err(format!(
+            "billing admin bootstrap: {}: {}",
+            boot.status,
+            String::from_utf8_lossy(&boot.stderr).trim()
+        ));
+    }
+    let boot: Value = serde_json::from_slice(&boot.stdout)
+        .map_err(|e| format!("billing admin bootstrap --json: {e}"))?;
+    let sandbox = boot["environments"]
+        .as_array()
+        .and_then(|envs| envs.iter().find(|e| e["mode"] == "sandbox"))
+        .ok_or("bootstrap printed no sandbox environment")?;
+    let (Some(secret), Some(env_ref)) = (
+        sandbox["secret"].as_str(),
+        sandbox["environment_ref"].as_str(),
+    ) else {
+        return Err(format!("bootstrap output without secret: {sandbox}"));
+    };
+    let env_ref = env_ref.to_owned();
+
+    let load = Arc::new(Load::default());
+    let mut api = Api {
+        client: client.clone(),
+        base: base.clone(),
+        secret: secret.to_owned(),
+        stats: Mutex::default(),
+        refs: Mutex::default(),
+        paid: Mutex::default(),
+        load: load.clone(),
+        endpoints: Vec::new(),
+        spare_url: hook_base.replace("/hook", "/spare"),
+        config_ref: String::new(),
+    };
+
+    // Endpoints and their subscriptions.
+    for i in 0..cfg.endpoints {
+        let ep = api
+            .setup(
+                Some(json!({"url": format!("{hook_base}/{i}")})),
+                "/api/v1/webhook_endpoints",
+                201,
+            )
+            .await?;
+        let ep = ep["endpoint_ref"]
+            .as_str()
+            .ok_or_else(|| format!("create endpoint: {ep}"))?
+            .to_owned();
+        for (t, v) in TYPES {
+            api.setup(
+                Some(json!({"public_event_type": t, "scope_type": "environment",
+                    "scope_ref": env_ref, "dto_version": v})),
+                &format!("/api/v1/webhook_endpoints/{ep}/subscriptions"),
+                201,
+            )
+            .await?;
+        }
+        api.endpoints.push(ep);
+    }
+    let failing_refs: Vec<String> = api
+        .endpoints
+        .iter()
+        .zip(&failing_flags)
+        .filter(|(_, f)| **f)
+        .map(|(e, _)| e.clone())
+        .collect();
+
+    // Something to sell: a product, its price and offer, a config.
+    let product = api
+        .setup(
+            Some(json!({"name": "Soak product"})),
+            "/api/v1/products",
+            201,
+        )
+        .await?;
+    let product = product["product_ref"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    api.setup(
+        Some(json!({})),
+        &format!("/api/v1/products/{product}/publish"),
+        200,
+    )
+    .await?;
+    let price = api
+        .setup(
+            Some(json!({"product_ref": product, "type": "one_time",
+                "amount": {"currency": "EUR", "unit": "minor", "value": "1999"}})),
+            "/api/v1/prices",
+            201,
+        )
+        .await?;
+    let price = price["price_ref"].as_str().unwrap_or_default().to_owned();
+    api.setup(
+        Some(json!({})),
+        &format!("/api/v1/prices/{price}/publish"),
+        200,
+    )
+    .await?;
+    let offers = api
+        .setup(None, &format!("/api/v1/offers?product_ref={product}"), 200)
+        .await?;
+    let offer = offers["items"][0]["offer_ref"]
+        .as_str()
+        .ok_or_else(|| format!("no offer for {product}: {offers}"))?
+        .to_owned();
+    let config = api
+        .setup(
+            Some(json!({"name": "Soak checkout",
+                "line_items": [{"offer_ref": offer, "quantity": 1}],
+                "success_url": "https://example.com/ok"})),
+            "/api/v1/checkout-configs",
+            201,
+        )
+        .await?;
+    let config_ref = config["config_ref"].as_str().unwrap_or_default().to_owned();
+    api.setup(
+        Some(json!({})),
+        &format!("/api/v1/checkout-configs/{config_ref}/publish"),
+        200,
+    )
+    .await?;
+    api.config_ref = config_ref;
+    let api = Arc::new(api);
+
+    let publisher = Publisher::connect(&amqp_url).await?;
+
+    // Statistics for the planner, now and periodically.
+    let mut db = PgConnection::connect(&pg_url_for(&name))
+        .await
+        .map_err(|e| format!("PostgreSQL {name}: {e}"))?;
+    db.execute("ANALYZE")
+        .await
+        .map_err(|e| format!("ANALYZE: {e}"))?;
+    let stop_analyzer = CancellationToken::new();
+    let analyzer_task = tokio::spawn(analyzer(
+        name.clone(),
+        cfg.analyze_every,
+        stop_analyzer.clone(),
+    ));
+
+    let monitor_db = PgConnection::connect(&pg_url_for(&name))
+        .await
+        .map_err(|e| format!("PostgreSQL {name}: {e}"))?;
+    let mut monitor = Monitor {
+        pid,
+        metrics_url: format!("http://127.0.0.1:{metrics_port}/metrics"),
+        client: client.clone(),
+        redis: redis_conn(redis_db).await?,
+        db: monitor_db,
+        failing_refs: failing_refs.clone(),
+        start: Instant::now(),
+    };
+
+    println!(
+        "billing pid {pid} ready after {:.1} s; database and vhost {name}; Redis db {redis_db}",
+        ready_after.as_secs_f64()
+    );
+    println!(
+        "load for {} s: {} events/s ({}), {} writes/s, {} reads/s, {} pays/s; {} endpoints \
+         ({} answering 500 always); retry schedule {}; receiver delay {} ms; report every {} s, \
+         sample every {} s",
+        cfg.seconds,
+        cfg.event_rate,
+        TYPES.map(|t| t.0).join(" + "),
+        cfg.write_rate,
+        cfg.read_rate,
+        cfg.pay_rate,
+        cfg.endpoints,
+        cfg.failing,
+        cfg.retry_schedule,
+        cfg.receiver_delay.as_millis(),
+        cfg.report,
+        cfg.sample
+    );
+    let _ = std::io::stdout().flush();
+
+    // The load.
+    let stop = CancellationToken::new();
+    let publisher_task = tokio::spawn(publish_events(
+        publisher,
+        cfg.event_rate,
+        env_ref.clone(),
+        stop.clone(),
+        load.clone(),
+    ));
+    let mut streams = JoinSet::new();
+    {
+        let a = api.clone();
+        streams.spawn(paced(
+            cfg.write_rate,
+            cfg.max_in_flight,
+            stop.clone(),
+            load.clone(),
+            move |n| a.clone().write(n),
+        ));
+        let a = api.clone();
+        streams.spawn(paced(
+            cfg.read_rate,
+            cfg.max_in_flight,
+            stop.clone(),
+            load.clone(),
+            move |n| a.clone().read(n),
+        ));
+        let a = api.clone();
+        streams.spawn(paced(
+            cfg.pay_rate,
+            cfg.max_in_flight,
+            stop.clone(),
+            load.clone(),
+            move |n| a.clone().pay(n),
+        ));
+    }
+
+    let mut samples: Vec<Sample> = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
+    let end = monitor.start + Duration::from_secs(cfg.seconds);
+    let mut tick = tokio::time::interval(Duration::from_secs(cfg.sample));
+    let mut next_report = cfg.report as f64;
+    let mut last_totals = Totals::default();
+    let first = monitor.sample(true).await;
+    let mut last_reported = first.clone();
+    samples.push(first);
+    loop {
+        tokio::select! {
+            _ = interrupted.cancelled() => {
+                errors.push(format!(
+                    "interrupted after {:.0} s of load", monitor.start.elapsed().as_secs_f64()
+                ));
+                break;
+            }
+            _ = tick.tick() => {}
+        }
+        if let Some(status) = fleet.child_exited() {
+            errors.push(format!(
+                "billing exited during the load after {:.0} s: {status}",
+                monitor.start.elapsed().as_secs_f64()
+            ));
+            break;
+        }
+        let s = monitor.sample(true).await;
+        if s.at + 0.5 >= next_report {
+            let now = totals(&load, &sink);
+            report(&s, &last_reported, ticks, now, last_totals, &api, &sink);
+            last_totals = now;
+            last_reported = s.clone();
+            next_report += cfg.report as f64;
+        }
+        samples.push(s);
+        if Instant::now() >= end {
+            break;
+        }
+    }
+
+    // Stop the load; wait for the requests and confirms in flight.
+    let load_secs = monitor.start.elapsed().as_secs_f64();
+    stop.cancel();
+    while streams.join_next().await.is_some() {}
+    let published = publisher_task
+        .await
+        .map_err(|e| format!("the publisher task failed: {e}"))?;
+    let paid: Vec<String> = lock(&api.paid).clone();
+    let now = totals(&load, &sink);
+    println!(
+        "load stopped after {load_secs:.0} s: {} events confirmed of {} published, {} pays \
+         succeeded ({} otherwise); draining (at most {} s) ...",
+        thousands(published.confirmed.len() as u64),
+        thousands(now.published),
+        thousands(paid.len() as u64),
+        load.pays_other.load(Ordering::Relaxed),
+        cfg.drain.as_secs()
+    );
+    errors.extend(published.errors.iter().cloned());
+
+    // Drain: until every expected delivery arrived and nothing is pending.
+    let drain_start = Instant::now();
+    let mut last_print = Instant::now();
+    let drained = loop {
+        if fleet.child_exited().is_some() {
+            break false;
+        }
+        let a = audit(&sink, &published.confirmed, &paid);
+        let s = monitor.sample(false).await;
+        let idle = s
+            .store
+            .is_some_and(|c| c.pending == 0 && c.outbox == 0 && a.lost == 0);
+        if idle {
+            println!(
+                "drained in {:.1} s: nothing pending, every expected delivery received",
+                drain_start.elapsed().as_secs_f64()
+            );
+            samples.push(s);
+            break true;
+        }
+        if last_print.elapsed() >= Duration::from_secs(10) {
+            last_print = Instant::now();
+            println!(
+                "  draining {:>5.1} s {}: {} (event, healthy endpoint) pairs missing | {}",
+                drain_start.elapsed().as_secs_f64(),
+                clock(),
+                thousands(a.lost),
+                backlog_text(&s)
+            );
+            let _ = std::io::stdout().flush();
+        }
+        samples.push(s);
+        if drain_start.elapsed() >= cfg.drain {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let drain_secs = drain_start.elapsed().as_secs_f64();
+    stop_analyzer.cancel();
+    let analyzes = analyzer_task.await.unwrap_or(0);
+
+    // ------------------------------------------------------------ checks
+    let final_sample = samples.last().cloned();
+    let a = audit(&sink, &published.confirmed, &paid);
+    let statuses = delivery_statuses(&mut monitor.db, &failing_refs).await?;
+    let failing_rows = failing_deliveries(&mut monitor.db, &failing_refs).await?;
+    let gaps = retry_gaps(&mut monitor.db, &failing_refs).await?;
+    let _ = monitor.db.close().await;
+    let _ = db.close().await;
+
+    println!();
+    println!(
+        "after the run ({} periodic ANALYZE; drain {})",
+        analyzes,
+        if drained {
+            format!("complete in {drain_secs:.1} s")
+        } else {
+            format!("incomplete after {drain_secs:.1} s")
+        }
+    );
+    if let Some(s) = &final_sample {
+        println!(
+            "  billing rss {}, fds {} | {}",
+            mib(s.rss_kib),
+            opt(s.fds),
+            backlog_text(s)
+        );
+    }
+    println!(
+        "  in the store: {}",
+        statuses
+            .iter()
+            .map(|(f, s, n)| format!(
+                "{} {s} {}",
+                if *f { "failing" } else { "healthy" },
+                thousands(*n as u64)
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "  receiver: {} requests, {} answered 2xx, {} answered 500; {} repeats at healthy \
+         endpoints; {} unreadable bodies; {} without webhook-id; {} arrived while the same \
+         webhook-id was in flight",
+        thousands(sink.requests.load(Ordering::Relaxed)),
+        thousands(sink.answered_ok.load(Ordering::Relaxed)),
+        thousands(sink.answered_500.load(Ordering::Relaxed)),
+        sink.repeats.load(Ordering::Relaxed),
+        sink.unreadable.load(Ordering::Relaxed),
+        sink.without_id.load(Ordering::Relaxed),
+        sink.overlapping.load(Ordering::Relaxed)
+    );
+    println!(
+        "  requests per (event, failing endpoint): {}",
+        a.failing_attempts
+            .iter()
+            .map(|(k, n)| format!("{k} attempts: {}", thousands(*n)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "  retry gaps at the failing endpoints (attempt: count, min, median ms): {}",
+        gaps.iter()
+            .map(|(n, c, min, med)| format!("#{n}: {c}, {min}, {med:.0}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+
+    let mut checks = Vec::new();
+    checks.push(Check {
+        name: "no event lost",
+        pass: a.lost == 0 && a.events > 0,
+        detail: format!(
+            "{} events ({} published + 2 × {} pays), {} (event, healthy endpoint) pairs \
+             expected, {} lost, {} duplicates, {} other events received{}",
+            thousands(a.events),
+            thousands(published.confirmed.len() as u64),
+            thousands(paid.len() as u64),
+            thousands(a.expected),
+            thousands(a.lost),
+            thousands(a.duplicates),
+            a.unexpected,
+            if a.examples.is_empty() {
+                String::new()
+            } else {
+                format!("; e.g. {}", a.examples.join(", "))
+            }
+        ),
+    });
+
+    let schedule_len = cfg.delays_ms.len() as i64;
+    let failing_total: i64 = failing_rows.iter().map(|r| r.2).sum();
+    let ended_failed: i64 = failing_rows
+        .iter()
+        .filter(|(s, n, _)| s == "failed" && *n == schedule_len)
+        .map(|r| r.2)
+        .sum();
+    let expected_failing = a.events as i64 * cfg.failing as i64;
+    let early: Vec<String> = gaps
+        .iter()
+        .filter_map(|(n, _, min, _)| {
+            let delay = *cfg.delays_ms.get(usize::try_from(*n - 1).ok()?)? as f64;
+            // 20 % jitter, and a few ms of clock granularity.
+            ((*min as f64) < delay * 0.8 - 5.0).then(|| format!("attempt {n} after {min} ms"))
+        })
+        .collect();
+    checks.push(Check {
+        name: "failing endpoints: every delivery failed after the schedule",
+        pass: ended_failed == failing_total
+            && failing_total >= expected_failing
+            && early.is_empty(),
+        detail: format!(
+            "{} deliveries of {} expected; {} failed after {schedule_len} attempts; by status \
+             and attempts: {}{}",
+            thousands(failing_total as u64),
+            thousands(expected_failing as u64),
+            thousands(ended_failed as u64),
+            failing_rows
+                .iter()
+                .map(|(s, n, c)| format!("{s}/{n}: {}", thousands(*c as u64)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if early.is_empty() {
+                "; no retry early".to_owned()
+            } else {
+                format!("; retries earlier than the schedule: {}", early.join(", "))
+            }
+        ),
+    });
+
+    let at_once = sink.max_at_once.load(Ordering::Relaxed);
+    checks.push(Check {
+        name: "no attempt made twice at once",
+        pass: at_once <= 1 && sink.overlapping.load(Ordering::Relaxed) == 0,
+        detail: format!(
+            "most requests of one webhook-id in flight at once: {at_once} ({} overlapping)",
+            sink.overlapping.load(Ordering::Relaxed)
+        ),
+    });
+
+    let loaded: Vec<&Sample> = samples.iter().filter(|s| s.loaded).collect();
+    let series = |f: &dyn Fn(&Sample) -> Option<f64>| -> Vec<f64> {
+        loaded.iter().filter_map(|s| f(s)).collect()
+    };
+    let rss = series(&|s| s.rss_kib.map(|k| k as f64 / 1024.0));
+    checks.push(match thirds(&rss) {
+        Some((mid, last)) => Check {
+            name: "RSS flat",
+            pass: last < mid * (1.0 + RSS_GROWTH),
+            detail: format!(
+                "mean of the second third {mid:.1} MiB, of the last third {last:.1} MiB \
+                 ({:+.1} %, limit +{:.0} %); min {:.1}, max {:.1} MiB over {} samples",
+                (last / mid - 1.0) * 100.0,
+                RSS_GROWTH * 100.0,
+                rss.iter().copied().fold(f64::INFINITY, f64::min),
+                rss.iter().copied().fold(0.0, f64::max),
+                rss.len()
+            ),
+        },
+        None => Check {
+            name: "RSS flat",
+            pass: false,
+            detail: format!("only {} samples", rss.len()),
+        },
+    });
+    let fds = series(&|s| s.fds.map(|f| f as f64));
+    checks.push(match thirds(&fds) {
+        Some((mid, last)) => Check {
+            name: "file descriptors flat",
+            pass: (last - mid).abs() < FD_DIFFERENCE,
+            detail: format!(
+                "mean of the second third {mid:.1}, of the last third {last:.1} (limit ±{:.0}); \
+                 min {:.0}, max {:.0}",
+                FD_DIFFERENCE,
+                fds.iter().copied().fold(f64::INFINITY, f64::min),
+                fds.iter().copied().fold(0.0, f64::max)
+            ),
+        },
+        None => Check {
+            name: "file descriptors flat",
+            pass: false,
+            detail: format!("only {} samples", fds.len()),
+        },
+    });
+    let gauge = series(&|s| s.gauge);
+    let (backlog, source) = if gauge.len() >= 3 {
+        (gauge, DUE_GAUGE)
+    } else {
+        (
+            series(&|s| s.redis_due_all.map(|v| v as f64)),
+            "ZCARD billing:due",
+        )
+    };
+    let growth_check = |name: &'static str, values: &[f64], source: &str| match thirds(values) {
+        Some((mid, last)) => Check {
+            name,
+            pass: last <= mid * (1.0 + BACKLOG_GROWTH) + BACKLOG_SLACK,
+            detail: format!(
+                "{source}: mean of the second third {mid:.0}, of the last third {last:.0} (limit \
+                 {:.0}); max {:.0}",
+                mid * (1.0 + BACKLOG_GROWTH) + BACKLOG_SLACK,
+                values.iter().copied().fold(0.0, f64::max)
+            ),
+        },
+        None => Check {
+            name,
+            pass: false,
+            detail: format!("{source}: only {} samples", values.len()),
+        },
+    };
+    checks.push(growth_check("due backlog not growing", &backlog, source));
+    let pending = series(&|s| s.store.map(|c| c.pending as f64));
+    checks.push(growth_check(
+        "pending deliveries not growing",
+        &pending,
+        "pending deliveries in the store",
+    ));
+    let healthy_pending = series(&|s| s.store.map(|c| (c.pending - c.pending_failing) as f64));
+    checks.push(growth_check(
+        "healthy endpoints' pending deliveries not growing",
+        &healthy_pending,
+        "pending deliveries of the healthy endpoints",
+    ));
+
+    let api_errors: Vec<String> = lock(&api.stats)
+        .iter()
+        .filter(|(_, k)| k.errors > 0)
+        .map(|(kind, k)| {
+            format!(
+                "{kind}: {} ({}; last: {})",
+                k.errors,
+                k.outcomes
+                    .iter()
+                    .map(|(o, n)| format!("{o} × {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                k.last_error.as_deref().unwrap_or("-")
+            )
+        })
+        .collect();
+    checks.push(Check {
+        name: "API calls answered as expected",
+        pass: api_errors.is_empty(),
+        detail: if api_errors.is_empty() {
+            format!(
+                "no error; {} load ticks skipped (stream at its in-flight limit)",
+                load.skipped.load(Ordering::Relaxed)
+            )
+        } else {
+            api_errors.join("; ")
+        },
+    });
+    if !drained {
+        errors.push(format!(
+            "the drain did not complete within {} s",
+            cfg.drain.as_secs()
+        ));
+    }
+    if sink.unreadable.load(Ordering::Relaxed) > 0 {
+        errors.push("delivered bodies without an event_ref".to_owned());
+    }
+
+    // API calls over the whole run.
+    println!();
+    println!(
+        "API calls over the whole run ({load_secs:.0} s):\n  {:<26} {:>8} {:>7} {:>10} {:>10} {:>10}",
+        "kind", "calls", "errors", "p50", "p99", "max"
+    );
+    for (kind, k) in lock(&api.stats).iter_mut() {
+        k.all.sort_unstable();
+        println!(
+            "  {kind:<26} {:>8} {:>7} {:>10} {:>10} {:>10}",
+            thousands(k.all.len() as u64),
+            k.errors,
+            ms(percentile_ms(&k.all, 50.0)),
+            ms(percentile_ms(&k.all, 99.0)),
+            ms(k.all.last().map(|d| d.as_secs_f64() * 1000.0))
+        );
+    }
+
+    for e in errors {
+        checks.push(Check {
+            name: "run",
+            pass: false,
+            detail: e,
+        });
+    }
+    Ok(checks)
+}
+
+// ------------------------------------------------------------------ main
+
+async fn bench(cfg: Config, bin: PathBuf) -> ExitCode {
+    println!(
+        "soak benchmark: {} (billing serve over PostgreSQL, RabbitMQ, Redis on 127.0.0.1); {} \
+         cores",
+        bin.display(),
+        std::thread::available_parallelism().map_or(0, |p| p.get())
+    );
+    remove_leftovers().await;
+    let mut fleet = match Fleet::new() {
+        Ok(f) => f,
+        Err(e) => {
+            println!("!! {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let interrupted = CancellationToken::new();
+    {
+        let interrupted = interrupted.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                println!("interrupted: stopping the load, then checking and cleaning up");
+                interrupted.cancel();
+            }
+        });
+    }
+    let outcome = soak(&bin, &cfg, &mut fleet, interrupted).await;
+    let pid = fleet.child_pid();
+    let exit = tokio::task::block_in_place(|| fleet.stop_child());
+    let mut failed = false;
+    if let (Some(pid), Some(status)) = (pid, exit) {
+        if !status.success() {
+            println!("!! billing (pid {pid}) exited with {status} after SIGTERM");
+            failed = true;
+        }
+    }
+    let (lines, tail) = fleet.stderr_tail(20);
+    if lines > 0 {
+        println!("billing's standard error (level warn): {lines} lines; the last ones:");
+        for l in tail {
+            println!("  | {l}");
+        }
+    } else {
+        println!("billing's standard error (level warn): empty");
+    }
+    tokio::task::block_in_place(|| drop(fleet));
+    println!();
+    println!("summary:");
+    match outcome {
+        Ok(checks) => {
+            for c in &checks {
+                println!(
+                    "  {} {}: {}",
+                    if c.pass { "PASS" } else { "FAIL" },
+                    c.name,
+                    c.detail
+                );
+                failed |= !c.pass;
+            }
+        }
+        Err(e) => {
+            println!("  FAIL setup: {e}");
+            failed = true;
+        }
+    }
+    if CLEANUP_FAILED.load(Ordering::SeqCst) {
+        println!("  FAIL cleanup (see above)");
+        failed = true;
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn main() -> ExitCode {
+    let cfg = match config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let bin = match build_billing() {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime builds");
+    runtime.block_on(bench(cfg, bin))
+}
