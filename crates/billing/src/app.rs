@@ -37,12 +37,14 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
     let options = store::StoreOptions {
         synchronous: store::Synchronous::parse(&config.store.synchronous).unwrap_or_default(),
     };
-    let store = Store::connect_with(&config.store.url, options).await.with_context(|| {
-        format!(
-            "failed to open the store at {}",
-            crate::config::redact_url(&config.store.url)
-        )
-    })?;
+    let store = Store::connect_with(&config.store.url, options)
+        .await
+        .with_context(|| {
+            format!(
+                "failed to open the store at {}",
+                crate::config::redact_url(&config.store.url)
+            )
+        })?;
     store
         .migrate()
         .await

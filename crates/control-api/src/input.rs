@@ -131,7 +131,11 @@ fn clean_message(msg: &str) -> String {
     for (open, close) in [(" \"", "\", expected "), (" `", "`, expected ")] {
         if let (Some(o), Some(c)) = (out.find(open), out.rfind(close)) {
             if o < c {
-                out = format!("{}{}", &out[..o], &out[c + close.len() - ", expected ".len()..]);
+                out = format!(
+                    "{}{}",
+                    &out[..o],
+                    &out[c + close.len() - ", expected ".len()..]
+                );
                 break;
             }
         }
