@@ -12,9 +12,13 @@
 //! ones must stay within what `tests/isolation.rs` allows beside one
 //! hanging endpoint: twice its p99 alone, or its p99 alone plus 20 ms.
 //!
-//! Printed: the healthy p50/p90/p99/max alone and beside, the verdict,
-//! the slow requests received before and after the measurement (the
-//! backlog must not have drained during it), and the resident memory.
+//! Printed: the healthy p50/p90/p99/max alone and beside, split into the
+//! intake's share (the publish call: the store's commit, on SQLite a turn
+//! of the one writer shared with recording the slow attempts) and the
+//! dispatcher's (commit to receipt), the lateness of a 5 ms timer (a
+//! stalled runtime shows there), the verdict, the slow requests received
+//! before and after the measurement (the backlog must not have drained
+//! during it), and the resident memory.
 //! The binary fails only when something went wrong (a healthy event never
 //! received), not on a missed target (`bench_summary`).
 //!

@@ -122,11 +122,19 @@ async fn feed_schedules_the_stores_due_deliveries() {
     assert_eq!(got.len(), expected.len());
     assert_eq!(f.schedule.leased_len().await.unwrap(), got.len() as u64);
 
-    // Finishing drops the leases and counts an attempt per delivery.
-    f.schedule.finish(&got, &[]).await.unwrap();
+    // Finishing drops the leases and counts an attempt per delivery with a
+    // retry to come; a delivery that ended keeps no counter.
+    let retry_at = now.plus_seconds(60).millis();
+    f.schedule
+        .finish(&got, &[(got[0].clone(), retry_at)])
+        .await
+        .unwrap();
     assert_eq!(f.schedule.leased_len().await.unwrap(), 0);
     assert_eq!(f.schedule.attempts(&got[0]).await.unwrap(), 1);
+    assert_eq!(f.schedule.attempts(&got[1]).await.unwrap(), 0, "ended");
     assert_eq!(f.schedule.attempts(&later).await.unwrap(), 0);
+    f.schedule.finish(&got[..1], &[]).await.unwrap();
+    assert_eq!(f.schedule.attempts(&got[0]).await.unwrap(), 0, "ended");
     billing_tests::redis::delete_prefix(f.schedule.key_prefix()).await;
 }
 

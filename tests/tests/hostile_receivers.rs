@@ -401,9 +401,10 @@ backend_tests!(
 /// fourteen times the slots there are (the benchmark's 10,000 want about
 /// twenty times the default 512). The slots are scaled down rather than
 /// the slow attempts scaled up: hundreds at once in a debug build on two
-/// cores would measure the machine, not the dispatcher. The healthy endpoint's event-to-receipt p99 while they wait must
-/// stay within what `isolation.rs` allows beside one hanging endpoint:
-/// twice its p99 alone, or its p99 alone plus 20 ms.
+/// cores would measure the machine, not the dispatcher. The healthy
+/// endpoint's event-to-receipt p99 while they wait must stay within what
+/// `isolation.rs` allows beside one hanging endpoint: twice its p99 alone,
+/// or its p99 alone plus 20 ms.
 ///
 /// Its p99 alone is measured first, then the slow endpoints' backlog is
 /// published (longer than the whole test: it never drains) and the p99

@@ -17,6 +17,14 @@
 //!   random failure rate of 20 % produces once in about 10^14 attempts.
 //!
 //! Any success ends the run.
+//!
+//! A delivery turned away by an open circuit is parked ([`Breakers::park_for`]):
+//! it waits at least as long as the endpoint has been down so far (up to
+//! [`PARK_AT_MOST`]), spread so that the deliveries turned away together
+//! come back one by one. Each delivery is then looked at again only a few
+//! times (its wait doubles each time), so turning deliveries away costs in
+//! proportion to the rate they arrive, however long the outage lasts,
+//! never in proportion to the pile waiting behind it.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -27,6 +35,11 @@ pub const TRIP_AFTER_UNANSWERED: u32 = 5;
 pub const TRIP_AFTER_FAILURES: u32 = 20;
 /// How long an open circuit skips its endpoint.
 pub const COOL_DOWN: Duration = Duration::from_secs(10);
+/// The longest a delivery turned away by an open circuit is parked: once
+/// the endpoint answers again, a parked delivery waits at most this long
+/// (shorter than the default retry schedule's gaps from the fourth attempt
+/// on).
+pub const PARK_AT_MOST: Duration = Duration::from_secs(3600);
 
 /// How an attempt ended, as far as the breaker cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +71,8 @@ struct State {
     unanswered: u32,
     open_until: Option<Instant>,
     probing: bool,
+    /// When the circuit first opened in this run of failures.
+    down_since: Option<Instant>,
 }
 
 impl State {
@@ -121,7 +136,24 @@ impl Breakers {
         // endpoint was down a cool-down ago and still is not up.
         if s.is_down() || was_probing {
             s.open_until = Some(now + COOL_DOWN);
+            s.down_since.get_or_insert(now);
         }
+    }
+
+    /// How long a delivery to `endpoint` that the gate turned away
+    /// (`Gate::Open(until)`) waits before it is looked at again: the rest
+    /// of the cool-down, or as long as the endpoint has been down so far
+    /// if that is longer (at most [`PARK_AT_MOST`]), times `spread`
+    /// (clamped to 1..=2; callers pass a random one).
+    pub fn park_for(&self, endpoint: &str, until: Instant, now: Instant, spread: f64) -> Duration {
+        let rest = until.saturating_duration_since(now);
+        let down_for = self
+            .states
+            .get(endpoint)
+            .and_then(|s| s.down_since)
+            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
+        rest.max(down_for.min(PARK_AT_MOST))
+            .mul_f64(spread.clamp(1.0, 2.0))
     }
 }
 
@@ -190,6 +222,43 @@ mod tests {
             b.record("e", outcome, t0);
         }
         assert_eq!(b.gate("e", t0), Gate::Closed);
+    }
+
+    #[test]
+    fn turned_away_deliveries_wait_as_long_as_the_outage_so_far() {
+        let mut b = Breakers::default();
+        let t0 = Instant::now();
+        for _ in 0..TRIP_AFTER_UNANSWERED {
+            b.record("e", Outcome::Unanswered, t0);
+        }
+        let Gate::Open(until) = b.gate("e", t0) else {
+            panic!("open");
+        };
+        assert_eq!(b.park_for("e", until, t0, 1.0), COOL_DOWN, "the cool-down");
+        assert_eq!(b.park_for("e", until, t0, 1.5), COOL_DOWN.mul_f64(1.5));
+        // Failed probes keep it open; the outage grows, and so do the waits.
+        let mut now = t0;
+        for _ in 0..100 {
+            now += COOL_DOWN;
+            assert_eq!(b.gate("e", now), Gate::Closed, "a probe");
+            b.record("e", Outcome::Unanswered, now);
+        }
+        let Gate::Open(until) = b.gate("e", now) else {
+            panic!("open");
+        };
+        assert_eq!(b.park_for("e", until, now, 1.0), COOL_DOWN * 100);
+        now += PARK_AT_MOST;
+        assert_eq!(b.park_for("e", until, now, 2.0), PARK_AT_MOST * 2, "capped");
+        // An answer ends the outage: nothing is parked any more.
+        b.record("e", Outcome::Succeeded, now);
+        assert_eq!(b.park_for("e", now, now, 1.0), Duration::ZERO);
+        for _ in 0..TRIP_AFTER_UNANSWERED {
+            b.record("e", Outcome::Unanswered, now);
+        }
+        let Gate::Open(until) = b.gate("e", now) else {
+            panic!("open");
+        };
+        assert_eq!(b.park_for("e", until, now, 1.0), COOL_DOWN, "a new outage");
     }
 
     proptest! {

@@ -91,7 +91,13 @@ impl Slots {
         self.global.available_permits().min(shared)
     }
 
-    fn is_quick(&self, endpoint_ref: &Ref) -> bool {
+    /// Whether the slots that slow and new endpoints share are all taken.
+    pub fn shared_full(&self) -> bool {
+        self.unproven.available_permits() == 0
+    }
+
+    /// Whether the endpoint's last attempt here ended within `quick_limit`.
+    pub fn is_quick(&self, endpoint_ref: &Ref) -> bool {
         let quick = self.quick.lock().unwrap_or_else(|p| p.into_inner());
         quick.contains(endpoint_ref.as_str())
     }

@@ -9,9 +9,11 @@
 //!   its lease ends. `take_due` moves members here atomically (Lua), so two
 //!   workers never take the same member; a member whose lease ended (its
 //!   worker died) goes back to `P:due` with `reclaim_expired`.
-//! - `P:attempts:<delivery_ref>`, a counter of finished attempts, expiring
-//!   [`ATTEMPTS_TTL_SECS`] after the last one, so it never grows without
-//!   bound.
+//! - `P:attempts:<delivery_ref>`, a counter of finished attempts while the
+//!   delivery has retries to come: deleted with its last attempt (the
+//!   store's `attempt_count` is the record), and expiring
+//!   [`ATTEMPTS_TTL_SECS`] after the last one in any case, so Redis holds
+//!   counters only for deliveries still in their retry schedule.
 //! - `P:fed`, a marker the feed's full pass sets: when it is missing, Redis
 //!   lost its data.
 //!
@@ -235,7 +237,8 @@ impl RedisSchedule {
     /// attempt for each in `P:attempts:<delivery_ref>`, and schedules the
     /// retries among them (`due`: reference and due time) in the same
     /// transaction, so a retry is in the due set the moment its lease
-    /// leaves, whatever the feed does.
+    /// leaves, whatever the feed does. A delivery without a retry among
+    /// `due` has ended: its counter is deleted.
     pub async fn finish(
         &self,
         refs: &[String],
@@ -250,10 +253,16 @@ impl RedisSchedule {
             pipe.cmd("ZREM").arg(&self.leased_key).arg(chunk).ignore();
         }
         self.add_due(&mut pipe, due);
+        let retried: std::collections::HashSet<&str> =
+            due.iter().map(|(r, _)| r.as_str()).collect();
         for r in refs {
             let key = self.attempts_key(r);
-            pipe.cmd("INCR").arg(&key).ignore();
-            pipe.cmd("EXPIRE").arg(&key).arg(ATTEMPTS_TTL_SECS).ignore();
+            if retried.contains(r.as_str()) {
+                pipe.cmd("INCR").arg(&key).ignore();
+                pipe.cmd("EXPIRE").arg(&key).arg(ATTEMPTS_TTL_SECS).ignore();
+            } else {
+                pipe.cmd("DEL").arg(&key).ignore();
+            }
         }
         pipe.query_async::<()>(&mut self.conn.clone()).await?;
         Ok(())
@@ -333,8 +342,8 @@ impl RedisSchedule {
             .await?)
     }
 
-    /// Attempts finished for `delivery_ref` in the last
-    /// [`ATTEMPTS_TTL_SECS`] (0 when unknown, e.g. after Redis lost its
+    /// Attempts finished for `delivery_ref` while it has retries to come
+    /// (0 once it has ended, or when unknown, e.g. after Redis lost its
     /// data: the store's `attempt_count` is the authority).
     pub async fn attempts(&self, delivery_ref: &str) -> Result<u64, DispatchError> {
         let n: Option<u64> = redis::cmd("GET")

@@ -54,6 +54,12 @@ const CARRY_FOR: Duration = Duration::from_secs(1);
 /// applies to it (`Carried::refresh`), as it does to a claimed one.
 const CARRIED_FRESH: Duration = Duration::from_millis(50);
 
+/// While slow endpoints hold all the slots they share (`Slots::room`),
+/// those slots free one by one as their attempts end: the claim loop
+/// gathers them this long into one claim rather than claim (a write) for
+/// each.
+const GATHER_SHARED: Duration = Duration::from_millis(50);
+
 /// Claimed deliveries whose endpoint was at its limit, kept (leased) for
 /// its next free slot instead of being given back: under load a claim of a
 /// whole batch finds most endpoints busy, and each delivery given back
@@ -264,18 +270,22 @@ impl Dispatcher {
             let (this, slots) = (self.clone(), slots.clone());
             let (results, shutdown) = (results_tx.clone(), shutdown.clone());
             tokio::spawn(async move {
-                this.handed_loop(&mut handed, &slots, results, &shutdown)
+                let left = this
+                    .handed_loop(&mut handed, &slots, results, &shutdown)
                     .await;
-                handed
+                (handed, left)
             })
         };
         self.claim_loop(&slots, results_tx, &shutdown).await;
         // No more hand-overs; those not started go back to the store.
         self.store.clear_handoff();
         match handed_task.await {
-            Ok(mut handed) => {
+            Ok((mut handed, left)) => {
                 handed.close();
-                let mut back = Vec::new();
+                let mut back: Vec<_> = left
+                    .into_iter()
+                    .map(|h| (h.delivery.delivery_ref, Some(Duration::ZERO)))
+                    .collect();
                 while let Some(h) = handed.recv().await {
                     back.push((h.delivery.delivery_ref, Some(Duration::ZERO)));
                 }
@@ -323,6 +333,7 @@ impl Dispatcher {
             batch,
         );
         let mut claim_size = ClaimSize::new(batch);
+        let mut last_claim = Instant::now();
         loop {
             if shutdown.is_cancelled() {
                 let back: Vec<_> = carried
@@ -355,7 +366,8 @@ impl Dispatcher {
                 .min(batch)
                 .saturating_sub(carried.len())
                 .min(claim_size.get()) as u32;
-            if free == 0 {
+            let gathering = slots.shared_full() && last_claim.elapsed() < GATHER_SHARED;
+            if free == 0 || gathering {
                 // On shutdown the loop's top gives the carried ones back.
                 tokio::select! {
                     _ = shutdown.cancelled() => continue,
@@ -364,6 +376,7 @@ impl Dispatcher {
             }
             let now = Timestamp::now();
             let lease_until = now.plus_millis(self.settings.lease().as_millis() as i64);
+            last_claim = Instant::now();
             let claimed = match self.claim(&owner, now, lease_until, free).await {
                 Ok(c) => c,
                 Err(e) => {
@@ -406,12 +419,19 @@ impl Dispatcher {
                     back.push((delivery.delivery_ref, None));
                     continue;
                 }
-                let gate = match slots.breakers.lock() {
-                    Ok(mut b) => b.gate(delivery.endpoint_ref.as_str(), Instant::now()),
-                    Err(_) => Gate::Closed,
+                // Turned away by an open circuit: parked (`Breakers::park_for`).
+                let now = Instant::now();
+                let parked = match slots.breakers.lock() {
+                    Ok(mut b) => match b.gate(delivery.endpoint_ref.as_str(), now) {
+                        Gate::Closed => None,
+                        Gate::Open(until) => {
+                            let spread = 1.0 + rand::random::<f64>();
+                            Some(b.park_for(delivery.endpoint_ref.as_str(), until, now, spread))
+                        }
+                    },
+                    Err(_) => None,
                 };
-                if let Gate::Open(until) = gate {
-                    let wait = until.saturating_duration_since(Instant::now());
+                if let Some(wait) = parked {
                     back.push((delivery.delivery_ref, Some(wait)));
                     continue;
                 }
@@ -440,27 +460,54 @@ impl Dispatcher {
 
     /// Starts the deliveries the intake hands over (leased to us, with
     /// their slots), as they come, until shutdown or until the store drops
-    /// the hand-off. A task of its own, with its own endpoint views: a
-    /// handed-over delivery holds its slots and must start at once, never
-    /// after the claim loop's work, which grows with the number of slow
-    /// endpoints (claims, give-backs, endpoint views to read).
+    /// the hand-off; returns those it had not started yet at shutdown.
+    ///
+    /// A task of its own, with its own endpoint views: a handed-over
+    /// delivery holds its slots and must start at once, never after the
+    /// claim loop's work, which grows with the number of slow endpoints
+    /// (claims, give-backs, endpoint views to read). Deliveries to quick
+    /// endpoints start as soon as they arrive; the others (a fan-out to
+    /// hundreds of new endpoints, each view to read) start one at a time
+    /// in between, so a burst of them never holds up a quick one.
     async fn handed_loop(
         &self,
         handed: &mut mpsc::UnboundedReceiver<HandedOver>,
         slots: &Arc<Slots>,
         results: mpsc::Sender<store::AttemptResult>,
         shutdown: &CancellationToken,
-    ) {
+    ) -> Vec<HandedOver> {
         let mut cache = EndpointCache::default();
+        let mut others = std::collections::VecDeque::new();
         loop {
-            let h = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                h = handed.recv() => h,
-            };
-            match h {
-                Some(h) => self.start_handed(h, &mut cache, slots, &results).await,
-                // The store dropped the hand-off: the claim loop finds all.
-                None => return,
+            // Everything handed over so far: quick endpoints' at once.
+            loop {
+                let h = if others.is_empty() {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return Vec::new(),
+                        h = handed.recv() => match h {
+                            Some(h) => h,
+                            // The store dropped the hand-off: the claim
+                            // loop finds everything.
+                            None => return Vec::new(),
+                        },
+                    }
+                } else {
+                    match handed.try_recv() {
+                        Ok(h) => h,
+                        Err(_) => break,
+                    }
+                };
+                if slots.is_quick(&h.delivery.endpoint_ref) {
+                    self.start_handed(h, &mut cache, slots, &results).await;
+                } else {
+                    others.push_back(h);
+                }
+            }
+            if shutdown.is_cancelled() {
+                return others.into();
+            }
+            if let Some(h) = others.pop_front() {
+                self.start_handed(h, &mut cache, slots, &results).await;
             }
         }
     }
