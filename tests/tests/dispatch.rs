@@ -236,6 +236,35 @@ async fn failures_retry_on_schedule_then_fail(app: TestApp) {
         .all(|r| r.header("webhook-id") == d["delivery_ref"]));
 }
 
+/// The health gauge (`dispatcher::metrics::record_endpoint_health`) reads
+/// the attempts only of endpoints that have some: the store says which.
+async fn endpoint_statuses_say_which_endpoints_were_attempted(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(500)).await;
+    let (attempted, _) = app
+        .subscribed_endpoint(&receiver.url(), "payment.failed", 1)
+        .await;
+    let (idle, _) = app
+        .subscribed_endpoint(&receiver.url(), "payout.paid", 1)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    app.publish("payment.failed", json!({})).await;
+    settled(&app, &attempted, "failed").await;
+    dispatcher.shutdown().await;
+    let statuses = app.store.webhooks().endpoint_statuses(100).await.unwrap();
+    let of = |e: &str| {
+        statuses
+            .iter()
+            .find(|(r, _, _)| r.as_str() == e)
+            .map(|(_, s, a)| (*s, *a))
+    };
+    use domain::webhook::EndpointStatus::Active;
+    assert_eq!(of(&attempted), Some((Active, true)));
+    assert_eq!(of(&idle), Some((Active, false)));
+    dispatcher::metrics::record_endpoint_health(&app.store)
+        .await
+        .unwrap();
+}
+
 async fn redrive_delivers_generation_two(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(500)).await;
     let (endpoint, _) = app
@@ -601,6 +630,7 @@ backend_tests!(
     duplicates_are_processed_once,
     an_events_data_is_kept_only_until_its_fan_out,
     failures_retry_on_schedule_then_fail,
+    endpoint_statuses_say_which_endpoints_were_attempted,
     redrive_delivers_generation_two,
     pause_holds_and_resume_releases,
     a_pause_holds_deliveries_waiting_for_a_slot,

@@ -45,14 +45,23 @@ const HEALTH_SAMPLE: u32 = 10_000;
 /// Sets `billing_webhook_endpoints{health}` to the number of endpoints in
 /// each health state (contract section 9's rule).
 pub async fn record_endpoint_health(store: &store::Store) -> Result<(), store::StoreError> {
-    use domain::webhook::health::{health, Health};
+    use domain::webhook::health::{health, Health, WINDOW};
+    use domain::webhook::EndpointStatus;
     let mut counts: std::collections::HashMap<Health, u64> =
         Health::ALL.iter().map(|h| (*h, 0)).collect();
-    for (endpoint_ref, status) in store.webhooks().endpoint_statuses(HEALTH_SAMPLE).await? {
-        let recent = store
-            .webhooks()
-            .recent_attempt_outcomes(&endpoint_ref, 100)
-            .await?;
+    for (endpoint_ref, status, attempted) in
+        store.webhooks().endpoint_statuses(HEALTH_SAMPLE).await?
+    {
+        // Only an active endpoint's attempts decide its health, and one
+        // never attempted is `unknown` without reading them.
+        let recent = if status == EndpointStatus::Active && attempted {
+            store
+                .webhooks()
+                .recent_attempt_outcomes(&endpoint_ref, WINDOW as u32)
+                .await?
+        } else {
+            Vec::new()
+        };
         *counts.entry(health(status, &recent)).or_default() += 1;
     }
     for (h, n) in counts {

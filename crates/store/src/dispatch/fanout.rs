@@ -3,9 +3,10 @@
 //! subscription listed as a match reason. Its data is converted to each
 //! delivery's dto version here; fields are shaped per attempt.
 //!
-//! Planning (`plan`) is a pure function of the event, the subscriptions and
-//! the endpoints' statuses; `plan_fan_out` does the two reads it needs for
-//! a whole batch, inside the transaction that writes the deliveries. Two
+//! The matching rule is the domain's (`domain::webhook::fanout`); `plan`
+//! adds the endpoints' statuses and each delivery's data, and
+//! `plan_fan_out` does the two reads it needs for a whole batch, inside the
+//! transaction that writes the deliveries. Two
 //! writers use it: the intake, which fans events out in the same
 //! transaction that accepts them, and
 //! `Store::fan_out_pending` for events that reached the queue another way
@@ -17,10 +18,11 @@ use crate::webhooks::endpoints::{endpoint_versions_in, EndpointVersions};
 use crate::webhooks::subscriptions::subscriptions_for_types;
 use crate::webhooks::to_json;
 use crate::{Backend, NewDelivery, Store, StoreError, SubscriptionRecord};
-use domain::webhook::shaping::{convert, converts, scope_holds, Scope};
+use domain::webhook::fanout::{self, Subscribed};
+use domain::webhook::shaping::{convert, converts, Scope};
 use domain::webhook::{catalogue, DeliveryStatus, EndpointStatus};
 use domain::{Ref, Timestamp};
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// The deliveries of each event, in the order of the events given.
 pub type Plan = Vec<(Ref, Vec<NewDelivery>)>;
@@ -138,54 +140,43 @@ pub(crate) async fn plan_fan_out(
 }
 
 /// The deliveries of `event` among `subscriptions` (those of its
-/// environment and type); `statuses` maps endpoint references to their
-/// version and status (a paused or disabled endpoint's delivery is held).
+/// environment and type), as `domain::webhook::fanout::plan` matches them;
+/// `statuses` maps endpoint references to their version and status (a
+/// paused or disabled endpoint's delivery is held). Each delivery carries
+/// the event's data in its own dto version.
 fn plan(
     event: &EventRow,
     subscriptions: &[SubscriptionRecord],
     statuses: &EndpointVersions,
 ) -> Vec<NewDelivery> {
-    let mut groups: BTreeMap<(String, u32), Vec<serde_json::Value>> = BTreeMap::new();
-    for s in subscriptions {
-        if scope_holds(
-            &event.scope,
-            event.environment_ref.as_str(),
-            s.scope_type,
-            &s.scope_ref,
-        ) {
-            groups
-                .entry((s.endpoint_ref.to_string(), s.dto_version))
-                .or_default()
-                .push(serde_json::json!({
-                    "kind": "subscription",
-                    "public_event_type": s.public_event_type,
-                    "scope_type": s.scope_type.as_str(),
-                    "scope_ref": s.scope_ref,
-                    "dto_version": s.dto_version,
-                }));
-        }
-    }
+    let subscribed = subscriptions.iter().map(|s| Subscribed {
+        endpoint_ref: &s.endpoint_ref,
+        public_event_type: &s.public_event_type,
+        scope_type: s.scope_type,
+        scope_ref: &s.scope_ref,
+        dto_version: s.dto_version,
+    });
     let newest = catalogue::find(&event.public_event_type)
         .and_then(|e| e.dto_versions.iter().copied().max())
         .unwrap_or(1);
-    groups
+    fanout::plan(&event.scope, event.environment_ref.as_str(), subscribed)
         .into_iter()
-        .map(|((endpoint_ref, dto_version), reasons)| {
+        .map(|p| {
             let status = statuses
-                .get(&endpoint_ref)
+                .get(p.endpoint_ref.as_str())
                 .map(|(_, s)| *s)
                 .unwrap_or(EndpointStatus::Active);
             NewDelivery {
                 environment_ref: event.environment_ref.clone(),
-                endpoint_ref: Ref::from_trusted(endpoint_ref),
+                endpoint_ref: p.endpoint_ref.clone(),
                 event_ref: event.event_ref.clone(),
                 public_event_type: event.public_event_type.clone(),
-                dto_version,
+                dto_version: p.dto_version,
                 status: DeliveryStatus::initial(status),
                 diagnostic: false,
                 occurred_at: event.occurred_at,
-                event_data: event.data_as(newest, dto_version),
-                match_reasons: serde_json::Value::Array(reasons),
+                event_data: event.data_as(newest, p.dto_version),
+                match_reasons: p.match_reasons,
                 payload: String::new(),
             }
         })
