@@ -21,9 +21,9 @@
 mod common;
 mod outage;
 
-use common::{billing, bootstrap, free_port, rand_u32, say, Process, Sandbox, SECRETS_KEY};
-use outage::{check_answers, check_committed, check_events, open_shop, tail, Api, Hooks, Load};
-use std::path::{Path, PathBuf};
+use common::{free_port, say, SECRETS_KEY};
+use outage::Service;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -187,13 +187,6 @@ fn as_postgres(args: &[&str]) {
     );
 }
 
-fn serve(dir: &Path, envs: &[(&str, String)]) -> Process {
-    Process::spawn_logged(
-        billing(dir, envs).arg("serve").env("RUST_LOG", "warn"),
-        dir.join("serve.log"),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_stopped_and_started_loses_nothing_and_answers_503_meanwhile() {
     let Some(bin) = server_binaries() else {
@@ -201,44 +194,13 @@ async fn a_postgres_stopped_and_started_loses_nothing_and_answers_503_meanwhile(
         return;
     };
     let cluster = PrivatePostgres::create(bin, free_port());
-    let dir = tempfile::tempdir().unwrap();
-    let api_port = free_port();
-    let envs = vec![
+    let backing = vec![
         ("BILLING_STORE__URL", cluster.url()),
-        ("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")),
-        (
-            "BILLING_METRICS__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ),
         ("BILLING_SECRETS__KEY", SECRETS_KEY.to_owned()),
-        (
-            "BILLING_DELIVERY__ALLOW_PRIVATE_NETWORKS",
-            "true".to_owned(),
-        ),
-        ("BILLING_DELIVERY__TIMEOUT", "5s".to_owned()),
-        (
-            "BILLING_DELIVERY__RETRY_SCHEDULE",
-            "0s,1s,1s,1s,1s,1s".to_owned(),
-        ),
     ];
-    let Sandbox {
-        secret,
-        environment_ref,
-    } = bootstrap(dir.path(), &envs);
-    let mut server = serve(dir.path(), &envs);
-    let (serve_log, pg_log) = (
-        dir.path().join("serve.log"),
-        cluster.dir.path().join("postgres.log"),
-    );
-    let logs = || format!("{}\n{}", tail(&serve_log, 30), tail(&pg_log, 15));
-    let api = Api::new(format!("http://127.0.0.1:{api_port}"), secret);
-    api.wait_ready(Duration::from_secs(30), logs).await;
-    let (hooks, hook) = Hooks::start().await;
-    let run = format!("pg{:08x}", rand_u32());
-    let shop = open_shop(&api, &environment_ref, &hook, &run).await;
-
-    let load = Load::start(&api, &shop, &run, 3);
-    load.wait_paid(10, Duration::from_secs(30), logs).await;
+    let pg_log = cluster.dir.path().join("postgres.log");
+    let (service, load) = Service::under_load(backing, "pg", Some(pg_log)).await;
+    let (api, logs) = (&service.api, || service.logs());
 
     let down = Instant::now();
     cluster.stop_fast();
@@ -265,20 +227,9 @@ async fn a_postgres_stopped_and_started_loses_nothing_and_answers_503_meanwhile(
 
     // No restart of `billing`: it recovers by itself.
     api.wait_ready(Duration::from_secs(30), logs).await;
-    load.wait_paid(10, Duration::from_secs(30), logs).await;
-    let (paid, seen) = load.finish(Duration::from_secs(30), logs).await;
-
-    let (all, during) = check_answers(&seen, ANSWER_WITHIN, (down, up), logs);
-    say(&format!(
-        "answers: {all:?}; sent during the outage: {during:?}"
-    ));
-    check_committed(&api, &paid).await;
-    check_events(&hooks, &paid, Duration::from_secs(30), logs).await;
-
-    assert!(
-        server.terminate_cleanly(),
-        "SIGTERM exits cleanly\n{}",
-        logs()
-    );
+    let (paid, _) = service
+        .stop_load(load, (down, up), ANSWER_WITHIN, "sent during the outage")
+        .await;
+    service.check_and_stop(&paid, Duration::from_secs(30)).await;
     drop(cluster);
 }

@@ -26,11 +26,8 @@
 mod common;
 mod outage;
 
-use common::{
-    billing, bootstrap, fleet, fleet_env, free_port, rand_u32, say, FreshDatabase, FreshVhost,
-    Process, Sandbox,
-};
-use outage::{check_answers, check_committed, check_events, open_shop, tail, Api, Hooks, Load};
+use common::{fleet, fleet_env, free_port, say, FreshDatabase, FreshVhost};
+use outage::Service;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
@@ -105,45 +102,9 @@ async fn a_rabbitmq_outage_answers_in_time_and_loses_no_event() {
     let vhost = FreshVhost::create("billing_outage");
     let proxy = Proxy::start(free_port()).await;
     let db = FreshDatabase::create("billing_outage_amqp").await;
-    let dir = tempfile::tempdir().unwrap();
-    let api_port = free_port();
-    let mut envs = fleet_env(&db.url, &proxy.url(&vhost.name), "embedded");
-    envs.extend([
-        ("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")),
-        (
-            "BILLING_METRICS__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ),
-        (
-            "BILLING_DELIVERY__ALLOW_PRIVATE_NETWORKS",
-            "true".to_owned(),
-        ),
-        ("BILLING_DELIVERY__TIMEOUT", "5s".to_owned()),
-        (
-            "BILLING_DELIVERY__RETRY_SCHEDULE",
-            "0s,1s,1s,1s,1s,1s".to_owned(),
-        ),
-    ]);
-    let Sandbox {
-        secret,
-        environment_ref,
-    } = bootstrap(dir.path(), &envs);
-    let mut server = Process::spawn_logged(
-        billing(dir.path(), &envs)
-            .arg("serve")
-            .env("RUST_LOG", "warn"),
-        dir.path().join("serve.log"),
-    );
-    let serve_log = dir.path().join("serve.log");
-    let logs = || tail(&serve_log, 30);
-    let api = Api::new(format!("http://127.0.0.1:{api_port}"), secret);
-    api.wait_ready(Duration::from_secs(30), logs).await;
-    let (hooks, hook) = Hooks::start().await;
-    let run = format!("amqp{:08x}", rand_u32());
-    let shop = open_shop(&api, &environment_ref, &hook, &run).await;
-
-    let load = Load::start(&api, &shop, &run, 3);
-    load.wait_paid(10, Duration::from_secs(30), logs).await;
+    let backing = fleet_env(&db.url, &proxy.url(&vhost.name), "embedded");
+    let (service, load) = Service::under_load(backing, "amqp", None).await;
+    let (api, hooks, logs) = (&service.api, &service.hooks, || service.logs());
     // Events flow through the broker before the cut.
     let started = Instant::now();
     while hooks.all().len() < 5 {
@@ -172,21 +133,10 @@ async fn a_rabbitmq_outage_answers_in_time_and_loses_no_event() {
 
     // No restart of `billing`: it reconnects by itself.
     api.wait_ready(Duration::from_secs(30), logs).await;
-    load.wait_paid(10, Duration::from_secs(30), logs).await;
-    let (paid, seen) = load.finish(Duration::from_secs(30), logs).await;
-
-    let (all, during) = check_answers(&seen, ANSWER_WITHIN, (down, up), logs);
-    say(&format!(
-        "answers: {all:?}; sent during the outage: {during:?}"
-    ));
-    check_committed(&api, &paid).await;
-    check_events(&hooks, &paid, Duration::from_secs(60), logs).await;
-
-    assert!(
-        server.terminate_cleanly(),
-        "SIGTERM exits cleanly\n{}",
-        logs()
-    );
+    let (paid, _) = service
+        .stop_load(load, (down, up), ANSWER_WITHIN, "sent during the outage")
+        .await;
+    service.check_and_stop(&paid, Duration::from_secs(60)).await;
     drop(proxy);
     db.remove().await;
     vhost.remove();

@@ -18,8 +18,8 @@
 mod common;
 mod outage;
 
-use common::{billing, bootstrap, free_port, rand_u32, say, Process, Sandbox, SECRETS_KEY};
-use outage::{check_answers, check_committed, check_events, open_shop, tail, Api, Hooks, Load};
+use common::{say, SECRETS_KEY};
+use outage::{check_answers, Service};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -112,49 +112,15 @@ async fn a_full_disk_answers_503_to_writes_keeps_reads_and_loses_nothing() {
         return;
     }
     let mount = Tmpfs::mount(SIZE);
-    let dir = tempfile::tempdir().unwrap();
-    let api_port = free_port();
-    let envs = vec![
+    let backing = vec![
         (
             "BILLING_STORE__URL",
             format!("sqlite://{}/billing.db", mount.path().display()),
         ),
-        ("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")),
-        (
-            "BILLING_METRICS__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ),
         ("BILLING_SECRETS__KEY", SECRETS_KEY.to_owned()),
-        (
-            "BILLING_DELIVERY__ALLOW_PRIVATE_NETWORKS",
-            "true".to_owned(),
-        ),
-        ("BILLING_DELIVERY__TIMEOUT", "5s".to_owned()),
-        (
-            "BILLING_DELIVERY__RETRY_SCHEDULE",
-            "0s,1s,1s,1s,1s,1s".to_owned(),
-        ),
     ];
-    let Sandbox {
-        secret,
-        environment_ref,
-    } = bootstrap(dir.path(), &envs);
-    let mut server = Process::spawn_logged(
-        billing(dir.path(), &envs)
-            .arg("serve")
-            .env("RUST_LOG", "warn"),
-        dir.path().join("serve.log"),
-    );
-    let serve_log = dir.path().join("serve.log");
-    let logs = || tail(&serve_log, 30);
-    let api = Api::new(format!("http://127.0.0.1:{api_port}"), secret);
-    api.wait_ready(Duration::from_secs(30), logs).await;
-    let (hooks, hook) = Hooks::start().await;
-    let run = format!("full{:08x}", rand_u32());
-    let shop = open_shop(&api, &environment_ref, &hook, &run).await;
-
-    let load = Load::start(&api, &shop, &run, 3);
-    load.wait_paid(10, Duration::from_secs(30), logs).await;
+    let (service, load) = Service::under_load(backing, "full", None).await;
+    let (api, logs) = (&service.api, || service.logs());
 
     let filler: PathBuf = mount.path().join("filler");
     let full = Instant::now();
@@ -196,13 +162,14 @@ async fn a_full_disk_answers_503_to_writes_keeps_reads_and_loses_nothing() {
     // What the full disk was answered, before waiting for the recovery.
     check_answers(&load.seen(), ANSWER_WITHIN, (refused, freed), logs);
 
-    load.wait_paid(10, Duration::from_secs(30), logs).await;
-    let (paid, seen) = load.finish(Duration::from_secs(30), logs).await;
-
-    let (all, during) = check_answers(&seen, ANSWER_WITHIN, (refused, freed), logs);
-    say(&format!(
-        "answers: {all:?}; sent while writes were refused: {during:?}"
-    ));
+    let (paid, during) = service
+        .stop_load(
+            load,
+            (refused, freed),
+            ANSWER_WITHIN,
+            "sent while writes were refused",
+        )
+        .await;
     let reads = during.get("read").map_or(0, |t| t.ok);
     assert!(reads > 0, "reads answered while the disk was full");
     let refused_reads = during.get("read").map_or(0, |t| t.unavailable);
@@ -210,14 +177,6 @@ async fn a_full_disk_answers_503_to_writes_keeps_reads_and_loses_nothing() {
         refused_reads, 0,
         "reads keep working while the disk is full"
     );
-    check_committed(&api, &paid).await;
-    check_events(&hooks, &paid, Duration::from_secs(30), logs).await;
-
-    assert!(
-        server.terminate_cleanly(),
-        "SIGTERM exits cleanly\n{}",
-        logs()
-    );
-    drop(server);
+    service.check_and_stop(&paid, Duration::from_secs(30)).await;
     drop(mount);
 }

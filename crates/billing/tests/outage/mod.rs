@@ -4,7 +4,8 @@
 //! that records every answer, `/readyz` polling, and the checks made after
 //! an outage: every answer was a success or `503 dependency_unavailable`
 //! with `Retry-After`, in time; every write that answered 2xx exists; every
-//! event of a paid payment reached the receiver exactly once.
+//! event of a paid payment reached the receiver exactly once. `Service`
+//! starts `billing serve` under that load and ends it with those checks.
 //!
 //! Each test file includes it with `mod common; mod outage;`.
 #![allow(dead_code)]
@@ -12,11 +13,13 @@
 mod api;
 mod checks;
 mod load;
+mod service;
 mod shop;
 
 pub use api::{Answer, Api};
 pub use checks::{check_answers, check_committed, check_events};
 pub use load::{Load, Paid, Seen};
+pub use service::Service;
 pub use shop::{open_shop, Hooks, Shop};
 
 /// The last `n` lines of the file at `path`, for failure messages.
