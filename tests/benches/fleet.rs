@@ -103,12 +103,19 @@
 //!
 //! Run with `cargo bench -p billing-tests --bench fleet`.
 
+#[path = "support/fleet_run.rs"]
+mod fleet_run;
+
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::serve::ListenerExt;
 use base64::Engine as _;
 use billing_tests::{env_num, ms, percentile_ms};
+use fleet_run::{
+    billing_command, build_billing, flush_redis, free_port, pg_admin, pg_url_for, pick_redis_db,
+    rabbitmqctl, remove_leftovers, url_encode, Fleet, AMQP_BASE, CLEANUP_FAILED, REDIS_BASE,
+};
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use lapin::options::{
@@ -119,21 +126,21 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, ExchangeKind};
 use sqlx::{Connection, Executor, PgConnection};
 use std::collections::HashMap;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Child, ExitCode, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::process::{Child, ExitCode, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+/// Prefix of each case's database and virtual host name.
+const NAME_PREFIX: &str = "billing_bench_";
 const EVENT_TYPE: &str = "order.created";
 const EXCHANGE: &str = "billing.events";
 /// The queue `billing serve` consumes; publishing waits until it exists.
 const QUEUE: &str = "billing.events.dispatcher";
-const AMQP_BASE: &str = "amqp://guest:guest@127.0.0.1:5672";
-const REDIS_BASE: &str = "redis://127.0.0.1:6379";
 const FAULT_RATE: f64 = 0.2;
 const FAULT_SCHEDULE: &str = "0s,1s,1s,2s";
 const FANOUT_ENDPOINTS: usize = 10;
@@ -148,17 +155,12 @@ const READY_LIMIT: Duration = Duration::from_secs(60);
 const ONE_EVENT_LIMIT: Duration = Duration::from_secs(30);
 /// The quiet moment before the window, over which idle CPU is measured.
 const IDLE_SAMPLE: Duration = Duration::from_secs(2);
-/// Longest wait for the child to exit after SIGTERM (its grace is 25 s).
-const STOP_LIMIT: Duration = Duration::from_secs(30);
 
 const GOAL_ONE_RATE: f64 = 3_000.0;
 const GOAL_ONE_CPU_US: f64 = 600.0;
 const GOAL_FANOUT_RATE: f64 = 8_000.0;
 const GOAL_PACED_CPU_US: f64 = 1_500.0;
 const GOAL_FAULTS_P99_MS: f64 = 6_000.0;
-
-/// Set when a drop guard could not clean up; the run then fails.
-static CLEANUP_FAILED: AtomicBool = AtomicBool::new(false);
 
 // ------------------------------------------------------------------ config
 
@@ -269,365 +271,6 @@ fn cases(cfg: &Config) -> Vec<Case> {
     all.into_iter()
         .filter(|c| cfg.cases.iter().any(|n| n == c.name))
         .collect()
-}
-
-// ------------------------------------------------------------------ binary
-
-fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests package is inside the workspace")
-        .to_path_buf()
-}
-
-/// Builds the release `billing` binary and returns its path, as cargo
-/// reports it (`target/release/billing`, or under `CARGO_TARGET_DIR`).
-fn build_billing() -> Result<PathBuf, String> {
-    if let Some(given) = std::env::var_os("BENCH_BILLING_BIN") {
-        let path = PathBuf::from(given);
-        println!("using the binary in BENCH_BILLING_BIN (not built)");
-        return if path.is_file() {
-            Ok(path)
-        } else {
-            Err(format!(
-                "BENCH_BILLING_BIN: no binary at {}",
-                path.display()
-            ))
-        };
-    }
-    let root = workspace_root();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    println!("building the release binary: cargo build --release -p billing");
-    let out = std::process::Command::new(&cargo)
-        .current_dir(&root)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "billing",
-            "--bin",
-            "billing",
-            "--message-format=json-render-diagnostics",
-        ])
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("cargo build --release -p billing: {}", out.status));
-    }
-    let reported = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "billing")
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from));
-    let path = reported.unwrap_or_else(|| {
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .map(|t| if t.is_relative() { root.join(t) } else { t })
-            .unwrap_or_else(|| root.join("target"));
-        target.join("release").join("billing")
-    });
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(format!("no binary at {}", path.display()))
-    }
-}
-
-/// A `billing` command with the inherited `BILLING_*` and `RUST_LOG`
-/// variables removed and `envs` set.
-fn billing_command(
-    bin: &std::path::Path,
-    dir: &std::path::Path,
-    envs: &[(String, String)],
-) -> std::process::Command {
-    let mut c = std::process::Command::new(bin);
-    for (k, _) in std::env::vars_os() {
-        let name = k.to_string_lossy();
-        if name.starts_with("BILLING_") || name == "RUST_LOG" {
-            c.env_remove(&k);
-        }
-    }
-    c.current_dir(dir);
-    for (k, v) in envs {
-        c.env(k, v);
-    }
-    c
-}
-
-fn free_port() -> Result<u16, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free port: {e}"))
-}
-
-// -------------------------------------------------------- backing services
-
-fn pg_admin_url() -> String {
-    std::env::var("BILLING_TEST_PG_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
-}
-
-fn pg_url_for(db: &str) -> String {
-    let base = pg_admin_url();
-    let cut = base.rfind('/').unwrap_or(base.len());
-    format!("{}/{db}", &base[..cut])
-}
-
-async fn pg_admin() -> Result<PgConnection, String> {
-    PgConnection::connect(&pg_admin_url())
-        .await
-        .map_err(|e| format!("PostgreSQL at {}: {e}", pg_admin_url()))
-}
-
-/// Percent-encodes a virtual host name for an AMQP URL.
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
-async fn rabbitmqctl(args: &[&str]) -> Result<String, String> {
-    let out = tokio::process::Command::new("rabbitmqctl")
-        .args(args)
-        .output()
-        .await
-        .map_err(|e| format!("cannot run rabbitmqctl: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "rabbitmqctl {}: {} {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-/// Whether the benchmark process that named `name`
-/// (`billing_bench_<pid>_<hex>`) has exited.
-fn owner_exited(name: &str) -> bool {
-    name.strip_prefix("billing_bench_")
-        .and_then(|r| r.split('_').next())
-        .and_then(|pid| pid.parse::<u32>().ok())
-        .is_some_and(|pid| {
-            pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists()
-        })
-}
-
-/// Drops the databases and virtual hosts left by runs that did not clean
-/// up (killed), whose process is gone.
-async fn remove_leftovers() {
-    if let Ok(mut conn) = pg_admin().await {
-        let dbs: Vec<String> = sqlx::query_scalar(
-            "SELECT datname FROM pg_database WHERE datname LIKE 'billing\\_bench\\_%'",
-        )
-        .fetch_all(&mut conn)
-        .await
-        .unwrap_or_default();
-        for db in dbs.into_iter().filter(|d| owner_exited(d)) {
-            println!("removing the leftover database {db}");
-            let _ = conn
-                .execute(format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)").as_str())
-                .await;
-        }
-        let _ = conn.close().await;
-    }
-    if let Ok(list) = rabbitmqctl(&["-q", "list_vhosts", "name"]).await {
-        for vhost in list.lines().map(str::trim).filter(|v| owner_exited(v)) {
-            println!("removing the leftover virtual host {vhost}");
-            let _ = rabbitmqctl(&["delete_vhost", vhost]).await;
-        }
-    }
-}
-
-/// An empty Redis logical database among 1..15, picked at random.
-async fn pick_redis_db() -> Result<u8, String> {
-    use rand::seq::SliceRandom;
-    let mut dbs: Vec<u8> = (1..=15).collect();
-    dbs.shuffle(&mut rand::thread_rng());
-    let mut first = None;
-    for n in dbs {
-        let client = redis::Client::open(format!("{REDIS_BASE}/{n}")).map_err(|e| e.to_string())?;
-        let mut conn = client
-            .get_multiplexed_async_connection()
-            .await
-            .map_err(|e| format!("Redis at {REDIS_BASE}: {e}"))?;
-        let size: u64 = redis::cmd("DBSIZE")
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| e.to_string())?;
-        if size == 0 {
-            return Ok(n);
-        }
-        first.get_or_insert(n);
-    }
-    first.ok_or_else(|| "no Redis database".to_owned())
-}
-
-async fn flush_redis(n: u8) -> Result<(), String> {
-    let client = redis::Client::open(format!("{REDIS_BASE}/{n}")).map_err(|e| e.to_string())?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(|e| format!("Redis at {REDIS_BASE}: {e}"))?;
-    redis::cmd("FLUSHDB")
-        .query_async::<()>(&mut conn)
-        .await
-        .map_err(|e| e.to_string())
-}
-
-// ------------------------------------------------------------- the fleet
-
-/// One case's resources; dropping it releases them all, in every case:
-/// the child is stopped (SIGTERM by PID, SIGKILL after `STOP_LIMIT`), the
-/// virtual host deleted, the Redis database flushed, the PostgreSQL
-/// database dropped.
-struct Fleet {
-    /// The database's and the virtual host's name.
-    name: String,
-    dir: tempfile::TempDir,
-    db_created: bool,
-    vhost_created: bool,
-    redis_db: Option<u8>,
-    child: Option<Child>,
-    stderr_path: PathBuf,
-}
-
-impl Fleet {
-    fn new() -> Result<Fleet, String> {
-        let name = format!(
-            "billing_bench_{}_{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        );
-        let dir = tempfile::tempdir().map_err(|e| format!("temporary folder: {e}"))?;
-        let stderr_path = dir.path().join("billing.stderr");
-        Ok(Fleet {
-            name,
-            dir,
-            db_created: false,
-            vhost_created: false,
-            redis_db: None,
-            child: None,
-            stderr_path,
-        })
-    }
-
-    fn child_pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// SIGTERM to the child, by its PID; waits for it to exit.
-    fn stop_child(&mut self) -> Option<ExitStatus> {
-        let mut child = self.child.take()?;
-        if let Ok(Some(status)) = child.try_wait() {
-            return Some(status);
-        }
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let deadline = Instant::now() + STOP_LIMIT;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => return Some(status),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                _ => {
-                    println!(
-                        "   !! billing (pid {}) did not stop within {} s of SIGTERM; killing it",
-                        child.id(),
-                        STOP_LIMIT.as_secs()
-                    );
-                    let _ = child.kill();
-                    return child.wait().ok();
-                }
-            }
-        }
-    }
-
-    /// The last `n` lines of the child's standard error.
-    fn stderr_tail(&self, n: usize) -> (usize, Vec<String>) {
-        let lines: Vec<String> = std::fs::File::open(&self.stderr_path)
-            .map(|f| {
-                std::io::BufReader::new(f)
-                    .lines()
-                    .map_while(Result::ok)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let total = lines.len();
-        (
-            total,
-            lines.into_iter().skip(total.saturating_sub(n)).collect(),
-        )
-    }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        let fail = |what: String| {
-            println!("   !! cleanup: {what}");
-            CLEANUP_FAILED.store(true, Ordering::SeqCst);
-        };
-        self.stop_child();
-        if self.vhost_created {
-            match std::process::Command::new("rabbitmqctl")
-                .args(["-q", "delete_vhost", &self.name])
-                .output()
-            {
-                Ok(o) if o.status.success() => {}
-                Ok(o) => fail(format!(
-                    "delete_vhost {}: {}",
-                    self.name,
-                    String::from_utf8_lossy(&o.stderr).trim()
-                )),
-                Err(e) => fail(format!("rabbitmqctl: {e}")),
-            }
-        }
-        if let Some(n) = self.redis_db {
-            let flushed = redis::Client::open(format!("{REDIS_BASE}/{n}")).and_then(|c| {
-                let mut conn = c.get_connection_with_timeout(Duration::from_secs(5))?;
-                redis::cmd("FLUSHDB").query::<()>(&mut conn)
-            });
-            if let Err(e) = flushed {
-                fail(format!("FLUSHDB of Redis database {n}: {e}"));
-            }
-        }
-        if self.db_created {
-            // A runtime of its own on a thread of its own: this may run
-            // inside the benchmark's runtime.
-            let db = self.name.clone();
-            let dropped = std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                rt.block_on(async {
-                    let mut conn = pg_admin().await?;
-                    conn.execute(format!("DROP DATABASE IF EXISTS \"{db}\" WITH (FORCE)").as_str())
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let _ = conn.close().await;
-                    Ok::<(), String>(())
-                })
-            })
-            .join()
-            .unwrap_or_else(|_| Err("the dropping thread panicked".to_owned()));
-            if let Err(e) = dropped {
-                fail(format!("DROP DATABASE {}: {e}", self.name));
-            }
-        }
-    }
 }
 
 // ------------------------------------------------------------------ sink
@@ -1689,7 +1332,7 @@ async fn case(bin: &std::path::Path, cfg: &Config, case: &Case, summary: &mut Su
             .map(|s| format!(", retry schedule {s}"))
             .unwrap_or_default()
     );
-    let mut fleet = match Fleet::new() {
+    let mut fleet = match Fleet::new(NAME_PREFIX) {
         Ok(f) => f,
         Err(e) => {
             summary.errors.push(format!("{}: {e}", case.name));
@@ -1753,7 +1396,7 @@ async fn bench(cfg: Config, bin: PathBuf) -> ExitCode {
         bin.display(),
         std::thread::available_parallelism().map_or(0, |p| p.get())
     );
-    remove_leftovers().await;
+    remove_leftovers(NAME_PREFIX).await;
     let mut summary = Summary::default();
     for c in cases(&cfg) {
         case(&bin, &cfg, &c, &mut summary, ticks).await;
