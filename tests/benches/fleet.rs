@@ -113,17 +113,12 @@ use axum::serve::ListenerExt;
 use base64::Engine as _;
 use billing_tests::{env_num, ms, percentile_ms};
 use fleet_run::{
-    billing_command, build_billing, flush_redis, free_port, pg_admin, pg_url_for, pick_redis_db,
-    rabbitmqctl, remove_leftovers, url_encode, Fleet, AMQP_BASE, CLEANUP_FAILED, REDIS_BASE,
+    billing_command, build_billing, confirmed, envelope, flush_redis, free_port, pg_admin,
+    pg_url_for, pick_redis_db, rabbitmqctl, remove_leftovers, url_encode, Fleet, Publisher,
+    AMQP_BASE, CLEANUP_FAILED, READY_LIMIT, REDIS_BASE,
 };
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
-};
-use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
-use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, ExchangeKind};
 use sqlx::{Connection, Executor, PgConnection};
 use std::collections::HashMap;
 use std::io::Write;
@@ -138,9 +133,6 @@ use tokio_util::sync::CancellationToken;
 /// Prefix of each case's database and virtual host name.
 const NAME_PREFIX: &str = "billing_bench_";
 const EVENT_TYPE: &str = "order.created";
-const EXCHANGE: &str = "billing.events";
-/// The queue `billing serve` consumes; publishing waits until it exists.
-const QUEUE: &str = "billing.events.dispatcher";
 const FAULT_RATE: f64 = 0.2;
 const FAULT_SCHEDULE: &str = "0s,1s,1s,2s";
 const FANOUT_ENDPOINTS: usize = 10;
@@ -149,8 +141,6 @@ const FANOUT_ENDPOINTS: usize = 10;
 /// of its backlog, as autovacuum's analyze would plan a growing table. Its
 /// own CPU is part of PostgreSQL's figures (most visible in `paced`).
 const ANALYZE_EVERY: Duration = Duration::from_secs(2);
-/// Longest wait for `billing serve` to answer `/readyz` with 200.
-const READY_LIMIT: Duration = Duration::from_secs(60);
 /// Longest wait for the warm-up event and for one event of `latency`.
 const ONE_EVENT_LIMIT: Duration = Duration::from_secs(30);
 /// The quiet moment before the window, over which idle CPU is measured.
@@ -578,109 +568,6 @@ async fn analyzer(db: String, stop: CancellationToken) -> usize {
 
 // ------------------------------------------------------------- publishing
 
-fn envelope(env_ref: &str, data: &serde_json::Value) -> (String, Vec<u8>) {
-    let event_ref = domain::Ref::generate(domain::Prefix::Event).into_string();
-    let body = serde_json::json!({
-        "event_ref": event_ref,
-        "public_event_type": EVENT_TYPE,
-        "environment_ref": env_ref,
-        "occurred_at": domain::Timestamp::now().to_rfc3339(),
-        "scope": {"product_refs": [], "buyer_ref": null, "beneficiary_business_ref": null},
-        "data": data,
-    });
-    (event_ref, body.to_string().into_bytes())
-}
-
-struct Publisher {
-    connection: lapin::Connection,
-    channel: Channel,
-}
-
-impl Publisher {
-    /// A channel in confirm mode on `url`, once the service's queue exists
-    /// (published messages would otherwise be unroutable).
-    async fn connect(url: &str) -> Result<Publisher, String> {
-        let connection = dispatcher::amqp::connect(url, "billing-fleet-bench")
-            .await
-            .map_err(|e| format!("RabbitMQ: {e}"))?;
-        let deadline = Instant::now() + READY_LIMIT;
-        loop {
-            // A failed passive declare closes its channel: one channel each.
-            let probe = connection
-                .create_channel()
-                .await
-                .map_err(|e| e.to_string())?;
-            let passive = QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            };
-            if probe
-                .queue_declare(QUEUE, passive, FieldTable::default())
-                .await
-                .is_ok()
-            {
-                let _ = probe.close(200, "found").await;
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(format!("the queue {QUEUE} was never declared"));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(|e| e.to_string())?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        channel
-            .exchange_declare(
-                EXCHANGE,
-                ExchangeKind::Topic,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..ExchangeDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(Publisher {
-            connection,
-            channel,
-        })
-    }
-
-    async fn publish(&self, body: &[u8]) -> Result<PublisherConfirm, String> {
-        let options = BasicPublishOptions {
-            mandatory: true,
-            ..BasicPublishOptions::default()
-        };
-        let properties = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_delivery_mode(2);
-        self.channel
-            .basic_publish(EXCHANGE, EVENT_TYPE, options, body, properties)
-            .await
-            .map_err(|e| format!("publish: {e}"))
-    }
-
-    async fn close(self) {
-        let _ = self.connection.close(200, "done").await;
-    }
-}
-
-fn confirmed(c: Result<Confirmation, lapin::Error>) -> Result<(), String> {
-    match c {
-        Ok(Confirmation::Ack(None)) => Ok(()),
-        Ok(Confirmation::Ack(Some(_))) => Err("a message was unroutable".to_owned()),
-        Ok(other) => Err(format!("a message was not confirmed: {other:?}")),
-        Err(e) => Err(format!("confirm: {e}")),
-    }
-}
-
 /// What the publisher did: each event's send time.
 struct Published {
     at: HashMap<String, Instant>,
@@ -704,8 +591,9 @@ async fn publish_load(
     match case.pace {
         Pace::Window(window) => {
             // Serialised before the clock starts: a producer's work.
-            let bodies: Vec<(String, Vec<u8>)> =
-                (0..case.events).map(|_| envelope(env_ref, &data)).collect();
+            let bodies: Vec<(String, Vec<u8>)> = (0..case.events)
+                .map(|_| envelope(env_ref, EVENT_TYPE, &data))
+                .collect();
             for (event_ref, body) in bodies {
                 while inflight.len() >= window {
                     if let Some(c) = inflight.next().await {
@@ -714,17 +602,17 @@ async fn publish_load(
                 }
                 let t = Instant::now();
                 first.get_or_insert(t);
-                inflight.push(publisher.publish(&body).await?);
+                inflight.push(publisher.publish(EVENT_TYPE, &body).await?);
                 at.insert(event_ref, t);
                 sent.fetch_add(1, Ordering::Relaxed);
             }
         }
         Pace::OneInFlight => {
             for i in 0..case.events {
-                let (event_ref, body) = envelope(env_ref, &data);
+                let (event_ref, body) = envelope(env_ref, EVENT_TYPE, &data);
                 let t = Instant::now();
                 first.get_or_insert(t);
-                let confirm = publisher.publish(&body).await?;
+                let confirm = publisher.publish(EVENT_TYPE, &body).await?;
                 at.insert(event_ref, t);
                 sent.fetch_add(1, Ordering::Relaxed);
                 let target = (i + 1) * case.endpoints;
@@ -744,10 +632,10 @@ async fn publish_load(
             let mut tick = tokio::time::interval(Duration::from_nanos(1_000_000_000 / per_sec));
             for _ in 0..case.events {
                 tick.tick().await;
-                let (event_ref, body) = envelope(env_ref, &data);
+                let (event_ref, body) = envelope(env_ref, EVENT_TYPE, &data);
                 let t = Instant::now();
                 first.get_or_insert(t);
-                inflight.push(publisher.publish(&body).await?);
+                inflight.push(publisher.publish(EVENT_TYPE, &body).await?);
                 at.insert(event_ref, t);
                 sent.fetch_add(1, Ordering::Relaxed);
                 while let Some(Some(c)) = inflight.next().now_or_never() {
@@ -961,13 +849,13 @@ async fn run_case(
         }
     }
 
-    let publisher = Publisher::connect(&amqp_url).await?;
+    let publisher = Publisher::connect(&amqp_url, "billing-fleet-bench").await?;
 
     // Warm-up: one event, not measured, answered 204 by every endpoint.
     let data = domain::webhook::catalogue::example(EVENT_TYPE, 1).unwrap_or_default();
-    let (warm_ref, warm_body) = envelope(env_ref, &data);
+    let (warm_ref, warm_body) = envelope(env_ref, EVENT_TYPE, &data);
     sink.ignored.lock().expect("lock").insert(warm_ref.clone());
-    confirmed(publisher.publish(&warm_body).await?.await)?;
+    confirmed(publisher.publish(EVENT_TYPE, &warm_body).await?.await)?;
     let warm_started = Instant::now();
     loop {
         let seen = sink.requests.load(Ordering::Relaxed) as usize;

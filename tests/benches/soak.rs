@@ -113,18 +113,13 @@ use axum::serve::ListenerExt;
 use base64::Engine as _;
 use billing_tests::{env_num, ms, percentile_ms};
 use fleet_run::{
-    billing_command, build_billing, flush_redis, free_port, pg_admin, pg_url_for, pick_redis_db,
-    rabbitmqctl, redis_conn, remove_leftovers, url_encode, Fleet, AMQP_BASE, CLEANUP_FAILED,
-    REDIS_BASE,
+    billing_command, build_billing, confirmed, envelope, flush_redis, free_port, pg_admin,
+    pg_url_for, pick_redis_db, rabbitmqctl, redis_conn, remove_leftovers, url_encode, Fleet,
+    Publisher, AMQP_BASE, CLEANUP_FAILED, READY_LIMIT, REDIS_BASE,
 };
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
-use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
-};
-use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
-use lapin::types::FieldTable;
-use lapin::{BasicProperties, Channel, ExchangeKind};
+use lapin::publisher_confirm::Confirmation;
 use serde_json::{json, Value};
 use sqlx::{Connection, Executor, PgConnection};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -138,9 +133,6 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-const EXCHANGE: &str = "billing.events";
-/// The queue `billing serve` consumes; publishing waits until it exists.
-const QUEUE: &str = "billing.events.dispatcher";
 /// The service's Redis key prefix (`crates/billing/src/app.rs`).
 const REDIS_DUE: &str = "billing:due";
 /// Prefix of the database's and the virtual host's name.
@@ -151,8 +143,6 @@ const DUE_GAUGE: &str = "billing_webhook_due_backlog";
 /// version; a successful pay emits both.
 const TYPES: [(&str, u32); 2] = [("order.created", 1), ("payment.succeeded", 2)];
 const CARD: &str = "pm_card_visa";
-/// Longest wait for `billing serve` to answer `/readyz` with 200.
-const READY_LIMIT: Duration = Duration::from_secs(60);
 /// Longest wait for outstanding publisher confirms after the load.
 const CONFIRM_LIMIT: Duration = Duration::from_secs(30);
 /// References kept per kind for the reads.
@@ -432,109 +422,6 @@ impl Sink {
 }
 
 // ------------------------------------------------------------- publishing
-
-fn envelope(env_ref: &str, event_type: &str, data: &Value) -> (String, Vec<u8>) {
-    let event_ref = domain::Ref::generate(domain::Prefix::Event).into_string();
-    let body = json!({
-        "event_ref": event_ref,
-        "public_event_type": event_type,
-        "environment_ref": env_ref,
-        "occurred_at": domain::Timestamp::now().to_rfc3339(),
-        "scope": {"product_refs": [], "buyer_ref": null, "beneficiary_business_ref": null},
-        "data": data,
-    });
-    (event_ref, body.to_string().into_bytes())
-}
-
-struct Publisher {
-    connection: lapin::Connection,
-    channel: Channel,
-}
-
-impl Publisher {
-    /// A channel in confirm mode on `url`, once the service's queue exists
-    /// (published messages would otherwise be unroutable).
-    async fn connect(url: &str) -> Result<Publisher, String> {
-        let connection = dispatcher::amqp::connect(url, "billing-soak-bench")
-            .await
-            .map_err(|e| format!("RabbitMQ: {e}"))?;
-        let deadline = Instant::now() + READY_LIMIT;
-        loop {
-            // A failed passive declare closes its channel: one channel each.
-            let probe = connection
-                .create_channel()
-                .await
-                .map_err(|e| e.to_string())?;
-            let passive = QueueDeclareOptions {
-                passive: true,
-                ..QueueDeclareOptions::default()
-            };
-            if probe
-                .queue_declare(QUEUE, passive, FieldTable::default())
-                .await
-                .is_ok()
-            {
-                let _ = probe.close(200, "found").await;
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(format!("the queue {QUEUE} was never declared"));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(|e| e.to_string())?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        channel
-            .exchange_declare(
-                EXCHANGE,
-                ExchangeKind::Topic,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..ExchangeDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(Publisher {
-            connection,
-            channel,
-        })
-    }
-
-    async fn publish(&self, routing_key: &str, body: &[u8]) -> Result<PublisherConfirm, String> {
-        let options = BasicPublishOptions {
-            mandatory: true,
-            ..BasicPublishOptions::default()
-        };
-        let properties = BasicProperties::default()
-            .with_content_type("application/json".into())
-            .with_delivery_mode(2);
-        self.channel
-            .basic_publish(EXCHANGE, routing_key, options, body, properties)
-            .await
-            .map_err(|e| format!("publish: {e}"))
-    }
-
-    async fn close(self) {
-        let _ = self.connection.close(200, "done").await;
-    }
-}
-
-fn confirmed(c: Result<Confirmation, lapin::Error>) -> Result<(), String> {
-    match c {
-        Ok(Confirmation::Ack(None)) => Ok(()),
-        Ok(Confirmation::Ack(Some(_))) => Err("a message was unroutable".to_owned()),
-        Ok(other) => Err(format!("a message was not confirmed: {other:?}")),
-        Err(e) => Err(format!("confirm: {e}")),
-    }
-}
 
 /// What the publisher did.
 #[derive(Default)]
@@ -1714,7 +1601,7 @@ async fn soak(
     api.config_ref = config_ref;
     let api = Arc::new(api);
 
-    let publisher = Publisher::connect(&amqp_url).await?;
+    let publisher = Publisher::connect(&amqp_url, "billing-soak-bench").await?;
 
     // Statistics for the planner, now and periodically.
     let mut db = PgConnection::connect(&pg_url_for(&name))

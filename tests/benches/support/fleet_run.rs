@@ -6,6 +6,12 @@
 //! `Fleet` is dropped. Each benchmark includes it with `#[path]`.
 #![allow(dead_code)]
 
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
+};
+use lapin::publisher_confirm::{Confirmation, PublisherConfirm};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, ExchangeKind};
 use sqlx::{Connection, Executor, PgConnection};
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -13,6 +19,11 @@ use std::process::{Child, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+pub const EXCHANGE: &str = "billing.events";
+/// The queue `billing serve` consumes; publishing waits until it exists.
+pub const QUEUE: &str = "billing.events.dispatcher";
+/// Longest wait for `billing serve` (and its queue) to be ready.
+pub const READY_LIMIT: Duration = Duration::from_secs(60);
 pub const AMQP_BASE: &str = "amqp://guest:guest@127.0.0.1:5672";
 pub const REDIS_BASE: &str = "redis://127.0.0.1:6379";
 /// How long `billing` gets to exit after SIGTERM before SIGKILL.
@@ -381,5 +392,116 @@ impl Drop for Fleet {
                 fail(format!("DROP DATABASE {}: {e}", self.name));
             }
         }
+    }
+}
+
+/// A new event of `event_type` in `env_ref` with `data`: its reference and
+/// the envelope's bytes.
+pub fn envelope(env_ref: &str, event_type: &str, data: &serde_json::Value) -> (String, Vec<u8>) {
+    let event_ref = domain::Ref::generate(domain::Prefix::Event).into_string();
+    let body = serde_json::json!({
+        "event_ref": event_ref,
+        "public_event_type": event_type,
+        "environment_ref": env_ref,
+        "occurred_at": domain::Timestamp::now().to_rfc3339(),
+        "scope": {"product_refs": [], "buyer_ref": null, "beneficiary_business_ref": null},
+        "data": data,
+    });
+    (event_ref, body.to_string().into_bytes())
+}
+
+/// A confirm-mode channel on `billing.events`.
+pub struct Publisher {
+    connection: lapin::Connection,
+    channel: Channel,
+}
+
+impl Publisher {
+    /// A channel in confirm mode on `url`, once the service's queue exists
+    /// (published messages would otherwise be unroutable).
+    pub async fn connect(url: &str, name: &str) -> Result<Publisher, String> {
+        let connection = dispatcher::amqp::connect(url, name)
+            .await
+            .map_err(|e| format!("RabbitMQ: {e}"))?;
+        let deadline = Instant::now() + READY_LIMIT;
+        loop {
+            // A failed passive declare closes its channel: one channel each.
+            let probe = connection
+                .create_channel()
+                .await
+                .map_err(|e| e.to_string())?;
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            };
+            if probe
+                .queue_declare(QUEUE, passive, FieldTable::default())
+                .await
+                .is_ok()
+            {
+                let _ = probe.close(200, "found").await;
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the queue {QUEUE} was never declared"));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| e.to_string())?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        channel
+            .exchange_declare(
+                EXCHANGE,
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..ExchangeDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Publisher {
+            connection,
+            channel,
+        })
+    }
+
+    pub async fn publish(
+        &self,
+        routing_key: &str,
+        body: &[u8],
+    ) -> Result<PublisherConfirm, String> {
+        let options = BasicPublishOptions {
+            mandatory: true,
+            ..BasicPublishOptions::default()
+        };
+        let properties = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_delivery_mode(2);
+        self.channel
+            .basic_publish(EXCHANGE, routing_key, options, body, properties)
+            .await
+            .map_err(|e| format!("publish: {e}"))
+    }
+
+    pub async fn close(self) {
+        let _ = self.connection.close(200, "done").await;
+    }
+}
+
+/// A publisher confirm as a result: acknowledged and routed, or why not.
+pub fn confirmed(c: Result<Confirmation, lapin::Error>) -> Result<(), String> {
+    match c {
+        Ok(Confirmation::Ack(None)) => Ok(()),
+        Ok(Confirmation::Ack(Some(_))) => Err("a message was unroutable".to_owned()),
+        Ok(other) => Err(format!("a message was not confirmed: {other:?}")),
+        Err(e) => Err(format!("confirm: {e}")),
     }
 }
