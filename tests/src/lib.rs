@@ -59,6 +59,9 @@ pub struct TestApp {
     pub base: String,
     pub client: reqwest::Client,
     pub store: Store,
+    /// The event queue of the app's process: the dispatchers the test
+    /// starts take fresh deliveries from it.
+    pub queue: dispatcher::EventQueue,
     pub backend: Backend,
     /// The store's database URL, for tests that look at rows no API shows.
     pub database_url: String,
@@ -136,6 +139,7 @@ impl TestApp {
             addr,
             base: format!("http://{addr}"),
             client: reqwest::Client::new(),
+            queue: dispatcher::EventQueue::new(store.clone()),
             store,
             backend,
             database_url,
@@ -267,7 +271,7 @@ impl TestApp {
     }
 
     pub fn start_dispatcher(&self, settings: dispatcher::DispatchSettings) -> DispatcherHandle {
-        self.start_dispatcher_on(dispatcher::Dispatcher::new(self.store.clone(), settings))
+        self.start_dispatcher_on(dispatcher::Dispatcher::new(self.queue.clone(), settings))
     }
 
     /// A dispatcher taking its work from a Redis schedule (fleet mode).
@@ -276,7 +280,7 @@ impl TestApp {
         settings: dispatcher::DispatchSettings,
         schedule: std::sync::Arc<dispatcher::redis_schedule::RedisSchedule>,
     ) -> DispatcherHandle {
-        let d = dispatcher::Dispatcher::new(self.store.clone(), settings).with_redis(schedule);
+        let d = dispatcher::Dispatcher::new(self.queue.clone(), settings).with_redis(schedule);
         self.start_dispatcher_on(d)
     }
 
@@ -340,7 +344,7 @@ impl TestApp {
 
     /// Accepts a new event's envelope into the embedded queue.
     pub async fn accept(&self, envelope: &str) {
-        let accepted = dispatcher::intake::accept(&self.store, envelope.as_bytes(), "test")
+        let accepted = dispatcher::intake::accept(&self.queue, envelope.as_bytes(), "test")
             .await
             .expect("store reachable");
         assert_eq!(accepted, dispatcher::intake::Accepted::New);

@@ -845,7 +845,7 @@ async fn fleet_events_cross_rabbitmq_to_two_dispatchers_once() {
             ..settings.clone()
         };
         tasks.push(tokio::spawn(amqp::consume(
-            app.store.clone(),
+            app.queue.clone(),
             consumer,
             stop.clone(),
         )));

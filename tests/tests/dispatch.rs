@@ -128,11 +128,11 @@ async fn duplicates_are_processed_once(app: TestApp) {
         .await;
     let again = json!({"event_ref": event_ref, "public_event_type": "refund.created",
         "environment_ref": app.sandbox.environment_ref, "occurred_at": "2026-11-22T10:00:00Z", "data": {}});
-    let accepted = dispatcher::intake::accept(&app.store, again.to_string().as_bytes(), "test")
+    let accepted = dispatcher::intake::accept(&app.queue, again.to_string().as_bytes(), "test")
         .await
         .unwrap();
     assert_eq!(accepted, dispatcher::intake::Accepted::Duplicate);
-    let bad = dispatcher::intake::accept(&app.store, b"{\"event_ref\": 5}", "test")
+    let bad = dispatcher::intake::accept(&app.queue, b"{\"event_ref\": 5}", "test")
         .await
         .unwrap();
     assert!(matches!(bad, dispatcher::intake::Accepted::Dead(_)));

@@ -94,7 +94,7 @@ impl Fleet {
     fn start_intake(&self) -> Intake {
         let stop = CancellationToken::new();
         let task = tokio::spawn(amqp::consume(
-            self.app.store.clone(),
+            self.app.queue.clone(),
             self.settings.clone(),
             stop.clone(),
         ));

@@ -179,7 +179,7 @@ async fn a_broker_killed_and_restarted_mid_run_loses_no_event() {
     app.subscribed_endpoint(&receiver.url(), "order.created", 1)
         .await;
     let stop = CancellationToken::new();
-    let intake = tokio::spawn(amqp::consume(app.store.clone(), settings, stop.clone()));
+    let intake = tokio::spawn(amqp::consume(app.queue.clone(), settings, stop.clone()));
     let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s"));
 
     // Publishing goes on through the outage: the publisher retries until

@@ -181,7 +181,7 @@ fn event(app: &TestApp, event_type: &str, data: Value) -> (String, Value) {
 
 /// What the intake makes of `envelope`.
 async fn accept(app: &TestApp, envelope: &Value) -> Accepted {
-    dispatcher::intake::accept(&app.store, envelope.to_string().as_bytes(), "test")
+    dispatcher::intake::accept(&app.queue, envelope.to_string().as_bytes(), "test")
         .await
         .expect("store reachable")
 }

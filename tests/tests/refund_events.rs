@@ -448,7 +448,7 @@ impl Pipeline {
                 ..settings.clone()
             };
             tasks.push(tokio::spawn(amqp::consume(
-                app.store.clone(),
+                app.queue.clone(),
                 consumer,
                 stop.clone(),
             )));

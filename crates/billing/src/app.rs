@@ -188,15 +188,16 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             control_api::jobs::run(jobs_store, async move { token.cancelled().await }).await;
             Ok("timed work")
         });
-        let mut dispatcher = Dispatcher::new(store.clone(), dispatch_settings(&config)?);
+        let queue = dispatcher::EventQueue::new(store.clone());
+        let mut dispatcher = Dispatcher::new(queue.clone(), dispatch_settings(&config)?);
         if let Some(schedule) = &redis {
             dispatcher = dispatcher.with_redis(schedule.clone());
         }
         if let Some(url) = config.amqp_url() {
             let settings = dispatcher::amqp::AmqpSettings::new(url);
-            let (store, token) = (store.clone(), shutdown.clone());
+            let token = shutdown.clone();
             tasks.spawn(async move {
-                dispatcher::amqp::consume(store, settings, token).await;
+                dispatcher::amqp::consume(queue, settings, token).await;
                 Ok("amqp intake")
             });
         }

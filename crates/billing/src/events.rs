@@ -22,8 +22,8 @@ pub async fn publish(config: &Config, body: &[u8]) -> anyhow::Result<String> {
         .await
         .context("failed to project the event")?
         .map_err(|reason| anyhow::anyhow!("event refused: {reason}"))?;
-    let new = store
-        .enqueue_event(&event)
+    let new = dispatcher::EventQueue::new(store)
+        .enqueue(&event)
         .await
         .context("failed to enqueue the event")?;
     Ok(if new {

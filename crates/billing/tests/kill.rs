@@ -81,6 +81,7 @@ async fn sigkill_mid_run_loses_nothing() {
         .await
         .unwrap();
     tx.commit().await.unwrap();
+    let queue = dispatcher::EventQueue::new(store.clone());
     for _ in 0..EVENTS {
         let event = EventRecord {
             event_ref: Ref::generate(Prefix::Event),
@@ -90,7 +91,7 @@ async fn sigkill_mid_run_loses_nothing() {
             scope: Default::default(),
             data: EventData::parse(r#"{"order_ref": "ord_AAAAAAAAAAAA"}"#.to_owned()).unwrap(),
         };
-        assert!(store.enqueue_event(&event).await.unwrap());
+        assert!(queue.enqueue(&event).await.unwrap());
     }
 
     let mut first = dispatcher(dir.path(), free_port());

@@ -23,6 +23,7 @@
 
 use crate::intake;
 use crate::metrics as m;
+use crate::queue::EventQueue;
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
@@ -36,7 +37,6 @@ use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
 use std::sync::Arc;
 use std::time::Duration;
-use store::Store;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -348,17 +348,18 @@ pub async fn publish(url: &str, event_json: &[u8], routing_key: &str) -> Result<
     result
 }
 
-/// Consumes `settings.queue` into the store until `shutdown` is cancelled,
-/// reconnecting with a backoff whenever the connection is lost. The store
-/// wakes a dispatcher of this process itself: it hands fresh deliveries
-/// over, and signals those it left due (`Store::events_enqueued`).
-pub async fn consume(store: Store, settings: AmqpSettings, shutdown: CancellationToken) {
+/// Consumes `settings.queue` into the event queue until `shutdown` is
+/// cancelled, reconnecting with a backoff whenever the connection is lost.
+/// The queue wakes a dispatcher of this process itself: it hands fresh
+/// deliveries over, and the store signals those it left due
+/// (`Store::events_enqueued`).
+pub async fn consume(queue: EventQueue, settings: AmqpSettings, shutdown: CancellationToken) {
     let mut backoff = MIN_BACKOFF;
     loop {
         if shutdown.is_cancelled() {
             return;
         }
-        match session(&store, &settings, &shutdown, &mut backoff).await {
+        match session(&queue, &settings, &shutdown, &mut backoff).await {
             Ok(()) => return,
             Err(e) => tracing::warn!(
                 error = %e,
@@ -377,13 +378,13 @@ pub async fn consume(store: Store, settings: AmqpSettings, shutdown: Cancellatio
 
 /// One connection's life: `Ok` on shutdown, `Err` when it must be redone.
 async fn session(
-    store: &Store,
+    queue: &EventQueue,
     settings: &AmqpSettings,
     shutdown: &CancellationToken,
     backoff: &mut Duration,
 ) -> Result<(), AmqpError> {
     let connection = connect(&settings.url, &settings.connection_name).await?;
-    let result = run_session(&connection, store, settings, shutdown, backoff).await;
+    let result = run_session(&connection, queue, settings, shutdown, backoff).await;
     // Closing hands unacknowledged messages back to the broker.
     let _ = tokio::time::timeout(
         Duration::from_secs(2),
@@ -394,7 +395,7 @@ async fn session(
 }
 
 struct Handler {
-    store: Store,
+    queue: EventQueue,
     dead: Channel,
     /// Cancelled by a handler whose dead letter channel failed.
     broken: CancellationToken,
@@ -403,7 +404,7 @@ struct Handler {
 
 async fn run_session(
     connection: &Connection,
-    store: &Store,
+    queue: &EventQueue,
     settings: &AmqpSettings,
     shutdown: &CancellationToken,
     backoff: &mut Duration,
@@ -430,13 +431,13 @@ async fn run_session(
     );
     *backoff = MIN_BACKOFF;
     let handler = Arc::new(Handler {
-        store: store.clone(),
+        queue: queue.clone(),
         dead,
         broken: CancellationToken::new(),
         shutdown: shutdown.clone(),
     });
     // As many handlers as unacknowledged messages the broker sends: a
-    // handler waits for the store's group commit (it holds no connection),
+    // handler waits for the queue's group commit (it holds no connection),
     // so every message delivered joins the next shared write instead of
     // waiting in memory for a handler.
     let handlers = usize::from(settings.prefetch.max(1));
@@ -483,7 +484,7 @@ impl Handler {
     async fn handle(&self, delivery: Delivery) {
         let parsed = match intake::parse_with_producer(&delivery.data) {
             Ok((event, producer)) => {
-                match intake::project(&self.store, event, producer.as_deref()).await {
+                match intake::project(self.queue.store(), event, producer.as_deref()).await {
                     Ok(projected) => projected,
                     Err(e) => {
                         tracing::warn!(error = %e, "event not projected; handing it back");
@@ -495,7 +496,7 @@ impl Handler {
             Err(refused) => Err(refused),
         };
         match parsed {
-            Ok(event) => match self.store.enqueue_event(&event).await {
+            Ok(event) => match self.queue.enqueue(&event).await {
                 Ok(_) => {
                     // The event is durable now: even if the ack is lost, a
                     // redelivery is a duplicate the store ignores.
@@ -516,7 +517,8 @@ impl Handler {
     async fn dead_letter(&self, delivery: &Delivery, refused: intake::EnvelopeError) {
         let reason = refused.to_string();
         if let Err(e) = self
-            .store
+            .queue
+            .store()
             .dead_letter(&String::from_utf8_lossy(&delivery.data), &reason)
             .await
         {

@@ -7,6 +7,7 @@
 //! attempt, never returned).
 
 use crate::amqp::AmqpError;
+use crate::queue::EnqueueError;
 use store::StoreError;
 
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +16,9 @@ pub enum DispatchError {
     /// tells an outage from a defect).
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    /// The event queue's group write did not accept an event.
+    #[error("event queue: {0}")]
+    Enqueue(#[from] EnqueueError),
     /// RabbitMQ: the connection, a publish or its confirm, the consumer.
     #[error(transparent)]
     Queue(#[from] AmqpError),

@@ -1,8 +1,21 @@
-//! The dispatcher's side of `store::handoff`: room for attempts (the global
-//! and per-endpoint slots and the circuit breakers, shared with the claim
-//! loop), the channel on which the intake hands over fresh deliveries
-//! leased to this dispatcher, and (fleet mode) the one on which it reports
-//! those it left due, for the Redis schedule.
+//! Hand-off of fresh deliveries from the event queue (`crate::queue`) to
+//! this process's dispatcher, so that a delivery due at once is not
+//! written, then found and leased by a second transaction, then read back
+//! and decoded. Here: room for attempts (the global and per-endpoint slots
+//! and the circuit breakers, shared with the claim loop), the channel on
+//! which the queue hands over fresh deliveries leased to this dispatcher,
+//! and (fleet mode) the one on which it reports those it left due, for the
+//! Redis schedule.
+//!
+//! A running dispatcher registers its `Intake` with the queue. The queue's
+//! group write asks it for room for each pending delivery (`reserve`: the
+//! slots, taken now and carried in a `Ticket`); the store inserts the
+//! deliveries that got room already leased to the dispatcher
+//! (`store::Leasing`), and after the commit their records go to `take`,
+//! which starts the attempts. Deliveries without room, or a process
+//! without a dispatcher, take the usual way: inserted due now, claimed by
+//! some dispatcher. A ticket dropped without a hand-over gives its slots
+//! back.
 //!
 //! Room is only reserved where the claim loop would start the attempt at
 //! once: a slot free for the endpoint and in total, and a circuit that is
@@ -25,8 +38,17 @@ use domain::{Ref, Timestamp};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use store::handoff::{HandedOver, Handoff, Ticket};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+/// Room a dispatcher reserved for one attempt: its slots, held until the
+/// attempt ends (or the ticket is dropped).
+pub struct Ticket {
+    pub permits: Vec<OwnedSemaphorePermit>,
+}
+
+/// A delivery handed to the dispatcher: leased to it, committed, with the
+/// endpoint version it was planned against and its reserved room.
+pub type HandedOver = store::Leased<Ticket>;
 
 /// The longest attempt that keeps its endpoint quick: a second, or half the
 /// time-out if that is shorter.
@@ -127,7 +149,7 @@ impl Slots {
     }
 }
 
-/// Registered with the store by a running dispatcher.
+/// Registered with the event queue by a running dispatcher.
 pub struct Intake {
     owner: String,
     lease: Duration,
@@ -162,18 +184,21 @@ impl Intake {
         self.left_due = Some(to);
         self
     }
-}
 
-impl Handoff for Intake {
-    fn owner(&self) -> &str {
-        &self.owner
+    /// The store's `Leasing` for one group write: deliveries that find
+    /// room (`reserve`) are born leased to this dispatcher.
+    pub fn leasing(self: &Arc<Intake>) -> store::Leasing<Ticket> {
+        let intake = self.clone();
+        store::Leasing {
+            owner: self.owner.clone(),
+            lease: self.lease,
+            room: Box::new(move |endpoint_ref| intake.reserve(endpoint_ref)),
+        }
     }
 
-    fn lease(&self) -> Duration {
-        self.lease
-    }
-
-    fn reserve(&self, endpoint_ref: &Ref) -> Option<Ticket> {
+    /// Room to attempt a new delivery to `endpoint_ref` at once, if there
+    /// is some (slots free, circuit closed).
+    pub fn reserve(&self, endpoint_ref: &Ref) -> Option<Ticket> {
         let closed = self
             .slots
             .breakers
@@ -186,7 +211,8 @@ impl Handoff for Intake {
         self.slots.try_reserve(endpoint_ref)
     }
 
-    fn take(&self, deliveries: Vec<HandedOver>) {
+    /// Starts the attempts of committed, leased deliveries.
+    pub fn take(&self, deliveries: Vec<HandedOver>) {
         for d in deliveries {
             // A closed channel means the claim loop has stopped: the lease
             // expires and another claim takes the delivery.
@@ -194,7 +220,9 @@ impl Handoff for Intake {
         }
     }
 
-    fn left_due(&self, deliveries: Vec<(Ref, Timestamp)>) {
+    /// Committed deliveries due now that got no room, left unleased in
+    /// the store for a claim: in a fleet, the Redis schedule indexes them.
+    pub fn left_due(&self, deliveries: Vec<(Ref, Timestamp)>) {
         if let Some(to) = &self.left_due {
             // A closed channel means the dispatcher is stopping: the
             // schedule's periodic pass finds them.

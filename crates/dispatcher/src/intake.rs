@@ -1,10 +1,12 @@
 //! Event intake: parses and validates the envelope of contract section 9
 //! (documented as a JSON Schema in `config/event-envelope.schema.json`) and
-//! accepts it into the store's queue, once per `event_ref`. A message that
-//! cannot be parsed or validated is kept as a dead letter with its reason:
-//! never dropped, never a crash.
+//! accepts it into the event queue (`crate::queue`), once per `event_ref`.
+//! A message that cannot be parsed or validated is kept as a dead letter
+//! with its reason: never dropped, never a crash.
 
 use crate::metrics as m;
+use crate::queue::EventQueue;
+use crate::DispatchError;
 use domain::webhook::catalogue;
 use domain::webhook::shaping::Scope;
 use domain::{Prefix, Ref, RefError, Timestamp};
@@ -180,12 +182,13 @@ pub enum Accepted {
     Dead(String),
 }
 
-/// Accepts one message into the embedded queue (or the dead letters).
+/// Accepts one message into the event queue (or the dead letters).
 pub async fn accept(
-    store: &Store,
+    queue: &EventQueue,
     body: &[u8],
     source: &'static str,
-) -> Result<Accepted, StoreError> {
+) -> Result<Accepted, DispatchError> {
+    let store = queue.store();
     let parsed = match parse_with_producer(body) {
         Ok((event, producer)) => project(store, event, producer.as_deref()).await?,
         Err(refused) => Err(refused),
@@ -193,7 +196,7 @@ pub async fn accept(
     match parsed {
         Ok(event) => {
             metrics::counter!(m::EVENTS_CONSUMED, "source" => source).increment(1);
-            Ok(if store.enqueue_event(&event).await? {
+            Ok(if queue.enqueue(&event).await? {
                 Accepted::New
             } else {
                 Accepted::Duplicate

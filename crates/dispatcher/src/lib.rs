@@ -1,12 +1,14 @@
 //! The dispatcher: from a domain event to a signed, retried, recorded
 //! delivery.
 //!
-//! Flow: `intake` validates an envelope and accepts it into the store's
-//! event queue (once per `event_ref`), where the store fans it out in the
-//! same transaction: one delivery per (event, endpoint, dto_version) among
-//! the subscriptions it matches (`store::fanout`); `worker` fans out events
-//! that reached the queue another way, leases
-//! due deliveries, keeps per-endpoint limits and circuit breakers, and runs
+//! Flow: `intake` validates an envelope and accepts it into the event
+//! queue (`queue`: once per `event_ref`, concurrent callers in one group
+//! write), where the store fans it out in the same transaction: one
+//! delivery per (event, endpoint, dto_version) among the subscriptions it
+//! matches (`store::fanout`); the deliveries this dispatcher has room for
+//! are born leased to it and handed over (`handoff`); `worker` fans out
+//! events that reached the store's queue another way, leases due
+//! deliveries, keeps per-endpoint limits and circuit breakers, and runs
 //! attempts; `attempt` shapes, signs (`signing`) and sends (`sending`) one
 //! request; `schedule` decides what follows an attempt; `recorder` writes
 //! attempt results in batches. `outbox` relays the events committed writes
@@ -25,6 +27,7 @@ pub mod handoff;
 pub mod intake;
 pub mod metrics;
 pub mod outbox;
+pub mod queue;
 pub mod recorder;
 pub mod redis_buckets;
 pub mod redis_schedule;
@@ -35,5 +38,6 @@ pub mod signing;
 pub mod worker;
 
 pub use error::DispatchError;
+pub use queue::EventQueue;
 pub use settings::DispatchSettings;
 pub use worker::Dispatcher;

@@ -16,8 +16,9 @@
 
 use crate::breaker::{Gate, Outcome};
 use crate::endpoints::EndpointCache;
-use crate::handoff::{self, Slots};
+use crate::handoff::{self, HandedOver, Slots, Ticket};
 use crate::metrics as m;
+use crate::queue::EventQueue;
 use crate::redis_schedule::{self, RedisSchedule};
 use crate::sending::Sender;
 use crate::settings::DispatchSettings;
@@ -26,7 +27,6 @@ use domain::webhook::EndpointStatus;
 use domain::Timestamp;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use store::handoff::{HandedOver, Ticket};
 use store::{DeliveryRecord, Store};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
@@ -193,6 +193,8 @@ impl ClaimSize {
 
 pub struct Dispatcher {
     store: Store,
+    /// The event queue this dispatcher takes fresh deliveries from.
+    queue: EventQueue,
     settings: Arc<DispatchSettings>,
     sender: Sender,
     wake: Arc<Notify>,
@@ -201,10 +203,13 @@ pub struct Dispatcher {
 }
 
 impl Dispatcher {
-    pub fn new(store: Store, settings: DispatchSettings) -> Dispatcher {
+    /// A dispatcher over `queue`'s store; while it runs, `queue` hands it
+    /// the fresh deliveries it has room for.
+    pub fn new(queue: EventQueue, settings: DispatchSettings) -> Dispatcher {
         let sender = Sender::new(&settings);
         Dispatcher {
-            store,
+            store: queue.store().clone(),
+            queue,
             settings: Arc::new(settings),
             sender,
             wake: Arc::new(Notify::new()),
@@ -263,7 +268,8 @@ impl Dispatcher {
                 self.wake.clone(),
             )));
         }
-        self.store.set_handoff(Arc::new(intake));
+        let intake = Arc::new(intake);
+        self.queue.register(intake.clone());
         // Handed-over deliveries start on a task of their own, beside the
         // claim loop rather than inside it (`handed_loop`).
         let handed_task = {
@@ -278,7 +284,8 @@ impl Dispatcher {
         };
         self.claim_loop(&slots, results_tx, &shutdown).await;
         // No more hand-overs; those not started go back to the store.
-        self.store.clear_handoff();
+        self.queue.unregister(&intake);
+        drop(intake);
         match handed_task.await {
             Ok((mut handed, left)) => {
                 handed.close();
@@ -459,7 +466,7 @@ impl Dispatcher {
     }
 
     /// Starts the deliveries the intake hands over (leased to us, with
-    /// their slots), as they come, until shutdown or until the store drops
+    /// their slots), as they come, until shutdown or until the queue drops
     /// the hand-off; returns those it had not started yet at shutdown.
     ///
     /// A task of its own, with its own endpoint views: a handed-over
@@ -486,7 +493,7 @@ impl Dispatcher {
                         _ = shutdown.cancelled() => return Vec::new(),
                         h = handed.recv() => match h {
                             Some(h) => h,
-                            // The store dropped the hand-off: the claim
+                            // The queue dropped the hand-off: the claim
                             // loop finds everything.
                             None => return Vec::new(),
                         },
@@ -524,7 +531,7 @@ impl Dispatcher {
         self.start(
             h.delivery,
             h.endpoint_version,
-            h.ticket,
+            h.room,
             cache,
             slots,
             results,

@@ -1,7 +1,5 @@
 //! The store's error type. Callers branch on the variant, never on text.
 
-use std::sync::Arc;
-
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// The row does not exist (in this environment).
@@ -28,21 +26,14 @@ pub enum StoreError {
     /// The same, from the write lane's own SQLite connection (`crate::db::lane`).
     #[error("database error: {0}")]
     Sqlite(#[source] rusqlite::Error),
-    /// A write made together with other callers' (the intake's group
-    /// commit, `crate::dispatch::intake`) failed: the cause is the group
-    /// write's own error, shared by every caller of that group. Whether
-    /// retrying can help is the cause's to say (`is_unavailable`).
-    #[error("a shared write failed: {0}")]
-    Shared(#[source] Arc<StoreError>),
     /// The store's own write path failed around the database, not in it:
-    /// the write lane or the intake's group commit (`LaneError`).
+    /// the write lane (`LaneError`).
     #[error(transparent)]
     Lane(#[from] LaneError),
 }
 
 /// A failure of the machinery that runs the store's hot writes (the write
-/// lane, `crate::db::lane`, and the intake's group commit), as opposed to
-/// an error of the database. None of them says the database is down.
+/// lane, `crate::db::lane`), as opposed to an error of the database. None of them says the database is down.
 #[derive(Debug, thiserror::Error)]
 pub enum LaneError {
     /// The lane's runtime did not finish a task it was given (the task
@@ -55,15 +46,6 @@ pub enum LaneError {
     /// A statement ran on a lane transaction that had already ended.
     #[error("the write lane's transaction has ended")]
     TransactionEnded,
-    /// The intake's group commit no longer takes events.
-    #[error("the intake is closed")]
-    IntakeClosed,
-    /// The group write this caller's event joined ended without answering
-    /// it (its writer was cancelled or lost): whether the event was
-    /// committed is unknown, and trying again is safe (an event is
-    /// accepted once per `event_ref`).
-    #[error("the shared intake write ended without an answer")]
-    Unanswered,
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -103,8 +85,7 @@ impl StoreError {
     /// deadlock, a cancelled statement, a full disk, an I/O error or a lack
     /// of memory. Anything else (a refused or malformed statement, a
     /// violated constraint, a corrupt row, a defect of the store) is false:
-    /// retrying it would fail the same way. A shared write is unavailable
-    /// only when its cause is.
+    /// retrying it would fail the same way.
     pub fn is_unavailable(&self) -> bool {
         match self {
             StoreError::Database(
@@ -121,7 +102,6 @@ impl StoreError {
             StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => {
                 is_sqlite_unavailable(f.extended_code)
             }
-            StoreError::Shared(cause) => cause.is_unavailable(),
             StoreError::NotFound
             | StoreError::Conflict
             | StoreError::Duplicate
@@ -238,10 +218,6 @@ mod tests {
         StoreError::from(conn.execute_batch(sql).unwrap_err())
     }
 
-    fn shared(cause: StoreError) -> StoreError {
-        StoreError::Shared(Arc::new(cause))
-    }
-
     #[test]
     fn a_unique_violation_is_a_duplicate_not_an_outage() {
         let e = sqlite("INSERT INTO t VALUES ('a')");
@@ -252,36 +228,6 @@ mod tests {
     #[test]
     fn a_corrupt_row_is_a_defect() {
         assert!(!StoreError::Corrupt("status: a number, not text".into()).is_unavailable());
-    }
-
-    #[test]
-    fn a_shared_write_is_unavailable_only_when_its_cause_is() {
-        let timed_out = shared(StoreError::from(sqlx::Error::PoolTimedOut));
-        assert!(timed_out.is_unavailable());
-        let syntax = sqlite("SELEC 1");
-        assert!(matches!(syntax, StoreError::Sqlite(_)), "{syntax:?}");
-        assert!(!syntax.is_unavailable());
-        let syntax = shared(syntax);
-        assert!(!syntax.is_unavailable());
-        assert!(
-            !shared(postgres("42601")).is_unavailable(),
-            "a syntax error"
-        );
-        assert!(
-            shared(postgres("40001")).is_unavailable(),
-            "a serialization failure"
-        );
-    }
-
-    #[test]
-    fn a_shared_write_says_its_cause() {
-        let e = shared(StoreError::Corrupt("no column status".into()));
-        assert!(e.to_string().contains("no column status"), "{e}");
-        let source = std::error::Error::source(&e).expect("the cause");
-        assert_eq!(
-            source.to_string(),
-            "stored data is corrupt: no column status"
-        );
     }
 
     #[test]
@@ -322,7 +268,6 @@ mod tests {
             "{full:?}"
         );
         assert!(full.is_unavailable());
-        assert!(shared(full).is_unavailable());
         let io = rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR_WRITE),
             None,
@@ -387,14 +332,8 @@ mod tests {
 
     #[test]
     fn the_write_lanes_own_failures_are_not_outages() {
-        for e in [
-            LaneError::ConnectionInUse,
-            LaneError::TransactionEnded,
-            LaneError::IntakeClosed,
-            LaneError::Unanswered,
-        ] {
+        for e in [LaneError::ConnectionInUse, LaneError::TransactionEnded] {
             assert!(!StoreError::from(e).is_unavailable());
         }
-        assert!(!shared(StoreError::Lane(LaneError::TransactionEnded)).is_unavailable());
     }
 }

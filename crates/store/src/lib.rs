@@ -32,7 +32,8 @@ pub use admin::Admin;
 pub use billing::Billing;
 pub use db::page::{Page, PageRequest};
 pub use db::tx::WriteTx;
-pub use dispatch::{fanout, handoff, projection, signals};
+pub use dispatch::intake::{EventsWritten, Leased, Leasing};
+pub use dispatch::{fanout, projection, signals};
 pub use dispatch::{AttemptResult, EventData, EventRecord};
 pub use error::{LaneError, StoreError};
 pub use webhooks::data_profiles::{DataProfileGrantRecord, NewDataProfileGrant, StoredBody};
@@ -72,8 +73,6 @@ pub struct Store {
     /// in-process dispatcher starts at once instead of at its next poll.
     /// Other processes still find them by polling.
     enqueued: Arc<tokio::sync::Notify>,
-    /// Concurrent `enqueue_event` calls share one transaction.
-    intake: Arc<dispatch::intake::GroupCommit>,
     /// Signalled after this process emitted events into the outbox.
     outbox_written: Arc<tokio::sync::Notify>,
     /// Signalled after this process made deliveries due outside the
@@ -81,8 +80,6 @@ pub struct Store {
     due: Arc<tokio::sync::Notify>,
     /// PostgreSQL only: where `signals` listens.
     pg_url: Option<Arc<str>>,
-    /// This process's dispatcher, if one runs here (`handoff`).
-    handoff: dispatch::handoff::Slot,
     /// This process's projection of other systems' events (`projection`).
     projector: dispatch::projection::Slot,
     /// SQLite only: where the hot write transactions run (`lane`).
@@ -237,11 +234,9 @@ impl Store {
             writer,
             backend,
             enqueued: Arc::default(),
-            intake: Arc::default(),
             outbox_written: Arc::default(),
             due: Arc::default(),
             pg_url: (backend == Backend::Postgres).then(|| Arc::from(url.as_str())),
-            handoff: dispatch::handoff::Slot::default(),
             projector: dispatch::projection::Slot::default(),
             lane: match sqlite_file {
                 Some(file) => Some(Arc::new(db::lane::Lane::start(&file, synchronous)?)),

@@ -28,10 +28,10 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 pub type Plan = Vec<(Ref, Vec<NewDelivery>)>;
 
 /// An event as the fan-out reads it: its JSON columns as text, serialised
-/// once (by whoever accepts it, before the write lane: `Store::enqueue_event`)
+/// once (by whoever accepts it, before the write lane: `From<&EventRecord>`)
 /// or read as stored, so that its data is neither parsed nor copied as a
 /// tree for each delivery.
-pub(crate) struct EventRow {
+pub struct EventRow {
     pub event_ref: Ref,
     pub environment_ref: Ref,
     pub public_event_type: String,

@@ -8,8 +8,7 @@
 //! delivery's next state in one transaction.
 
 pub mod fanout;
-pub mod handoff;
-pub(crate) mod intake;
+pub mod intake;
 pub(crate) mod outbox;
 pub mod projection;
 pub mod signals;

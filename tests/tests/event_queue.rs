@@ -1,0 +1,156 @@
+//! The event queue on every backend: the dispatcher's group commit
+//! (`dispatcher::queue`) answers each concurrent caller once its own event
+//! is committed, new exactly once per `event_ref`; and the store's plain
+//! write under it (`Store::write_events`) leases to a dispatcher exactly
+//! the fresh deliveries that were given room, leaving the others due.
+
+use billing_tests::{backend_tests, TestApp};
+use domain::{Prefix, Ref, Timestamp};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use store::fanout::EventRow;
+use store::{EventData, EventRecord, Leasing};
+
+fn event(app: &TestApp, event_type: &str) -> EventRecord {
+    EventRecord {
+        event_ref: Ref::generate(Prefix::Event),
+        environment_ref: Ref::parse(Prefix::Environment, &app.sandbox.environment_ref)
+            .expect("the sandbox's reference"),
+        public_event_type: event_type.into(),
+        occurred_at: Timestamp::now(),
+        scope: Default::default(),
+        data: EventData::parse(r#"{"refund_ref": "ref_AAAAAAAAAAAA"}"#.to_owned()).unwrap(),
+    }
+}
+
+/// Each delivery's `(endpoint_ref, lease_owner)`, of the event `event_ref`,
+/// read straight from the store (no API shows leases).
+async fn leases(app: &TestApp, event_ref: &str) -> HashMap<String, Option<String>> {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&app.database_url)
+        .await
+        .expect("database");
+    let rows: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT endpoint_ref, lease_owner FROM webhook_deliveries WHERE event_ref = $1",
+    )
+    .bind(event_ref)
+    .fetch_all(&pool)
+    .await
+    .expect("deliveries");
+    pool.close().await;
+    rows.into_iter().collect()
+}
+
+async fn count(app: &TestApp, sql: &str) -> i64 {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&app.database_url)
+        .await
+        .expect("database");
+    let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.expect("count");
+    pool.close().await;
+    n
+}
+
+/// 300 concurrent callers, each of 100 events sent three times: every
+/// caller is answered, each event is new for exactly one of its callers,
+/// and each is stored once with its one delivery.
+async fn concurrent_callers_are_each_answered_once_committed(app: TestApp) {
+    let (endpoint, _) = app
+        .subscribed_endpoint("https://example.com/hook", "refund.created", 1)
+        .await;
+    let events: Vec<EventRecord> = (0..100).map(|_| event(&app, "refund.created")).collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        for e in &events {
+            let (queue, e) = (app.queue.clone(), e.clone());
+            tasks.spawn(async move { (e.event_ref.clone(), queue.enqueue(&e).await) });
+        }
+    }
+    let mut new: HashMap<Ref, usize> = HashMap::new();
+    while let Some(joined) = tasks.join_next().await {
+        let (event_ref, answer) = joined.expect("the caller's task");
+        let is_new = answer.expect("the group write commits");
+        *new.entry(event_ref).or_default() += usize::from(is_new);
+    }
+    assert_eq!(new.len(), 100);
+    assert!(new.values().all(|n| *n == 1), "{new:?}");
+    assert_eq!(count(&app, "SELECT COUNT(*) FROM events").await, 100);
+    let deliveries = format!(
+        "SELECT COUNT(*) FROM webhook_deliveries WHERE endpoint_ref = '{endpoint}' \
+         AND status = 'pending' AND lease_owner IS NULL"
+    );
+    assert_eq!(count(&app, &deliveries).await, 100);
+}
+
+/// With a `Leasing`, the deliveries given room are born leased to its owner
+/// and returned with their room; the others are left due, unleased. A
+/// repeated event writes nothing and asks for no room.
+async fn only_deliveries_given_room_are_born_leased(app: TestApp) {
+    let (roomy, _) = app
+        .subscribed_endpoint("https://example.com/a", "refund.created", 1)
+        .await;
+    let (busy, _) = app
+        .subscribed_endpoint("https://example.com/b", "refund.created", 1)
+        .await;
+    let asked = Arc::new(AtomicUsize::new(0));
+    let leasing = || {
+        let (asked, roomy) = (asked.clone(), roomy.clone());
+        Some(Leasing {
+            owner: "worker-1".to_owned(),
+            lease: Duration::from_secs(30),
+            room: Box::new(move |endpoint: &Ref| {
+                asked.fetch_add(1, Ordering::SeqCst);
+                (endpoint.as_str() == roomy).then_some(7u8)
+            }),
+        })
+    };
+    let e = event(&app, "refund.created");
+    let written = app
+        .store
+        .write_events(vec![EventRow::from(&e)], leasing())
+        .await
+        .unwrap();
+    assert!(written.new.contains(e.event_ref.as_str()));
+    assert_eq!(asked.load(Ordering::SeqCst), 2, "once per pending delivery");
+    assert_eq!(written.leased.len(), 1);
+    let leased = &written.leased[0];
+    assert_eq!(leased.delivery.endpoint_ref.as_str(), roomy);
+    assert_eq!(leased.room, 7);
+    assert!(leased.endpoint_version >= 1);
+    assert_eq!(written.left_due.len(), 1);
+    let by_endpoint = leases(&app, e.event_ref.as_str()).await;
+    assert_eq!(by_endpoint[&roomy].as_deref(), Some("worker-1"));
+    assert_eq!(by_endpoint[&busy], None);
+    assert_ne!(written.left_due[0].0, leased.delivery.delivery_ref);
+
+    let again = app
+        .store
+        .write_events(vec![EventRow::from(&e)], leasing())
+        .await
+        .unwrap();
+    assert!(again.new.is_empty() && again.leased.is_empty() && again.left_due.is_empty());
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        2,
+        "no room asked for a duplicate"
+    );
+
+    // Without a dispatcher, every fresh delivery is left due.
+    let other = event(&app, "refund.created");
+    let written = app
+        .store
+        .write_events::<()>(vec![EventRow::from(&other)], None)
+        .await
+        .unwrap();
+    assert!(written.leased.is_empty());
+    assert_eq!(written.left_due.len(), 2);
+    let by_endpoint = leases(&app, other.event_ref.as_str()).await;
+    assert!(by_endpoint.values().all(Option::is_none), "{by_endpoint:?}");
+}
+
+backend_tests!(
+    concurrent_callers_are_each_answered_once_committed,
+    only_deliveries_given_room_are_born_leased,
+);
