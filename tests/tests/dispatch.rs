@@ -265,6 +265,96 @@ async fn endpoint_statuses_say_which_endpoints_were_attempted(app: TestApp) {
         .unwrap();
 }
 
+/// The health gauge reads many endpoints' newest outcomes in one statement
+/// (`recent_attempt_outcomes_of`): for each, its newest attempts' outcomes
+/// (ties by reference, newest first), at most `limit`, as the read of that
+/// endpoint alone gives them; endpoints without an attempt are left out,
+/// across statements.
+async fn recent_outcomes_of_many_endpoints_match_each_alone(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(500)).await;
+    let (many, _) = app
+        .subscribed_endpoint(&receiver.url(), "payment.failed", 1)
+        .await;
+    let (few, _) = app
+        .subscribed_endpoint(&receiver.url(), "refund.created", 1)
+        .await;
+    app.publish("payment.failed", json!({})).await;
+    app.publish("refund.created", json!({"refund_ref": "ref_AAAAAAAAAAAA"}))
+        .await;
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&app.database_url)
+        .await
+        .expect("database");
+    let mut inserted: std::collections::HashMap<String, Vec<(i64, String, &str)>> =
+        Default::default();
+    for (endpoint, n) in [(&many, 150i64), (&few, 3)] {
+        let (delivery,): (String,) =
+            sqlx::query_as("SELECT delivery_ref FROM webhook_deliveries WHERE endpoint_ref = $1")
+                .bind(endpoint.as_str())
+                .fetch_one(&pool)
+                .await
+                .expect("the endpoint's delivery");
+        for i in 0..n {
+            let status = if i % 3 == 0 { "succeeded" } else { "failed" };
+            let attempt_ref = domain::Ref::generate(domain::Prefix::DeliveryAttempt).into_string();
+            // Pairs of attempts start at the same millisecond.
+            let started_at = 1_000 + i / 2;
+            sqlx::query(
+                "INSERT INTO webhook_attempts (attempt_ref, delivery_ref, environment_ref, \
+                 endpoint_ref, generation, attempt_number, status, duration_ms, started_at, \
+                 created_at) VALUES ($1, $2, $3, $4, 1, $5, $6, 1, $7, $7)",
+            )
+            .bind(attempt_ref.as_str())
+            .bind(delivery.as_str())
+            .bind(app.sandbox.environment_ref.as_str())
+            .bind(endpoint.as_str())
+            .bind(i + 1)
+            .bind(status)
+            .bind(started_at)
+            .execute(&pool)
+            .await
+            .expect("an attempt");
+            inserted
+                .entry(endpoint.clone())
+                .or_default()
+                .push((started_at, attempt_ref, status));
+        }
+    }
+    pool.close().await;
+    let refs: Vec<domain::Ref> = [&many, &few]
+        .iter()
+        .map(|e| domain::Ref::parse(domain::Prefix::WebhookEndpoint, e).expect("a reference"))
+        .collect();
+    // The second endpoint comes after 150 without attempts: another statement.
+    let unattempted: Vec<domain::Ref> = (0..150)
+        .map(|_| domain::Ref::generate(domain::Prefix::WebhookEndpoint))
+        .collect();
+    let mut asked: Vec<&domain::Ref> = vec![&refs[0]];
+    asked.extend(&unattempted);
+    asked.push(&refs[1]);
+    let webhooks = app.store.webhooks();
+    let together = webhooks
+        .recent_attempt_outcomes_of(&asked, 100)
+        .await
+        .unwrap();
+    assert_eq!(together.len(), 2, "only endpoints with attempts");
+    for (endpoint, want) in [(&refs[0], 100), (&refs[1], 3)] {
+        let mut newest = inserted[endpoint.as_str()].clone();
+        newest.sort_by(|a, b| (b.0, &b.1).cmp(&(a.0, &a.1)));
+        let newest: Vec<&str> = newest.iter().take(100).map(|(_, _, s)| *s).collect();
+        assert_eq!(newest.len(), want);
+        let wire = |o: &[domain::webhook::AttemptStatus]| -> Vec<&str> {
+            o.iter().map(|s| s.as_str()).collect()
+        };
+        assert_eq!(wire(&together[endpoint.as_str()]), newest, "{endpoint}");
+        let alone = webhooks
+            .recent_attempt_outcomes(endpoint, 100)
+            .await
+            .unwrap();
+        assert_eq!(wire(&alone), newest, "{endpoint} alone");
+    }
+}
+
 async fn redrive_delivers_generation_two(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(500)).await;
     let (endpoint, _) = app
@@ -631,6 +721,7 @@ backend_tests!(
     an_events_data_is_kept_only_until_its_fan_out,
     failures_retry_on_schedule_then_fail,
     endpoint_statuses_say_which_endpoints_were_attempted,
+    recent_outcomes_of_many_endpoints_match_each_alone,
     redrive_delivers_generation_two,
     pause_holds_and_resume_releases,
     a_pause_holds_deliveries_waiting_for_a_slot,

@@ -47,22 +47,25 @@ const HEALTH_SAMPLE: u32 = 10_000;
 pub async fn record_endpoint_health(store: &store::Store) -> Result<(), store::StoreError> {
     use domain::webhook::health::{health, Health, WINDOW};
     use domain::webhook::EndpointStatus;
+    let endpoints = store.webhooks().endpoint_statuses(HEALTH_SAMPLE).await?;
+    // Only an active endpoint's attempts decide its health, and one never
+    // attempted is `unknown` without reading them.
+    let read: Vec<&domain::Ref> = endpoints
+        .iter()
+        .filter(|(_, status, attempted)| *status == EndpointStatus::Active && *attempted)
+        .map(|(endpoint_ref, _, _)| endpoint_ref)
+        .collect();
+    let recent = store
+        .webhooks()
+        .recent_attempt_outcomes_of(&read, WINDOW as u32)
+        .await?;
     let mut counts: std::collections::HashMap<Health, u64> =
         Health::ALL.iter().map(|h| (*h, 0)).collect();
-    for (endpoint_ref, status, attempted) in
-        store.webhooks().endpoint_statuses(HEALTH_SAMPLE).await?
-    {
-        // Only an active endpoint's attempts decide its health, and one
-        // never attempted is `unknown` without reading them.
-        let recent = if status == EndpointStatus::Active && attempted {
-            store
-                .webhooks()
-                .recent_attempt_outcomes(&endpoint_ref, WINDOW as u32)
-                .await?
-        } else {
-            Vec::new()
-        };
-        *counts.entry(health(status, &recent)).or_default() += 1;
+    for (endpoint_ref, status, _) in &endpoints {
+        let outcomes = recent
+            .get(endpoint_ref.as_str())
+            .map_or(&[][..], Vec::as_slice);
+        *counts.entry(health(*status, outcomes)).or_default() += 1;
     }
     for (h, n) in counts {
         metrics::gauge!(ENDPOINTS, "health" => h.as_str()).set(n as f64);

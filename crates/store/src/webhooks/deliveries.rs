@@ -13,6 +13,7 @@ use crate::db::tx::{int, text, Arg, CellRow, Columns, WriteTx};
 use crate::StoreError;
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus};
 use domain::{Prefix, Ref, Timestamp};
+use std::collections::HashMap;
 
 #[derive(Debug, Clone)]
 pub struct DeliveryRecord {
@@ -237,33 +238,64 @@ impl Webhooks<'_> {
         endpoint_ref: &Ref,
         limit: u32,
     ) -> Result<Vec<AttemptStatus>, StoreError> {
-        // The newest of each status, merged: each side is an index seek on
-        // (endpoint_ref, status, started_at).
-        let newest = |status: &str, alias: &str| {
-            format!(
-                "SELECT * FROM (SELECT status, started_at, attempt_ref FROM webhook_attempts \
-                 WHERE endpoint_ref = $1 AND status = {status} \
-                 ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}) AS {alias}"
-            )
-        };
-        read::all(
-            self.pool(),
-            &format!(
-                "{} UNION ALL {} ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}",
-                newest("$2", "succeeded"),
-                newest("$3", "failed")
-            ),
-            &[
-                endpoint_ref.as_str().into(),
+        let mut of = self
+            .recent_attempt_outcomes_of(&[endpoint_ref], limit)
+            .await?;
+        Ok(of.remove(endpoint_ref.as_str()).unwrap_or_default())
+    }
+
+    /// `recent_attempt_outcomes` of each of `endpoints` (those without an
+    /// attempt are left out), in one statement per `OUTCOME_ENDPOINTS`
+    /// endpoints rather than one each: per endpoint, the newest of each
+    /// status are merged, each side an index seek on (endpoint_ref,
+    /// status, started_at), so the cost follows the endpoints read, never
+    /// the table's size.
+    pub async fn recent_attempt_outcomes_of(
+        &self,
+        endpoints: &[&Ref],
+        limit: u32,
+    ) -> Result<HashMap<String, Vec<AttemptStatus>>, StoreError> {
+        let mut outcomes: HashMap<String, Vec<(i64, String, AttemptStatus)>> = HashMap::new();
+        for chunk in endpoints.chunks(OUTCOME_ENDPOINTS) {
+            let mut args: Vec<Arg> = vec![
                 AttemptStatus::Succeeded.as_str().into(),
                 AttemptStatus::Failed.as_str().into(),
-            ],
-            |r| {
-                let s = text(r, "status")?;
-                AttemptStatus::parse(&s).ok_or(StoreError::Corrupt(s))
-            },
-        )
-        .await
+            ];
+            args.extend(chunk.iter().map(|e| Arg::from(e.as_str())));
+            let rows = read::all(
+                self.pool(),
+                &recent_outcomes_sql(chunk.len(), limit),
+                &args,
+                |r| {
+                    let status = text(r, "status")?;
+                    let status =
+                        AttemptStatus::parse(&status).ok_or(StoreError::Corrupt(status))?;
+                    Ok((
+                        text(r, "endpoint_ref")?,
+                        int(r, "started_at")?,
+                        text(r, "attempt_ref")?,
+                        status,
+                    ))
+                },
+            )
+            .await?;
+            for (endpoint, started_at, attempt_ref, status) in rows {
+                outcomes
+                    .entry(endpoint)
+                    .or_default()
+                    .push((started_at, attempt_ref, status));
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|(endpoint, mut attempts)| {
+                // Newest first; the merge's own order is not kept by the
+                // union around it.
+                attempts.sort_unstable_by(|a, b| (b.0, &b.1).cmp(&(a.0, &a.1)));
+                attempts.truncate(limit as usize);
+                (endpoint, attempts.into_iter().map(|(_, _, s)| s).collect())
+            })
+            .collect())
     }
 
     /// The status of the endpoint's newest delivery.
@@ -349,4 +381,33 @@ pub(crate) async fn mark_url_immutable(
     args.extend(endpoint_refs.iter().map(|r| Arg::from(*r)));
     tx.execute(&sql, &args).await?;
     Ok(())
+}
+
+/// Endpoints per statement of `recent_attempt_outcomes_of`: two compound
+/// terms each inside, one outside, far below SQLite's limit of 500 terms
+/// per compound statement.
+const OUTCOME_ENDPOINTS: usize = 100;
+
+/// The newest `limit` attempts of each of `n` endpoints (`$3`…), each the
+/// merge of its newest succeeded (`$1`) and failed (`$2`) ones.
+fn recent_outcomes_sql(n: usize, limit: u32) -> String {
+    let newest = |endpoint: usize, status: &str, alias: &str| {
+        format!(
+            "SELECT * FROM (SELECT endpoint_ref, status, started_at, attempt_ref \
+             FROM webhook_attempts WHERE endpoint_ref = ${endpoint} AND status = {status} \
+             ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}) AS {alias}"
+        )
+    };
+    (0..n)
+        .map(|i| {
+            let p = i + 3;
+            format!(
+                "SELECT * FROM ({} UNION ALL {} ORDER BY started_at DESC, attempt_ref DESC \
+                 LIMIT {limit}) AS e{i}",
+                newest(p, "$1", &format!("s{i}")),
+                newest(p, "$2", &format!("f{i}")),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ")
 }
