@@ -1,0 +1,66 @@
+#!/bin/bash
+# The endpoint health gauge's read on PostgreSQL, timed with pgbench: the
+# newest 100 attempt outcomes of 100 endpoints, as one statement per
+# endpoint (the gauge before 2026-11-26) against one statement for all
+# of them (`Webhooks::recent_attempt_outcomes_of`, the same text the store
+# builds). A private database with the store's migrations, ENDPOINTS
+# endpoints with ATTEMPTS attempts each (two thirds succeeded), ANALYZEd;
+# dropped at the end.
+#
+# Usage: tests/benches/sql/health_gauge.sh   (ENDPOINTS, ATTEMPTS, SECONDS_EACH)
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+ENDPOINTS=${ENDPOINTS:-2000}
+ATTEMPTS=${ATTEMPTS:-200}
+SECONDS_EACH=${SECONDS_EACH:-20}
+PG="psql -h 127.0.0.1 -U postgres -v ON_ERROR_STOP=1 -q"
+PGBENCH=$(ls /usr/lib/postgresql/*/bin/pgbench 2>/dev/null | head -1)
+PGBENCH=${PGBENCH:-pgbench}
+DB=health_gauge_bench_$$
+WORK=$(mktemp -d)
+$PG -d postgres -c "CREATE DATABASE $DB"
+trap '$PG -d postgres -c "DROP DATABASE IF EXISTS $DB"; rm -rf "$WORK"' EXIT
+for f in $(ls crates/store/migrations/shared/*.sql crates/store/migrations/postgres/*.sql |
+    awk -F/ '{print $NF" "$0}' | sort | cut -d" " -f2); do
+    $PG -d "$DB" -f "$f"
+done
+$PG -d "$DB" <<SQL
+SET session_replication_role = replica; -- no foreign keys for the seed
+INSERT INTO webhook_attempts (attempt_ref, delivery_ref, environment_ref, endpoint_ref,
+    generation, attempt_number, status, duration_ms, started_at, created_at)
+SELECT 'att_' || e || '_' || i, 'wdl_' || e || '_' || i, 'env_AAAAAAAAAAAA', 'we_' || e,
+    1, 1, CASE WHEN i % 3 = 0 THEN 'failed' ELSE 'succeeded' END, 10,
+    1700000000000 + i * 1000 + e, 1700000000000 + i * 1000 + e
+FROM generate_series(1, $ENDPOINTS) e, generate_series(1, $ATTEMPTS) i;
+ANALYZE;
+SQL
+python3 - "$WORK" "$ENDPOINTS" <<'PY'
+import random, sys
+work, endpoints = sys.argv[1], int(sys.argv[2])
+eps = [f"we_{e}" for e in random.sample(range(1, endpoints + 1), 100)]
+def newest(ep, status, alias, cols):
+    return (f"SELECT * FROM (SELECT {cols} FROM webhook_attempts WHERE endpoint_ref = '{ep}' "
+            f"AND status = '{status}' ORDER BY started_at DESC, attempt_ref DESC LIMIT 100) AS {alias}")
+with open(f"{work}/each.sql", "w") as f:
+    for ep in eps:
+        cols = "status, started_at, attempt_ref"
+        f.write(f"{newest(ep, 'succeeded', 'succeeded', cols)} UNION ALL "
+                f"{newest(ep, 'failed', 'failed', cols)} "
+                "ORDER BY started_at DESC, attempt_ref DESC LIMIT 100;\n")
+with open(f"{work}/together.sql", "w") as f:
+    cols = "endpoint_ref, status, started_at, attempt_ref"
+    f.write(" UNION ALL ".join(
+        f"SELECT * FROM ({newest(ep, 'succeeded', f's{i}', cols)} UNION ALL "
+        f"{newest(ep, 'failed', f'f{i}', cols)} ORDER BY started_at DESC, attempt_ref DESC "
+        f"LIMIT 100) AS e{i}" for i, ep in enumerate(eps)) + ";\n")
+PY
+echo "health gauge read, 100 endpoints of $ENDPOINTS with $ATTEMPTS attempts each, ${SECONDS_EACH} s each, one client"
+for script in each together; do
+    out=$($PGBENCH -h 127.0.0.1 -U postgres -n -M "${MODE:-prepared}" -T "$SECONDS_EACH" -f "$WORK/$script.sql" "$DB" 2>&1)
+    latency=$(grep -oP 'latency average = \K[0-9.]+' <<<"$out")
+    statements=$(grep -c . "$WORK/$script.sql")
+    echo "  $script: $statements statement(s) per 100 endpoints, $latency ms per 100 endpoints"
+done
+echo "  plan of the one statement (scans, counted):"
+$PG -d "$DB" -c "EXPLAIN $(cat "$WORK/together.sql")" |
+    grep -oE "Seq Scan on [a-z_]+|Index [A-Za-z ]*Scan[A-Za-z ]* using [a-z_]+" | sort | uniq -c | sed 's/^/   /'
