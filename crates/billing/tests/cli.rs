@@ -104,6 +104,28 @@ fn bootstrap_then_serve_then_sigterm() {
             .await
             .unwrap();
         assert_eq!(r.status(), 200);
+        let r = client
+            .get(format!("http://127.0.0.1:{port}/api/v1/nowhere"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+        // Both framings at once: refused before any route is chosen.
+        let smuggled = {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+            s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            s.write_all(
+                b"POST /api/v1/service_accounts HTTP/1.1\r\nHost: x\r\n\
+                  Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            )
+            .unwrap();
+            let mut answer = String::new();
+            let _ = s.read_to_string(&mut answer);
+            answer
+        };
+        assert!(smuggled.starts_with("HTTP/1.1 400"), "{smuggled}");
         let metrics = client
             .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
             .send()
@@ -113,6 +135,17 @@ fn bootstrap_then_serve_then_sigterm() {
             .await
             .unwrap();
         assert!(metrics.contains("billing_http_requests_total"), "{metrics}");
+        // Each request is counted under its operation, or says why it has none.
+        for (operation, status) in [
+            ("listEnvironments", "200"),
+            ("unknown_route", "404"),
+            ("refused_before_routing", "400"),
+        ] {
+            let series = format!(
+                "billing_http_requests_total{{operation=\"{operation}\",status=\"{status}\"}}"
+            );
+            assert!(metrics.contains(&series), "{series} in {metrics}");
+        }
     });
 
     let status = serve.terminate().expect("no exit within 30 s of SIGTERM");

@@ -81,17 +81,30 @@ pub async fn run(op: &'static Operation, state: AppState, req: axum::extract::Re
         duration_ms: started.elapsed().as_millis() as i64,
         created_at: Timestamp::now(),
     };
-    finish(&state, response, log).await
+    finish(&state, response, log, op.id).await
 }
 
-/// Adds `Request-Id` and writes the request log.
-pub async fn finish(state: &AppState, mut response: Response, log: RequestLogRecord) -> Response {
+/// The `operation` label of a request no route matched.
+pub const UNKNOWN_ROUTE: &str = "unknown_route";
+/// The `operation` label of a request refused before routing (its body
+/// too slow, its framing ambiguous).
+pub const REFUSED: &str = "refused_before_routing";
+
+/// Adds `Request-Id`, counts the request under `operation` (an operation
+/// id, `UNKNOWN_ROUTE` or `REFUSED`: a bounded label) and writes the
+/// request log.
+pub async fn finish(
+    state: &AppState,
+    mut response: Response,
+    log: RequestLogRecord,
+    operation: &'static str,
+) -> Response {
     if let Ok(v) = HeaderValue::from_str(log.request_log_ref.as_str()) {
         response.headers_mut().insert("request-id", v);
     }
     metrics::counter!(
         HTTP_REQUESTS,
-        "operation" => log.operation_id.clone().unwrap_or_else(|| "unknown_route".to_owned()),
+        "operation" => operation,
         "status" => log.status.to_string()
     )
     .increment(1);

@@ -208,7 +208,7 @@ impl Connection {
         let log = refusal_log(&request_id, req.method(), req.uri(), &error, started);
         let mut response = error.into_response_for(request_id.as_str());
         close(&mut response);
-        pipeline::finish(&self.state, response, log).await
+        pipeline::finish(&self.state, response, log, pipeline::REFUSED).await
     }
 
     async fn body_too_slow(&self, method: &Method, uri: &Uri, started: Instant) -> Response {
@@ -219,7 +219,7 @@ impl Connection {
         let log = refusal_log(&request_id, method, uri, &error, started);
         let mut response = error.into_response_for(request_id.as_str());
         close(&mut response);
-        pipeline::finish(&self.state, response, log).await
+        pipeline::finish(&self.state, response, log, pipeline::REFUSED).await
     }
 }
 
