@@ -500,3 +500,23 @@ async fn the_outbox_keeps_events_until_the_broker_confirms_them() {
     dispatcher.shutdown().await;
     fleet.cleanup().await;
 }
+
+/// The API's readiness probe opens a whole AMQP connection: a broker that
+/// takes TCP connections but refuses the login or the virtual host is not
+/// ready, and one that is not listening neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readiness_probe_logs_in_to_the_virtual_host() {
+    if !fleet_enabled() {
+        return;
+    }
+    amqp::reachable(BROKER).await.expect("the broker is ready");
+    let missing_vhost = "amqp://guest:guest@127.0.0.1:5672/no-such-vhost-for-readiness";
+    assert!(amqp::reachable(missing_vhost).await.is_err());
+    let wrong_password = "amqp://guest:not-the-password@127.0.0.1:5672/%2f";
+    assert!(amqp::reachable(wrong_password).await.is_err());
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let nobody = format!("amqp://guest:guest@127.0.0.1:{port}/%2f");
+    assert!(amqp::reachable(&nobody).await.is_err());
+}

@@ -133,11 +133,7 @@ pub enum AmqpError {
     /// The URL does not parse as `amqp://` or `amqps://` (lapin's reason).
     #[error("invalid AMQP URL: {0}")]
     InvalidUrl(String),
-    /// The broker refused or dropped a TCP connection.
-    #[error("RabbitMQ unreachable: {0}")]
-    Unreachable(#[source] std::io::Error),
-    /// The broker did not accept a TCP connection, or confirm a message,
-    /// in time.
+    /// The broker did not confirm a message in time.
     #[error("RabbitMQ did not answer within {} s", .0.as_secs())]
     NoAnswer(Duration),
 }
@@ -588,18 +584,17 @@ impl Handler {
     }
 }
 
-/// Whether the broker accepts a TCP connection: the readiness probe of
-/// processes that do not hold a connection of their own (the API).
+/// Whether the broker opens an AMQP connection with this URL's
+/// credentials and virtual host (the whole handshake, then closed): the
+/// readiness probe of processes that do not hold a connection of their
+/// own (the API). A broker that takes TCP connections but refuses the
+/// login or the virtual host is not ready.
 pub async fn reachable(url: &str) -> Result<(), AmqpError> {
-    /// How long the probe waits for the TCP connection.
+    /// How long the probe waits for the connection to open.
     const WAIT: Duration = Duration::from_secs(2);
-    let uri = parse_url(url)?;
-    let addr = (uri.authority.host.clone(), uri.authority.port);
-    match tokio::time::timeout(WAIT, tokio::net::TcpStream::connect(addr)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(AmqpError::Unreachable(e)),
-        Err(_) => Err(AmqpError::NoAnswer(WAIT)),
-    }
+    let connection = connect_within(url, "billing-readiness-probe", WAIT).await?;
+    let _ = connection.close(200, "readiness probe done").await;
+    Ok(())
 }
 
 #[cfg(test)]
