@@ -237,8 +237,9 @@ async fn failures_retry_on_schedule_then_fail(app: TestApp) {
 }
 
 /// The health gauge (`dispatcher::metrics::record_endpoint_health`) reads
-/// the attempts only of endpoints that have some: the store says which.
-async fn endpoint_statuses_say_which_endpoints_were_attempted(app: TestApp) {
+/// every endpoint's status, then the outcomes of the active ones, many per
+/// statement: an endpoint never attempted has none (`unknown`).
+async fn the_health_gauge_reads_which_endpoints_were_attempted(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(500)).await;
     let (attempted, _) = app
         .subscribed_endpoint(&receiver.url(), "payment.failed", 1)
@@ -251,11 +252,21 @@ async fn endpoint_statuses_say_which_endpoints_were_attempted(app: TestApp) {
     settled(&app, &attempted, "failed").await;
     dispatcher.shutdown().await;
     let statuses = app.store.webhooks().endpoint_statuses(100).await.unwrap();
+    let refs: Vec<&domain::Ref> = statuses.iter().map(|(r, _)| r).collect();
+    let outcomes = app
+        .store
+        .webhooks()
+        .recent_attempt_outcomes_of(&refs, 100)
+        .await
+        .unwrap();
     let of = |e: &str| {
         statuses
             .iter()
-            .find(|(r, _, _)| r.as_str() == e)
-            .map(|(_, s, a)| (*s, *a))
+            .find(|(r, _)| r.as_str() == e)
+            .map(|(_, s)| {
+                let attempted = outcomes.get(e).is_some_and(|o| !o.is_empty());
+                (*s, attempted)
+            })
     };
     use domain::webhook::EndpointStatus::Active;
     assert_eq!(of(&attempted), Some((Active, true)));
@@ -720,7 +731,7 @@ backend_tests!(
     duplicates_are_processed_once,
     an_events_data_is_kept_only_until_its_fan_out,
     failures_retry_on_schedule_then_fail,
-    endpoint_statuses_say_which_endpoints_were_attempted,
+    the_health_gauge_reads_which_endpoints_were_attempted,
     recent_outcomes_of_many_endpoints_match_each_alone,
     redrive_delivers_generation_two,
     pause_holds_and_resume_releases,

@@ -48,12 +48,11 @@ pub async fn record_endpoint_health(store: &store::Store) -> Result<(), store::S
     use domain::webhook::health::{health, Health, WINDOW};
     use domain::webhook::EndpointStatus;
     let endpoints = store.webhooks().endpoint_statuses(HEALTH_SAMPLE).await?;
-    // Only an active endpoint's attempts decide its health, and one never
-    // attempted is `unknown` without reading them.
+    // Only an active endpoint's attempts decide its health.
     let read: Vec<&domain::Ref> = endpoints
         .iter()
-        .filter(|(_, status, attempted)| *status == EndpointStatus::Active && *attempted)
-        .map(|(endpoint_ref, _, _)| endpoint_ref)
+        .filter(|(_, status)| *status == EndpointStatus::Active)
+        .map(|(endpoint_ref, _)| endpoint_ref)
         .collect();
     let recent = store
         .webhooks()
@@ -61,7 +60,7 @@ pub async fn record_endpoint_health(store: &store::Store) -> Result<(), store::S
         .await?;
     let mut counts: std::collections::HashMap<Health, u64> =
         Health::ALL.iter().map(|h| (*h, 0)).collect();
-    for (endpoint_ref, status, _) in &endpoints {
+    for (endpoint_ref, status) in &endpoints {
         let outcomes = recent
             .get(endpoint_ref.as_str())
             .map_or(&[][..], Vec::as_slice);

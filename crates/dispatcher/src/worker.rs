@@ -39,6 +39,9 @@ const FAN_OUT_WINDOW: Duration = Duration::from_millis(5);
 /// (`Store::events_enqueued`): this poll is a safety net, not the way in.
 const FAN_OUT_POLL: Duration = Duration::from_secs(1);
 
+/// How often the due-backlog and endpoint health gauges are refreshed.
+const GAUGE_EVERY: Duration = Duration::from_secs(15);
+
 /// How long the claim loop gathers new due work after it took all there was.
 const CLAIM_WINDOW: Duration = Duration::from_millis(3);
 
@@ -250,6 +253,7 @@ impl Dispatcher {
                 shutdown.clone(),
             ))
         });
+        let gauges = tokio::spawn(gauge_loop(self.store.clone(), shutdown.clone()));
         let fanout = tokio::spawn(fan_out_loop(
             self.store.clone(),
             self.wake.clone(),
@@ -309,6 +313,7 @@ impl Dispatcher {
         )
         .await;
         let _ = fanout.await;
+        let _ = gauges.await;
         if let Some(mut indexer) = indexer {
             // Its sender went with the hand-off (cleared above); what it
             // could not index in time, the next feed pass finds.
@@ -688,12 +693,11 @@ impl Dispatcher {
     }
 }
 
-/// Fans out events left pending (the outbox relay's) and keeps the backlog
-/// gauge current; wakes the claim loop (`wake`) when the store signals work
-/// left for it (`Store::events_enqueued`).
+/// Fans out events left pending (the outbox relay's); wakes the claim
+/// loop (`wake`) when the store signals work left for it
+/// (`Store::events_enqueued`).
 async fn fan_out_loop(store: Store, wake: Arc<Notify>, shutdown: CancellationToken) {
     let enqueued = store.events_enqueued();
-    let mut last_gauge = Instant::now() - Duration::from_secs(60);
     loop {
         match store.fan_out_pending(500).await {
             Ok(0) => {}
@@ -710,15 +714,6 @@ async fn fan_out_loop(store: Store, wake: Arc<Notify>, shutdown: CancellationTok
             }
             Err(e) => tracing::warn!(error = %e, "fan-out failed"),
         }
-        if last_gauge.elapsed() > Duration::from_secs(15) {
-            last_gauge = Instant::now();
-            if let Ok(n) = store.due_backlog(Timestamp::now()).await {
-                metrics::gauge!(m::DUE_BACKLOG).set(n as f64);
-            }
-            if let Err(e) = m::record_endpoint_health(&store).await {
-                tracing::warn!(error = %e, "endpoint health gauge not updated");
-            }
-        }
         // The intake fans events out as it accepts them and signals the
         // deliveries it did not hand over (due now), as the outbox relay
         // signals events left pending: wake the claim loop for them.
@@ -726,6 +721,33 @@ async fn fan_out_loop(store: Store, wake: Arc<Notify>, shutdown: CancellationTok
             _ = shutdown.cancelled() => return,
             _ = enqueued.notified() => wake.notify_one(),
             _ = tokio::time::sleep(FAN_OUT_POLL) => {}
+        }
+    }
+}
+
+/// Keeps the due-backlog and endpoint health gauges current, every
+/// `GAUGE_EVERY`, on a task of its own: however long their reads take,
+/// they never delay a fan-out or a wake-up of the claim loop.
+async fn gauge_loop(store: Store, shutdown: CancellationToken) {
+    let mut tick = tokio::time::interval(GAUGE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let refresh = async {
+            match store.due_backlog(Timestamp::now()).await {
+                Ok(n) => metrics::gauge!(m::DUE_BACKLOG).set(n as f64),
+                Err(e) => tracing::warn!(error = %e, "due backlog gauge not updated"),
+            }
+            if let Err(e) = m::record_endpoint_health(&store).await {
+                tracing::warn!(error = %e, "endpoint health gauge not updated");
+            }
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            () = refresh => {}
         }
     }
 }

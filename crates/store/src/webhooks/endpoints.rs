@@ -332,30 +332,26 @@ impl Webhooks<'_> {
     }
 
     /// Every endpoint's reference and status (all environments), up to
-    /// `limit`, and whether it has had an attempt (an index seek each,
-    /// inside the one statement): the health of an endpoint without one is
-    /// known without reading its attempts.
+    /// `limit`. Its attempts are not looked at here: a correlated
+    /// `EXISTS` over `webhook_attempts` is planned as a sequential scan
+    /// when a few endpoints hold most attempts, and then reads the whole
+    /// table for each endpoint without one (`recent_attempt_outcomes_of`
+    /// reads them by index, many endpoints per statement).
     pub async fn endpoint_statuses(
         &self,
         limit: u32,
-    ) -> Result<Vec<(Ref, EndpointStatus, bool)>, StoreError> {
+    ) -> Result<Vec<(Ref, EndpointStatus)>, StoreError> {
         read::all(
             self.pool(),
             &format!(
-                "SELECT e.endpoint_ref, e.status, CAST(CASE WHEN EXISTS (SELECT 1 FROM \
-                 webhook_attempts a WHERE a.endpoint_ref = e.endpoint_ref) THEN 1 ELSE 0 END \
-                 AS BIGINT) AS attempted FROM webhook_endpoints e ORDER BY e.endpoint_ref \
+                "SELECT endpoint_ref, status FROM webhook_endpoints ORDER BY endpoint_ref \
                  LIMIT {limit}"
             ),
             &[],
             |row| {
                 let status = text(row, "status")?;
                 let status = EndpointStatus::parse(&status).ok_or(StoreError::Corrupt(status))?;
-                Ok((
-                    Ref::from_trusted(text(row, "endpoint_ref")?),
-                    status,
-                    int(row, "attempted")? != 0,
-                ))
+                Ok((Ref::from_trusted(text(row, "endpoint_ref")?), status))
             },
         )
         .await
