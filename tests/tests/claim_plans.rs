@@ -8,6 +8,8 @@
 //! the due-time index nor scanning the table, and the feed's read stops at
 //! its limit.
 //!
+//! The endpoint health gauge's read keeps to its index in the same way.
+//!
 //! Runs with `BILLING_TEST_FLEET=1` only (PostgreSQL).
 
 use billing_tests::TestApp;
@@ -161,5 +163,71 @@ async fn claim_and_feed_cost_the_same_whatever_the_backlog() {
         plan_facts(&lock).1,
         plan_facts(&lease).1,
         buffers
+    );
+}
+
+/// The endpoint health gauge reads by index however the attempts are
+/// spread: with a few endpoints holding most of them and many holding
+/// none, a planner with statistics answers a correlated `EXISTS` with a
+/// sequential scan per endpoint; the gauge's statement
+/// (`recent_outcomes_sql`), planned generically as a prepared statement
+/// is after a few runs, scans `webhook_attempts_by_endpoint_status` only,
+/// an endpoint without attempts included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_health_gauge_reads_attempts_by_index_whatever_their_spread() {
+    let Some(app) = TestApp::spawn_fleet().await else {
+        return;
+    };
+    let mut conn = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    // Attempts without their deliveries: only the attempts are read.
+    conn.execute("SET session_replication_role = replica")
+        .await
+        .expect("no foreign keys for the seed");
+    conn.execute(
+        format!(
+            "INSERT INTO webhook_attempts (attempt_ref, delivery_ref, environment_ref, endpoint_ref, \
+             generation, attempt_number, status, duration_ms, started_at, created_at) \
+             SELECT 'att_' || e || '_' || i, 'wdl_' || e || '_' || i, '{env}', 'we_hot' || e, 1, 1, \
+             CASE WHEN i % 5 = 0 THEN 'failed' ELSE 'succeeded' END, 1, i, i \
+             FROM generate_series(1, 20) AS e, generate_series(1, 5000) AS i",
+            env = app.sandbox.environment_ref,
+        )
+        .as_str(),
+    )
+    .await
+    .expect("seed");
+    conn.execute("SET session_replication_role = DEFAULT")
+        .await
+        .expect("foreign keys again");
+    conn.execute("ANALYZE").await.expect("analyze");
+    let mut tx = conn.begin().await.expect("begin");
+    tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        .await
+        .expect("generic plans");
+    let sql = store::webhooks::deliveries::recent_outcomes_sql(2, 100);
+    tx.execute(format!("PREPARE outcomes (text, text, text, text) AS {sql}").as_str())
+        .await
+        .expect("prepare");
+    let plan: sqlx::types::Json<Value> = sqlx::query_scalar(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) \
+         EXECUTE outcomes ('succeeded', 'failed', 'we_hot7', 'we_never_attempted')",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .expect("explain");
+    tx.rollback().await.expect("rollback");
+    let (indexes, buffers) = plan_facts(&plan.0);
+    assert_eq!(
+        indexes,
+        vec!["webhook_attempts_by_endpoint_status"; 4],
+        "two index scans per endpoint, nothing else: {}",
+        plan.0
+    );
+    assert!(
+        buffers < 200,
+        "a read of 100 attempts touched {buffers} buffers: {}",
+        plan.0
     );
 }

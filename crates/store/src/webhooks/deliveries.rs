@@ -390,7 +390,7 @@ const OUTCOME_ENDPOINTS: usize = 100;
 
 /// The newest `limit` attempts of each of `n` endpoints (`$3`…), each the
 /// merge of its newest succeeded (`$1`) and failed (`$2`) ones.
-fn recent_outcomes_sql(n: usize, limit: u32) -> String {
+pub fn recent_outcomes_sql(n: usize, limit: u32) -> String {
     let newest = |endpoint: usize, status: &str, alias: &str| {
         format!(
             "SELECT * FROM (SELECT endpoint_ref, status, started_at, attempt_ref \
