@@ -350,6 +350,15 @@ impl TestApp {
         assert_eq!(accepted, dispatcher::intake::Accepted::New);
     }
 
+    /// A pool on the app's database, for tests that read or write rows no
+    /// API shows.
+    pub async fn raw_pool(&self) -> sqlx::AnyPool {
+        sqlx::any::install_default_drivers();
+        sqlx::AnyPool::connect(&self.database_url)
+            .await
+            .expect("database")
+    }
+
     /// Polls `f` until it returns `Some`, for at most `secs` seconds.
     pub async fn eventually<T, F, Fut>(&self, secs: u64, mut f: F) -> T
     where

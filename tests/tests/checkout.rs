@@ -720,10 +720,7 @@ fn steps_of(journey: &Value, kind: &str) -> Vec<Value> {
 /// Marks a session as past its `expires_at`, straight in the store: no
 /// operation can make 24 hours pass.
 async fn expire(app: &TestApp, session: &str) {
-    sqlx::any::install_default_drivers();
-    let pool = sqlx::AnyPool::connect(&app.database_url)
-        .await
-        .expect("database");
+    let pool = app.raw_pool().await;
     let done = sqlx::query(
         "UPDATE checkout_sessions SET expires_at = created_at - 1000 \
          WHERE checkout_session_ref = $1",

@@ -147,10 +147,7 @@ async fn duplicates_are_processed_once(app: TestApp) {
 /// The `(status, data)` of the queued event `event_ref`, read straight from
 /// the store's `events` table (no API shows it).
 async fn queued_event(app: &TestApp, event_ref: &str) -> (String, Option<String>) {
-    sqlx::any::install_default_drivers();
-    let pool = sqlx::AnyPool::connect(&app.database_url)
-        .await
-        .expect("database");
+    let pool = app.raw_pool().await;
     let row: (String, Option<String>) =
         sqlx::query_as("SELECT status, data FROM events WHERE event_ref = $1")
             .bind(event_ref)
@@ -292,10 +289,7 @@ async fn recent_outcomes_of_many_endpoints_match_each_alone(app: TestApp) {
     app.publish("payment.failed", json!({})).await;
     app.publish("refund.created", json!({"refund_ref": "ref_AAAAAAAAAAAA"}))
         .await;
-    sqlx::any::install_default_drivers();
-    let pool = sqlx::AnyPool::connect(&app.database_url)
-        .await
-        .expect("database");
+    let pool = app.raw_pool().await;
     let mut inserted: std::collections::HashMap<String, Vec<(i64, String, &str)>> =
         Default::default();
     for (endpoint, n) in [(&many, 150i64), (&few, 3)] {

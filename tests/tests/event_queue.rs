@@ -28,10 +28,7 @@ fn event(app: &TestApp, event_type: &str) -> EventRecord {
 /// Each delivery's `(endpoint_ref, lease_owner)`, of the event `event_ref`,
 /// read straight from the store (no API shows leases).
 async fn leases(app: &TestApp, event_ref: &str) -> HashMap<String, Option<String>> {
-    sqlx::any::install_default_drivers();
-    let pool = sqlx::AnyPool::connect(&app.database_url)
-        .await
-        .expect("database");
+    let pool = app.raw_pool().await;
     let rows: Vec<(String, Option<String>)> = sqlx::query_as(
         "SELECT endpoint_ref, lease_owner FROM webhook_deliveries WHERE event_ref = $1",
     )
@@ -44,10 +41,7 @@ async fn leases(app: &TestApp, event_ref: &str) -> HashMap<String, Option<String
 }
 
 async fn count(app: &TestApp, sql: &str) -> i64 {
-    sqlx::any::install_default_drivers();
-    let pool = sqlx::AnyPool::connect(&app.database_url)
-        .await
-        .expect("database");
+    let pool = app.raw_pool().await;
     let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.expect("count");
     pool.close().await;
     n

@@ -2,10 +2,11 @@
 # The endpoint health gauge's read on PostgreSQL, timed with pgbench: the
 # newest 100 attempt outcomes of 100 endpoints, as one statement per
 # endpoint (the gauge before 2026-11-26) against one statement for all
-# of them (`Webhooks::recent_attempt_outcomes_of`, the same text the store
-# builds). A private database with the store's migrations, ENDPOINTS
-# endpoints with ATTEMPTS attempts each (two thirds succeeded), ANALYZEd;
-# dropped at the end.
+# of them (`Webhooks::recent_attempt_outcomes_of`: the text
+# `recent_outcomes_sql` builds, written out below with literals in place
+# of its bind marks). A private database with the store's migrations,
+# ENDPOINTS endpoints with ATTEMPTS attempts each (two thirds succeeded),
+# ANALYZEd; dropped at the end.
 #
 # Usage: tests/benches/sql/health_gauge.sh   (ENDPOINTS, ATTEMPTS, SECONDS_EACH)
 set -euo pipefail
