@@ -42,14 +42,21 @@ pub async fn delete_prefix(prefix: &str) {
     }
 }
 
-/// A schedule under a fresh key prefix on the test Redis, and the prefix
-/// (for `delete_prefix` at the end).
-pub async fn fresh_schedule() -> (
+/// A schedule of `store` under a fresh key prefix on the test Redis (its
+/// alone), and the prefix (for `delete_prefix` at the end).
+pub async fn fresh_schedule(
+    store: &store::Store,
+) -> (
     std::sync::Arc<dispatcher::redis_schedule::RedisSchedule>,
     String,
 ) {
     let prefix = format!("billing-test:{}", crate::unique_key());
-    let schedule = dispatcher::redis_schedule::RedisSchedule::connect(&url(), &prefix)
+    let owner = store
+        .identity()
+        .await
+        .expect("a migrated store has an identity");
+    let keys = dispatcher::redis_schedule::Keys::exclusive(prefix.clone(), owner);
+    let schedule = dispatcher::redis_schedule::RedisSchedule::connect(&url(), keys)
         .await
         .unwrap_or_else(|e| {
             panic!(

@@ -13,7 +13,7 @@ async fn two_dispatchers_over_redis_survive_losing_its_data() {
     let Some(app) = TestApp::spawn_fleet().await else {
         return;
     };
-    let (schedule, prefix) = billing_tests::redis::fresh_schedule().await;
+    let (schedule, prefix) = billing_tests::redis::fresh_schedule(&app.store).await;
     let receiver = TestReceiver::start(Behaviour::Status(200)).await;
     app.subscribed_endpoint(&receiver.url(), "order.created", 1)
         .await;

@@ -27,7 +27,7 @@ struct Fixture {
 
 async fn fixture(endpoints: usize, events: usize) -> Option<Fixture> {
     let app = TestApp::spawn_fleet().await?;
-    let (schedule, _) = billing_tests::redis::fresh_schedule().await;
+    let (schedule, _) = billing_tests::redis::fresh_schedule(&app.store).await;
     schedule.ping().await.expect("Redis answers PING");
     for i in 0..endpoints {
         app.subscribed_endpoint(&format!("http://127.0.0.1:9/hook{i}"), "refund.created", 1)

@@ -10,7 +10,7 @@
 
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{fleet_enabled, Backend, TestApp};
-use dispatcher::redis_schedule::{redis, RedisSchedule};
+use dispatcher::redis_schedule::{redis, Keys, RedisSchedule};
 use serde_json::json;
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
@@ -104,9 +104,12 @@ async fn a_redis_restarted_without_its_data_loses_no_delivery() {
     let server = PrivateRedis::start(port).await;
     let app = TestApp::spawn(Backend::Postgres).await;
     let schedule = Arc::new(
-        RedisSchedule::connect(&server.url(), "billing-test")
-            .await
-            .expect("the private redis is reachable"),
+        RedisSchedule::connect(
+            &server.url(),
+            Keys::own(app.store.identity().await.unwrap()),
+        )
+        .await
+        .expect("the private redis is reachable"),
     );
     // Slow enough that the outage falls in the middle of the run.
     let receiver = TestReceiver::start(Behaviour::Hang(Duration::from_millis(200))).await;

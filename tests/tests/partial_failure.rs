@@ -426,7 +426,7 @@ async fn fleet_partial_failure_delivers_every_success_on_schedule() {
     let Some(app) = TestApp::spawn_fleet().await else {
         return;
     };
-    let (schedule, prefix) = billing_tests::redis::fresh_schedule().await;
+    let (schedule, prefix) = billing_tests::redis::fresh_schedule(&app.store).await;
     let report = run(&app, "fleet (PostgreSQL + Redis)", |s| {
         app.start_redis_dispatcher(s, schedule.clone())
     })

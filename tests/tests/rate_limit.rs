@@ -4,7 +4,7 @@
 //! scheduler one bucket serves every API process of a fleet.
 
 use billing_tests::{Backend, Resp, TestApp};
-use dispatcher::redis_schedule::RedisSchedule;
+use dispatcher::redis_schedule::{Keys, RedisSchedule};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
@@ -183,9 +183,12 @@ async fn a_fleet_shares_each_bucket_through_redis() {
     let app = TestApp::spawn(Backend::Postgres).await;
     let prefix = format!("rate-test-{}", billing_tests::unique_key());
     let schedule = Arc::new(
-        RedisSchedule::connect(&billing_tests::redis::url(), &prefix)
-            .await
-            .expect("redis reachable"),
+        RedisSchedule::connect(
+            &billing_tests::redis::url(),
+            Keys::exclusive(prefix.clone(), app.store.identity().await.unwrap()),
+        )
+        .await
+        .expect("redis reachable"),
     );
     let mut bases = Vec::new();
     for _ in 0..2 {

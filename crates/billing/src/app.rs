@@ -103,14 +103,22 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
     let metrics_addr: std::net::SocketAddr = config.metrics.listen.parse()?;
     dispatcher::metrics::install(metrics_addr)
         .map_err(|e| anyhow::anyhow!("failed to serve metrics on {metrics_addr}: {e}"))?;
+    // A fleet is its store: what it keeps in Redis and RabbitMQ is named
+    // after the store's identity unless configured otherwise.
+    let identity = store
+        .identity()
+        .await
+        .context("failed to read the store's identity")?;
     let redis = match config.redis_url() {
         Some(url) => Some(Arc::new(
-            RedisSchedule::connect(url, "billing").await.map_err(|e| {
-                anyhow::anyhow!(
-                    "failed to reach Redis at {}: {e}",
-                    crate::config::redact_url(url)
-                )
-            })?,
+            RedisSchedule::connect(url, config.redis_keys(identity.clone()))
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "failed to reach Redis at {}: {e}",
+                        crate::config::redact_url(url)
+                    )
+                })?,
         )),
         None => None,
     };
@@ -194,7 +202,10 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             dispatcher = dispatcher.with_redis(schedule.clone());
         }
         if let Some(url) = config.amqp_url() {
-            let settings = dispatcher::amqp::AmqpSettings::new(url);
+            let settings = dispatcher::amqp::AmqpSettings {
+                queue: config.queue_name(&identity),
+                ..dispatcher::amqp::AmqpSettings::new(url)
+            };
             let token = shutdown.clone();
             tasks.spawn(async move {
                 dispatcher::amqp::consume(queue, settings, token).await;

@@ -13,8 +13,8 @@ use std::time::Duration;
 pub struct Config {
     pub api: ApiConfig,
     pub store: StoreConfig,
-    pub queue: UrlConfig,
-    pub scheduler: UrlConfig,
+    pub queue: QueueConfig,
+    pub scheduler: SchedulerConfig,
     pub metrics: MetricsConfig,
     pub delivery: DeliveryConfig,
     pub idempotency: IdempotencyConfig,
@@ -78,14 +78,36 @@ impl std::fmt::Debug for StoreConfig {
 
 #[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct UrlConfig {
+pub struct QueueConfig {
     pub url: String,
+    /// The RabbitMQ queue of this store's dispatchers; empty: the store's
+    /// own (`dispatcher::amqp::queue_of`).
+    pub name: String,
 }
 
-impl std::fmt::Debug for UrlConfig {
+impl std::fmt::Debug for QueueConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UrlConfig")
+        f.debug_struct("QueueConfig")
             .field("url", &redact_url(&self.url))
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerConfig {
+    pub url: String,
+    /// The prefix of this store's Redis keys; empty: the store's own
+    /// (`dispatcher::redis_schedule::Keys::own`).
+    pub key_prefix: String,
+}
+
+impl std::fmt::Debug for SchedulerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerConfig")
+            .field("url", &redact_url(&self.url))
+            .field("key_prefix", &self.key_prefix)
             .finish()
     }
 }
@@ -137,11 +159,13 @@ impl Default for Config {
                 url: "sqlite://data/billing.db".into(),
                 synchronous: "full".into(),
             },
-            queue: UrlConfig {
+            queue: QueueConfig {
                 url: "embedded".into(),
+                name: String::new(),
             },
-            scheduler: UrlConfig {
+            scheduler: SchedulerConfig {
                 url: "embedded".into(),
+                key_prefix: String::new(),
             },
             metrics: MetricsConfig {
                 listen: "127.0.0.1:9464".into(),
@@ -259,6 +283,21 @@ impl Config {
                 "must be `embedded` or a redis:// or rediss:// URL",
             ));
         }
+        // RabbitMQ takes names up to 255 bytes and keeps `amq.` for itself.
+        let name = &self.queue.name;
+        if name.len() > 255 || name.starts_with("amq.") || name.chars().any(char::is_control) {
+            return Err(invalid(
+                "queue.name",
+                "must be empty or a queue name of at most 255 bytes, not starting with amq.",
+            ));
+        }
+        let prefix = &self.scheduler.key_prefix;
+        if prefix.len() > 200 || prefix.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(invalid(
+                "scheduler.key_prefix",
+                "must be empty or at most 200 characters without spaces",
+            ));
+        }
         for (field, addr) in [
             ("api.listen", &self.api.listen),
             ("metrics.listen", &self.metrics.listen),
@@ -302,6 +341,25 @@ impl Config {
     /// The RabbitMQ URL when `queue.url` names one (fleet mode).
     pub fn amqp_url(&self) -> Option<&str> {
         (self.queue.url != "embedded").then_some(self.queue.url.as_str())
+    }
+
+    /// The Redis keys of the store `owner`: under `scheduler.key_prefix`
+    /// when it names one, else the store's own.
+    pub fn redis_keys(&self, owner: domain::StoreId) -> dispatcher::redis_schedule::Keys {
+        use dispatcher::redis_schedule::Keys;
+        match self.scheduler.key_prefix.as_str() {
+            "" => Keys::own(owner),
+            named => Keys::named(named, owner),
+        }
+    }
+
+    /// The RabbitMQ queue of the store `owner`: `queue.name` when it names
+    /// one, else the store's own.
+    pub fn queue_name(&self, owner: &domain::StoreId) -> String {
+        match self.queue.name.as_str() {
+            "" => dispatcher::amqp::queue_of(owner),
+            named => named.to_owned(),
+        }
     }
 
     /// A duration field already checked by `validate`.

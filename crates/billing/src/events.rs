@@ -18,11 +18,21 @@ pub async fn publish(config: &Config, body: &[u8]) -> anyhow::Result<String> {
         return Ok(format!("published {} to billing.events", event.event_ref));
     }
     let store = crate::app::open_store(config).await?;
-    let event = dispatcher::intake::project(&store, event, producer.as_deref())
+    let queue = dispatcher::EventQueue::new(store);
+    let environment = event.environment_ref.clone();
+    let event = match dispatcher::intake::screen(&queue, event, producer.as_deref())
         .await
-        .context("failed to project the event")?
-        .map_err(|reason| anyhow::anyhow!("event refused: {reason}"))?;
-    let new = dispatcher::EventQueue::new(store)
+        .context("failed to screen the event")?
+    {
+        dispatcher::intake::Screened::Accept(event) => event,
+        dispatcher::intake::Screened::Foreign => {
+            anyhow::bail!("event refused: this store has no environment {environment}")
+        }
+        dispatcher::intake::Screened::Refuse(reason) => {
+            anyhow::bail!("event refused: {reason}")
+        }
+    };
+    let new = queue
         .enqueue(&event)
         .await
         .context("failed to enqueue the event")?;

@@ -160,7 +160,7 @@ async fn a_test_send_through_an_api_process_wakes_the_dispatcher_process() {
             "true".to_owned(),
         ),
     ]);
-    fresh_redis_schedule(&scheduler).await;
+    fresh_redis_schedule(&scheduler, &db.url).await;
     let with_metrics = |port: u16| {
         let mut e = envs.clone();
         e.push(("BILLING_METRICS__LISTEN", format!("127.0.0.1:{port}")));

@@ -545,7 +545,7 @@ async fn fleet_crash_mid_flight_replays_every_key_once() {
     // an earlier run was killed, and marked as fed so that the dispatcher
     // does not take it for a Redis that lost its data.
     let scheduler = format!("{REDIS_URL}/7");
-    fresh_redis_schedule(&scheduler).await;
+    fresh_redis_schedule(&scheduler, &db.url).await;
 
     let dir = tempfile::tempdir().unwrap();
     let envs = fleet_env(&db.url, "embedded", &scheduler);

@@ -904,7 +904,7 @@ async fn fleet_crash_with_scheduled_refunds_runs_each_once() {
     // join the broker's shared dispatcher queue, and its events can be
     // counted in the store); Redis database 13 keeps its schedule apart.
     let scheduler = format!("{REDIS_URL}/13");
-    fresh_redis_schedule(&scheduler).await;
+    fresh_redis_schedule(&scheduler, &db.url).await;
     let dir = tempfile::tempdir().unwrap();
     let envs = fleet_env(&db.url, "embedded", &scheduler);
     let path = dir.path().to_owned();
@@ -1037,7 +1037,7 @@ async fn two_dispatchers_run_each_refund_job_once() {
     let db = FreshDatabase::create("billing_jobs2").await;
     let vhost = FreshVhost::create("billing_jobs2");
     let scheduler = format!("{REDIS_URL}/14");
-    fresh_redis_schedule(&scheduler).await;
+    fresh_redis_schedule(&scheduler, &db.url).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().to_owned();
     let (store_url, queue_url) = (db.url.clone(), vhost.url.clone());

@@ -99,8 +99,8 @@ async fn a_redis_outage_answers_in_time_and_loses_no_event() {
     }
     let port = free_port();
     let redis = PrivateRedis::start(port).await;
-    fresh_redis_schedule(&redis.url()).await;
     let db = FreshDatabase::create("billing_outage_redis").await;
+    fresh_redis_schedule(&redis.url(), &db.url).await;
     let backing = fleet_env(&db.url, "embedded", &redis.url());
     let (service, load) = Service::under_load(backing, "redis", None).await;
     let (api, logs) = (&service.api, || service.logs());

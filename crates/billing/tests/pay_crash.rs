@@ -1285,7 +1285,7 @@ async fn fleet_crash_mid_pays_leaves_each_payment_whole_once() {
     // keeps its schedule apart from the other tests', emptied first in case
     // an earlier run was killed, and marked as fed.
     let scheduler = format!("{REDIS_URL}/8");
-    fresh_redis_schedule(&scheduler).await;
+    fresh_redis_schedule(&scheduler, &db.url).await;
 
     let dir = tempfile::tempdir().unwrap();
     let envs = fleet_env(&db.url, "embedded", &scheduler);

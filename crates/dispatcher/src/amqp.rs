@@ -5,8 +5,10 @@
 //!
 //! - `billing.events`: durable topic exchange; messages are persistent and
 //!   their routing key is the event type.
-//! - `billing.events.dispatcher`: the durable queue the dispatchers share,
-//!   bound to `billing.events` with `#` (competing consumers).
+//! - `billing.events.dispatcher.<store identity>` ([`queue_of`], or the
+//!   name `queue.name` sets): the durable queue a store's dispatchers
+//!   share, bound to `billing.events` with `#` (competing consumers within
+//!   the store's fleet; each store has a queue of its own).
 //! - `billing.events.dead`: a durable fanout exchange and a durable queue of
 //!   the same name bound to it, holding every message that could not be
 //!   parsed or validated, with the reason in the `x-dead-reason` header.
@@ -42,7 +44,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The topic exchange domain events are published on.
 pub const EXCHANGE: &str = "billing.events";
-/// The queue the dispatchers of a fleet consume from.
+/// The start of the name of the queue a fleet's dispatchers consume from;
+/// [`queue_of`] gives a store's.
 pub const QUEUE: &str = "billing.events.dispatcher";
 /// The exchange refused messages are published on.
 pub const DEAD_EXCHANGE: &str = "billing.events.dead";
@@ -70,6 +73,15 @@ const CONFIRM_WITHIN: Duration = Duration::from_secs(10);
 /// answers the close.
 const CLOSE_WITHIN: Duration = Duration::from_secs(2);
 
+/// The queue of the store `owner`'s fleet when `queue.name` does not name
+/// one: `billing.events.dispatcher.<store identity>`. Each store's queue
+/// is bound to `billing.events` with `#`, so every store sees every event
+/// and keeps its own environments' (`intake::screen`); two stores never
+/// compete for one queue's messages.
+pub fn queue_of(owner: &domain::StoreId) -> String {
+    format!("{QUEUE}.{owner}")
+}
+
 /// Where and how to consume.
 #[derive(Clone)]
 pub struct AmqpSettings {
@@ -89,7 +101,9 @@ pub struct AmqpSettings {
 }
 
 impl AmqpSettings {
-    /// The production topology: the shared queue and dead letter queue.
+    /// The topology on `url` with the queue `billing.events.dispatcher`
+    /// and the dead letter queue; a fleet names its store's queue instead
+    /// (`queue_of`, or `queue.name`).
     pub fn new(url: impl Into<String>) -> AmqpSettings {
         AmqpSettings {
             url: url.into(),
@@ -480,19 +494,23 @@ impl Handler {
     async fn handle(&self, delivery: Delivery) {
         let parsed = match intake::parse_with_producer(&delivery.data) {
             Ok((event, producer)) => {
-                match intake::project(self.queue.store(), event, producer.as_deref()).await {
-                    Ok(projected) => projected,
+                match intake::screen(&self.queue, event, producer.as_deref()).await {
+                    Ok(screened) => screened,
                     Err(e) => {
-                        tracing::warn!(error = %e, "event not projected; handing it back");
+                        tracing::warn!(error = %e, "event not screened; handing it back");
                         self.hand_back(&delivery).await;
                         return;
                     }
                 }
             }
-            Err(refused) => Err(refused),
+            Err(refused) => intake::Screened::Refuse(refused),
         };
         match parsed {
-            Ok(event) => match self.queue.enqueue(&event).await {
+            intake::Screened::Foreign => {
+                metrics::counter!(m::EVENTS_FOREIGN, "source" => SOURCE).increment(1);
+                self.ack(&delivery).await;
+            }
+            intake::Screened::Accept(event) => match self.queue.enqueue(&event).await {
                 Ok(_) => {
                     // The event is durable now: even if the ack is lost, a
                     // redelivery is a duplicate the store ignores.
@@ -504,7 +522,7 @@ impl Handler {
                     self.hand_back(&delivery).await;
                 }
             },
-            Err(refused) => self.dead_letter(&delivery, refused).await,
+            intake::Screened::Refuse(refused) => self.dead_letter(&delivery, refused).await,
         }
     }
 

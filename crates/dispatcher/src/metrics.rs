@@ -14,6 +14,9 @@ pub const IN_FLIGHT: &str = "billing_webhook_attempts_in_flight";
 pub const ENDPOINTS: &str = "billing_webhook_endpoints";
 pub const EVENTS_CONSUMED: &str = "billing_events_consumed_total";
 pub const EVENTS_DEAD: &str = "billing_events_dead_lettered_total";
+/// Events naming an environment this store does not have (another store's,
+/// on a shared exchange): acknowledged and left to their own store.
+pub const EVENTS_FOREIGN: &str = "billing_events_foreign_total";
 pub const OUTBOX_RELAYED: &str = "billing_outbox_relayed_total";
 
 /// Serves `GET /metrics` on `addr` for this process.

@@ -72,6 +72,8 @@ struct Inner {
     turns: Arc<Semaphore>,
     /// This process's dispatcher, if one runs here.
     handoff: RwLock<Option<Arc<Intake>>>,
+    /// The store's environments the intake has met (`intake::screen`).
+    environments: crate::intake::Environments,
 }
 
 impl EventQueue {
@@ -81,12 +83,18 @@ impl EventQueue {
             waiting: Mutex::default(),
             turns: Arc::new(Semaphore::new(TURNS)),
             handoff: RwLock::default(),
+            environments: crate::intake::Environments::default(),
         }))
     }
 
     /// The store the queue writes to.
     pub fn store(&self) -> &Store {
         &self.0.store
+    }
+
+    /// The store's environments, as the intake has met them.
+    pub(crate) fn environments(&self) -> &crate::intake::Environments {
+        &self.0.environments
     }
 
     /// Registers this process's running dispatcher, in place of any

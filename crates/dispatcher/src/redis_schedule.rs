@@ -14,8 +14,18 @@
 //!   store's `attempt_count` is the record), and expiring
 //!   [`ATTEMPTS_TTL_SECS`] after the last one in any case, so Redis holds
 //!   counters only for deliveries still in their retry schedule.
-//! - `P:fed`, a marker the feed's full pass sets: when it is missing, Redis
-//!   lost its data.
+//! - `P:fed`, a marker the feed's full pass sets to the store's identity:
+//!   when it is missing, Redis lost its data; when it names another store,
+//!   another store's fleet uses these keys too. Either way the feed makes
+//!   full passes until the schedule is whole again.
+//!
+//! Whose keys: a fleet is its store. By default `P` is
+//! `billing:<store identity>` ([`Keys::own`]), so two stores on one Redis
+//! database never meet. An operator may name `P` instead
+//! (`scheduler.key_prefix`, [`Keys::named`]); then another store may use the
+//! same keys, and the claim path never deletes a member its own store does
+//! not know: it puts it back where it was and passes over it for a while
+//! (`FOREIGN_SKIP`), so the store that owns it still finds it on time.
 //!
 //! The store stays the source of truth. Redis is only a fast index of it,
 //! kept by the writers themselves: the intake puts the deliveries it left
@@ -32,11 +42,11 @@
 //! row.
 
 use crate::DispatchError;
-use domain::Timestamp;
+use domain::{StoreId, Timestamp};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use store::{DeliveryRecord, Store};
 use tokio_util::sync::CancellationToken;
 
@@ -62,16 +72,36 @@ const STARTUP_RETRIES: u32 = 6;
 const CHUNK: usize = 1_000;
 /// Expired leases moved back per script call.
 const RECLAIM_BATCH: usize = 1_000;
+/// How long a claimer passes over a member its store does not know (under
+/// a named prefix, another store's): long enough that the owner takes it,
+/// short enough that a member left by a store that is gone for good comes
+/// back to be looked at again.
+pub const FOREIGN_SKIP: Duration = Duration::from_secs(60);
+/// Most members a claimer passes over at once; beyond it the oldest are
+/// forgotten (and looked at again).
+const FOREIGN_SKIP_MAX: usize = 10_000;
 
 /// Moves up to ARGV[3] members of KEYS[1] (due) with score <= ARGV[1] (now)
-/// to KEYS[2] (leased) with score ARGV[2] (lease end); returns them.
+/// to KEYS[2] (leased) with score ARGV[2] (lease end), earliest first,
+/// passing over the members named in ARGV[4..]; returns each taken member
+/// followed by its due score.
 const TAKE_DUE: &str = r"
-local refs = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
-for _, r in ipairs(refs) do
-  redis.call('ZREM', KEYS[1], r)
-  redis.call('ZADD', KEYS[2], ARGV[2], r)
+local limit = tonumber(ARGV[3])
+local skip = {}
+for i = 4, #ARGV do skip[ARGV[i]] = true end
+local refs = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'WITHSCORES', 'LIMIT', 0, limit + #ARGV - 3)
+local out = {}
+for i = 1, #refs, 2 do
+  local r = refs[i]
+  if #out >= 2 * limit then break end
+  if not skip[r] then
+    redis.call('ZREM', KEYS[1], r)
+    redis.call('ZADD', KEYS[2], ARGV[2], r)
+    out[#out + 1] = r
+    out[#out + 1] = refs[i + 1]
+  end
 end
-return refs
+return out
 ";
 
 /// Moves up to ARGV[2] members of KEYS[2] (leased) with score < ARGV[1]
@@ -100,17 +130,72 @@ end
 return n
 ";
 
-/// The due set, lease set and attempt counters of one deployment (its key
+/// Which keys a schedule uses, and for which store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+    owner: StoreId,
+    /// No other store uses `prefix`: a member the store does not know is
+    /// its own leftover (a delivery deleted since), and is dropped.
+    exclusive: bool,
+}
+
+impl Keys {
+    /// The store's own keys, `billing:<store identity>`: the default.
+    pub fn own(owner: StoreId) -> Keys {
+        Keys::exclusive(format!("billing:{owner}"), owner)
+    }
+
+    /// Keys under `prefix` that the caller vouches no other store uses
+    /// (a test's fresh prefix).
+    pub fn exclusive(prefix: impl Into<String>, owner: StoreId) -> Keys {
+        Keys {
+            prefix: prefix.into(),
+            owner,
+            exclusive: true,
+        }
+    }
+
+    /// Keys under a prefix an operator named (`scheduler.key_prefix`),
+    /// which another store may name too.
+    pub fn named(prefix: impl Into<String>, owner: StoreId) -> Keys {
+        Keys {
+            prefix: prefix.into(),
+            owner,
+            exclusive: false,
+        }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+}
+
+/// What the `P:fed` marker says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Marker {
+    /// Set by a full pass of this store: Redis holds its schedule.
+    Ours,
+    /// Gone: Redis lost its data, or no pass ever ran under these keys.
+    Missing,
+    /// Set by another store (named): it uses these keys too.
+    Foreign(String),
+}
+
+/// The due set, lease set and attempt counters of one store (its key
 /// prefix) in Redis. Cheap to clone; clones share one connection, which
 /// reconnects by itself after a Redis restart.
 #[derive(Clone)]
 pub struct RedisSchedule {
     /// Shared with `redis_buckets`, which keeps the API's rate limit here.
     pub(crate) conn: ConnectionManager,
-    prefix: String,
+    keys: Keys,
     due_key: String,
     leased_key: String,
     fed_key: String,
+    /// Members this store does not know, passed over until the instant
+    /// given (only under a named prefix).
+    foreign: Arc<Mutex<HashMap<String, Instant>>>,
     take_due: Arc<redis::Script>,
     reclaim: Arc<redis::Script>,
     schedule_unleased: Arc<redis::Script>,
@@ -119,16 +204,15 @@ pub struct RedisSchedule {
 impl std::fmt::Debug for RedisSchedule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisSchedule")
-            .field("prefix", &self.prefix)
+            .field("keys", &self.keys)
             .finish_non_exhaustive()
     }
 }
 
 impl RedisSchedule {
-    /// Connects to `url` (`redis://…`), keeping every key under
-    /// `key_prefix`. Fails when Redis cannot be reached within a few
-    /// seconds.
-    pub async fn connect(url: &str, key_prefix: &str) -> Result<RedisSchedule, DispatchError> {
+    /// Connects to `url` (`redis://…`), keeping every key under `keys`'
+    /// prefix. Fails when Redis cannot be reached within a few seconds.
+    pub async fn connect(url: &str, keys: Keys) -> Result<RedisSchedule, DispatchError> {
         let client = redis::Client::open(url)?;
         // While Redis is down, every command waits for the manager's
         // reconnection: one attempt, failing at once when the server
@@ -152,12 +236,14 @@ impl RedisSchedule {
                 Err(e) => return Err(e.into()),
             }
         };
+        let key_prefix = keys.prefix.clone();
         Ok(RedisSchedule {
             conn,
-            prefix: key_prefix.to_owned(),
+            keys,
             due_key: format!("{key_prefix}:due"),
             leased_key: format!("{key_prefix}:leased"),
             fed_key: format!("{key_prefix}:fed"),
+            foreign: Arc::default(),
             take_due: Arc::new(redis::Script::new(TAKE_DUE)),
             reclaim: Arc::new(redis::Script::new(RECLAIM)),
             schedule_unleased: Arc::new(redis::Script::new(SCHEDULE_UNLEASED)),
@@ -165,11 +251,45 @@ impl RedisSchedule {
     }
 
     pub fn key_prefix(&self) -> &str {
-        &self.prefix
+        &self.keys.prefix
+    }
+
+    /// The store whose schedule this is.
+    pub fn owner(&self) -> &StoreId {
+        &self.keys.owner
     }
 
     fn attempts_key(&self, delivery_ref: &str) -> String {
-        format!("{}:attempts:{delivery_ref}", self.prefix)
+        format!("{}:attempts:{delivery_ref}", self.keys.prefix)
+    }
+
+    /// The members to pass over now, forgetting those whose time is up.
+    fn passed_over(&self) -> Vec<String> {
+        let mut foreign = self.foreign.lock().unwrap_or_else(|p| p.into_inner());
+        if foreign.is_empty() {
+            return Vec::new();
+        }
+        let now = Instant::now();
+        foreign.retain(|_, until| *until > now);
+        foreign.keys().cloned().collect()
+    }
+
+    /// Passes over `refs` for [`FOREIGN_SKIP`].
+    fn pass_over(&self, refs: &[(String, i64)]) {
+        let mut foreign = self.foreign.lock().unwrap_or_else(|p| p.into_inner());
+        let until = Instant::now() + FOREIGN_SKIP;
+        for (r, _) in refs {
+            if foreign.len() >= FOREIGN_SKIP_MAX {
+                let oldest = foreign
+                    .iter()
+                    .min_by_key(|(_, t)| **t)
+                    .map(|(k, _)| k.clone());
+                if let Some(oldest) = oldest {
+                    foreign.remove(&oldest);
+                }
+            }
+            foreign.insert(r.clone(), until);
+        }
     }
 
     /// Adds (or moves) due times: `ZADD P:due due_ms delivery_ref`.
@@ -212,25 +332,36 @@ impl RedisSchedule {
 
     /// Atomically moves up to `limit` members due at `now_ms` (score <=
     /// now) from the due set to the lease set, with score `lease_until_ms`,
-    /// earliest first, and returns them. No two callers get the same member.
+    /// earliest first, and returns them with their due times. No two
+    /// callers get the same member. Members this store found to be another
+    /// store's are passed over for a while.
     pub async fn take_due(
         &self,
         now_ms: i64,
         lease_until_ms: i64,
         limit: usize,
-    ) -> Result<Vec<String>, DispatchError> {
+    ) -> Result<Vec<(String, i64)>, DispatchError> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        Ok(self
+        let flat: Vec<String> = self
             .take_due
             .key(&self.due_key)
             .key(&self.leased_key)
             .arg(now_ms)
             .arg(lease_until_ms)
             .arg(limit)
+            .arg(self.passed_over())
             .invoke_async(&mut self.conn.clone())
-            .await?)
+            .await?;
+        Ok(flat
+            .chunks_exact(2)
+            .map(|pair| {
+                // Scores come back as text; ours are whole milliseconds.
+                let due = pair[1].parse::<f64>().map_or(now_ms, |f| f as i64);
+                (pair[0].clone(), due)
+            })
+            .collect())
     }
 
     /// Removes finished leases (after the attempt is recorded), counts one
@@ -360,21 +491,26 @@ impl RedisSchedule {
         Ok(())
     }
 
-    /// Whether Redis still holds what the last full feed pass wrote: the
-    /// marker `P:fed` that pass set is gone when Redis lost its data
-    /// (FLUSHALL, a restart without persistence).
-    pub async fn is_fed(&self) -> Result<bool, DispatchError> {
-        Ok(redis::cmd("EXISTS")
+    /// Whether Redis still holds what this store's last full feed pass
+    /// wrote: the marker `P:fed` that pass set to the store's identity is
+    /// gone when Redis lost its data (FLUSHALL, a restart without
+    /// persistence), and names another store when one shares the keys.
+    pub async fn marker(&self) -> Result<Marker, DispatchError> {
+        let value: Option<String> = redis::cmd("GET")
             .arg(&self.fed_key)
-            .query_async::<u32>(&mut self.conn.clone())
-            .await?
-            == 1)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(match value {
+            None => Marker::Missing,
+            Some(v) if v == self.keys.owner.as_str() => Marker::Ours,
+            Some(v) => Marker::Foreign(v),
+        })
     }
 
     async fn mark_fed(&self) -> Result<(), DispatchError> {
         redis::cmd("SET")
             .arg(&self.fed_key)
-            .arg(Timestamp::now().millis())
+            .arg(self.keys.owner.as_str())
             .query_async::<()>(&mut self.conn.clone())
             .await?;
         Ok(())
@@ -433,7 +569,8 @@ const SIGNAL_GATHER: Duration = Duration::from_millis(20);
 /// [`FULL_PASS_EVERY`] plus [`FEED_HORIZON`] ahead) runs at start, when a
 /// write of the store signals deliveries made due (this process's, or
 /// another's through PostgreSQL `NOTIFY`), when Redis lost its data (the
-/// `P:fed` marker is gone, and every tick for [`AFTER_LOSS`] after that),
+/// `P:fed` marker is gone or names another store, and every tick for
+/// [`AFTER_LOSS`] after that),
 /// after a pass that filled a whole batch, and every [`FULL_PASS_EVERY`];
 /// every [`FEED_TICK`] expired leases are reclaimed. Errors are logged and
 /// the next tick tries again. Runs until `shutdown`.
@@ -442,15 +579,30 @@ pub async fn feed(store: Store, schedule: Arc<RedisSchedule>, shutdown: Cancella
     let mut signals = store.due_signals().await;
     let mut last_full: Option<tokio::time::Instant> = None;
     let mut lost_at: Option<tokio::time::Instant> = None;
+    let mut foreign_seen: Option<String> = None;
     let mut wanted = true;
     loop {
         if shutdown.is_cancelled() {
             return;
         }
         let stale = last_full.is_none_or(|t| t.elapsed() >= FULL_PASS_EVERY);
-        match schedule.is_fed().await {
-            Ok(false) => lost_at = Some(tokio::time::Instant::now()),
-            Ok(true) => {}
+        match schedule.marker().await {
+            Ok(Marker::Ours) => {}
+            Ok(Marker::Missing) => lost_at = Some(tokio::time::Instant::now()),
+            Ok(Marker::Foreign(other)) => {
+                // Another store wrote here since this store's last pass:
+                // whatever it took under these keys, a full pass restores.
+                if foreign_seen.as_deref() != Some(other.as_str()) {
+                    tracing::warn!(
+                        key_prefix = schedule.key_prefix(),
+                        store = %schedule.owner(),
+                        other_store = %other,
+                        "another store uses this Redis key prefix; give each store its own scheduler.key_prefix"
+                    );
+                    foreign_seen = Some(other);
+                }
+                lost_at = Some(tokio::time::Instant::now());
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "reading the Redis schedule's marker failed; retrying");
             }
@@ -521,10 +673,12 @@ pub async fn index_left_due(
 /// The worker's claim path: takes up to `limit` due members from Redis,
 /// then leases those rows in the store (the SQL lease is the fence: a row
 /// another worker holds, or that is no longer pending and due, is skipped).
-/// Returns the leased records, earliest due first; the members the store
+/// Returns the leased records, earliest due first. The members the store
 /// did not lease are dropped from the lease set (the feed schedules them
-/// again if they are still pending). When the store fails, the taken
-/// members go back to the due set and the error is returned.
+/// again if they are still pending), except, under a named prefix, those
+/// the store does not know at all: another store's, put back where they
+/// were and passed over for [`FOREIGN_SKIP`]. When the store fails, the
+/// taken members go back to the due set and the error is returned.
 pub async fn claim(
     store: &Store,
     schedule: &RedisSchedule,
@@ -533,20 +687,20 @@ pub async fn claim(
     lease_until: Timestamp,
     limit: u32,
 ) -> Result<Vec<DeliveryRecord>, DispatchError> {
-    let refs = schedule
+    let taken = schedule
         .take_due(now.millis(), lease_until.millis(), limit as usize)
         .await?;
-    if refs.is_empty() {
+    if taken.is_empty() {
         return Ok(Vec::new());
     }
+    let refs: Vec<String> = taken.iter().map(|(r, _)| r.clone()).collect();
     let mut claimed = match store
         .claim_deliveries_by_ref(owner, &refs, now, lease_until)
         .await
     {
         Ok(c) => c,
         Err(e) => {
-            let back: Vec<(String, i64)> = refs.iter().map(|r| (r.clone(), now.millis())).collect();
-            if let Err(e) = schedule.give_back(&back).await {
+            if let Err(e) = schedule.give_back(&taken).await {
                 // Their Redis leases expire and `reclaim_expired` returns them.
                 tracing::warn!(error = %e, "returning taken deliveries to Redis failed");
             }
@@ -562,16 +716,47 @@ pub async fn claim(
     if claimed.len() < refs.len() {
         let leased: std::collections::HashSet<&str> =
             claimed.iter().map(|d| d.delivery_ref.as_str()).collect();
-        let refused: Vec<String> = refs
-            .iter()
-            .filter(|r| !leased.contains(r.as_str()))
-            .cloned()
+        let refused: Vec<(String, i64)> = taken
+            .into_iter()
+            .filter(|(r, _)| !leased.contains(r.as_str()))
             .collect();
-        // The claim stands even if this fails: those leases expire in
+        let (foreign, ours) = split_foreign(store, schedule, refused).await;
+        // The claim stands even if these fail: those leases expire in
         // Redis, come back, and are refused again.
-        if let Err(e) = schedule.release(&refused).await {
+        if !foreign.is_empty() {
+            schedule.pass_over(&foreign);
+            if let Err(e) = schedule.give_back(&foreign).await {
+                tracing::warn!(error = %e, "putting back another store's Redis members failed");
+            }
+        }
+        let ours: Vec<String> = ours.into_iter().map(|(r, _)| r).collect();
+        if let Err(e) = schedule.release(&ours).await {
             tracing::warn!(error = %e, "dropping refused Redis leases failed");
         }
     }
     Ok(claimed)
+}
+
+/// Splits refused members into another store's (under a named prefix, the
+/// references this store does not know) and this store's own. When the
+/// store cannot tell, every one counts as another store's: putting a
+/// member back is always safe, deleting one is not.
+async fn split_foreign(
+    store: &Store,
+    schedule: &RedisSchedule,
+    refused: Vec<(String, i64)>,
+) -> (Vec<(String, i64)>, Vec<(String, i64)>) {
+    if schedule.keys.exclusive || refused.is_empty() {
+        return (Vec::new(), refused);
+    }
+    let refs: Vec<String> = refused.iter().map(|(r, _)| r.clone()).collect();
+    match store.known_delivery_refs(&refs).await {
+        Ok(known) => refused
+            .into_iter()
+            .partition(|(r, _)| !known.contains(r.as_str())),
+        Err(e) => {
+            tracing::warn!(error = %e, "telling another store's Redis members from ours failed");
+            (refused, Vec::new())
+        }
+    }
 }

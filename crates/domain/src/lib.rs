@@ -20,10 +20,12 @@ pub mod rate_limit;
 pub mod reference;
 pub mod refunds;
 pub mod secret;
+pub mod store_id;
 pub mod time;
 pub mod webhook;
 
 pub use cursor::{Cursor, CursorError};
 pub use money::{Currency, Money, MoneyError};
 pub use reference::{Prefix, Ref, RefError};
+pub use store_id::StoreId;
 pub use time::Timestamp;

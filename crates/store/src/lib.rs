@@ -20,6 +20,7 @@ pub mod billing;
 pub mod db;
 pub mod dispatch;
 mod error;
+mod identity;
 pub mod webhooks;
 
 pub use admin::credentials::{AuthRecord, CredentialRecord, NewCredential};
@@ -258,7 +259,8 @@ impl Store {
             .map_err(|e| StoreError::Migration(e.to_string()))?
             .run(&self.writer)
             .await
-            .map_err(|e| StoreError::Migration(e.to_string()))
+            .map_err(|e| StoreError::Migration(e.to_string()))?;
+        self.ensure_identity().await
     }
 
     /// A cheap round trip, for readiness checks.

@@ -350,11 +350,17 @@ impl FreshDatabase {
 }
 
 /// The Redis database at `url` emptied (in case an earlier run was killed)
-/// and marked as fed, so that a dispatcher does not take it for a Redis that
-/// lost its data (which makes it pass over the store every second for a
-/// minute).
-pub async fn fresh_redis_schedule(url: &str) {
-    use dispatcher::redis_schedule::redis;
+/// and marked as fed for the store at `store_url` (migrated here, which
+/// gives it its identity), so that its dispatcher does not take it for a
+/// Redis that lost its data (which makes it pass over the store every
+/// second for a minute).
+pub async fn fresh_redis_schedule(url: &str, store_url: &str) {
+    use dispatcher::redis_schedule::{redis, Keys};
+    let store = store::Store::connect(store_url).await.unwrap();
+    store.migrate().await.unwrap();
+    let owner = store.identity().await.unwrap();
+    store.close().await;
+    let keys = Keys::own(owner.clone());
     let redis = redis::Client::open(url).unwrap();
     let mut conn = redis.get_multiplexed_async_connection().await.unwrap();
     redis::cmd("FLUSHDB")
@@ -362,8 +368,8 @@ pub async fn fresh_redis_schedule(url: &str) {
         .await
         .unwrap();
     redis::cmd("SET")
-        .arg("billing:fed")
-        .arg(1)
+        .arg(format!("{}:fed", keys.prefix()))
+        .arg(owner.as_str())
         .query_async::<()>(&mut conn)
         .await
         .unwrap();

@@ -754,6 +754,30 @@ impl Store {
         )
         .await
     }
+
+    /// Which of `refs` name a delivery of this store (in any state): the
+    /// claim path tells another store's schedule members, which it must
+    /// leave alone, from this store's own that are no longer claimable.
+    pub async fn known_delivery_refs(
+        &self,
+        refs: &[String],
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        const CHUNK: usize = 500;
+        let mut known = std::collections::HashSet::with_capacity(refs.len());
+        for chunk in refs.chunks(CHUNK) {
+            let sql = format!(
+                "SELECT delivery_ref FROM webhook_deliveries WHERE delivery_ref IN ({})",
+                crate::webhooks::placeholders(1, chunk.len())
+            );
+            let args: Vec<Arg> = chunk.iter().map(Arg::from).collect();
+            let found: Vec<String> = read::all(self.pool(), &sql, &args, |row| {
+                Ok(row.try_get("delivery_ref")?)
+            })
+            .await?;
+            known.extend(found);
+        }
+        Ok(known)
+    }
 }
 
 /// The statements of the fleet's claim path, public so that a test can
