@@ -317,3 +317,108 @@ async fn claim_skips_what_the_store_leases_to_someone_else() {
     assert_eq!(pass.scheduled, 0);
     billing_tests::redis::delete_prefix(f.schedule.key_prefix()).await;
 }
+
+/// The score of `member` in the due set under `prefix`, if it is there.
+async fn due_score(prefix: &str, member: &str) -> Option<i64> {
+    let client = rs::redis::Client::open(billing_tests::redis::url()).expect("redis url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis reachable");
+    let score: Option<f64> = rs::redis::cmd("ZSCORE")
+        .arg(format!("{prefix}:due"))
+        .arg(member)
+        .query_async(&mut conn)
+        .await
+        .expect("ZSCORE");
+    score.map(|s| s as i64)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_prefix_shared_by_two_stores_loses_neither_ones_members() {
+    // Store A with 3 due deliveries, store B with 2, both under one prefix
+    // an operator named for each (a mistake the schedule must survive).
+    let Some(a) = fixture(1, 3).await else { return };
+    let Some(b) = fixture(1, 2).await else { return };
+    let prefix = format!("billing-test-shared:{}", billing_tests::unique_key());
+    let connect = |owner: domain::StoreId| {
+        let prefix = prefix.clone();
+        async move {
+            Arc::new(
+                RedisSchedule::connect(
+                    &billing_tests::redis::url(),
+                    rs::Keys::named(prefix, owner),
+                )
+                .await
+                .expect("redis reachable"),
+            )
+        }
+    };
+    // Test stores are cloned from one template and share its identity; the
+    // marker tells owners apart by the identity their schedules are given.
+    let (id_a, id_b) = (domain::StoreId::generate(), domain::StoreId::generate());
+    let (sa, sb) = (connect(id_a.clone()).await, connect(id_b.clone()).await);
+
+    rs::feed_once(&a.app.store, &sa, rs::FEED_HORIZON)
+        .await
+        .unwrap();
+    assert_eq!(sa.marker().await.unwrap(), rs::Marker::Ours);
+    rs::feed_once(&b.app.store, &sb, rs::FEED_HORIZON)
+        .await
+        .unwrap();
+    assert_eq!(
+        sa.marker().await.unwrap(),
+        rs::Marker::Foreign(id_b.to_string()),
+        "B's pass marked the shared keys as B's: A's feed makes full passes"
+    );
+    assert_eq!(sa.due_len().await.unwrap(), 5);
+    let planned: Vec<Option<i64>> = due_scores(&prefix, &b.refs).await;
+
+    // A claims everything due: it leases its own three, and puts B's two
+    // back where they were instead of deleting them.
+    let (now, until) = lease(60_000);
+    let mine = rs::claim(&a.app.store, &sa, "a", now, until, 100)
+        .await
+        .unwrap();
+    let mine: Vec<String> = mine
+        .into_iter()
+        .map(|d| d.delivery_ref.into_string())
+        .collect();
+    assert_eq!(set(&mine), set(&a.refs));
+    assert_eq!(due_scores(&prefix, &b.refs).await, planned);
+    // Its next claims pass over them rather than take them again.
+    let (now, until) = lease(60_000);
+    assert!(rs::claim(&a.app.store, &sa, "a", now, until, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(sa.due_len().await.unwrap(), 2);
+
+    // B finds its own, due when they were.
+    let (now, until) = lease(60_000);
+    let theirs = rs::claim(&b.app.store, &sb, "b", now, until, 100)
+        .await
+        .unwrap();
+    let theirs: Vec<String> = theirs
+        .into_iter()
+        .map(|d| d.delivery_ref.into_string())
+        .collect();
+    assert_eq!(set(&theirs), set(&b.refs));
+    assert_eq!(sa.due_len().await.unwrap(), 0);
+    billing_tests::redis::delete_prefix(&prefix).await;
+    billing_tests::redis::delete_prefix(a.schedule.key_prefix()).await;
+    billing_tests::redis::delete_prefix(b.schedule.key_prefix()).await;
+}
+
+/// The due scores of `refs` under `prefix`, in order.
+async fn due_scores(prefix: &str, refs: &[String]) -> Vec<Option<i64>> {
+    let mut out = Vec::new();
+    for r in refs {
+        out.push(due_score(prefix, r).await);
+    }
+    assert!(
+        out.iter().all(Option::is_some),
+        "every member is due: {out:?}"
+    );
+    out
+}
