@@ -144,6 +144,36 @@ async fn duplicates_are_processed_once(app: TestApp) {
     assert_eq!(receiver.count(), 1);
 }
 
+/// An event naming an environment this store does not have is another
+/// store's (on a shared exchange every store's queue sees it): it passes,
+/// neither stored nor dead-lettered.
+async fn another_stores_events_pass(app: TestApp) {
+    let elsewhere = domain::Ref::generate(domain::Prefix::Environment);
+    let event_ref = domain::Ref::generate(domain::Prefix::Event);
+    let envelope = json!({"event_ref": event_ref.as_str(), "public_event_type": "refund.created",
+        "environment_ref": elsewhere.as_str(), "occurred_at": "2026-11-22T10:00:00Z",
+        "data": {"refund_ref": "ref_AAAAAAAAAAAA"}});
+    for _ in 0..2 {
+        let accepted =
+            dispatcher::intake::accept(&app.queue, envelope.to_string().as_bytes(), "test")
+                .await
+                .unwrap();
+        assert_eq!(accepted, dispatcher::intake::Accepted::Foreign);
+    }
+    assert_eq!(app.store.dead_letter_count().await.unwrap(), 0);
+    let pool = app.raw_pool().await;
+    let (stored,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM events WHERE event_ref = $1")
+        .bind(event_ref.as_str())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    assert_eq!(stored, 0, "another store's event is not kept here");
+    // The store's own environment is accepted as before.
+    app.publish("refund.created", json!({"refund_ref": "ref_AAAAAAAAAAAA"}))
+        .await;
+}
+
 /// The `(status, data)` of the queued event `event_ref`, read straight from
 /// the store's `events` table (no API shows it).
 async fn queued_event(app: &TestApp, event_ref: &str) -> (String, Option<String>) {
@@ -723,6 +753,7 @@ backend_tests!(
     emitted_events_leave_through_the_outbox,
     delivered_signed_and_recorded,
     duplicates_are_processed_once,
+    another_stores_events_pass,
     an_events_data_is_kept_only_until_its_fan_out,
     failures_retry_on_schedule_then_fail,
     the_health_gauge_reads_which_endpoints_were_attempted,

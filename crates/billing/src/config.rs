@@ -427,6 +427,44 @@ mod tests {
     }
 
     #[test]
+    fn a_fleet_names_its_keys_and_queue_after_its_store_unless_told() {
+        let owner = domain::StoreId::parse("0123456789abcdef").unwrap();
+        let mut c = Config::default();
+        assert_eq!(
+            c.redis_keys(owner.clone()).prefix(),
+            "billing:0123456789abcdef"
+        );
+        assert_eq!(
+            c.queue_name(&owner),
+            "billing.events.dispatcher.0123456789abcdef"
+        );
+        c.scheduler.key_prefix = "billing".into();
+        c.queue.name = "billing.events.dispatcher".into();
+        c.validate().unwrap();
+        assert_eq!(
+            c.redis_keys(owner.clone()),
+            dispatcher::redis_schedule::Keys::named("billing", owner.clone())
+        );
+        assert_eq!(c.queue_name(&owner), "billing.events.dispatcher");
+        type Spoil = fn(&mut Config);
+        let cases: [(&str, Spoil); 3] = [
+            ("queue.name", |c| c.queue.name = "amq.mine".into()),
+            ("queue.name", |c| c.queue.name = "q".repeat(256)),
+            ("scheduler.key_prefix", |c| {
+                c.scheduler.key_prefix = "two words".into()
+            }),
+        ];
+        for (name, spoil) in cases {
+            let mut c = Config::default();
+            spoil(&mut c);
+            assert!(
+                matches!(c.validate(), Err(ConfigError::Invalid { field, .. }) if field == name),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
     fn the_defaults_are_the_contracts() {
         let c = Config::default();
         assert_eq!(c.api.rate_limit, 1000);
