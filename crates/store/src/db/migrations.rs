@@ -62,12 +62,21 @@ pub(crate) async fn migrator(backend: Backend) -> Result<Migrator, sqlx::migrate
 mod tests {
     use super::*;
 
+    /// Versions whose number is taken by a migration written on another
+    /// branch, not merged here yet (0015). Once it is, the list may be
+    /// emptied; a listed version that is present is not a gap.
+    const RESERVED: &[i64] = &[15];
+
     #[tokio::test]
     async fn both_engines_have_every_version_once_in_order() {
         for backend in [Backend::Sqlite, Backend::Postgres] {
             let m = migrator(backend).await.unwrap();
             let versions: Vec<i64> = m.iter().map(|m| m.version).collect();
-            assert_eq!(versions, (1..=versions.len() as i64).collect::<Vec<_>>());
+            let last = versions.last().copied().unwrap_or(0);
+            let expected: Vec<i64> = (1..=last)
+                .filter(|v| !RESERVED.contains(v) || versions.contains(v))
+                .collect();
+            assert_eq!(versions, expected);
         }
         let lite = migrator(Backend::Sqlite).await.unwrap();
         let first = lite.iter().next().unwrap();
