@@ -9,7 +9,7 @@
 use billing_tests::{backend_tests, unique_key, Resp, TestApp};
 use domain::Timestamp;
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 const PRODUCTS: &str = "/api/v1/products";
 const PRICES: &str = "/api/v1/prices";
@@ -87,7 +87,14 @@ const CONFIG_FIELDS: &[&str] = &[
     "updated_at",
     "etag",
 ];
-const CUSTOM_FIELD_FIELDS: &[&str] = &["key", "label", "type", "required", "options"];
+const CUSTOM_FIELD_FIELDS: &[&str] = &[
+    "custom_field_ref",
+    "key",
+    "label",
+    "type",
+    "required",
+    "options",
+];
 
 // ---- helpers ------------------------------------------------------------------
 
@@ -1601,6 +1608,14 @@ async fn checkout_config_custom_fields(app: TestApp) {
     assert_eq!(fields[1]["options"], json!(["S", "M", "L"]));
     assert_eq!(fields[2]["type"], "numeric");
     assert!(fields[2]["options"].is_null());
+    for f in &fields {
+        is_ref(&f["custom_field_ref"], "cf_");
+    }
+    let refs: HashSet<String> = fields
+        .iter()
+        .map(|f| text(&f["custom_field_ref"]))
+        .collect();
+    assert_eq!(refs.len(), 3, "one reference per field: {fields:?}");
 
     let dropdown = |options: Value| json!([{"key": "size", "label": "Size", "type": "dropdown", "options": options}]);
     let many_options: Vec<String> = (0..21).map(|i| format!("o{i}")).collect();
@@ -1630,6 +1645,9 @@ async fn checkout_config_custom_fields(app: TestApp) {
         json!([{"key": "company", "label": "Company", "type": "date"}]),
         json!([{"key": "company", "label": "Company"}]),
         json!([{"key": "company", "label": "Company", "type": "text", "hint": "x"}]),
+        // The service assigns references; a body never gives one.
+        json!([{"key": "company", "label": "Company", "type": "text",
+            "custom_field_ref": "cf_K1lZ4xC7vB3n"}]),
     ] {
         let r = create_config(&app, body(fields.clone())).await;
         assert_eq!(r.status, 400, "{fields}: {}", r.text);
@@ -1790,6 +1808,228 @@ async fn checkout_config_versions(app: TestApp) {
     r.expect(201);
     assert_eq!(r.data()["current_version"], 5);
     assert_eq!(r.data()["mode"], "subscription");
+}
+
+/// The `custom_field_ref` of each field of a config answer, by key.
+fn field_refs(config: &Value) -> BTreeMap<String, String> {
+    config["custom_fields"]
+        .as_array()
+        .expect("custom_fields")
+        .iter()
+        .map(|f| {
+            is_ref(&f["custom_field_ref"], "cf_");
+            (text(&f["key"]), text(&f["custom_field_ref"]))
+        })
+        .collect()
+}
+
+/// A field's reference is kept across the config's versions for the same
+/// key (also when a version drops the key and a later one brings it back);
+/// a new key gets a new one; another config's field of the same key has
+/// its own (contract 9, "Data profile grants").
+async fn checkout_config_custom_field_refs(app: TestApp) {
+    let o = offer_ref(&app, eur("1999"), None).await;
+    let field = |key: &str, label: &str| json!({"key": key, "label": label, "type": "text"});
+    let r = create_config(
+        &app,
+        with(
+            config_body(vec![line(&o, 1)]),
+            "custom_fields",
+            json!([field("gift_note", "Gift note"), field("po_number", "PO")]),
+        ),
+    )
+    .await;
+    r.expect(201);
+    let v1 = field_refs(r.data());
+    let cfg = text(&r.data()["config_ref"]);
+    let versions = at(CONFIGS, &cfg, "/versions");
+    assert_eq!(v1.len(), 2);
+    assert_ne!(v1["gift_note"], v1["po_number"]);
+
+    // Same key, new label: same reference. A new key: a new reference.
+    let r = app
+        .post(
+            &versions,
+            json!({"custom_fields": [field("po_number", "Purchase order"), field("seats", "Seats")]}),
+        )
+        .send()
+        .await;
+    r.expect(201);
+    let v2 = field_refs(r.data());
+    assert_eq!(r.data()["current_version"], 2);
+    assert_eq!(r.data()["custom_fields"][0]["label"], "Purchase order");
+    assert_eq!(v2["po_number"], v1["po_number"], "kept for the same key");
+    assert!(
+        !v1.values().any(|r| *r == v2["seats"]),
+        "a new key, a new reference: {v1:?} {v2:?}"
+    );
+    assert_eq!(*get(&app, &at(CONFIGS, &cfg, "")).await.data(), *r.data());
+
+    // A key dropped in version 2 and given again in version 3 gets its
+    // reference back; fields carried over keep theirs.
+    let r = app
+        .post(
+            &versions,
+            json!({"custom_fields": [field("seats", "Seats"), field("gift_note", "Note")]}),
+        )
+        .send()
+        .await;
+    r.expect(201);
+    let v3 = field_refs(r.data());
+    assert_eq!(v3["gift_note"], v1["gift_note"]);
+    assert_eq!(v3["seats"], v2["seats"]);
+    let r = app.post(&versions, json!({"name": "Renamed"})).send().await;
+    r.expect(201);
+    assert_eq!(field_refs(r.data()), v3, "carried over with the fields");
+
+    // Publishing an older version still shows the newest's fields.
+    let r = app
+        .post(&at(CONFIGS, &cfg, "/publish"), json!({"version": 1}))
+        .send()
+        .await;
+    r.expect(200);
+    assert_eq!(field_refs(r.data()), v3);
+
+    // Another config's field of the same key is another field.
+    let r = create_config(
+        &app,
+        with(
+            config_body(vec![line(&o, 1)]),
+            "custom_fields",
+            json!([field("gift_note", "Gift note")]),
+        ),
+    )
+    .await;
+    r.expect(201);
+    let other = field_refs(r.data());
+    assert_ne!(other["gift_note"], v1["gift_note"]);
+
+    // A version's body may not give a reference either.
+    let r = app
+        .post(
+            &versions,
+            json!({"custom_fields": [{"key": "gift_note", "label": "Note", "type": "text",
+                "custom_field_ref": v1["gift_note"]}]}),
+        )
+        .send()
+        .await;
+    invalid_under(&r, "custom_fields");
+    assert_eq!(
+        get(&app, &at(CONFIGS, &cfg, "")).await.data()["current_version"],
+        4
+    );
+}
+
+/// Versions written before custom fields had references (migration 0016)
+/// get theirs when the store is migrated: the same for a key in every
+/// version, shown by the config, and kept by the versions written after.
+/// Migrating again changes nothing.
+async fn custom_field_refs_of_versions_older_than_the_migration(app: TestApp) {
+    let o = offer_ref(&app, eur("1999"), None).await;
+    let field = |key: &str| json!({"key": key, "label": "Label", "type": "text"});
+    let r = create_config(
+        &app,
+        with(
+            config_body(vec![line(&o, 1)]),
+            "custom_fields",
+            json!([field("gift_note")]),
+        ),
+    )
+    .await;
+    r.expect(201);
+    let cfg = text(&r.data()["config_ref"]);
+    let versions = at(CONFIGS, &cfg, "/versions");
+    app.post(
+        &versions,
+        json!({"custom_fields": [field("gift_note"), field("seats")]}),
+    )
+    .send()
+    .await
+    .expect(201);
+    let plain = create_config(&app, config_body(vec![line(&o, 1)])).await;
+    plain.expect(201);
+
+    // Back to what an older service wrote: no references anywhere.
+    let pool = app.raw_pool().await;
+    let bodies: Vec<(i64, String)> = sqlx::query_as(
+        "SELECT version, body FROM checkout_config_versions WHERE config_ref = $1 \
+         ORDER BY version",
+    )
+    .bind(cfg.as_str())
+    .fetch_all(&pool)
+    .await
+    .expect("the versions");
+    assert_eq!(bodies.len(), 2);
+    for (version, body) in &bodies {
+        let mut content: Value = serde_json::from_str(body).expect("JSON");
+        for f in content["custom_fields"].as_array_mut().expect("fields") {
+            assert!(f["custom_field_ref"].is_string(), "{body}");
+            f.as_object_mut()
+                .expect("a field")
+                .remove("custom_field_ref");
+        }
+        sqlx::query(
+            "UPDATE checkout_config_versions SET body = $1 WHERE config_ref = $2 AND version = $3",
+        )
+        .bind(serde_json::to_string(&content).expect("JSON"))
+        .bind(cfg.as_str())
+        .bind(*version)
+        .execute(&pool)
+        .await
+        .expect("an old body");
+    }
+    sqlx::query("DELETE FROM checkout_custom_fields")
+        .execute(&pool)
+        .await
+        .expect("no references");
+
+    app.store.migrate().await.expect("migrated again");
+    let c = get(&app, &at(CONFIGS, &cfg, "")).await.data().clone();
+    let refs = field_refs(&c);
+    assert_eq!(refs.len(), 2);
+    assert_ne!(refs["gift_note"], refs["seats"]);
+    let rows: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT custom_field_ref, config_ref, key FROM checkout_custom_fields ORDER BY key",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("the references");
+    assert_eq!(
+        rows,
+        vec![
+            (
+                refs["gift_note"].clone(),
+                cfg.clone(),
+                "gift_note".to_owned()
+            ),
+            (refs["seats"].clone(), cfg.clone(), "seats".to_owned()),
+        ]
+    );
+    // Version 1's body has its field's reference too, the same.
+    let (v1,): (String,) = sqlx::query_as(
+        "SELECT body FROM checkout_config_versions WHERE config_ref = $1 AND version = 1",
+    )
+    .bind(cfg.as_str())
+    .fetch_one(&pool)
+    .await
+    .expect("version 1");
+    let v1: Value = serde_json::from_str(&v1).expect("JSON");
+    assert_eq!(
+        v1["custom_fields"][0]["custom_field_ref"],
+        refs["gift_note"].as_str()
+    );
+
+    app.store.migrate().await.expect("migrated once more");
+    assert_eq!(*get(&app, &at(CONFIGS, &cfg, "")).await.data(), c);
+    let r = app
+        .post(&versions, json!({"custom_fields": [field("seats")]}))
+        .send()
+        .await;
+    r.expect(201);
+    assert_eq!(field_refs(r.data())["seats"], refs["seats"]);
+    let plain = get(&app, &at(CONFIGS, &text(&plain.data()["config_ref"]), "")).await;
+    assert_eq!(plain.data()["custom_fields"], json!([]));
+    pool.close().await;
 }
 
 // ---- concurrency ----------------------------------------------------------------
@@ -2533,6 +2773,8 @@ backend_tests!(
     checkout_configs,
     checkout_config_line_items,
     checkout_config_custom_fields,
+    checkout_config_custom_field_refs,
+    custom_field_refs_of_versions_older_than_the_migration,
     checkout_config_versions,
     concurrent_price_publishes,
     concurrent_overlapping_applies,

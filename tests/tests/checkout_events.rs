@@ -6,7 +6,9 @@
 //! payment exactly once, signed so that the official Standard Webhooks
 //! verifier accepts it, its `data` the resource as its retrieve answers it,
 //! with the personal fields left out unless the endpoint's data profile
-//! grant covers them.
+//! grant covers them. A session's `custom_fields` object always arrives;
+//! inside it, a value only for an endpoint whose grant names that field's
+//! `custom_field_ref` (contract 9, issue 27).
 //!
 //! The writes' events leave through the outbox: into the store's queue on
 //! every backend (`backend_tests!`), and across RabbitMQ to two dispatchers
@@ -37,11 +39,15 @@ const ENTITLEMENTS: &str = "/api/v1/entitlements";
 const SUBSCRIPTIONS: &str = "/api/v1/subscriptions";
 const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
 
-/// The buyers of the two sessions, and a custom field value of the first:
-/// personal data that must not reach an endpoint without a grant.
+/// The buyers of the two sessions, and the custom field values of the
+/// first: personal data that must not reach an endpoint whose grant does
+/// not cover it.
 const ADA: (&str, &str) = ("ada.lovelace@example.com", "Ada Lovelace");
 const GRACE: (&str, &str) = ("grace.hopper@example.com", "Grace Hopper");
 const GIFT_NOTE: &str = "Leave it with the concierge";
+const PO_NUMBER: &str = "PO-7781-Kestrel";
+/// The one-time config's custom fields and the first session's values.
+const FIELD_VALUES: &[(&str, &str)] = &[("gift_note", GIFT_NOTE), ("po_number", PO_NUMBER)];
 
 /// What every endpoint here subscribes to. An endpoint may hold one
 /// subscription per type and scope (contract 9: the same endpoint, type and
@@ -165,16 +171,29 @@ async fn offer(
     (product, offer)
 }
 
-/// Creates and publishes a checkout config from `body`; its reference.
-async fn published_config(app: &TestApp, body: Value) -> String {
+/// Creates and publishes a checkout config from `body`; its reference and
+/// its custom fields' references by key.
+async fn published_config(app: &TestApp, body: Value) -> (String, BTreeMap<String, String>) {
     let r = app.post(CONFIGS, body).send().await;
     r.expect(201);
     let config = text(&r.data()["config_ref"]);
-    app.post(&format!("{CONFIGS}/{config}/publish"), json!({}))
+    let fields = r.data()["custom_fields"]
+        .as_array()
+        .expect("custom_fields")
+        .iter()
+        .map(|f| {
+            is_ref(&f["custom_field_ref"], "cf_");
+            (text(&f["key"]), text(&f["custom_field_ref"]))
+        })
+        .collect();
+    let created = r.data()["custom_fields"].clone();
+    let r = app
+        .post(&format!("{CONFIGS}/{config}/publish"), json!({}))
         .send()
-        .await
-        .expect(200);
-    config
+        .await;
+    r.expect(200);
+    assert_eq!(r.data()["custom_fields"], created, "publishing keeps them");
+    (config, fields)
 }
 
 /// Opens a session of `config` for `buyer` and pays it with `pm_card_visa`;
@@ -208,26 +227,32 @@ async fn pay_session(
 }
 
 /// What the two payments buy: a one-time config of two products (book and
-/// poster, with a custom field) and a monthly config of one (magazine).
+/// poster, with two custom fields) and a monthly config of one (magazine,
+/// no custom field).
 struct Catalogue {
     one_time: String,
     monthly: String,
     /// Book, poster, magazine.
     products: Vec<String>,
+    /// The one-time config's `custom_field_ref`s by key.
+    field_refs: BTreeMap<String, String>,
 }
 
 async fn catalogue(app: &TestApp) -> Catalogue {
     let (book, book_offer) = offer(app, "Book", eur("1999"), None).await;
     let (poster, poster_offer) = offer(app, "Poster", eur("500"), None).await;
     let (magazine, magazine_offer) = offer(app, "Magazine", eur("999"), Some("month")).await;
-    let one_time = published_config(
+    let (one_time, field_refs) = published_config(
         app,
         json!({"name": "Shop", "success_url": "https://example.com/ok",
             "line_items": [{"offer_ref": book_offer, "quantity": 2}, {"offer_ref": poster_offer, "quantity": 1}],
-            "custom_fields": [{"key": "gift_note", "label": "Gift note", "type": "text"}]}),
+            "custom_fields": [{"key": "gift_note", "label": "Gift note", "type": "text"},
+                {"key": "po_number", "label": "PO number", "type": "text"}]}),
     )
     .await;
-    let monthly = published_config(
+    assert_eq!(field_refs.len(), 2);
+    assert_ne!(field_refs["gift_note"], field_refs["po_number"]);
+    let (monthly, _) = published_config(
         app,
         json!({"name": "Subscribe", "success_url": "https://example.com/ok",
             "line_items": [{"offer_ref": magazine_offer, "quantity": 1}]}),
@@ -237,6 +262,7 @@ async fn catalogue(app: &TestApp) -> Catalogue {
         one_time,
         monthly,
         products: vec![book, poster, magazine],
+        field_refs,
     }
 }
 
@@ -251,7 +277,7 @@ async fn make_purchases(app: &TestApp, c: &Catalogue) -> Purchases {
         app,
         &c.one_time,
         ADA,
-        Some(json!({ "gift_note": GIFT_NOTE })),
+        Some(json!({ "gift_note": GIFT_NOTE, "po_number": PO_NUMBER })),
         "retrieve_payment_response",
     )
     .await;
@@ -271,9 +297,34 @@ struct Endpoint {
     receiver: TestReceiver,
     /// Whether its grant covers `contact` and `payment_instrument`.
     granted: bool,
+    /// The keys of the one-time config's custom fields whose references
+    /// its grant names.
+    fields: Vec<&'static str>,
 }
 
-async fn endpoint(app: &TestApp, c: &Catalogue, granted: bool) -> Endpoint {
+impl Endpoint {
+    fn who(&self) -> String {
+        format!(
+            "{}, fields {:?}",
+            if self.granted {
+                "granted"
+            } else {
+                "no classes"
+            },
+            self.fields
+        )
+    }
+}
+
+/// An endpoint without a grant (`granted` false, no `fields`), or with one
+/// covering `contact` and `payment_instrument` when `granted` and naming
+/// the references of the custom fields `fields`.
+async fn endpoint(
+    app: &TestApp,
+    c: &Catalogue,
+    granted: bool,
+    fields: &[&'static str],
+) -> Endpoint {
     let receiver = TestReceiver::start(Behaviour::Status(204)).await;
     let (endpoint_ref, secret) = app
         .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
@@ -301,24 +352,41 @@ async fn endpoint(app: &TestApp, c: &Catalogue, granted: bool) -> Endpoint {
             .await
             .expect(201);
     }
-    if granted {
-        let r = app
-            .post(
-                &format!("{ENDPOINTS}/{endpoint_ref}/data_profile_grants"),
-                json!({"purpose": "fulfillment", "reason": "ship the goods",
-                    "data_classes": ["contact", "payment_instrument"], "custom_field_refs": []}),
-            )
-            .send()
-            .await;
-        r.expect(201);
-        assert_eq!(r.data()["status"], "active", "{}", r.text);
+    if granted || !fields.is_empty() {
+        let classes: &[&str] = if granted {
+            &["contact", "payment_instrument"]
+        } else {
+            &[]
+        };
+        grant(app, &endpoint_ref, classes, &field_refs(c, fields)).await;
     }
     Endpoint {
         endpoint_ref,
         secret,
         receiver,
         granted,
+        fields: fields.to_vec(),
     }
+}
+
+/// The references of the one-time config's fields `keys`.
+fn field_refs(c: &Catalogue, keys: &[&str]) -> Vec<String> {
+    keys.iter().map(|k| c.field_refs[*k].clone()).collect()
+}
+
+/// Gives `endpoint_ref` a new active grant of `classes` and `field_refs`.
+async fn grant(app: &TestApp, endpoint_ref: &str, classes: &[&str], field_refs: &[String]) {
+    let r = app
+        .post(
+            &format!("{ENDPOINTS}/{endpoint_ref}/data_profile_grants"),
+            json!({"purpose": "fulfillment", "reason": "ship the goods",
+                "data_classes": classes, "custom_field_refs": field_refs}),
+        )
+        .send()
+        .await;
+    r.expect(201);
+    assert_eq!(r.data()["status"], "active", "{}", r.text);
+    assert_eq!(r.data()["custom_field_refs"], json!(field_refs));
 }
 
 /// Waits until every endpoint's receiver got all its deliveries and the
@@ -408,7 +476,12 @@ async fn resources(app: &TestApp, purchases: &Purchases) -> Resources {
         );
     }
     let first = retrieve(app, SESSIONS, &purchases.sessions[0]).await;
-    assert_eq!(first["custom_fields"], json!({ "gift_note": GIFT_NOTE }));
+    assert_eq!(
+        first["custom_fields"],
+        json!({ "gift_note": GIFT_NOTE, "po_number": PO_NUMBER })
+    );
+    let second = retrieve(app, SESSIONS, &purchases.sessions[1]).await;
+    assert_eq!(second["custom_fields"], json!({}));
     for (event_type, base, field) in [
         ("order.created", ORDERS, "order_ref"),
         ("invoice.paid", INVOICES, "invoice_ref"),
@@ -454,19 +527,22 @@ fn personal_fields(event_type: &str, dto_version: u32) -> &'static [&'static str
     }
 }
 
-/// What an endpoint must receive as `data` for `resource`: without the
-/// grant, without its personal fields. A checkout session's custom fields
-/// are keyed by the config's field keys, which no grant names (grants list
-/// `cf_` references): no endpoint receives them.
-fn delivered_form(event_type: &str, dto_version: u32, resource: &Value, granted: bool) -> Value {
+/// What endpoint `e` must receive as `data` for `resource`: without the
+/// grant of classes, without its personal fields; a checkout session's
+/// `custom_fields` object with only the values of the fields whose
+/// references the grant names (contract 9: the object itself always).
+fn delivered_form(event_type: &str, dto_version: u32, resource: &Value, e: &Endpoint) -> Value {
     let mut data = resource.clone();
-    if !granted {
+    if !e.granted {
         for path in personal_fields(event_type, dto_version) {
             remove(&mut data, path);
         }
     }
     if event_type == "checkout_session.completed" {
-        remove(&mut data, "custom_fields");
+        let fields = data["custom_fields"]
+            .as_object_mut()
+            .expect("a session's custom_fields is an object");
+        fields.retain(|key, _| e.fields.contains(&key.as_str()));
     }
     data
 }
@@ -477,7 +553,7 @@ fn delivered_form(event_type: &str, dto_version: u32, resource: &Value, granted:
 /// references it got.
 async fn check_endpoint(app: &TestApp, e: &Endpoint, expected: &Resources) -> BTreeSet<String> {
     let got: Vec<Received> = e.receiver.received();
-    let who = if e.granted { "granted" } else { "no grant" };
+    let who = e.who();
     assert_eq!(
         got.len(),
         total_deliveries(),
@@ -543,7 +619,12 @@ async fn check_endpoint(app: &TestApp, e: &Endpoint, expected: &Resources) -> BT
 
         // Personal data never travels without a grant, wherever it would sit.
         let raw = String::from_utf8_lossy(&r.body);
-        let mut secret_values = vec![GIFT_NOTE];
+        let session_event = event_type == "checkout_session.completed";
+        let mut secret_values: Vec<&str> = FIELD_VALUES
+            .iter()
+            .filter(|(key, _)| !(session_event && e.fields.contains(key)))
+            .map(|(_, value)| *value)
+            .collect();
         if !e.granted {
             secret_values.extend([ADA.0, ADA.1, GRACE.0, GRACE.1]);
         }
@@ -579,7 +660,7 @@ async fn check_endpoint(app: &TestApp, e: &Endpoint, expected: &Resources) -> BT
             "{who}: {event_type} v{version}: the resources delivered"
         );
         for (key, resource) in want {
-            let shaped = delivered_form(event_type, *version, resource, e.granted);
+            let shaped = delivered_form(event_type, *version, resource, e);
             assert_eq!(
                 have[key], shaped,
                 "{who}: {event_type} v{version} of {key}: delivered (left) vs retrieved and shaped (right)"
@@ -645,7 +726,20 @@ async fn check_endpoint(app: &TestApp, e: &Endpoint, expected: &Resources) -> BT
             assert_eq!(s["buyer"], json!({}), "{s}");
         }
         assert_eq!(s["status"], "complete", "{s}");
-        assert!(s.get("custom_fields").is_none(), "{s}");
+        // The one-time session's values, those the grant names; the
+        // monthly session has none. The object arrives either way.
+        let retrieved = &expected[&("checkout_session.completed".to_owned(), 1)]
+            [&text(&s["checkout_session_ref"])];
+        let values: serde_json::Map<String, Value> = if retrieved["custom_fields"] == json!({}) {
+            serde_json::Map::new()
+        } else {
+            FIELD_VALUES
+                .iter()
+                .filter(|(key, _)| e.fields.contains(key))
+                .map(|(key, value)| ((*key).to_owned(), json!(value)))
+                .collect()
+        };
+        assert_eq!(s["custom_fields"], Value::Object(values), "{who}: {s}");
     }
 
     // Every matching subscription is a match reason of its one delivery,
@@ -761,7 +855,7 @@ impl Pipeline {
 /// personal fields.
 async fn payment_events_arrive_once_signed_and_redacted(app: TestApp) {
     let c = catalogue(&app).await;
-    let a = endpoint(&app, &c, false).await;
+    let a = endpoint(&app, &c, false, &[]).await;
     let pipeline = Pipeline::embedded(&app);
     let purchases = make_purchases(&app, &c).await;
     all_delivered(&app, &[&a]).await;
@@ -771,13 +865,14 @@ async fn payment_events_arrive_once_signed_and_redacted(app: TestApp) {
     assert!(app.store.outbox_batch(10).await.unwrap().is_empty());
 }
 
-/// Endpoint B's grant covers `contact` and `payment_instrument`: it gets the
-/// same events with the buyer's e-mail and name and the card; endpoint A,
-/// beside it, still gets them without.
+/// Endpoint B's grant covers `contact` and `payment_instrument` and names
+/// no custom field: it gets the same events with the buyer's e-mail and
+/// name and the card, and the session's `custom_fields` as `{}`; endpoint
+/// A, beside it, still gets them without.
 async fn a_grant_delivers_contact_and_card(app: TestApp) {
     let c = catalogue(&app).await;
-    let a = endpoint(&app, &c, false).await;
-    let b = endpoint(&app, &c, true).await;
+    let a = endpoint(&app, &c, false, &[]).await;
+    let b = endpoint(&app, &c, true, &[]).await;
     let pipeline = Pipeline::embedded(&app);
     let purchases = make_purchases(&app, &c).await;
     all_delivered(&app, &[&a, &b]).await;
@@ -788,14 +883,162 @@ async fn a_grant_delivers_contact_and_card(app: TestApp) {
     pipeline.shutdown().await;
 }
 
+/// The `data` of the `checkout_session.completed` delivery `e` received for
+/// `session`, and the delivery's reference.
+fn session_delivered(e: &Endpoint, session: &str) -> (String, Value) {
+    let found: Vec<(String, Value)> = e
+        .receiver
+        .received()
+        .iter()
+        .map(|r| (r.header("webhook-id").to_owned(), r.json()))
+        .filter(|(_, body)| {
+            body["public_event_type"] == "checkout_session.completed"
+                && body["data"]["checkout_session_ref"] == session
+        })
+        .map(|(id, body)| (id, body["data"].clone()))
+        .collect();
+    assert_eq!(found.len(), 1, "{}: one delivery of {session}", e.who());
+    found.into_iter().next().unwrap_or_default()
+}
+
+/// The delivery `e` received of `event_type` in `version` for the resource
+/// `reference`.
+fn delivery_of(e: &Endpoint, event_type: &str, version: u32, reference: &str) -> String {
+    e.receiver
+        .received()
+        .iter()
+        .find(|r| {
+            let body = r.json();
+            body["public_event_type"] == event_type
+                && body["dto_version"] == version
+                && body["data"][ref_field(event_type, version)] == reference
+        })
+        .map(|r| r.header("webhook-id").to_owned())
+        .unwrap_or_else(|| panic!("{}: no {event_type} v{version} of {reference}", e.who()))
+}
+
+async fn body_status(app: &TestApp, delivery: &str) -> Value {
+    let r = app
+        .get(&format!("/api/v1/webhook_deliveries/{delivery}/body"))
+        .send()
+        .await;
+    r.expect(200);
+    r.data()["body_status"].clone()
+}
+
+/// A session with two custom fields (issue 27): endpoint `both`'s grant
+/// names both fields' `custom_field_ref`s and receives both values, `one`'s
+/// names one and receives that one, `none` has no grant and receives `{}`;
+/// each receives the session as `retrieveCheckoutSession` answers it with
+/// the values its grant does not name removed (and, without `contact`, the
+/// buyer's e-mail and name). Grants decide by reference afterwards too: a
+/// new grant naming the same fields keeps the stored session body, one
+/// naming fewer redacts it, and so does revoking; bodies holding no value
+/// stay.
+async fn custom_fields_reach_the_endpoints_whose_grants_name_them(app: TestApp) {
+    let c = catalogue(&app).await;
+    let none = endpoint(&app, &c, false, &[]).await;
+    let one = endpoint(&app, &c, false, &["gift_note"]).await;
+    let both = endpoint(&app, &c, false, &["gift_note", "po_number"]).await;
+    let pipeline = Pipeline::embedded(&app);
+    let purchases = make_purchases(&app, &c).await;
+    all_delivered(&app, &[&none, &one, &both]).await;
+    let expected = resources(&app, &purchases).await;
+    let seen = check_endpoint(&app, &none, &expected).await;
+    assert_eq!(check_endpoint(&app, &one, &expected).await, seen);
+    assert_eq!(check_endpoint(&app, &both, &expected).await, seen);
+    pipeline.shutdown().await;
+
+    // Stated outright, against the retrieve answer.
+    let (with_values, without_values) = (&purchases.sessions[0], &purchases.sessions[1]);
+    let retrieved = retrieve(&app, SESSIONS, with_values).await;
+    assert_eq!(
+        retrieved["custom_fields"],
+        json!({"gift_note": GIFT_NOTE, "po_number": PO_NUMBER})
+    );
+    for (e, values) in [
+        (&none, json!({})),
+        (&one, json!({ "gift_note": GIFT_NOTE })),
+        (
+            &both,
+            json!({ "gift_note": GIFT_NOTE, "po_number": PO_NUMBER }),
+        ),
+    ] {
+        let (_, data) = session_delivered(e, with_values);
+        let mut want = retrieved.clone();
+        want["buyer"] = json!({});
+        want["custom_fields"] = values;
+        assert_eq!(
+            data,
+            want,
+            "{}: delivered (left) vs retrieved, shaped",
+            e.who()
+        );
+        let (_, other) = session_delivered(e, without_values);
+        assert_eq!(other["custom_fields"], json!({}), "{}", e.who());
+    }
+
+    // A new grant naming the same fields covers the stored session body;
+    // one naming fewer does not, and the body is redacted; the other
+    // session's body (no values) and the payment's stay.
+    let (both_session, _) = session_delivered(&both, with_values);
+    let (both_other, _) = session_delivered(&both, without_values);
+    let both_payment = delivery_of(&both, "payment.succeeded", 2, &purchases.payments[0]);
+    grant(
+        &app,
+        &both.endpoint_ref,
+        &[],
+        &field_refs(&c, &["po_number", "gift_note"]),
+    )
+    .await;
+    assert_eq!(body_status(&app, &both_session).await, "available");
+    grant(
+        &app,
+        &both.endpoint_ref,
+        &[],
+        &field_refs(&c, &["po_number"]),
+    )
+    .await;
+    assert_eq!(body_status(&app, &both_session).await, "redacted");
+    assert_eq!(body_status(&app, &both_other).await, "available");
+    assert_eq!(body_status(&app, &both_payment).await, "available");
+
+    // Revoking `one`'s grant redacts its session body with a value.
+    let (one_session, _) = session_delivered(&one, with_values);
+    let (one_other, _) = session_delivered(&one, without_values);
+    let r = app
+        .get(&format!("{ENDPOINTS}/{}", one.endpoint_ref))
+        .send()
+        .await;
+    r.expect(200);
+    app.post(
+        &format!(
+            "{ENDPOINTS}/{}/data_profile_grants/revoke",
+            one.endpoint_ref
+        ),
+        json!({"reason": "no longer needed"}),
+    )
+    .if_match(&r.etag())
+    .send()
+    .await
+    .expect(200);
+    assert_eq!(body_status(&app, &one_session).await, "redacted");
+    assert_eq!(body_status(&app, &one_other).await, "available");
+    let (none_session, _) = session_delivered(&none, with_values);
+    assert_eq!(body_status(&app, &none_session).await, "available");
+}
+
 backend_tests!(
     payment_events_arrive_once_signed_and_redacted,
     a_grant_delivers_contact_and_card,
+    custom_fields_reach_the_endpoints_whose_grants_name_them,
 );
 
 /// Fleet mode: the API on PostgreSQL, its events relayed across RabbitMQ
 /// (`billing.events`, consumed from a queue of this test's own by two
-/// consumers), two dispatchers; each event arrives exactly once.
+/// consumers), two dispatchers; each event arrives exactly once. Endpoint
+/// B's grant also names one of the session's two custom fields: the
+/// dispatchers resolve it and deliver that value only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fleet_events_cross_rabbitmq_to_two_dispatchers_once() {
     static NOTICE: Once = Once::new();
@@ -830,8 +1073,8 @@ async fn fleet_events_cross_rabbitmq_to_two_dispatchers_once() {
         .expect("the topology is declared");
     let app = TestApp::spawn(Backend::Postgres).await;
     let c = catalogue(&app).await;
-    let a = endpoint(&app, &c, false).await;
-    let b = endpoint(&app, &c, true).await;
+    let a = endpoint(&app, &c, false, &[]).await;
+    let b = endpoint(&app, &c, true, &["po_number"]).await;
 
     let stop = CancellationToken::new();
     let mut tasks = vec![tokio::spawn(dispatcher::outbox::relay(

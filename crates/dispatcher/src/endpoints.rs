@@ -5,7 +5,7 @@
 
 use crate::sending::{Destination, Sender};
 use domain::webhook::cipher::SecretCipher;
-use domain::webhook::shaping::GrantView;
+use domain::webhook::shaping::{GrantView, GrantedField};
 use domain::webhook::signing::SigningSecret;
 use domain::webhook::EndpointStatus;
 use domain::{Ref, Timestamp};
@@ -60,14 +60,28 @@ impl EndpointCache {
             .webhooks()
             .endpoint(environment_ref, endpoint_ref)
             .await?;
-        let grant = store
+        let grant = match store
             .webhooks()
             .active_data_profile_grant(endpoint_ref)
             .await?
-            .map(|g| GrantView {
-                data_classes: g.data_classes,
-                custom_field_refs: g.custom_field_refs,
-            });
+        {
+            Some(g) => {
+                // The fields the grant names, as shaping finds them in a
+                // resource: the config and key behind each `cf_` reference.
+                // A reference never changes what it names, so the view
+                // stays good until the endpoint's version moves.
+                let fields = store
+                    .billing()
+                    .custom_fields(environment_ref, &g.custom_field_refs)
+                    .await?;
+                Some(GrantView {
+                    data_classes: g.data_classes,
+                    custom_field_refs: g.custom_field_refs,
+                    custom_fields: fields.into_iter().map(GrantedField::from).collect(),
+                })
+            }
+            None => None,
+        };
         let now = Timestamp::now();
         let secrets = e
             .secret_versions

@@ -252,7 +252,11 @@ impl Store {
         self.backend
     }
 
-    /// Applies every pending versioned migration of this backend.
+    /// Applies every pending versioned migration of this backend, then the
+    /// data fix-ups that need Rust rather than SQL (each idempotent, and one
+    /// read when there is nothing to do): the custom field references of
+    /// checkout config versions written before migration 0016
+    /// (`billing::checkout_configs::assign_missing_refs`).
     pub async fn migrate(&self) -> Result<(), StoreError> {
         db::migrations::migrator(self.backend)
             .await
@@ -260,7 +264,15 @@ impl Store {
             .run(&self.writer)
             .await
             .map_err(|e| StoreError::Migration(e.to_string()))?;
-        self.ensure_identity().await
+        self.ensure_identity().await?;
+        let completed = billing::checkout_configs::assign_missing_refs(self).await?;
+        if completed > 0 {
+            tracing::info!(
+                versions = completed,
+                "custom fields of checkout config versions given their references"
+            );
+        }
+        Ok(())
     }
 
     /// A cheap round trip, for readiness checks.

@@ -120,6 +120,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "25f4bbee3c4701422552afe5b8c50c5523c3ca74feab55435c600237936900dc53f7717a4c7cf7367d1dcd571f6897ef",
         "25f4bbee3c4701422552afe5b8c50c5523c3ca74feab55435c600237936900dc53f7717a4c7cf7367d1dcd571f6897ef",
     ),
+    (
+        "0016_custom_field_refs.sql",
+        "9351338e3646ef7f5792f0437f48e375f3568a6b0674aaa7c7e0aac958a8fe517397e590a3a0aae8f1fc564362062e8c",
+        "9351338e3646ef7f5792f0437f48e375f3568a6b0674aaa7c7e0aac958a8fe517397e590a3a0aae8f1fc564362062e8c",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

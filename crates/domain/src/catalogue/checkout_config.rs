@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::states::{Interval, Recurrence};
 use crate::money::Currency;
 use crate::principal::wire_enum;
+use crate::reference::Ref;
 
 pub const MAX_LINE_ITEMS: usize = 20;
 pub const MAX_QUANTITY: u32 = 1000;
@@ -75,11 +76,20 @@ impl fmt::Display for FieldError {
 impl std::error::Error for FieldError {}
 
 /// A custom field definition in its wire shape
-/// `{key, label, type, required, options}`. Build it with
+/// `{custom_field_ref, key, label, type, required, options}`. Build it with
 /// [`CustomField::new`]; a deserialised one (a stored version or a body) is
 /// checked by [`check_custom_fields`], which applies the same rules.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CustomField {
+    /// The field's `cf_` reference (contract 9, "Data profile grants"): the
+    /// same for its `key` in every version of its config, so that a grant
+    /// naming it keeps covering the field. The store assigns it when it
+    /// writes a version ([`CustomField::with_ref`]); `None` only in a
+    /// definition not yet written (built from a body, which never carries
+    /// one). First, so that a stored version shows whether its fields have
+    /// their references from its first bytes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_field_ref: Option<String>,
     pub key: String,
     pub label: String,
     /// The wire name of a [`FieldType`].
@@ -116,6 +126,7 @@ impl CustomField {
         options: Option<Vec<String>>,
     ) -> Result<CustomField, FieldError> {
         let field = CustomField {
+            custom_field_ref: None,
             key: key.to_owned(),
             label: label.to_owned(),
             field_type: field_type.to_owned(),
@@ -124,6 +135,14 @@ impl CustomField {
         };
         field.check()?;
         Ok(field)
+    }
+
+    /// The same definition with the reference its config gives its key.
+    pub fn with_ref(self, custom_field_ref: &Ref) -> CustomField {
+        CustomField {
+            custom_field_ref: Some(custom_field_ref.to_string()),
+            ..self
+        }
     }
 
     /// The field's type; `None` only for a definition that bypassed the
@@ -470,6 +489,17 @@ mod tests {
             serde_json::from_value(json!({"key": "po", "label": "PO", "type": "text"})).unwrap();
         assert_eq!(short, t);
         assert_eq!(t.kind(), Some(FieldType::Text));
+        // A written definition carries its reference, first.
+        let cf = Ref::parse(crate::Prefix::CustomField, "cf_K1lZ4xC7vB3n").unwrap();
+        let written = t.clone().with_ref(&cf);
+        let text = serde_json::to_string(&written).unwrap();
+        assert!(
+            text.starts_with(r#"{"custom_field_ref":"cf_K1lZ4xC7vB3n","key":"po""#),
+            "{text}"
+        );
+        assert_eq!(serde_json::from_str::<CustomField>(&text).unwrap(), written);
+        assert_eq!(written.custom_field_ref.as_deref(), Some(cf.as_str()));
+        assert!(written.check().is_ok());
     }
 
     #[test]

@@ -74,10 +74,14 @@
 //! No type carries a `billing_address` or `tax_id` field at present.
 //!
 //! A checkout session also carries its `custom_fields`, `{key: value}` keyed
-//! by the config's field `key`. Shaping delivers a `custom_fields` entry
-//! only to an endpoint whose grant lists it in `custom_field_refs`; grants
-//! list `cf_` references, which no session key is, so for now every
-//! endpoint receives the session without its custom fields.
+//! by the config's field `key`. Each field a config defines has a
+//! `custom_field_ref` (`cf_`), the same for its key in every version of the
+//! config, and grants name fields by those references (contract 9). The
+//! `custom_fields` object is always delivered; an entry stays in it only
+//! for an endpoint whose grant names the field of the session's
+//! `config_ref` with that key (the caller resolves the grant's references
+//! to `(config_ref, key)`: [`crate::webhook::shaping::GrantView`]), so an
+//! endpoint without a grant receives `{}`.
 //!
 //! # `payment.succeeded`, versions 1 and 2
 //!

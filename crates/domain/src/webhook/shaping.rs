@@ -44,24 +44,56 @@ pub fn scope_holds(
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GrantView {
     pub data_classes: Vec<DataClass>,
+    /// The `cf_` references the grant names, as it names them.
     pub custom_field_refs: Vec<String>,
+    /// The custom fields those references name, resolved by the caller
+    /// (the store keeps which config and key each reference is): shaping
+    /// decides by these, since a resource's `custom_fields` are keyed by
+    /// the config's field keys. A reference of no field of the grant's
+    /// environment resolves to nothing.
+    pub custom_fields: Vec<GrantedField>,
+}
+
+/// A custom field a grant covers: the checkout config that defines it and
+/// the field's `key` there (the same in every version of the config).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GrantedField {
+    pub config_ref: String,
+    pub key: String,
 }
 
 fn covers_class(grant: Option<&GrantView>, class: DataClass) -> bool {
     grant.is_some_and(|g| g.data_classes.contains(&class))
 }
 
-fn covers_field(grant: Option<&GrantView>, cf_ref: &str) -> bool {
-    grant.is_some_and(|g| g.custom_field_refs.iter().any(|r| r == cf_ref))
+/// Whether `grant` covers the custom field `key` of the resource's config
+/// (`None`: the resource names no config, so no field of it is covered).
+fn covers_field(grant: Option<&GrantView>, config_ref: Option<&str>, key: &str) -> bool {
+    match (grant, config_ref) {
+        (Some(g), Some(config_ref)) => g
+            .custom_fields
+            .iter()
+            .any(|f| f.config_ref == config_ref && f.key == key),
+        _ => false,
+    }
 }
 
 const CUSTOM_FIELDS: &str = "custom_fields";
+const CONFIG_REF: &str = "config_ref";
+
+/// The config whose fields a resource's `custom_fields` holds: its
+/// `config_ref` (a checkout session's).
+fn config_of(data: &Value) -> Option<&str> {
+    data.get(CONFIG_REF).and_then(Value::as_str)
+}
 
 /// The `data` to deliver: `data` (an event's data in the shape of
 /// `dto_version`) with every classified field whose class `grant` does not
-/// cover removed, and every `custom_fields` entry not in the grant removed
-/// (the `custom_fields` key itself removed when empty or not an object).
-/// `None` grant covers nothing.
+/// cover removed, and every `custom_fields` entry whose field (the data's
+/// `config_ref`, the entry's key) the grant does not cover removed. The
+/// `custom_fields` object itself is always kept, `{}` when the grant covers
+/// none of its entries (contract 9); a `custom_fields` that is not an
+/// object is removed. `None` grant covers nothing.
 pub fn shape(event_type: &str, dto_version: u32, data: &Value, grant: Option<&GrantView>) -> Value {
     shape_owned(event_type, dto_version, data.clone(), grant)
 }
@@ -81,23 +113,27 @@ pub fn shape_owned(
         }
     }
     if let Some(obj) = out.as_object_mut() {
-        let keep = match obj.get_mut(CUSTOM_FIELDS) {
+        let config_ref = obj
+            .get(CONFIG_REF)
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match obj.get_mut(CUSTOM_FIELDS) {
             Some(Value::Object(fields)) => {
-                fields.retain(|k, _| covers_field(grant, k));
-                !fields.is_empty()
+                fields.retain(|k, _| covers_field(grant, config_ref.as_deref(), k));
             }
-            _ => false,
-        };
-        if !keep {
-            obj.remove(CUSTOM_FIELDS);
+            Some(_) => {
+                obj.remove(CUSTOM_FIELDS);
+            }
+            None => {}
         }
     }
     out
 }
 
 /// True when `payload_data` holds a classified field (with a non-null value)
-/// or a custom field that `grant` does not cover (used to redact stored
-/// bodies when a grant is revoked).
+/// or a custom field entry that `grant` does not cover (used to redact
+/// stored bodies when a grant is revoked). An empty `custom_fields` object
+/// holds nothing.
 pub fn holds_uncovered(
     event_type: &str,
     dto_version: u32,
@@ -111,7 +147,9 @@ pub fn holds_uncovered(
             !covers_class(grant, class) && holds_path(payload_data, &segments)
         });
     let custom = match payload_data.get(CUSTOM_FIELDS) {
-        Some(Value::Object(fields)) => fields.keys().any(|k| !covers_field(grant, k)),
+        Some(Value::Object(fields)) => fields
+            .keys()
+            .any(|k| !covers_field(grant, config_of(payload_data), k)),
         _ => false,
     };
     classified || custom

@@ -30,9 +30,30 @@ pub struct LineItemDto {
     pub quantity: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
+/// A custom field as a config answers it: its definition and its
+/// reference.
+#[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct CustomFieldDto {
+    /// `cf_…`, the same for this `key` in every version of the config; data
+    /// profile grants name the field by it.
+    pub custom_field_ref: String,
+    /// `[a-z0-9_]{1,40}`, unique in the config.
+    pub key: String,
+    pub label: String,
+    /// `text`, `numeric` or `dropdown`.
+    #[serde(rename = "type")]
+    pub field_type: String,
+    pub required: bool,
+    /// The options of a `dropdown`, else null.
+    pub options: Option<Vec<String>>,
+}
+
+/// A custom field as a body defines it. Its `custom_field_ref` is the
+/// service's to assign: a body that sends one is refused like any unknown
+/// field.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CustomFieldInput {
     /// `[a-z0-9_]{1,40}`, unique in the config.
     pub key: String,
     /// 1 to 100 characters.
@@ -97,6 +118,8 @@ fn dto(c: &ConfigRecord) -> ConfigDto {
             .custom_fields
             .iter()
             .map(|f| CustomFieldDto {
+                // The store gives every field it reads back its reference.
+                custom_field_ref: f.custom_field_ref.clone().unwrap_or_default(),
                 key: f.key.clone(),
                 label: f.label.clone(),
                 field_type: f.field_type.clone(),
@@ -125,7 +148,7 @@ pub struct CreateCheckoutConfig {
     pub success_url: String,
     pub cancel_url: Option<String>,
     /// At most 3.
-    pub custom_fields: Option<Vec<CustomFieldDto>>,
+    pub custom_fields: Option<Vec<CustomFieldInput>>,
     /// Derived; when given it must agree.
     pub mode: Option<String>,
 }
@@ -139,7 +162,7 @@ pub struct CreateCheckoutConfigVersion {
     pub line_items: Option<Vec<LineItemDto>>,
     pub success_url: Option<String>,
     pub cancel_url: Option<String>,
-    pub custom_fields: Option<Vec<CustomFieldDto>>,
+    pub custom_fields: Option<Vec<CustomFieldInput>>,
     pub mode: Option<String>,
 }
 
@@ -169,7 +192,7 @@ fn field_error(e: FieldError) -> ApiError {
     ApiError::Validation(vec![Detail::new(e.field, e.issue)])
 }
 
-fn custom_fields(defs: &[CustomFieldDto]) -> Result<Vec<CustomField>, ApiError> {
+fn custom_fields(defs: &[CustomFieldInput]) -> Result<Vec<CustomField>, ApiError> {
     let fields = defs
         .iter()
         .enumerate()

@@ -9,7 +9,7 @@ use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::{distinct_refs, Ctx};
 use crate::input::Input;
 use crate::reply::Reply;
-use domain::webhook::shaping::{holds_uncovered, GrantView};
+use domain::webhook::shaping::{holds_uncovered, GrantView, GrantedField};
 use domain::webhook::{DataClass, Purpose};
 use serde::{Deserialize, Serialize};
 use store::webhooks::data_profiles;
@@ -89,10 +89,35 @@ fn reply(r: &DataProfileGrantRecord) -> Reply {
 }
 
 /// What a grant (or its absence) lets through.
-pub(crate) fn view(grant: Option<&DataProfileGrantRecord>) -> Option<GrantView> {
-    grant.map(|g| GrantView {
-        data_classes: g.data_classes.clone(),
-        custom_field_refs: g.custom_field_refs.clone(),
+pub(crate) async fn view(
+    ctx: &Ctx,
+    grant: Option<&DataProfileGrantRecord>,
+) -> Result<Option<GrantView>, ApiError> {
+    match grant {
+        Some(g) => Ok(Some(
+            coverage(ctx, g.data_classes.clone(), g.custom_field_refs.clone()).await?,
+        )),
+        None => Ok(None),
+    }
+}
+
+/// A grant of `data_classes` and `custom_field_refs`, its references
+/// resolved to the config and key of the fields they name (one read;
+/// shaping compares a session's `custom_fields` keys with those).
+async fn coverage(
+    ctx: &Ctx,
+    data_classes: Vec<DataClass>,
+    custom_field_refs: Vec<String>,
+) -> Result<GrantView, ApiError> {
+    let fields = ctx
+        .store()
+        .billing()
+        .custom_fields(ctx.env(), &custom_field_refs)
+        .await?;
+    Ok(GrantView {
+        data_classes,
+        custom_field_refs,
+        custom_fields: fields.into_iter().map(GrantedField::from).collect(),
     })
 }
 
@@ -160,11 +185,8 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         data_classes,
         custom_field_refs: cf_refs,
     };
-    let coverage = GrantView {
-        data_classes: new.data_classes.clone(),
-        custom_field_refs: new.custom_field_refs.clone(),
-    };
-    let row = data_profiles::create(ctx.tx().await?, &endpoint, new, uncovered(Some(&coverage)))
+    let covered = coverage(ctx, new.data_classes.clone(), new.custom_field_refs.clone()).await?;
+    let row = data_profiles::create(ctx.tx().await?, &endpoint, new, uncovered(Some(&covered)))
         .await
         .map_err(|e| match e {
             StoreError::Duplicate => {

@@ -36,12 +36,8 @@ pub async fn send(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         .webhooks()
         .active_data_profile_grant(&endpoint.endpoint_ref)
         .await?;
-    let data = shaping::shape(
-        event.name,
-        dto_version,
-        &example,
-        view(grant.as_ref()).as_ref(),
-    );
+    let grant = view(ctx, grant.as_ref()).await?;
+    let data = shaping::shape(event.name, dto_version, &example, grant.as_ref());
     let event_ref = Ref::generate(Prefix::Event);
     let occurred_at = Timestamp::now();
     let payload = DeliveredBody::new(

@@ -3,14 +3,29 @@ use crate::webhook::catalogue::{self, example};
 use proptest::prelude::*;
 use serde_json::json;
 
-fn grant(classes: &[DataClass], cfs: &[&str]) -> GrantView {
+/// A grant of `classes` and of the custom fields `fields`, each
+/// `(cf_ reference, config_ref, key)` as the store resolves it.
+fn grant(classes: &[DataClass], fields: &[(&str, &str, &str)]) -> GrantView {
     GrantView {
         data_classes: classes.to_vec(),
-        custom_field_refs: cfs.iter().map(|s| s.to_string()).collect(),
+        custom_field_refs: fields.iter().map(|(r, _, _)| r.to_string()).collect(),
+        custom_fields: fields
+            .iter()
+            .map(|(_, config_ref, key)| GrantedField {
+                config_ref: config_ref.to_string(),
+                key: key.to_string(),
+            })
+            .collect(),
     }
 }
 
 const CF: &str = "cf_K1lZ4xC7vB3n";
+/// The config of the `checkout_session.completed` example and its one
+/// custom field.
+const CONFIG: &str = "cco_L6kJ8hG2fD5s";
+const NOTE: &str = "delivery_note";
+/// The example session's custom field, as a grant names it.
+const NOTE_FIELD: (&str, &str, &str) = (CF, CONFIG, NOTE);
 
 #[test]
 fn scopes() {
@@ -52,7 +67,8 @@ fn no_grant_keeps_only_unclassified_fields() {
     let out = shape("checkout_session.completed", 1, &data, None);
     assert_eq!(out["buyer"], json!({}));
     assert_eq!(out["buyer_ref"], data["buyer_ref"]);
-    assert!(out.get("custom_fields").is_none());
+    // The object is always delivered; without a grant, empty.
+    assert_eq!(out["custom_fields"], json!({}));
     assert_eq!(out["amount_total"], data["amount_total"]);
     assert_eq!(out["line_items"], data["line_items"]);
     assert_eq!(out["status"], "complete");
@@ -73,48 +89,100 @@ fn no_grant_keeps_only_unclassified_fields() {
 #[test]
 fn grant_keeps_what_it_covers() {
     let data = example("checkout_session.completed", 1).unwrap();
-    let g = grant(&[DataClass::Contact], &[CF]);
+    assert_eq!(data["config_ref"], CONFIG);
+    assert!(data["custom_fields"][NOTE].is_string());
+    let g = grant(&[DataClass::Contact], &[NOTE_FIELD]);
     let out = shape("checkout_session.completed", 1, &data, Some(&g));
     assert_eq!(
         out["buyer"],
         json!({"email": "ada@example.com", "name": "Ada Lovelace"})
     );
+    assert_eq!(out["custom_fields"], data["custom_fields"]);
     assert!(!holds_uncovered(
         "checkout_session.completed",
         1,
         &out,
         Some(&g)
     ));
-    // The session's custom fields are keyed by the config's keys, which no
-    // grant (of `cf_` references) names: never delivered.
-    assert!(out.get("custom_fields").is_none());
-    let mut without_custom_fields = data.clone();
-    without_custom_fields
-        .as_object_mut()
-        .unwrap()
-        .remove("custom_fields");
-    let all = grant(DataClass::ALL, &[CF]);
+    let all = grant(DataClass::ALL, &[NOTE_FIELD]);
     assert_eq!(
         shape("checkout_session.completed", 1, &data, Some(&all)),
-        without_custom_fields
+        data
     );
-}
-
-#[test]
-fn custom_fields_filtered_per_entry() {
-    let data = json!({"order_ref": "ord_aaaaaaaaaaaa",
-        "custom_fields": {CF: "a", "cf_bbbbbbbbbbbb": "b"}});
-    let out = shape("order.created", 1, &data, Some(&grant(&[], &[CF])));
-    assert_eq!(out["custom_fields"], json!({CF: "a"}));
-    let none = shape(
-        "order.created",
+    assert!(!holds_uncovered(
+        "checkout_session.completed",
         1,
         &data,
-        Some(&grant(&[], &["cf_cccccccccccc"])),
+        Some(&all)
+    ));
+    // Every class but no field: the values go, the object stays.
+    let classes_only = grant(DataClass::ALL, &[]);
+    let out = shape("checkout_session.completed", 1, &data, Some(&classes_only));
+    let mut without_values = data.clone();
+    without_values["custom_fields"] = json!({});
+    assert_eq!(out, without_values);
+    assert!(holds_uncovered(
+        "checkout_session.completed",
+        1,
+        &data,
+        Some(&classes_only)
+    ));
+}
+
+/// A grant covers a field by its config and key, never by the key alone
+/// nor by a reference that happens to be written as a key.
+#[test]
+fn custom_fields_are_covered_by_config_and_key() {
+    let other_config = "cco_Q2wE3rT4yU5i";
+    let data = json!({"checkout_session_ref": "cs_aaaaaaaaaaaa", "config_ref": CONFIG,
+        "custom_fields": {"gift_note": "a", "po_number": "b", CF: "c"}});
+    let name = "checkout_session.completed";
+    let one = grant(&[], &[(CF, CONFIG, "gift_note")]);
+    let out = shape(name, 1, &data, Some(&one));
+    assert_eq!(out["custom_fields"], json!({"gift_note": "a"}));
+    assert!(holds_uncovered(name, 1, &data, Some(&one)));
+    assert!(!holds_uncovered(name, 1, &out, Some(&one)));
+    let both = grant(
+        &[],
+        &[
+            (CF, CONFIG, "gift_note"),
+            ("cf_bbbbbbbbbbbb", CONFIG, "po_number"),
+        ],
     );
-    assert_eq!(none, json!({"order_ref": "ord_aaaaaaaaaaaa"}));
+    assert_eq!(
+        shape(name, 1, &data, Some(&both))["custom_fields"],
+        json!({"gift_note": "a", "po_number": "b"})
+    );
+    // The same key of another config covers nothing here.
+    let elsewhere = grant(&[], &[(CF, other_config, "gift_note")]);
+    assert_eq!(
+        shape(name, 1, &data, Some(&elsewhere))["custom_fields"],
+        json!({})
+    );
+    // Names alone resolve nothing: a reference the store could not resolve
+    // covers no field, whatever the data's keys.
+    let unresolved = GrantView {
+        data_classes: vec![],
+        custom_field_refs: vec![CF.into()],
+        custom_fields: vec![],
+    };
+    assert_eq!(
+        shape(name, 1, &data, Some(&unresolved))["custom_fields"],
+        json!({})
+    );
+    // Data that names no config: no entry is covered.
+    let orphan = json!({"order_ref": "ord_aaaaaaaaaaaa", "custom_fields": {"gift_note": "a"}});
+    assert_eq!(
+        shape("order.created", 1, &orphan, Some(&one)),
+        json!({"order_ref": "ord_aaaaaaaaaaaa", "custom_fields": {}})
+    );
+    // Not an object: removed; absent: not added; empty: holds nothing.
     let null = shape("order.created", 1, &json!({"custom_fields": null}), None);
     assert_eq!(null, json!({}));
+    assert_eq!(
+        shape("order.created", 1, &json!({"order_ref": "x"}), Some(&one)),
+        json!({"order_ref": "x"})
+    );
     assert!(!holds_uncovered(
         "order.created",
         1,
@@ -374,19 +442,22 @@ fn convert_changes_data_only_where_converts_says() {
 }
 
 fn any_grant() -> impl Strategy<Value = GrantView> {
+    let fields = vec![
+        NOTE_FIELD,
+        ("cf_zzzzzzzzzzzz", CONFIG, "gift_note"),
+        ("cf_yyyyyyyyyyyy", "cco_Q2wE3rT4yU5i", NOTE),
+    ];
     (
         proptest::sample::subsequence(DataClass::ALL.to_vec(), 0..=4),
-        proptest::sample::subsequence(vec![CF.to_string(), "cf_zzzzzzzzzzzz".into()], 0..=2),
+        proptest::sample::subsequence(fields, 0..=3),
     )
-        .prop_map(|(data_classes, custom_field_refs)| GrantView {
-            data_classes,
-            custom_field_refs,
-        })
+        .prop_map(|(data_classes, fields)| grant(&data_classes, &fields))
 }
 
 proptest! {
     /// Shaping leaves nothing uncovered, is idempotent, never adds fields,
-    /// and never touches references, amounts or statuses.
+    /// keeps `custom_fields`, and never touches references, amounts or
+    /// statuses.
     #[test]
     fn shaping_is_sound(g in any_grant(), with_grant in any::<bool>(), pick in 0usize..64) {
         let types: Vec<_> = catalogue::all().iter()
@@ -397,6 +468,8 @@ proptest! {
         let out = shape(name, v, &data, grant);
         prop_assert!(!holds_uncovered(name, v, &out, grant));
         prop_assert_eq!(&shape(name, v, &out, grant), &out);
+        // A resource's `custom_fields` object is always delivered.
+        prop_assert_eq!(out.get("custom_fields").is_some(), data.get("custom_fields").is_some());
         for (k, val) in out.as_object().unwrap() {
             prop_assert!(data.get(k).is_some());
             if k.ends_with("_ref") || k.ends_with("_refs") || k == "status" || k.starts_with("amount") {
