@@ -1,9 +1,7 @@
 //! The real `billing` binary: help, configuration errors, bootstrap,
 //! `serve` printing where it listens, and a clean exit on SIGTERM.
 
-mod common;
-
-use common::{billing, bootstrap_json, free_port, Process};
+use crate::common::{billing, bootstrap_json, free_port, Process};
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 

@@ -4,9 +4,7 @@
 //! gets it signed. Runs only with BILLING_TEST_FLEET=1; then a missing
 //! service is a failure.
 
-mod common;
-
-use common::{
+use crate::common::{
     billing, bootstrap, first_readyz, fleet, fleet_env, free_port, fresh_redis_schedule, output_ok,
     rand_u32, receiver, FreshDatabase, Process, Sandbox, AMQP_URL, REDIS_URL,
 };

@@ -18,14 +18,12 @@
 //! Runs with `BILLING_TEST_FLEET=1` (then a missing server is a failure).
 //! Redis database 11 is this test's; it is emptied first.
 
-mod common;
-
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
-use common::{
+use crate::common::{
     billing, bootstrap, first_readyz, fleet, fleet_env, free_port, FreshDatabase, FreshVhost,
     Process, Sandbox, REDIS_URL,
 };
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
 use dispatcher::redis_schedule::redis;
 use std::collections::HashMap;
 use std::path::Path;
@@ -42,9 +40,12 @@ const FAILURES: usize = 2;
 /// What a receiver got: each `webhook-id`'s requests (the body's
 /// `environment_ref` and `event_ref`); it fails the first `fail_first` of
 /// each id with a 500.
+/// Each `webhook-id`'s requests: `(environment_ref, event_ref)`.
+type Seen = Arc<Mutex<HashMap<String, Vec<(String, String)>>>>;
+
 #[derive(Clone)]
 struct Hook {
-    seen: Arc<Mutex<HashMap<String, Vec<(String, String)>>>>,
+    seen: Seen,
     fail_first: usize,
     url: String,
 }

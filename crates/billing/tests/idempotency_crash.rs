@@ -16,9 +16,7 @@
 //! Embedded mode (a SQLite file) always runs; fleet mode (PostgreSQL, a fresh
 //! database per run) runs only with BILLING_TEST_FLEET=1.
 
-mod common;
-
-use common::{
+use crate::common::{
     billing, bootstrap, fleet, fleet_env, free_port, fresh_redis_schedule, rand_u32, say,
     wait_ready, FreshDatabase, Process, REDIS_URL,
 };

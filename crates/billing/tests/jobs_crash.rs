@@ -30,9 +30,7 @@
 //! event types, which keep the data of every fanned-out event (as in
 //! `pay_crash.rs`).
 
-mod common;
-
-use common::{
+use crate::common::{
     billing, bootstrap, fleet, fleet_env, free_port, fresh_redis_schedule, rand_u32, say,
     wait_ready, FreshDatabase, FreshVhost, Process, REDIS_URL,
 };

@@ -3,10 +3,8 @@
 //! reached the receiver at least once and every delivery is recorded as
 //! succeeded. The store is a SQLite file shared by the test and the process.
 
-mod common;
-
+use crate::common::{billing, free_port, receiver, Process};
 use base64::Engine;
-use common::{billing, free_port, receiver, Process};
 use domain::webhook::cipher::SecretCipher;
 use domain::webhook::signing::SigningSecret;
 use domain::webhook::ScopeType;

@@ -18,11 +18,8 @@
 //! (`PrivatePostgres`' `Drop`). Without PostgreSQL's server binaries the
 //! test says so and passes.
 
-mod common;
-mod outage;
-
-use common::{free_port, say, SECRETS_KEY};
-use outage::Service;
+use crate::common::{free_port, say, SECRETS_KEY};
+use crate::outage::Service;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -23,11 +23,8 @@
 //! `BILLING_TEST_FLEET=1`; then a broker or PostgreSQL that cannot be
 //! reached is a failure.
 
-mod common;
-mod outage;
-
-use common::{fleet, fleet_env, free_port, say, FreshDatabase, FreshVhost};
-use outage::Service;
+use crate::common::{fleet, fleet_env, free_port, say, FreshDatabase, FreshVhost};
+use crate::outage::Service;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};

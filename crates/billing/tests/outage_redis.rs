@@ -18,11 +18,8 @@
 //! through its `Child` handle. Runs only with `BILLING_TEST_FLEET=1`; then
 //! a missing `redis-server` or PostgreSQL is a failure.
 
-mod common;
-mod outage;
-
-use common::{fleet, fleet_env, free_port, fresh_redis_schedule, say, FreshDatabase};
-use outage::Service;
+use crate::common::{fleet, fleet_env, free_port, fresh_redis_schedule, say, FreshDatabase};
+use crate::outage::Service;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -15,11 +15,8 @@
 //! is the test's own (a fresh temporary folder) and is always unmounted
 //! (`Tmpfs`' `Drop`), after `billing` is stopped.
 
-mod common;
-mod outage;
-
-use common::{say, SECRETS_KEY};
-use outage::{check_answers, Service};
+use crate::common::{say, SECRETS_KEY};
+use crate::outage::{check_answers, Service};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

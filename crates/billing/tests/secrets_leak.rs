@@ -19,14 +19,12 @@
 //! in `BILLING_SECRETS__KEY`, and JSON logs at debug level with the key
 //! generated into the key file (`data/secret.key`).
 
-mod common;
-
+use crate::common::{billing, free_port, output_ok, wait_ready, Process};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use common::{billing, free_port, output_ok, wait_ready, Process};
 use rand::{distributions::Alphanumeric, Rng, RngCore};
 use serde_json::{json, Value};
 use std::path::Path;

@@ -1,0 +1,34 @@
+//! The black-box suite of the service, one test binary: each module is an
+//! area of behaviour (its own docs say which), and each starts the real
+//! router or dispatcher over a real store per test (`billing_tests`). One
+//! binary links once and shares the per-process fixtures (the migrated
+//! PostgreSQL template) across every area.
+//!
+//! Run one area with `cargo test -p billing-tests --test suite <module>::`.
+
+mod admin;
+mod catalogue;
+mod checkout;
+mod checkout_events;
+mod claim_plans;
+mod contract;
+mod dispatch;
+mod event_queue;
+mod fleet_amqp;
+mod fleet_dispatch;
+mod fleet_rabbitmq_restart;
+mod fleet_redis;
+mod fleet_redis_outage;
+mod fuzz_regressions;
+mod hostile_clients;
+mod hostile_receivers;
+mod isolation;
+mod partial_failure;
+mod projection;
+mod rate_limit;
+mod refund_events;
+mod refunds;
+mod smoke;
+mod sqlite_wal;
+mod unit_of_work;
+mod webhooks;
