@@ -2,6 +2,7 @@
 //! environments, service accounts, their credentials and grants, request
 //! logs and bootstrap. Every test runs on SQLite and PostgreSQL.
 
+use billing_tests::kit::is_ref;
 use billing_tests::{backend_tests, unique_key, Call, Resp, TestApp};
 use domain::Timestamp;
 use serde_json::{json, Value};
@@ -24,20 +25,16 @@ fn credential(credential_ref: &str, action: &str) -> String {
     format!("/api/v1/credentials/{credential_ref}/{action}")
 }
 
-fn text<'a>(v: &'a Value, field: &str) -> &'a str {
+/// `v[field]` as a string.
+fn field_text<'a>(v: &'a Value, field: &str) -> &'a str {
     v[field]
         .as_str()
         .unwrap_or_else(|| panic!("`{field}` is not a string in {v}"))
 }
 
-fn items(r: &Resp) -> &Vec<Value> {
+/// A list answer's items, without checking its status.
+fn listed(r: &Resp) -> &Vec<Value> {
     r.data()["items"].as_array().expect("a list")
-}
-
-fn is_ref(s: &str, prefix: &str) -> bool {
-    s.strip_prefix(prefix)
-        .and_then(|rest| rest.strip_prefix('_'))
-        .is_some_and(|b| b.len() == 12 && b.bytes().all(|c| c.is_ascii_alphanumeric()))
 }
 
 fn is_secret(s: &str, mode: &str) -> bool {
@@ -49,7 +46,7 @@ fn is_secret(s: &str, mode: &str) -> bool {
 #[track_caller]
 fn assert_times(v: &Value, set: &[&str], unset: &[&str]) {
     for f in set {
-        let t = text(v, f);
+        let t = field_text(v, f);
         assert!(
             t.ends_with('Z') && Timestamp::parse(t).is_some(),
             "{f}: {t}"
@@ -185,7 +182,7 @@ async fn list_credentials(app: &TestApp, principal: &str) -> Resp {
 
 /// The newest credential of an account.
 async fn newest_credential(app: &TestApp, principal: &str) -> Value {
-    items(&list_credentials(app, principal).await)[0].clone()
+    listed(&list_credentials(app, principal).await)[0].clone()
 }
 
 async fn grant(app: &TestApp, principal: &str, permission: &str) -> Resp {
@@ -217,8 +214,8 @@ async fn list_grants(app: &TestApp, principal: &str) -> Resp {
 async fn fresh_account(app: &TestApp) -> (String, String) {
     let a = app.create_account("worker").await;
     (
-        text(&a, "principal_ref").to_owned(),
-        text(&a, "etag").to_owned(),
+        field_text(&a, "principal_ref").to_owned(),
+        field_text(&a, "etag").to_owned(),
     )
 }
 
@@ -243,11 +240,11 @@ async fn environments_list_the_callers_own(app: TestApp) {
     r.expect(200);
     assert_eq!(r.data()["has_more"], false);
     assert!(r.data()["next_cursor"].is_null());
-    let envs = items(&r);
+    let envs = listed(&r);
     assert_eq!(envs.len(), 1, "only the caller's environment: {}", r.text);
     let env = &envs[0];
     assert_eq!(env["environment_ref"], app.sandbox.environment_ref.as_str());
-    assert!(is_ref(text(env, "environment_ref"), "env"));
+    is_ref(&env["environment_ref"], "env_");
     assert_eq!(env["mode"], "sandbox");
     assert!(env["name"].is_string());
     assert_times(env, &["created_at"], &[]);
@@ -258,10 +255,10 @@ async fn environments_list_the_callers_own(app: TestApp) {
         .send()
         .await;
     live.expect(200);
-    assert_eq!(items(&live).len(), 1);
-    assert_eq!(items(&live)[0]["mode"], "live");
+    assert_eq!(listed(&live).len(), 1);
+    assert_eq!(listed(&live)[0]["mode"], "live");
     assert_eq!(
-        items(&live)[0]["environment_ref"],
+        listed(&live)[0]["environment_ref"],
         app.live.environment_ref.as_str()
     );
 
@@ -288,8 +285,8 @@ async fn service_account_create_and_retrieve(app: TestApp) {
     r.expect(201);
     assert_etag_field(&r);
     let a = r.data();
-    let principal = text(a, "principal_ref");
-    assert!(is_ref(principal, "sa"), "{principal}");
+    let principal = field_text(a, "principal_ref");
+    is_ref(&json!(principal), "sa_");
     assert_eq!(a["environment_ref"], app.sandbox.environment_ref.as_str());
     assert_eq!(a["name"], "reporting");
     assert_eq!(a["description"], "nightly export");
@@ -335,14 +332,17 @@ async fn service_accounts_are_listed_newest_first(app: TestApp) {
     let r = app.get(ACCOUNTS).send().await;
     r.expect(200);
     assert_eq!(r.data()["has_more"], false);
-    let list = items(&r);
-    let refs: Vec<&str> = list.iter().map(|a| text(a, "principal_ref")).collect();
+    let list = listed(&r);
+    let refs: Vec<&str> = list
+        .iter()
+        .map(|a| field_text(a, "principal_ref"))
+        .collect();
     assert_eq!(refs[..2], [second.as_str(), first.as_str()]);
     assert!(refs.contains(&app.sandbox.principal_ref.as_str()));
     assert!(!refs.contains(&app.live.principal_ref.as_str()));
     for a in list {
         assert_times(a, &["created_at", "updated_at"], &[]);
-        let tag = retrieve(&app, text(a, "principal_ref")).await.etag();
+        let tag = retrieve(&app, field_text(a, "principal_ref")).await.etag();
         assert_eq!(a["etag"], tag.as_str());
     }
 }
@@ -464,11 +464,11 @@ async fn retire_revokes_credentials_and_grants(app: TestApp) {
         .principal_with(&["environments:read_list", "service_accounts:read_list"])
         .await;
     let (cred, _) = issue_ok(&app, &p).await;
-    let second = text(&cred, "secret").to_owned();
+    let second = field_text(&cred, "secret").to_owned();
     // A secret still in its rotation grace period dies with the account too.
-    let c = text(&cred, "credential_ref");
+    let c = field_text(&cred, "credential_ref");
     let rotated = rotate(&app, c, "*", json!({"grace_period_seconds": 3600})).await;
-    let third = text(rotated.expect(200).data(), "secret").to_owned();
+    let third = field_text(rotated.expect(200).data(), "secret").to_owned();
     probe(&app, &second).await.expect(200);
 
     act(&app, &p, "retire", "*").await.expect(200);
@@ -477,14 +477,14 @@ async fn retire_revokes_credentials_and_grants(app: TestApp) {
     }
 
     let creds = list_credentials(&app, &p).await;
-    assert_eq!(items(&creds).len(), 2);
-    for c in items(&creds) {
+    assert_eq!(listed(&creds).len(), 2);
+    for c in listed(&creds) {
         assert_eq!(c["status"], "revoked", "{c}");
         assert_times(c, &["revoked_at"], &[]);
     }
     let grants = list_grants(&app, &p).await;
-    assert_eq!(items(&grants).len(), 2);
-    for g in items(&grants) {
+    assert_eq!(listed(&grants).len(), 2);
+    for g in listed(&grants) {
         assert_eq!(g["status"], "revoked", "{g}");
         assert_times(g, &["revoked_at"], &[]);
     }
@@ -507,7 +507,7 @@ async fn admin_cannot_lock_itself_out(app: TestApp) {
     let r = retrieve(&app, me).await;
     assert_eq!(r.data()["status"], "active");
     let grants = list_grants(&app, me).await;
-    assert!(items(&grants)
+    assert!(listed(&grants)
         .iter()
         .any(|g| g["permission_action"] == "grants:manage_grant" && g["status"] == "active"));
     assert_accepted(&app, &app.sandbox.secret).await;
@@ -523,7 +523,7 @@ async fn any_principal_cannot_lock_itself_out(app: TestApp) {
             "grants:manage_revoke",
         ])
         .await;
-    let own_cred = text(&newest_credential(&app, &p).await, "credential_ref").to_owned();
+    let own_cred = field_text(&newest_credential(&app, &p).await, "credential_ref").to_owned();
     let as_self = |path: String, body: Value| {
         app.anon("POST", &path)
             .auth(&secret)
@@ -565,10 +565,10 @@ async fn credential_issue_shape(app: TestApp) {
     r.expect(201);
     assert_etag_field(&r);
     let c = r.data();
-    assert!(is_ref(text(c, "credential_ref"), "cred"));
+    is_ref(&c["credential_ref"], "cred_");
     assert_eq!(c["principal_ref"], p.as_str());
     assert_eq!(c["status"], "active");
-    let secret = text(c, "secret");
+    let secret = field_text(c, "secret");
     assert!(is_secret(secret, "test"), "{secret}");
     assert_eq!(c["secret_hint"], &secret[secret.len() - 4..]);
     assert_times(
@@ -588,7 +588,7 @@ async fn credential_issue_shape(app: TestApp) {
     .await;
     named.expect(201);
     assert_times(named.data(), &["expires_at"], &[]);
-    let got = Timestamp::parse(text(named.data(), "expires_at")).expect("timestamp");
+    let got = Timestamp::parse(field_text(named.data(), "expires_at")).expect("timestamp");
     assert_eq!(got.millis(), until.millis());
 
     // A live account gets a live secret.
@@ -600,7 +600,7 @@ async fn credential_issue_shape(app: TestApp) {
         .send()
         .await;
     live.expect(201);
-    let lp = text(live.data(), "principal_ref");
+    let lp = field_text(live.data(), "principal_ref");
     let lc = app
         .anon("POST", &account(lp, "/credentials"))
         .auth(&app.live.secret)
@@ -609,7 +609,11 @@ async fn credential_issue_shape(app: TestApp) {
         .send()
         .await;
     lc.expect(201);
-    assert!(is_secret(text(lc.data(), "secret"), "live"), "{}", lc.text);
+    assert!(
+        is_secret(field_text(lc.data(), "secret"), "live"),
+        "{}",
+        lc.text
+    );
 }
 
 async fn credential_issue_rejects_bad_bodies(app: TestApp) {
@@ -625,7 +629,7 @@ async fn credential_issue_rejects_bad_bodies(app: TestApp) {
     for (body, field) in cases {
         assert_invalid(&issue(&app, &p, body).await, field);
     }
-    assert!(items(&list_credentials(&app, &p).await).is_empty());
+    assert!(listed(&list_credentials(&app, &p).await).is_empty());
 }
 
 async fn credentials_are_listed_without_secrets(app: TestApp) {
@@ -635,7 +639,7 @@ async fn credentials_are_listed_without_secrets(app: TestApp) {
     let (b, b_tag) = issue_ok(&app, &p).await;
     let r = list_credentials(&app, &p).await;
     assert_eq!(r.data()["has_more"], false);
-    let list = items(&r);
+    let list = listed(&r);
     assert_eq!(list.len(), 2);
     assert_eq!(list[0]["credential_ref"], b["credential_ref"]);
     assert_eq!(list[1]["credential_ref"], a["credential_ref"]);
@@ -646,15 +650,15 @@ async fn credentials_are_listed_without_secrets(app: TestApp) {
         assert_eq!(c["status"], "active");
         assert_times(c, &["created_at"], &[]);
     }
-    assert_no_secret(&r, &[text(&a, "secret"), text(&b, "secret")]);
+    assert_no_secret(&r, &[field_text(&a, "secret"), field_text(&b, "secret")]);
     let admin = list_credentials(&app, &app.sandbox.principal_ref).await;
     assert_no_secret(&admin, &[&app.sandbox.secret]);
     // Use is recorded.
-    assert_accepted(&app, text(&a, "secret")).await;
+    assert_accepted(&app, field_text(&a, "secret")).await;
     let list = list_credentials(&app, &p).await;
-    assert_times(&items(&list)[1], &["last_used_at"], &[]);
+    assert_times(&listed(&list)[1], &["last_used_at"], &[]);
     assert!(
-        items(&list)[0]["last_used_at"].is_null(),
+        listed(&list)[0]["last_used_at"].is_null(),
         "b was never used"
     );
 }
@@ -675,17 +679,17 @@ async fn credential_refs_are_checked(app: TestApp) {
 async fn rotation_keeps_the_old_secret_for_the_grace_period(app: TestApp) {
     let (p, old) = app.principal_with(&["environments:read_list"]).await;
     let cred = &newest_credential(&app, &p).await;
-    let (c, e0) = (text(cred, "credential_ref"), text(cred, "etag"));
+    let (c, e0) = (field_text(cred, "credential_ref"), field_text(cred, "etag"));
     let r = rotate(&app, c, e0, json!({"grace_period_seconds": 2})).await;
     r.expect(200);
     assert_etag_field(&r);
     assert_ne!(r.etag(), e0);
-    let new = text(r.data(), "secret").to_owned();
+    let new = field_text(r.data(), "secret").to_owned();
     assert!(is_secret(&new, "test") && new != old);
     assert_eq!(r.data()["secret_hint"], &new[new.len() - 4..]);
     assert_eq!(r.data()["status"], "active");
     assert_times(r.data(), &["previous_secret_expires_at"], &[]);
-    let until = Timestamp::parse(text(r.data(), "previous_secret_expires_at")).expect("ts");
+    let until = Timestamp::parse(field_text(r.data(), "previous_secret_expires_at")).expect("ts");
     let ahead = until.millis() - Timestamp::now().millis();
     assert!((0..=2_000).contains(&ahead), "grace ends in {ahead} ms");
 
@@ -698,16 +702,18 @@ async fn rotation_keeps_the_old_secret_for_the_grace_period(app: TestApp) {
 
 async fn rotation_without_grace_stops_the_old_secret_at_once(app: TestApp) {
     let (p, old) = app.principal_with(&["environments:read_list"]).await;
-    let c = text(&newest_credential(&app, &p).await, "credential_ref").to_owned();
+    let c = field_text(&newest_credential(&app, &p).await, "credential_ref").to_owned();
     let r = rotate(&app, &c, "*", json!({"grace_period_seconds": 0})).await;
     r.expect(200);
     assert_rejected(&app, &old).await;
-    probe(&app, text(r.data(), "secret")).await.expect(200);
+    probe(&app, field_text(r.data(), "secret"))
+        .await
+        .expect(200);
 
     // The default grace period is one day.
     let d = rotate(&app, &c, "*", json!({})).await;
     d.expect(200);
-    let until = Timestamp::parse(text(d.data(), "previous_secret_expires_at")).expect("ts");
+    let until = Timestamp::parse(field_text(d.data(), "previous_secret_expires_at")).expect("ts");
     let ahead = until.millis() - Timestamp::now().millis();
     assert!(
         (86_390_000..=86_400_000).contains(&ahead),
@@ -718,7 +724,7 @@ async fn rotation_without_grace_stops_the_old_secret_at_once(app: TestApp) {
 async fn rotation_rejects_bad_requests(app: TestApp) {
     let (p, _) = fresh_account(&app).await;
     let (cred, e0) = issue_ok(&app, &p).await;
-    let c = text(&cred, "credential_ref");
+    let c = field_text(&cred, "credential_ref");
     for (body, field) in [
         (json!({"grace_period_seconds": -1}), "grace_period_seconds"),
         (
@@ -747,10 +753,10 @@ async fn rotation_rejects_bad_requests(app: TestApp) {
 async fn revoke_stops_every_secret_at_once(app: TestApp) {
     let (p, old) = app.principal_with(&["environments:read_list"]).await;
     let cred = &newest_credential(&app, &p).await;
-    let c = text(cred, "credential_ref").to_owned();
+    let c = field_text(cred, "credential_ref").to_owned();
     let rotated = rotate(&app, &c, "*", json!({"grace_period_seconds": 3600})).await;
     rotated.expect(200);
-    let new = text(rotated.data(), "secret").to_owned();
+    let new = field_text(rotated.data(), "secret").to_owned();
     probe(&app, &old).await.expect(200);
 
     let r = revoke(&app, &c, &rotated.etag()).await;
@@ -772,7 +778,7 @@ async fn revoke_stops_every_secret_at_once(app: TestApp) {
 async fn revoke_rejects_bad_requests(app: TestApp) {
     let (p, _) = fresh_account(&app).await;
     let (cred, e0) = issue_ok(&app, &p).await;
-    let c = text(&cred, "credential_ref");
+    let c = field_text(&cred, "credential_ref");
     let path = credential(c, "revoke");
     for (body, field) in [
         (json!({}), "reason"),
@@ -787,7 +793,7 @@ async fn revoke_rejects_bad_requests(app: TestApp) {
     revoke(&app, c, &e1).await.expect(200);
     // `If-Match: *` on another credential.
     let (other, _) = issue_ok(&app, &p).await;
-    revoke(&app, text(&other, "credential_ref"), "*")
+    revoke(&app, field_text(&other, "credential_ref"), "*")
         .await
         .expect(200);
 }
@@ -797,13 +803,13 @@ async fn expired_credential_is_rejected_and_listed_expired(app: TestApp) {
     let until = Timestamp::now().plus_seconds(2);
     let r = issue(&app, &p, json!({"expires_at": until.to_rfc3339()})).await;
     r.expect(201);
-    let secret = text(r.data(), "secret").to_owned();
-    let c = text(r.data(), "credential_ref").to_owned();
+    let secret = field_text(r.data(), "secret").to_owned();
+    let c = field_text(r.data(), "credential_ref").to_owned();
     probe(&app, &secret).await.expect(200);
     sleep_until(until.plus_seconds(1)).await;
     assert_rejected(&app, &secret).await;
     let list = list_credentials(&app, &p).await;
-    let listed = items(&list)
+    let listed = listed(&list)
         .iter()
         .find(|x| x["credential_ref"] == c.as_str())
         .expect("listed");
@@ -827,8 +833,8 @@ async fn grant_shape_and_duplicates(app: TestApp) {
 
     let list = list_grants(&app, &p).await;
     assert_eq!(list.data()["has_more"], false);
-    assert_eq!(items(&list).len(), 1);
-    assert_eq!(&items(&list)[0], g);
+    assert_eq!(listed(&list).len(), 1);
+    assert_eq!(&listed(&list)[0], g);
 }
 
 async fn grant_rejects_bad_bodies(app: TestApp) {
@@ -851,7 +857,7 @@ async fn grant_rejects_bad_bodies(app: TestApp) {
     ] {
         assert_invalid(&app.post(&path, body).send().await, field);
     }
-    assert!(items(&list_grants(&app, &p).await).is_empty());
+    assert!(listed(&list_grants(&app, &p).await).is_empty());
 }
 
 /// Grant responses carry one resource, so they carry an `ETag` (section 5).
@@ -879,7 +885,10 @@ async fn grant_revoke_keeps_history(app: TestApp) {
     tick().await;
     grant(&app, &p, "grants:read_list").await.expect(201);
     let list = list_grants(&app, &p).await;
-    let statuses: Vec<&str> = items(&list).iter().map(|g| text(g, "status")).collect();
+    let statuses: Vec<&str> = listed(&list)
+        .iter()
+        .map(|g| field_text(g, "status"))
+        .collect();
     assert_eq!(statuses, ["active", "revoked"], "{}", list.text);
 }
 
@@ -934,7 +943,7 @@ async fn permission_gate(
 async fn granted_permission_opens_each_operation(app: TestApp) {
     let (victim, _) = fresh_account(&app).await;
     let (cred, _) = issue_ok(&app, &victim).await;
-    let c = text(&cred, "credential_ref");
+    let c = field_text(&cred, "credential_ref");
     let (caller, secret) = app.principal_with(&[]).await;
     let v = |rest: &str| account(&victim, rest);
     // Without the permission, the reference does not matter.
@@ -1027,7 +1036,7 @@ async fn granted_permission_opens_each_operation(app: TestApp) {
 // ---------------------------------------------------------------------------
 
 fn find_log<'a>(logs: &'a Resp, request_id: &str) -> &'a Value {
-    items(logs)
+    listed(logs)
         .iter()
         .find(|l| l["request_log_ref"] == request_id)
         .unwrap_or_else(|| panic!("no log {request_id} in {}", logs.text))
@@ -1051,7 +1060,7 @@ async fn request_logs_record_each_request(app: TestApp) {
         .send()
         .await;
     created.expect(201);
-    let p = text(created.data(), "principal_ref").to_owned();
+    let p = field_text(created.data(), "principal_ref").to_owned();
     let queried = app
         .get(&format!("{}?marker=querytrace42", account(&p, "")))
         .send()
@@ -1063,7 +1072,7 @@ async fn request_logs_record_each_request(app: TestApp) {
     assert_no_secret(&all, &["querytrace42", "marker=", &app.sandbox.secret]);
 
     let log = find_log(&all, created.header("request-id").expect("Request-Id"));
-    assert!(is_ref(text(log, "request_log_ref"), "req"));
+    is_ref(&log["request_log_ref"], "req_");
     assert_eq!(log["operation_id"], "createServiceAccount");
     assert_eq!(log["method"], "POST");
     assert_eq!(log["path"], ACCOUNTS);
@@ -1105,17 +1114,17 @@ async fn request_logs_filter_by_operation_and_status(app: TestApp) {
     let missing_id = missing.header("request-id").expect("Request-Id");
 
     let by_op = logs(&app, "&operation_id=retrieveServiceAccount").await;
-    assert_eq!(items(&by_op).len(), 2, "{}", by_op.text);
-    assert!(items(&by_op)
+    assert_eq!(listed(&by_op).len(), 2, "{}", by_op.text);
+    assert!(listed(&by_op)
         .iter()
         .all(|l| l["operation_id"] == "retrieveServiceAccount"));
 
     let by_status = logs(&app, "&status=404").await;
-    assert_eq!(items(&by_status).len(), 1, "{}", by_status.text);
-    assert_eq!(items(&by_status)[0]["request_log_ref"], missing_id);
+    assert_eq!(listed(&by_status).len(), 1, "{}", by_status.text);
+    assert_eq!(listed(&by_status)[0]["request_log_ref"], missing_id);
 
     let both = logs(&app, "&operation_id=createServiceAccount&status=404").await;
-    assert!(items(&both).is_empty());
+    assert!(listed(&both).is_empty());
 
     for (query, field) in [
         ("operation_id=doEverything", "operation_id"),
@@ -1137,12 +1146,12 @@ async fn request_logs_filter_by_operation_and_status(app: TestApp) {
 async fn secrets_appear_only_on_issue_and_rotate(app: TestApp) {
     let (p, first) = app.principal_with(&["environments:read_list"]).await;
     let (cred, _) = issue_ok(&app, &p).await;
-    let issued = text(&cred, "secret").to_owned();
-    let c = text(&cred, "credential_ref").to_owned();
+    let issued = field_text(&cred, "secret").to_owned();
+    let c = field_text(&cred, "credential_ref").to_owned();
     let rotated = rotate(&app, &c, "*", json!({})).await;
     rotated.expect(200);
     assert_no_secret(&rotated, &[&issued]);
-    let new = text(rotated.data(), "secret").to_owned();
+    let new = field_text(rotated.data(), "secret").to_owned();
     for s in [&first, &issued, &new] {
         probe(&app, s).await.expect(200);
     }
@@ -1188,7 +1197,7 @@ async fn replays_do_not_reveal_secrets(app: TestApp) {
     };
     let issued = send_issue().await;
     issued.expect(201);
-    let c = text(issued.data(), "credential_ref").to_owned();
+    let c = field_text(issued.data(), "credential_ref").to_owned();
     let rotate_path = credential(&c, "rotate");
     let send_rotate = || {
         app.req("POST", &rotate_path)
@@ -1207,7 +1216,7 @@ async fn replays_do_not_reveal_secrets(app: TestApp) {
         (&rotated, &rotate_replay, "rotate"),
     ]
     .into_iter()
-    .filter(|(first, replay, _)| replay.text.contains(text(first.data(), "secret")))
+    .filter(|(first, replay, _)| replay.text.contains(field_text(first.data(), "secret")))
     .map(|(_, _, op)| op)
     .collect();
     assert!(
@@ -1247,7 +1256,7 @@ async fn bootstrap_again_issues_fresh_credentials(app: TestApp) {
     let sandbox = &again.environments[0];
     let accounts = app.get(ACCOUNTS).send().await;
     accounts.expect(200);
-    let admins = items(&accounts)
+    let admins = listed(&accounts)
         .iter()
         .filter(|a| a["name"] == "admin")
         .count();
@@ -1255,9 +1264,9 @@ async fn bootstrap_again_issues_fresh_credentials(app: TestApp) {
     assert_no_secret(&accounts, &[&sandbox.secret]);
 
     let creds = list_credentials(&app, &sandbox.principal_ref).await;
-    let refs: Vec<&str> = items(&creds)
+    let refs: Vec<&str> = listed(&creds)
         .iter()
-        .map(|c| text(c, "credential_ref"))
+        .map(|c| field_text(c, "credential_ref"))
         .collect();
     assert!(refs.contains(&sandbox.credential_ref.as_str()));
     assert!(refs.contains(&app.sandbox.credential_ref.as_str()));
@@ -1265,11 +1274,11 @@ async fn bootstrap_again_issues_fresh_credentials(app: TestApp) {
 
     // Every permission, each held once.
     let after = list_grants(&app, &app.sandbox.principal_ref).await;
-    assert_eq!(items(&after).len(), items(&before).len());
-    let mut held: Vec<&str> = items(&after)
+    assert_eq!(listed(&after).len(), listed(&before).len());
+    let mut held: Vec<&str> = listed(&after)
         .iter()
         .filter(|g| g["status"] == "active")
-        .map(|g| text(g, "permission_action"))
+        .map(|g| field_text(g, "permission_action"))
         .collect();
     held.sort_unstable();
     assert_eq!(held, control_api::operations::permissions());
@@ -1306,7 +1315,10 @@ async fn bootstrap_after_the_admin_is_retired(app: TestApp) {
     for list in ["/grants", "/credentials"] {
         let r = as_other("GET", account(old, list)).send().await;
         r.expect(200);
-        let active = items(&r).iter().filter(|x| x["status"] == "active").count();
+        let active = listed(&r)
+            .iter()
+            .filter(|x| x["status"] == "active")
+            .count();
         assert_eq!(active, 0, "a retired account got active {list}");
     }
 }

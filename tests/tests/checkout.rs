@@ -7,6 +7,9 @@
 //! filters, isolation between environments and the buyer scope of webhook
 //! subscriptions.
 
+use billing_tests::kit::{
+    at, etag_matches, eur, has_fields, invalid, is_ref, is_ts, items, refs, refused, text, ts_of,
+};
 use billing_tests::{backend_tests, unique_key, Resp, TestApp};
 use domain::Timestamp;
 use serde_json::{json, Value};
@@ -274,105 +277,8 @@ const RECORDS: &[&Kind] = &[
 
 // ---- helpers ------------------------------------------------------------------
 
-/// `{base}/{reference}{tail}`.
-fn at(base: &str, reference: &str, tail: &str) -> String {
-    format!("{base}/{reference}{tail}")
-}
-
-fn text(v: &Value) -> String {
-    v.as_str()
-        .unwrap_or_else(|| panic!("a string, not {v}"))
-        .to_owned()
-}
-
-fn items(r: &Resp) -> Vec<Value> {
-    r.expect(200);
-    r.data()["items"].as_array().expect("items").clone()
-}
-
-fn refs(list: &[Value], field: &str) -> Vec<String> {
-    list.iter().map(|i| text(&i[field])).collect()
-}
-
 fn set(list: &[String]) -> HashSet<String> {
     list.iter().cloned().collect()
-}
-
-/// Asserts `validation_failed` with a detail on `field`.
-#[track_caller]
-fn invalid(r: &Resp, field: &str) {
-    r.expect_error(400, "validation_failed");
-    assert!(
-        r.fields().iter().any(|f| f == field),
-        "expected a detail on `{field}`: {}",
-        r.text
-    );
-}
-
-/// Asserts `422 semantic_error` whose message names `word` (a state).
-#[track_caller]
-fn refused(r: &Resp, word: &str) {
-    r.expect_error(422, "semantic_error");
-    let message = r.json["error"]["message"].as_str().unwrap_or_default();
-    assert!(
-        message.contains(word),
-        "the message should name `{word}`: {}",
-        r.text
-    );
-}
-
-/// Asserts a reference of `prefix` and the contract's shape.
-#[track_caller]
-fn is_ref(v: &Value, prefix: &str) {
-    let s = text(v);
-    let rest = s.strip_prefix(prefix).unwrap_or_else(|| panic!("{s}"));
-    assert!(
-        rest.len() == 12 && rest.chars().all(|c| c.is_ascii_alphanumeric()),
-        "{s}"
-    );
-}
-
-#[track_caller]
-fn is_ts(v: &Value) {
-    let s = text(v);
-    assert!(
-        s.ends_with('Z') && Timestamp::parse(&s).is_some(),
-        "timestamp {s}"
-    );
-}
-
-#[track_caller]
-fn ts_of(v: &Value) -> Timestamp {
-    is_ts(v);
-    Timestamp::parse(&text(v)).expect("timestamp")
-}
-
-/// Every listed field is present (`null` fields too: never omitted).
-#[track_caller]
-fn has_fields(v: &Value, fields: &[&str]) {
-    let obj = v
-        .as_object()
-        .unwrap_or_else(|| panic!("an object, not {v}"));
-    for f in fields {
-        assert!(obj.contains_key(*f), "field `{f}` missing: {v}");
-    }
-}
-
-/// The single-resource ETag header equals the body's `etag` field.
-#[track_caller]
-fn etag_matches(r: &Resp) -> String {
-    let tag = r.etag();
-    assert!(tag.starts_with('"') && tag.ends_with('"'), "strong: {tag}");
-    assert_eq!(r.data()["etag"], tag.as_str(), "{}", r.text);
-    tag
-}
-
-fn money(value: &str, currency: &str) -> Value {
-    json!({"currency": currency, "unit": "minor", "value": value})
-}
-
-fn eur(value: &str) -> Value {
-    money(value, "EUR")
 }
 
 /// `path` asking for the largest page.

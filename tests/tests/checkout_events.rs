@@ -15,6 +15,7 @@
 //! in the fleet variant (only with `BILLING_TEST_FLEET=1`; then a missing
 //! broker or PostgreSQL is a failure, never a skip).
 
+use billing_tests::kit::{eur, is_ref, text};
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
 use billing_tests::{backend_tests, fleet_enabled, verifier, Backend, DispatcherHandle, TestApp};
 use dispatcher::amqp::{self, AmqpSettings};
@@ -87,26 +88,6 @@ fn total_deliveries() -> usize {
 }
 
 // ---- helpers --------------------------------------------------------------------
-
-fn text(v: &Value) -> String {
-    v.as_str()
-        .unwrap_or_else(|| panic!("a string, not {v}"))
-        .to_owned()
-}
-
-fn is_ref(v: &Value, prefix: &str) {
-    let s = text(v);
-    assert!(
-        s.starts_with(prefix)
-            && s.len() == prefix.len() + 12
-            && s[prefix.len()..].chars().all(|c| c.is_ascii_alphanumeric()),
-        "{s} is not a {prefix} reference"
-    );
-}
-
-fn eur(value: &str) -> Value {
-    json!({"currency": "EUR", "unit": "minor", "value": value})
-}
 
 async fn retrieve(app: &TestApp, base: &str, reference: &str) -> Value {
     let r = app.get(&format!("{base}/{reference}")).send().await;

@@ -12,19 +12,12 @@
 //!   parameter has its reference shape, and every error response refers to
 //!   the one error body of contract 2.
 
+use billing_tests::kit::{eur, text};
 use billing_tests::{backend_tests, Resp, TestApp};
 use control_api::operations::{Method, OPERATIONS};
 use serde_json::{json, Value};
 
 const OK_URL: &str = "https://example.com/ok";
-
-fn text(v: &Value) -> String {
-    v.as_str().expect("a string").to_owned()
-}
-
-fn eur(value: &str) -> Value {
-    json!({"currency": "EUR", "unit": "minor", "value": value})
-}
 
 async fn document(app: &TestApp) -> Value {
     let doc = app.anon("GET", "/api/v1/openapi.json").send().await;

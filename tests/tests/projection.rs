@@ -13,8 +13,9 @@
 //! intake (`dispatcher::intake::accept`), which asks the projector the
 //! harness registered.
 
+use billing_tests::kit::{eur, items, text};
 use billing_tests::receiver::{Behaviour, TestReceiver};
-use billing_tests::{backend_tests, unique_key, Resp, TestApp};
+use billing_tests::{backend_tests, unique_key, TestApp};
 use dispatcher::intake::Accepted;
 use domain::{Prefix, Ref, Timestamp};
 use serde_json::{json, Value};
@@ -79,16 +80,6 @@ fn at(base: &str, reference: &str) -> String {
     format!("{base}/{reference}")
 }
 
-fn text(v: &Value) -> String {
-    v.as_str()
-        .unwrap_or_else(|| panic!("a string, not {v}"))
-        .to_owned()
-}
-
-fn eur(value: &str) -> Value {
-    json!({"currency": "EUR", "unit": "minor", "value": value})
-}
-
 fn new_ref(prefix: Prefix) -> String {
     Ref::generate(prefix).into_string()
 }
@@ -129,11 +120,6 @@ async fn get(app: &TestApp, path: &str) -> Value {
 
 async fn absent(app: &TestApp, path: &str) {
     app.get(path).send().await.expect_error(404, "not_found");
-}
-
-fn items(r: &Resp) -> Vec<Value> {
-    r.expect(200);
-    r.data()["items"].as_array().expect("items").clone()
 }
 
 async fn list(app: &TestApp, path: &str) -> Vec<Value> {

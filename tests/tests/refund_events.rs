@@ -30,6 +30,7 @@
 //! events enter through the intake (`dispatcher::intake::accept`), which
 //! projects them before they are fanned out.
 
+use billing_tests::kit::{at, eur, is_ref, text};
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
 use billing_tests::{
     backend_tests, fleet_enabled, unique_key, verifier, Backend, DispatcherHandle, TestApp,
@@ -137,31 +138,6 @@ fn status_fields(event_type: &str) -> &'static [&'static str] {
 }
 
 // ---- helpers --------------------------------------------------------------------
-
-fn at(base: &str, reference: &str, tail: &str) -> String {
-    format!("{base}/{reference}{tail}")
-}
-
-#[track_caller]
-fn text(v: &Value) -> String {
-    v.as_str()
-        .unwrap_or_else(|| panic!("a string, not {v}"))
-        .to_owned()
-}
-
-#[track_caller]
-fn is_ref(v: &Value, prefix: &str) {
-    let s = text(v);
-    let rest = s.strip_prefix(prefix).unwrap_or_else(|| panic!("{s}"));
-    assert!(
-        rest.len() == 12 && rest.chars().all(|c| c.is_ascii_alphanumeric()),
-        "{s} is not a {prefix} reference"
-    );
-}
-
-fn eur(value: &str) -> Value {
-    json!({"currency": "EUR", "unit": "minor", "value": value})
-}
 
 /// A retrieve: 200, its ETag header the body's `etag`; the resource.
 async fn retrieve(app: &TestApp, base: &str, reference: &str) -> Value {

@@ -9,6 +9,7 @@
 //! The test harness starts no dispatcher, so each test runs the timed work
 //! (`control_api::jobs::run`) itself.
 
+use billing_tests::kit::{at, eur, has_fields, invalid, is_ref, items, money, text};
 use billing_tests::{backend_tests, unique_key, Resp, TestApp};
 use domain::Timestamp;
 use serde_json::{json, Value};
@@ -66,24 +67,6 @@ const DAY: i64 = 86_400;
 
 // ---- helpers ------------------------------------------------------------------
 
-fn at(base: &str, reference: &str, tail: &str) -> String {
-    format!("{base}/{reference}{tail}")
-}
-
-fn text(v: &Value) -> String {
-    v.as_str()
-        .unwrap_or_else(|| panic!("a string, not {v}"))
-        .to_owned()
-}
-
-fn money(value: &str, currency: &str) -> Value {
-    json!({"currency": currency, "unit": "minor", "value": value})
-}
-
-fn eur(value: &str) -> Value {
-    money(value, "EUR")
-}
-
 fn eur_n(value: u64) -> Value {
     eur(&value.to_string())
 }
@@ -97,30 +80,10 @@ fn minor(v: &Value) -> u64 {
 }
 
 #[track_caller]
-fn is_ref(v: &Value, prefix: &str) {
-    let s = text(v);
-    let rest = s.strip_prefix(prefix).unwrap_or_else(|| panic!("{s}"));
-    assert!(
-        rest.len() == 12 && rest.chars().all(|c| c.is_ascii_alphanumeric()),
-        "{s}"
-    );
-}
-
-#[track_caller]
 fn ts_of(v: &Value) -> Timestamp {
     let s = text(v);
     assert!(s.ends_with('Z'), "timestamp {s}");
     Timestamp::parse(&s).unwrap_or_else(|| panic!("timestamp {s}"))
-}
-
-#[track_caller]
-fn has_fields(v: &Value, fields: &[&str]) {
-    let obj = v
-        .as_object()
-        .unwrap_or_else(|| panic!("an object, not {v}"));
-    for f in fields {
-        assert!(obj.contains_key(*f), "field `{f}` missing: {v}");
-    }
 }
 
 /// The single-resource ETag header equals the body's `etag` field.
@@ -131,26 +94,10 @@ fn etag_matches(r: &Resp) {
     assert_eq!(r.data()["etag"], tag.as_str(), "{}", r.text);
 }
 
-/// Asserts `validation_failed` with a detail on `field`.
-#[track_caller]
-fn invalid(r: &Resp, field: &str) {
-    r.expect_error(400, "validation_failed");
-    assert!(
-        r.fields().iter().any(|f| f == field),
-        "expected a detail on `{field}`: {}",
-        r.text
-    );
-}
-
 /// Asserts `422 semantic_error`.
 #[track_caller]
 fn refused(r: &Resp) {
     r.expect_error(422, "semantic_error");
-}
-
-fn items(r: &Resp) -> Vec<Value> {
-    r.expect(200);
-    r.data()["items"].as_array().expect("items").clone()
 }
 
 async fn get(app: &TestApp, path: &str) -> Value {

@@ -8,6 +8,7 @@
 //! (`standardwebhooks` from PyPI, run with python3 and installed on first
 //! use) over headers computed from the secrets the store keeps encrypted.
 
+use billing_tests::kit::{etag_matches, invalid, is_ref, is_ts, items, text};
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, unique_key, verifier, Resp, TestApp};
 use domain::webhook::catalogue;
@@ -34,48 +35,6 @@ fn dl(delivery: &str, tail: &str) -> String {
     format!("/api/v1/webhook_deliveries/{delivery}{tail}")
 }
 
-fn text(v: &Value) -> String {
-    v.as_str()
-        .unwrap_or_else(|| panic!("a string, not {v}"))
-        .to_owned()
-}
-
-fn items(r: &Resp) -> Vec<Value> {
-    r.expect(200);
-    r.data()["items"].as_array().expect("items").clone()
-}
-
-/// Asserts `validation_failed` with a detail on `field`.
-#[track_caller]
-fn invalid(r: &Resp, field: &str) {
-    r.expect_error(400, "validation_failed");
-    assert!(
-        r.fields().iter().any(|f| f == field),
-        "expected a detail on `{field}`: {}",
-        r.text
-    );
-}
-
-/// Asserts a reference of `prefix` and the contract's shape.
-#[track_caller]
-fn is_ref(v: &Value, prefix: &str) {
-    let s = text(v);
-    let rest = s.strip_prefix(prefix).unwrap_or_else(|| panic!("{s}"));
-    assert!(
-        rest.len() == 12 && rest.chars().all(|c| c.is_ascii_alphanumeric()),
-        "{s}"
-    );
-}
-
-#[track_caller]
-fn is_ts(v: &Value) {
-    let s = text(v);
-    assert!(
-        s.ends_with('Z') && Timestamp::parse(&s).is_some(),
-        "timestamp {s}"
-    );
-}
-
 /// `whsec_` + standard base64 of 32 bytes.
 #[track_caller]
 fn is_secret(s: &str) {
@@ -86,15 +45,6 @@ fn is_secret(s: &str) {
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '/'));
     assert!(SigningSecret::parse(s).is_some(), "{s}");
-}
-
-/// The single-resource ETag header equals the body's `etag` field.
-#[track_caller]
-fn etag_matches(r: &Resp) -> String {
-    let tag = r.etag();
-    assert!(tag.starts_with('"') && tag.ends_with('"'), "strong: {tag}");
-    assert_eq!(r.data()["etag"], tag.as_str(), "{}", r.text);
-    tag
 }
 
 /// Creates an endpoint in the sandbox; returns its reference and the response.
