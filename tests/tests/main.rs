@@ -7,6 +7,7 @@
 //! Run one area with `cargo test -p billing-tests --test suite <module>::`.
 
 mod admin;
+mod architecture;
 mod catalogue;
 mod checkout;
 mod checkout_events;
