@@ -91,6 +91,7 @@ fn build() -> (Value, Vec<String>) {
                 "description": "Opaque: the `next_cursor` of the previous page of the same list and filters.",
                 "schema": {"type": "string"}}));
         }
+        parameters.extend((b.filters)().iter().map(filter_param));
         if op.idempotent {
             parameters.push(json!({"name": "Idempotency-Key", "in": "header", "required": true,
                 "description": "1 to 255 printable ASCII characters; a replay answers the kept result.",
@@ -328,6 +329,21 @@ fn error_headers(status: u16) -> Value {
     headers
 }
 
+/// The query parameter of a list filter, as its row binds it.
+fn filter_param(f: &crate::handlers::lists::Filter) -> Value {
+    use crate::handlers::lists::FilterKind;
+    let schema = match f.kind {
+        FilterKind::OneOf(values) => json!({"type": "string", "enum": values()}),
+        FilterKind::Ref(prefix) => json!({"type": "string",
+            "pattern": format!("^{}_[A-Za-z0-9]{{12}}$", prefix.as_str())}),
+        FilterKind::HttpStatus => json!({"type": "integer", "minimum": 100, "maximum": 599}),
+        FilterKind::OperationId => {
+            json!({"type": "string", "enum": OPERATIONS.iter().map(|o| o.id).collect::<Vec<_>>()})
+        }
+    };
+    json!({"name": f.name, "in": "query", "schema": schema})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,5 +402,43 @@ mod tests {
         assert!(create["429"]["headers"]["Retry-After"].is_object());
         let list = &doc["paths"]["/api/v1/disputes"]["get"]["responses"];
         assert!(list["413"].is_null() && list["503"].is_null());
+    }
+
+    /// The query parameters the document lists for `path`'s GET.
+    fn query_params(path: &str) -> Vec<(String, Value)> {
+        document()["paths"][path]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["in"] == "query")
+            .map(|p| (p["name"].as_str().unwrap().to_owned(), p["schema"].clone()))
+            .collect()
+    }
+
+    #[test]
+    fn list_filters_are_in_the_document() {
+        let payments = query_params("/api/v1/payments");
+        let names: Vec<&str> = payments.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["limit", "cursor", "status", "buyer_ref"]);
+        assert!(payments[2].1["enum"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("succeeded")));
+        assert_eq!(payments[3].1["pattern"], "^buy_[A-Za-z0-9]{12}$");
+        let logs = query_params("/api/v1/request_logs");
+        let names: Vec<&str> = logs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["limit", "cursor", "operation_id", "status"]);
+        assert_eq!(logs[3].1["maximum"], 599);
+        let endpoints = query_params("/api/v1/webhook_endpoints");
+        assert_eq!(
+            endpoints[2].1["enum"],
+            json!(["active", "paused", "disabled"])
+        );
+        // Every list that pages and filters says so.
+        let filtered = OPERATIONS
+            .iter()
+            .filter(|o| o.binding.is_some_and(|b| !(b.filters)().is_empty()))
+            .count();
+        assert!(filtered >= 19, "{filtered}");
     }
 }

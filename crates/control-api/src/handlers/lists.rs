@@ -5,9 +5,76 @@
 
 use crate::error::ApiError;
 use crate::input::Input;
+use crate::operations::Operation;
 use domain::cursor::scope;
 use domain::{Prefix, Ref};
 use store::PageRequest;
+
+/// One query filter of a list operation besides `limit` and `cursor`, as
+/// its row of the operation table binds it (`bind!(…, filters: …)`).
+#[derive(Debug, Clone, Copy)]
+pub struct Filter {
+    pub name: &'static str,
+    pub kind: FilterKind,
+}
+
+/// What a filter's value may be.
+#[derive(Debug, Clone, Copy)]
+pub enum FilterKind {
+    /// One of these values (a resource's states).
+    OneOf(fn() -> Vec<&'static str>),
+    /// A reference of this kind.
+    Ref(Prefix),
+    /// An HTTP status from 100 to 599.
+    HttpStatus,
+    /// An operation id of the table.
+    OperationId,
+}
+
+impl Filter {
+    pub const fn one_of(name: &'static str, values: fn() -> Vec<&'static str>) -> Filter {
+        Filter {
+            name,
+            kind: FilterKind::OneOf(values),
+        }
+    }
+
+    pub const fn reference(name: &'static str, prefix: Prefix) -> Filter {
+        Filter {
+            name,
+            kind: FilterKind::Ref(prefix),
+        }
+    }
+
+    /// `value` if this filter takes it; otherwise `validation_failed` on
+    /// the filter's name.
+    fn check(&self, value: &str) -> Result<(), ApiError> {
+        let invalid = |issue: String| ApiError::validation(self.name, issue);
+        match self.kind {
+            FilterKind::OneOf(values) => {
+                let values = values();
+                if !values.contains(&value) {
+                    return Err(invalid(format!("must be one of {}", values.join(", "))));
+                }
+            }
+            FilterKind::Ref(prefix) => {
+                Ref::parse(prefix, value).map_err(|e| invalid(e.to_string()))?;
+            }
+            FilterKind::HttpStatus => {
+                value
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|s| (100..=599).contains(s))
+                    .ok_or_else(|| invalid("must be an HTTP status from 100 to 599".into()))?;
+            }
+            FilterKind::OperationId => {
+                crate::operations::by_id(value)
+                    .ok_or_else(|| invalid("unknown operation_id".into()))?;
+            }
+        }
+        Ok(())
+    }
+}
 
 /// A checked list query.
 pub(crate) struct ListQuery<'a> {
@@ -18,30 +85,22 @@ pub(crate) struct ListQuery<'a> {
 }
 
 impl<'a> ListQuery<'a> {
-    /// Checks the query of `op_id`: its `status` (if `status` names the
-    /// resource's values) and the reference filters `refs`.
-    pub(crate) fn parse(
-        op_id: &str,
-        input: &'a Input,
-        status: Option<&str>,
-        refs: &[(&str, Prefix)],
-    ) -> Result<ListQuery<'a>, ApiError> {
+    /// Checks the query of `op` against the filters its row binds: no
+    /// other parameter, each value of the filter's kind.
+    pub(crate) fn parse(op: &Operation, input: &'a Input) -> Result<ListQuery<'a>, ApiError> {
+        let filters = op.binding.map(|b| (b.filters)()).unwrap_or_default();
         let mut allowed = vec!["limit", "cursor"];
-        allowed.extend(status.map(|_| "status"));
-        allowed.extend(refs.iter().map(|(name, _)| *name));
+        allowed.extend(filters.iter().map(|f| f.name));
         input.query_params(&allowed)?;
-        let mut filters = Vec::with_capacity(refs.len() + 1);
-        if status.is_some() {
-            filters.push(("status", input.query_value("status")));
-        }
-        for (name, prefix) in refs {
-            let value = input.query_value(name);
+        let mut values = Vec::with_capacity(filters.len());
+        for f in &filters {
+            let value = input.query_value(f.name);
             if let Some(v) = value {
-                Ref::parse(*prefix, v).map_err(|e| ApiError::validation(*name, e.to_string()))?;
+                f.check(v)?;
             }
-            filters.push((name, value));
+            values.push((f.name, value));
         }
-        let scope = scope(op_id, &filters);
+        let scope = scope(op.id, &values);
         let page = input.page(&scope)?;
         Ok(ListQuery { input, page, scope })
     }

@@ -110,6 +110,10 @@ pub struct Binding {
     pub request: Option<SchemaFn>,
     /// Schema of `data`, or of one item for lists.
     pub response: SchemaFn,
+    /// A list's query filters besides `limit` and `cursor`: what
+    /// `ListQuery::parse` accepts and checks, and what the OpenAPI document
+    /// lists.
+    pub filters: fn() -> Vec<crate::handlers::lists::Filter>,
 }
 
 /// The schema function of a `ToSchema` type.
@@ -137,6 +141,7 @@ macro_rules! bind {
             handler: |ctx, input| ::std::boxed::Box::pin($f(ctx, input)),
             request: Some($crate::handlers::schema::<$req>),
             response: $crate::handlers::schema::<$resp>,
+            filters: ::std::vec::Vec::new,
         }
     };
     ($f:path, resp: $resp:ty) => {
@@ -144,6 +149,15 @@ macro_rules! bind {
             handler: |ctx, input| ::std::boxed::Box::pin($f(ctx, input)),
             request: None,
             response: $crate::handlers::schema::<$resp>,
+            filters: ::std::vec::Vec::new,
+        }
+    };
+    ($f:path, resp: $resp:ty, filters: $filters:expr) => {
+        $crate::handlers::Binding {
+            handler: |ctx, input| ::std::boxed::Box::pin($f(ctx, input)),
+            request: None,
+            response: $crate::handlers::schema::<$resp>,
+            filters: $filters,
         }
     };
 }

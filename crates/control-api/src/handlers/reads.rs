@@ -5,7 +5,7 @@
 
 use crate::error::ApiError;
 use crate::handlers::catalogue::found;
-use crate::handlers::lists::ListQuery;
+use crate::handlers::lists::{Filter, ListQuery};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
@@ -75,29 +75,26 @@ pub async fn retrieve<T: Served>(ctx: &mut Ctx, input: Input) -> Result<Reply, A
     Ok(one(&load::<T>(ctx, &input).await?))
 }
 
+/// The filters of `list::<T>`: its `status` (when it has one), then its
+/// reference filters.
+pub fn filters<T: Served>() -> Vec<Filter> {
+    let status = T::STATUS.map(|s| Filter::one_of("status", s.names));
+    status
+        .into_iter()
+        .chain(
+            T::REF_FILTERS
+                .iter()
+                .map(|(name, prefix)| Filter::reference(name, *prefix)),
+        )
+        .collect()
+}
+
 pub async fn list<T: Served>(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let query = ListQuery::parse(
-        ctx.op.id,
-        &input,
-        T::STATUS.as_ref().map(|_| "status"),
-        T::REF_FILTERS,
-    )?;
-    let mut filters: Vec<(&str, Option<&str>)> = Vec::new();
-    if let Some(filter) = T::STATUS {
-        let status = input.query_value("status");
-        if let Some(s) = status {
-            if !(filter.valid)(s) {
-                return Err(ApiError::validation(
-                    "status",
-                    format!("must be one of {}", (filter.names)().join(", ")),
-                ));
-            }
-        }
-        filters.push(("status", status));
-    }
-    for (name, _) in T::REF_FILTERS {
-        filters.push((name, input.query_value(name)));
-    }
+    let query = ListQuery::parse(ctx.op, &input)?;
+    let filters: Vec<(&str, Option<&str>)> = filters::<T>()
+        .iter()
+        .map(|f| (f.name, input.query_value(f.name)))
+        .collect();
     let page = ctx
         .store()
         .billing()

@@ -3,11 +3,10 @@
 
 use super::ts;
 use crate::error::ApiError;
+use crate::handlers::lists::{Filter, FilterKind, ListQuery};
 use crate::handlers::Ctx;
 use crate::input::Input;
-use crate::operations;
 use crate::reply::Reply;
-use domain::cursor::scope;
 use serde::Serialize;
 use store::{RequestLogFilter, RequestLogRecord};
 use utoipa::ToSchema;
@@ -46,34 +45,28 @@ impl From<&RequestLogRecord> for RequestLogDto {
     }
 }
 
+/// The filters of `listPublicRequestLogs`.
+pub fn filters() -> Vec<Filter> {
+    vec![
+        Filter {
+            name: "operation_id",
+            kind: FilterKind::OperationId,
+        },
+        Filter {
+            name: "status",
+            kind: FilterKind::HttpStatus,
+        },
+    ]
+}
+
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    input.query_params(&["limit", "cursor", "operation_id", "status"])?;
+    let query = ListQuery::parse(ctx.op, &input)?;
+    let (list_scope, page_request) = (query.scope, query.page);
     let operation_id = input.query_value("operation_id");
-    if let Some(id) = operation_id {
-        if operations::by_id(id).is_none() {
-            return Err(ApiError::validation("operation_id", "unknown operation_id"));
-        }
-    }
-    let status = match input.query_value("status") {
-        None => None,
-        Some(s) => Some(
-            s.parse::<u16>()
-                .ok()
-                .filter(|s| (100..=599).contains(s))
-                .ok_or_else(|| {
-                    ApiError::validation("status", "must be an HTTP status from 100 to 599")
-                })?,
-        ),
-    };
-    let status_text = status.map(|s| s.to_string());
-    let list_scope = scope(
-        ctx.op.id,
-        &[
-            ("operation_id", operation_id),
-            ("status", status_text.as_deref()),
-        ],
-    );
-    let page_request = input.page(&list_scope)?;
+    // Checked by the query: an HTTP status.
+    let status = input
+        .query_value("status")
+        .and_then(|s| s.parse::<u16>().ok());
     let filter = RequestLogFilter {
         operation_id: operation_id.map(str::to_owned),
         status,

@@ -6,7 +6,7 @@ use super::{found, money_error, MoneyDto};
 use crate::error::ApiError;
 use crate::handlers::admin::service_accounts::check_text;
 use crate::handlers::admin::ts;
-use crate::handlers::lists::ListQuery;
+use crate::handlers::lists::{Filter, ListQuery};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
@@ -88,13 +88,18 @@ fn reply(o: &OfferRecord) -> Reply {
     Reply::one(d, Some(tag))
 }
 
+/// The filters of `listOffers`.
+pub fn filters() -> Vec<Filter> {
+    vec![
+        Filter::one_of("status", || {
+            OfferStatus::ALL.iter().map(|s| s.as_str()).collect()
+        }),
+        Filter::reference("product_ref", Prefix::Product),
+    ]
+}
+
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let query = ListQuery::parse(
-        ctx.op.id,
-        &input,
-        Some("status"),
-        &[("product_ref", Prefix::Product)],
-    )?;
+    let query = ListQuery::parse(ctx.op, &input)?;
     let status = query.status(OfferStatus::parse, "active or retired")?;
     let product_ref = query.reference("product_ref");
     let page = ctx

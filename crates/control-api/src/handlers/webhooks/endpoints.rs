@@ -5,10 +5,10 @@
 use super::load_endpoint;
 use crate::error::ApiError;
 use crate::handlers::admin::{opt_ts, ts};
+use crate::handlers::lists::{Filter, ListQuery};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
-use domain::cursor::scope;
 use domain::etag::etag;
 use domain::principal::Mode;
 use domain::webhook::secret_version::SecretVersion;
@@ -169,26 +169,25 @@ async fn check_resolved(url: &EndpointUrl) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The filters of `listWebhookEndpoints`.
+pub fn filters() -> Vec<Filter> {
+    vec![Filter::one_of("status", || {
+        EndpointStatus::ALL.iter().map(|s| s.as_str()).collect()
+    })]
+}
+
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    input.query_params(&["limit", "cursor", "status"])?;
-    let status_text = input.query_value("status");
-    let status =
-        match status_text {
-            None => None,
-            Some(s) => Some(EndpointStatus::parse(s).ok_or_else(|| {
-                ApiError::validation("status", "must be active, paused or disabled")
-            })?),
-        };
-    let list_scope = scope(ctx.op.id, &[("status", status_text)]);
-    let page = input.page(&list_scope)?;
+    let query = ListQuery::parse(ctx.op, &input)?;
+    // Checked by the query: one of the statuses.
+    let status = input.query_value("status").and_then(EndpointStatus::parse);
     let page = ctx
         .store()
         .webhooks()
-        .list_endpoints(ctx.env(), status, &page)
+        .list_endpoints(ctx.env(), status, &query.page)
         .await?;
     Ok(Reply::page(
         page,
-        &list_scope,
+        &query.scope,
         |e| (e.created_at.millis(), e.endpoint_ref.to_string()),
         |e| dto(e, None),
     ))
