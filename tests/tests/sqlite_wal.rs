@@ -1,5 +1,5 @@
 //! The embedded store's write-ahead log stays bounded under a steady write
-//! load (`store::checkpoint`): without a checkpoint that makes it start
+//! load (`store::db::checkpoint`): without a checkpoint that makes it start
 //! over, SQLite appends to it for as long as writes keep coming.
 //!
 //! SQLite only: PostgreSQL manages its own WAL.

@@ -3,7 +3,8 @@
 //!
 //! Shutdown protocol: SIGTERM or Ctrl-C cancels one token; the API stops
 //! accepting connections and finishes in-flight requests; background loops
-//! finish their current step; the process exits 0 within 30 s.
+//! finish their current step; the process ends within `SHUTDOWN_GRACE`
+//! (25 s), with status 0 unless the first task to end had failed.
 
 use crate::config::Config;
 use anyhow::Context;
