@@ -17,8 +17,8 @@
 //! database per run) runs only with BILLING_TEST_FLEET=1.
 
 use crate::common::{
-    billing, bootstrap, fleet, fleet_env, free_port, fresh_redis_schedule, rand_u32, say,
-    wait_ready, FreshDatabase, Process, REDIS_URL,
+    billing, bootstrap, free_port, on_embedded_store, on_fleet_store, rand_u32, say, wait_ready,
+    Process,
 };
 use sqlx::Connection;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -516,45 +516,22 @@ async fn crash_and_replay(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded_crash_mid_flight_replays_every_key_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("data/billing.db");
-    let store = format!("sqlite://{}", file.display());
-    let probe = format!("sqlite://{}?mode=ro", file.display());
-    crash_and_replay(
-        "embedded",
-        dir.path(),
-        vec![("BILLING_STORE__URL", store)],
-        &probe,
-    )
+    on_embedded_store(|label, dir, envs, probe| async move {
+        crash_and_replay(label, &dir, envs, &probe).await
+    })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fleet_crash_mid_flight_replays_every_key_once() {
-    if !fleet("fleet idempotency crash test") {
-        return;
-    }
-    let db = FreshDatabase::create("billing_idem").await;
-
-    // A fleet-mode store and scheduler. The events queue stays in the store
-    // (no event is made here), so that this server does not join the
-    // broker's shared dispatcher queue; Redis database 7 keeps its schedule
-    // and rate buckets apart from the other tests', emptied first in case
-    // an earlier run was killed, and marked as fed so that the dispatcher
-    // does not take it for a Redis that lost its data.
-    let scheduler = format!("{REDIS_URL}/7");
-    fresh_redis_schedule(&scheduler, &db.url).await;
-
-    let dir = tempfile::tempdir().unwrap();
-    let envs = fleet_env(&db.url, "embedded", &scheduler);
-    // The scenario runs as a task so that the database is dropped whatever
-    // its outcome; its panic is the test's.
-    let path = dir.path().to_owned();
-    let store_url = db.url.clone();
-    let outcome =
-        tokio::spawn(async move { crash_and_replay("fleet", &path, envs, &store_url).await }).await;
-    db.remove().await;
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
+    // Redis database 7 is this test's.
+    on_fleet_store(
+        "fleet idempotency crash test",
+        "billing_idem",
+        7,
+        |label, dir, envs, store_url| async move {
+            crash_and_replay(label, &dir, envs, &store_url).await
+        },
+    )
+    .await;
 }

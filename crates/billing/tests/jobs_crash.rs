@@ -31,8 +31,8 @@
 //! `pay_crash.rs`).
 
 use crate::common::{
-    billing, bootstrap, fleet, fleet_env, free_port, fresh_redis_schedule, rand_u32, say,
-    wait_ready, FreshDatabase, FreshVhost, Process, REDIS_URL,
+    billing, bootstrap, fleet, fleet_env, free_port, fresh_redis_schedule, on_embedded_store,
+    on_fleet_store, rand_u32, say, wait_ready, FreshDatabase, FreshVhost, Process, REDIS_URL,
 };
 use domain::Timestamp;
 use sqlx::Connection;
@@ -879,41 +879,24 @@ async fn crash_and_restart(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded_crash_with_scheduled_refunds_runs_each_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("data/billing.db");
-    let store = format!("sqlite://{}", file.display());
-    let probe = format!("sqlite://{}?mode=ro", file.display());
-    crash_and_restart(
-        "embedded",
-        dir.path(),
-        vec![("BILLING_STORE__URL", store)],
-        &probe,
-    )
+    on_embedded_store(|label, dir, envs, probe| async move {
+        crash_and_restart(label, &dir, envs, &probe).await
+    })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fleet_crash_with_scheduled_refunds_runs_each_once() {
-    if !fleet("fleet jobs crash test") {
-        return;
-    }
-    let db = FreshDatabase::create("billing_jobs").await;
-    // The events queue stays in the store (so that this server does not
-    // join the broker's shared dispatcher queue, and its events can be
-    // counted in the store); Redis database 13 keeps its schedule apart.
-    let scheduler = format!("{REDIS_URL}/13");
-    fresh_redis_schedule(&scheduler, &db.url).await;
-    let dir = tempfile::tempdir().unwrap();
-    let envs = fleet_env(&db.url, "embedded", &scheduler);
-    let path = dir.path().to_owned();
-    let store_url = db.url.clone();
-    let outcome =
-        tokio::spawn(async move { crash_and_restart("fleet", &path, envs, &store_url).await })
-            .await;
-    db.remove().await;
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
+    // Redis database 13 is this test's.
+    on_fleet_store(
+        "fleet jobs crash test",
+        "billing_jobs",
+        13,
+        |label, dir, envs, store_url| async move {
+            crash_and_restart(label, &dir, envs, &store_url).await
+        },
+    )
+    .await;
 }
 
 /// The two-dispatcher scenario (module docs, 2).

@@ -427,3 +427,57 @@ impl FreshVhost {
         drop(rabbitmqctl(&["delete_vhost", &self.name]));
     }
 }
+
+/// Runs a crash scenario `scenario(label, dir, envs, probe)` over the
+/// embedded store: a SQLite file in a fresh folder `dir`, the variables
+/// `envs` that name it, and `probe`, a read-only URL of the same file for
+/// the scenario's own checks.
+pub async fn on_embedded_store<F, Fut>(scenario: F)
+where
+    F: FnOnce(&'static str, PathBuf, Vec<(&'static str, String)>, String) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data/billing.db");
+    let store = format!("sqlite://{}", file.display());
+    let probe = format!("sqlite://{}?mode=ro", file.display());
+    scenario(
+        "embedded",
+        dir.path().to_owned(),
+        vec![("BILLING_STORE__URL", store)],
+        probe,
+    )
+    .await;
+}
+
+/// Runs a crash scenario over a fleet store (only with
+/// `BILLING_TEST_FLEET=1`; `what` names it otherwise): a fresh PostgreSQL
+/// database (named after `db_prefix`, dropped whatever the outcome; the
+/// scenario's panic is the test's) and Redis database `redis_db`, emptied
+/// and marked as fed for it. The events queue stays in the store, so that
+/// the server joins no broker queue and its events can be counted there.
+pub async fn on_fleet_store<F, Fut>(what: &str, db_prefix: &str, redis_db: u8, scenario: F)
+where
+    F: FnOnce(&'static str, PathBuf, Vec<(&'static str, String)>, String) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    if !fleet(what) {
+        return;
+    }
+    let db = FreshDatabase::create(db_prefix).await;
+    let scheduler = format!("{REDIS_URL}/{redis_db}");
+    fresh_redis_schedule(&scheduler, &db.url).await;
+    let dir = tempfile::tempdir().unwrap();
+    let envs = fleet_env(&db.url, "embedded", &scheduler);
+    let outcome = tokio::spawn(scenario(
+        "fleet",
+        dir.path().to_owned(),
+        envs,
+        db.url.clone(),
+    ))
+    .await;
+    db.remove().await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
