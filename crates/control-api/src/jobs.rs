@@ -11,7 +11,9 @@
 use crate::error::ApiError;
 use crate::handlers::events::emit;
 use crate::handlers::money::outside::dispute_body;
-use crate::handlers::money::refunds::{payment_scope, SETTLE, SETTLE_AFTER_MS, START};
+/// How long after a refund starts the sandbox settles it.
+pub use crate::handlers::money::refunds::SETTLE_AFTER_MS;
+use crate::handlers::money::refunds::{payment_scope, SETTLE, START};
 use crate::handlers::reads::Served;
 use domain::checkout::sandbox::TestCard;
 use domain::outside::states::DisputeStatus;
@@ -38,7 +40,8 @@ const POLL: Duration = Duration::from_millis(250);
 /// short lease never runs a job twice.
 const LEASE_SECONDS: i64 = 5;
 
-/// Runs due jobs until `shutdown` resolves.
+/// Runs due jobs until `shutdown` resolves: every [`POLL`], the jobs due
+/// by the wall clock (`run_due`).
 pub async fn run(store: Store, shutdown: impl Future<Output = ()>) {
     let owner = format!("jobs-{}", Ref::generate(Prefix::Event));
     tokio::pin!(shutdown);
@@ -47,38 +50,63 @@ pub async fn run(store: Store, shutdown: impl Future<Output = ()>) {
             () = &mut shutdown => return,
             () = tokio::time::sleep(POLL) => {}
         }
-        let now = Timestamp::now();
-        let due = match store.due_jobs(now, 32).await {
+        run_due(&store, &owner, Timestamp::now()).await;
+    }
+}
+
+/// Most jobs read per round of `run_due`.
+const BATCH: u32 = 32;
+
+/// Runs every job due at `now` once, each under a lease to `owner`, and
+/// returns how many ran. The times a job decides (when a refund settles,
+/// when a dispute opened) are counted from `now`, so a caller that owns
+/// the clock (a test) runs timed work at the time it names, whether the
+/// system is idle or busy. A job that fails stays leased past `now` and
+/// runs again after its lease.
+pub async fn run_due(store: &Store, owner: &str, now: Timestamp) -> usize {
+    let mut ran = 0;
+    loop {
+        let due = match store.due_jobs(now, BATCH).await {
             Ok(due) => due,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read due jobs");
-                continue;
+                return ran;
             }
         };
+        let full = due.len() >= BATCH as usize;
+        let mut taken = 0;
         for job in due {
             let until = now.plus_seconds(LEASE_SECONDS);
-            match store.lease_job(&job, &owner, now, until).await {
-                Ok(true) => {}
+            match store.lease_job(&job, owner, now, until).await {
+                Ok(true) => taken += 1,
                 Ok(false) => continue,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot lease a job");
                     continue;
                 }
             }
-            if let Err(e) = run_one(&store, &job, &owner).await {
+            match run_one(store, &job, owner, now).await {
+                Ok(()) => ran += 1,
                 // The lease ends and the job runs again.
-                tracing::warn!(kind = %job.kind, subject = %job.subject_ref, error = %e, "job failed");
+                Err(e) => {
+                    tracing::warn!(kind = %job.kind, subject = %job.subject_ref, error = %e, "job failed")
+                }
             }
+        }
+        // A full batch may hide more due jobs; one whose every job was
+        // taken by another runner has nothing left for this one.
+        if !full || taken == 0 {
+            return ran;
         }
     }
 }
 
-async fn run_one(store: &Store, job: &Job, owner: &str) -> Result<(), ApiError> {
+async fn run_one(store: &Store, job: &Job, owner: &str, now: Timestamp) -> Result<(), ApiError> {
     let mut tx = store.begin().await?;
     match job.kind.as_str() {
-        START => start_refund(&mut tx, job).await?,
-        SETTLE => settle_refund(store, &mut tx, job).await?,
-        OPEN_DISPUTE => open_dispute(store, &mut tx, job).await?,
+        START => start_refund(&mut tx, job, now).await?,
+        SETTLE => settle_refund(store, &mut tx, job, now).await?,
+        OPEN_DISPUTE => open_dispute(store, &mut tx, job, now).await?,
         other => tracing::warn!(kind = other, "unknown job dropped"),
     }
     jobs::complete(&mut tx, job, owner).await?;
@@ -86,18 +114,23 @@ async fn run_one(store: &Store, job: &Job, owner: &str) -> Result<(), ApiError> 
     Ok(())
 }
 
-async fn start_refund(tx: &mut WriteTx, job: &Job) -> Result<(), ApiError> {
+async fn start_refund(tx: &mut WriteTx, job: &Job, now: Timestamp) -> Result<(), ApiError> {
     let refund = refunds::lock(tx, &job.subject_ref).await?;
     let Ok(next) = refund.status.start() else {
         return Ok(()); // canceled meanwhile
     };
-    refunds::set_status(tx, &refund, next).await?;
-    let due = Timestamp::now().plus_millis(SETTLE_AFTER_MS);
+    refunds::set_status(tx, &refund, next, now).await?;
+    let due = now.plus_millis(SETTLE_AFTER_MS);
     jobs::schedule(tx, SETTLE, &refund.refund_ref, &job.environment_ref, due).await?;
     Ok(())
 }
 
-async fn settle_refund(store: &Store, tx: &mut WriteTx, job: &Job) -> Result<(), ApiError> {
+async fn settle_refund(
+    store: &Store,
+    tx: &mut WriteTx,
+    job: &Job,
+    now: Timestamp,
+) -> Result<(), ApiError> {
     let refund = refunds::lock(tx, &job.subject_ref).await?;
     if refund.status != RefundStatus::Pending {
         return Ok(());
@@ -111,11 +144,10 @@ async fn settle_refund(store: &Store, tx: &mut WriteTx, job: &Job) -> Result<(),
         .status
         .settle(ok)
         .map_err(|e| ApiError::Internal(Box::new(e)))?;
-    let settled = refunds::set_status(tx, &refund, next).await?;
+    let settled = refunds::set_status(tx, &refund, next, now).await?;
     let scope = payment_scope(&payment);
-    let now = Timestamp::now();
     if ok {
-        let order = refunds::apply_success(tx, &settled, order_status_after).await?;
+        let order = refunds::apply_success(tx, &settled, order_status_after, now).await?;
         emit(
             tx,
             &job.environment_ref,
@@ -125,7 +157,7 @@ async fn settle_refund(store: &Store, tx: &mut WriteTx, job: &Job) -> Result<(),
         )
         .await?;
         if let (AccessEffect::Revoke, Some(order_ref)) = (settled.access_effect, order) {
-            for entitlement in refunds::revoke_entitlements(tx, &order_ref).await? {
+            for entitlement in refunds::revoke_entitlements(tx, &order_ref, now).await? {
                 emit(
                     tx,
                     &job.environment_ref,
@@ -150,18 +182,19 @@ async fn settle_refund(store: &Store, tx: &mut WriteTx, job: &Job) -> Result<(),
     Ok(())
 }
 
-/// Cancels the payment's scheduled refunds: a dispute opened on it.
+/// Cancels the payment's scheduled refunds at `now`: a dispute opened on
+/// it.
 pub(crate) async fn cancel_scheduled_refunds(
     tx: &mut WriteTx,
     environment_ref: &Ref,
     payment: &PaymentRecord,
+    now: Timestamp,
 ) -> Result<(), ApiError> {
-    let now = Timestamp::now();
     for refund in refunds::scheduled_of_payment(tx, &payment.payment_intent_ref).await? {
         let Ok(next) = refund.status.cancel() else {
             continue;
         };
-        let canceled = refunds::set_status(tx, &refund, next).await?;
+        let canceled = refunds::set_status(tx, &refund, next, now).await?;
         refunds::release(tx, &canceled).await?;
         jobs::cancel(tx, START, &canceled.refund_ref).await?;
         emit(
@@ -177,12 +210,16 @@ pub(crate) async fn cancel_scheduled_refunds(
 }
 
 /// The sandbox's dispute of a `pm_card_dispute` payment.
-async fn open_dispute(store: &Store, tx: &mut WriteTx, job: &Job) -> Result<(), ApiError> {
+async fn open_dispute(
+    store: &Store,
+    tx: &mut WriteTx,
+    job: &Job,
+    now: Timestamp,
+) -> Result<(), ApiError> {
     let payment: PaymentRecord = store
         .billing()
         .get(&job.environment_ref, &job.subject_ref)
         .await?;
-    let now = Timestamp::now();
     let dispute_ref = Ref::generate(Prefix::Dispute);
     let body = dispute_body(
         &dispute_ref,
@@ -203,7 +240,7 @@ async fn open_dispute(store: &Store, tx: &mut WriteTx, job: &Job) -> Result<(), 
         payment_intent_ref: Some(&payment.payment_intent_ref),
     };
     let (dispute, _) = outside::project::<DisputeStatus>(tx, projection).await?;
-    cancel_scheduled_refunds(tx, &job.environment_ref, &payment).await?;
+    cancel_scheduled_refunds(tx, &job.environment_ref, &payment, now).await?;
     let record: &DisputeRecord = &dispute;
     emit(
         tx,

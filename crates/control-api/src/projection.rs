@@ -154,7 +154,7 @@ impl StoreProjector {
                 match write::<DisputeStatus>(&mut tx, w).await {
                     Ok((sent, changed)) => {
                         if changed && d.status.is_open() {
-                            cancel_scheduled_refunds(&mut tx, env, &payment)
+                            cancel_scheduled_refunds(&mut tx, env, &payment, Timestamp::now())
                                 .await
                                 .map_err(|e| {
                                     StoreError::Corrupt(format!("canceling refunds: {e}"))

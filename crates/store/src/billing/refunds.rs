@@ -174,14 +174,15 @@ pub async fn lock(tx: &mut WriteTx, refund_ref: &Ref) -> Result<RefundRecord, St
     RefundRecord::decode(rows.first().ok_or(StoreError::NotFound)?)
 }
 
-/// Moves a locked refund to `status`, stamping the moment it executed or
-/// was canceled.
+/// Moves a locked refund to `status` at `now`, stamping the moment it
+/// executed or was canceled.
 pub async fn set_status(
     tx: &mut WriteTx,
     current: &RefundRecord,
     status: RefundStatus,
+    now: Timestamp,
 ) -> Result<RefundRecord, StoreError> {
-    let now = Timestamp::now().millis();
+    let now = now.millis();
     let executed = matches!(status, RefundStatus::Succeeded | RefundStatus::Failed).then_some(now);
     let canceled = (status == RefundStatus::Canceled).then_some(now);
     let rows = tx
@@ -204,14 +205,15 @@ pub async fn set_status(
 
 /// Records a succeeded refund on its capture and payment, and sets the
 /// order's status from the payment's refunded total; returns the order's
-/// reference and the refunded total.
+/// reference and the refunded total. `now` stamps the rows it changes.
 pub async fn apply_success(
     tx: &mut WriteTx,
     refund: &RefundRecord,
     order_status: impl Fn(Money, Money) -> OrderStatus,
+    now: Timestamp,
 ) -> Result<Option<Ref>, StoreError> {
     let amount = minor(refund.amount);
-    let now = Timestamp::now().millis();
+    let now = now.millis();
     tx.execute(
         "UPDATE captures SET amount_refunded_minor = amount_refunded_minor + $1, \
          version = version + 1 WHERE capture_ref = $2",
@@ -248,10 +250,12 @@ pub async fn apply_success(
         .transpose()
 }
 
-/// Revokes the order's active entitlements; returns them as revoked.
+/// Revokes the order's active entitlements at `now`; returns them as
+/// revoked.
 pub async fn revoke_entitlements(
     tx: &mut WriteTx,
     order_ref: &Ref,
+    now: Timestamp,
 ) -> Result<Vec<EntitlementRecord>, StoreError> {
     let rows = tx
         .fetch(
@@ -259,7 +263,7 @@ pub async fn revoke_entitlements(
              WHERE order_ref = $3 AND status = $4 RETURNING *",
             &[
                 EntitlementStatus::Revoked.as_str().into(),
-                Timestamp::now().millis().into(),
+                now.millis().into(),
                 order_ref.as_str().into(),
                 EntitlementStatus::Active.as_str().into(),
             ],
