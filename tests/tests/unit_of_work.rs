@@ -6,6 +6,7 @@
 use billing_tests::{backend_tests, TestApp};
 use domain::webhook::shaping::Scope;
 use domain::{Prefix, Ref, Timestamp};
+use store::dispatch::outbox::Emit;
 use store::{Claim, EventData, EventRecord, IdempotencyScope, KeyClaim, StoredResponse};
 
 backend_tests!(

@@ -11,6 +11,11 @@
 //! bumped by each write; every conditional write is `... WHERE version = $n`
 //! so a lost race is reported as `StoreError::Conflict`, never half-applied.
 //!
+//! How statements run (the write transaction, reads, paging, the column
+//! codecs, SQLite's write lane) is the crate `store_db`, a leaf that knows
+//! no table, re-exported as `db`; what a write means for the dispatcher
+//! (the outbox's `emit`, the due signal) is `dispatch`'s.
+//!
 //! Reads are grouped by domain in read repositories borrowing the store
 //! (`store.admin()`, `store.webhooks()`, `store.billing()`); writes are functions of a
 //! `WriteTx`; the dispatcher's persistence (`dispatch`) is `Store`'s.
@@ -19,7 +24,6 @@ pub mod admin;
 pub mod billing;
 pub mod db;
 pub mod dispatch;
-mod error;
 mod identity;
 pub mod webhooks;
 
@@ -31,12 +35,10 @@ pub use admin::request_logs::{RequestLogFilter, RequestLogRecord};
 pub use admin::service_accounts::ServiceAccountRecord;
 pub use admin::Admin;
 pub use billing::Billing;
-pub use db::page::{Page, PageRequest};
-pub use db::tx::WriteTx;
+pub use db::{Backend, LaneError, Page, PageRequest, StoreError, Synchronous, WriteTx};
 pub use dispatch::intake::{EventsWritten, Leased, Leasing};
 pub use dispatch::{fanout, projection, signals};
 pub use dispatch::{AttemptResult, EventData, EventRecord};
-pub use error::{LaneError, StoreError};
 pub use webhooks::data_profiles::{DataProfileGrantRecord, NewDataProfileGrant, StoredBody};
 pub use webhooks::deliveries::{AttemptRecord, DeliveryRecord, NewDelivery};
 pub use webhooks::endpoints::{EndpointRecord, NewSecret, StoredSecretVersion};
@@ -48,12 +50,6 @@ use sqlx::{AnyPool, Connection, Executor};
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
 
 /// A handle on the database; cheap to clone.
 ///
@@ -74,11 +70,9 @@ pub struct Store {
     /// in-process dispatcher starts at once instead of at its next poll.
     /// Other processes still find them by polling.
     enqueued: Arc<tokio::sync::Notify>,
-    /// Signalled after this process emitted events into the outbox.
-    outbox_written: Arc<tokio::sync::Notify>,
-    /// Signalled after this process made deliveries due outside the
-    /// dispatcher's hot path (`signals`).
-    due: Arc<tokio::sync::Notify>,
+    /// What a commit of this store wakes in this process (events emitted
+    /// into the outbox, deliveries made due): attached to each `WriteTx`.
+    wake: Arc<dispatch::signals::Wake>,
     /// PostgreSQL only: where `signals` listens.
     pg_url: Option<Arc<str>>,
     /// This process's projection of other systems' events (`projection`).
@@ -92,52 +86,11 @@ pub struct Store {
     _alive: Arc<()>,
 }
 
-/// How every SQLite connection of the store is set up (the pools' and the
-/// write lane's): WAL, a busy timeout of `BUSY_TIMEOUT`, foreign keys, and
-/// no automatic checkpoints (`checkpoint.rs` runs them). The durability
-/// pragma follows (`Synchronous`).
-pub(crate) const SQLITE_PRAGMAS: &str = "PRAGMA journal_mode = WAL; \
-     PRAGMA busy_timeout = 15000; PRAGMA foreign_keys = ON; \
-     PRAGMA temp_store = MEMORY; PRAGMA wal_autocheckpoint = 0;";
-
-/// When a SQLite commit counts as done (`store.synchronous`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Synchronous {
-    /// The write-ahead log is synced at every commit: whatever the service
-    /// confirmed (a 2xx, an ack, a recorded attempt) survives a power loss.
-    #[default]
-    Full,
-    /// Synced at checkpoints only: a crash of the process loses nothing, a
-    /// power loss may lose the last commits.
-    Normal,
-}
-
-impl Synchronous {
-    pub fn parse(s: &str) -> Option<Synchronous> {
-        match s {
-            "full" => Some(Synchronous::Full),
-            "normal" => Some(Synchronous::Normal),
-            _ => None,
-        }
-    }
-
-    /// The pragma that sets it on a connection.
-    pub(crate) fn pragma(self) -> &'static str {
-        match self {
-            Synchronous::Full => "PRAGMA synchronous = FULL;",
-            Synchronous::Normal => "PRAGMA synchronous = NORMAL;",
-        }
-    }
-}
-
 /// Options of `Store::connect_with`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct StoreOptions {
     pub synchronous: Synchronous,
 }
-
-/// The busy timeout set by `SQLITE_PRAGMAS`.
-pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Store {
     /// Opens `url` (`sqlite://path` or `postgres://…`). A SQLite file and its
@@ -206,7 +159,7 @@ impl Store {
                 .after_connect(move |conn, _meta| {
                     Box::pin(async move {
                         if backend == Backend::Sqlite {
-                            conn.execute(SQLITE_PRAGMAS).await?;
+                            conn.execute(db::SQLITE_PRAGMAS).await?;
                             conn.execute(synchronous.pragma()).await?;
                         }
                         Ok(())
@@ -235,8 +188,7 @@ impl Store {
             writer,
             backend,
             enqueued: Arc::default(),
-            outbox_written: Arc::default(),
-            due: Arc::default(),
+            wake: Arc::default(),
             pg_url: (backend == Backend::Postgres).then(|| Arc::from(url.as_str())),
             projector: dispatch::projection::Slot::default(),
             lane: match sqlite_file {
@@ -299,16 +251,14 @@ impl Store {
         Ok(WriteTx::new(
             db::tx::Conn::Sqlx(conn),
             self.backend,
-            Some(self.wake()),
+            self.signals(),
         ))
     }
 
-    /// The in-process signals a commit of this store sends.
-    pub(crate) fn wake(&self) -> db::tx::Wake {
-        db::tx::Wake {
-            outbox: self.outbox_written.clone(),
-            due: self.due.clone(),
-        }
+    /// What this store's transactions carry for their writes to wake
+    /// (`dispatch::signals::Wake`).
+    pub(crate) fn signals(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        Some(self.wake.clone())
     }
 
     /// Runs a write on the lane (SQLite; `lane`), or here (PostgreSQL,
@@ -333,7 +283,7 @@ impl Store {
             Some(lane) => db::tx::Conn::Lite(lane.begin(&self.writer).await?),
             None => db::tx::Conn::Sqlx(self.writer.begin().await?),
         };
-        Ok(WriteTx::new(conn, self.backend, Some(self.wake())))
+        Ok(WriteTx::new(conn, self.backend, self.signals()))
     }
 
     /// Notified each time this process leaves events or due deliveries in
@@ -351,5 +301,37 @@ impl Store {
     /// `write_tx` of the same store: with SQLite that would wait for itself.
     pub(crate) fn writer(&self) -> &AnyPool {
         &self.writer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every connection of the pools runs with the configured durability:
+    /// `PRAGMA synchronous` reads 2 for FULL and 1 for NORMAL (`store_db`'s
+    /// lane tests check the lane's connection).
+    #[tokio::test]
+    async fn every_connection_has_the_configured_durability() {
+        for (synchronous, want) in [(Synchronous::Full, 2i64), (Synchronous::Normal, 1)] {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}/d.db", dir.path().display());
+            let store = Store::connect_with(&url, StoreOptions { synchronous })
+                .await
+                .unwrap();
+            for pool in [&store.pool, &store.writer] {
+                let got: i64 = sqlx::query_scalar("PRAGMA synchronous")
+                    .fetch_one(pool)
+                    .await
+                    .unwrap();
+                assert_eq!(got, want, "{synchronous:?} pool");
+            }
+            assert!(store.lane.is_some(), "SQLite has a lane");
+        }
+    }
+
+    #[test]
+    fn the_default_is_full() {
+        assert_eq!(StoreOptions::default().synchronous, Synchronous::Full);
     }
 }

@@ -6,6 +6,7 @@ use crate::error::ApiError;
 use domain::webhook::shaping::Scope;
 use domain::{Prefix, Ref, Timestamp};
 use serde::Serialize;
+use store::dispatch::outbox::Emit;
 use store::{EventData, EventRecord, WriteTx};
 
 /// A new event of `event_type` carrying `data` (a wire DTO).

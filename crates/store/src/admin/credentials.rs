@@ -1,7 +1,7 @@
 //! Credentials: bearer secrets of service accounts, stored as digests.
 
 use super::Admin;
-use crate::admin::service_accounts::opt_ts;
+use crate::db::codec::opt_ts;
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::StoreError;

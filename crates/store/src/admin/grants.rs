@@ -5,7 +5,8 @@
 //! account's version in the same transaction.
 
 use super::Admin;
-use crate::admin::service_accounts::{self, opt_ts};
+use crate::admin::service_accounts;
+use crate::db::codec::opt_ts;
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::StoreError;

@@ -5,6 +5,7 @@
 //! read pool.
 
 use super::Admin;
+use crate::db::codec::opt_ts;
 use crate::db::read;
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::StoreError;
@@ -27,13 +28,6 @@ pub struct ServiceAccountRecord {
     pub suspended_at: Option<Timestamp>,
     pub retired_at: Option<Timestamp>,
     pub version: i64,
-}
-
-pub(crate) fn opt_ts(
-    row: &(impl Columns + ?Sized),
-    col: &str,
-) -> Result<Option<Timestamp>, StoreError> {
-    Ok(row.int(col)?.map(Timestamp::from_millis))
 }
 
 fn from_row(row: &impl Columns) -> Result<ServiceAccountRecord, StoreError> {

@@ -14,8 +14,8 @@
 //! migrated (`assign_missing_refs`).
 
 use super::{Billing, Source};
+use crate::db::codec::{json_col, placeholders, to_json};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
-use crate::webhooks::{json_col, placeholders, to_json};
 use crate::{Store, StoreError};
 use domain::catalogue::checkout_config::{ConfigMode, CustomField};
 use domain::catalogue::ConfigStatus;

@@ -6,9 +6,9 @@
 use super::prices::{self, PriceRecord};
 use super::promotions::{self, PromotionRecord};
 use super::{Billing, Source};
+use crate::db::codec::placeholders;
 use crate::db::page::{equal, fetch_env_page, Page, PageRequest};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
-use crate::webhooks::placeholders;
 use crate::StoreError;
 use domain::catalogue::OfferStatus;
 use domain::{Prefix, Ref, Timestamp};

@@ -6,8 +6,8 @@
 
 use super::checkout::{at, reference, state};
 use super::Resource;
+use crate::db::codec::to_json;
 use crate::db::tx::{int, single, text, Columns, WriteTx};
-use crate::webhooks::to_json;
 use crate::StoreError;
 use domain::outside::states::{DisputeStatus, ParticipationStatus, PayoutStatus};
 use domain::{Ref, Timestamp};

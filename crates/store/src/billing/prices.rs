@@ -3,7 +3,7 @@
 //! sells.
 
 use super::{minor, money, Resource, Source};
-use crate::admin::service_accounts::opt_ts;
+use crate::db::codec::opt_ts;
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
 use crate::StoreError;
 use domain::catalogue::{PriceStatus, Recurrence};
@@ -131,7 +131,7 @@ pub(crate) async fn by_refs(
     }
     let sql = format!(
         "SELECT * FROM prices WHERE price_ref IN ({})",
-        crate::webhooks::placeholders(1, refs.len())
+        crate::db::codec::placeholders(1, refs.len())
     );
     let args: Vec<Arg> = refs.iter().map(|r| Arg::from(*r)).collect();
     source.all(&sql, &args, from_row).await

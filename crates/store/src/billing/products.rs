@@ -1,7 +1,7 @@
 //! Products: `draft → published` (contract 10.1).
 
 use super::Resource;
-use crate::admin::service_accounts::opt_ts;
+use crate::db::codec::opt_ts;
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::StoreError;
 use domain::catalogue::ProductStatus;

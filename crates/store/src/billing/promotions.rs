@@ -4,8 +4,8 @@
 //! the overlap rule and for an offer's promotional amount.
 
 use super::{minor, money, Source};
+use crate::db::codec::{json_col, placeholders, to_json};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
-use crate::webhooks::{json_col, placeholders, to_json};
 use crate::StoreError;
 use domain::catalogue::promotion::{Discount, Percent, Window};
 use domain::{Prefix, Ref, Timestamp};

@@ -6,7 +6,7 @@ use super::checkout::entitlements::EntitlementRecord;
 use super::checkout::payments::PaymentRecord;
 use super::checkout::{at, reference, state};
 use super::{minor, money, money_in, Resource};
-use crate::admin::service_accounts::opt_ts;
+use crate::db::codec::opt_ts;
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::StoreError;
 use domain::checkout::states::{EntitlementStatus, OrderStatus};

@@ -1,15 +1,17 @@
 //! The shared layer every domain module of the store reads and writes
-//! through: the write transaction (`tx`: arguments, rows, columns, the
-//! outbox's `emit`), the statements outside it (`read`: the read pool's,
-//! bound with the same arguments), bind marks, keyset paging, SQLite's
-//! write lane and its checkpoints, and the embedded migrations.
+//! through: the crate `store_db` (the write transaction, the statements
+//! outside it, bind marks, keyset paging, the column codecs, SQLite's
+//! write lane and its checkpoints, `StoreError`), re-exported here so that
+//! `store::db::…` names it, and the embedded migrations, which are the
+//! domain's schema and so stay in this crate.
 //!
-//! Nothing here knows a table of a domain; it only runs statements.
+//! `store_db` knows no table of a domain; it only runs statements. What a
+//! write means (the outbox, the due signal) is `crate::dispatch`'s.
 
-pub(crate) mod checkpoint;
-pub(crate) mod lane;
-pub(crate) mod marks;
+pub use store_db::{checkpoint, codec, lane, marks, page, read, tx};
+pub use store_db::{
+    Backend, LaneError, Page, PageRequest, StoreError, Synchronous, WriteTx, BUSY_TIMEOUT,
+    SQLITE_PRAGMAS,
+};
+
 pub mod migrations;
-pub mod page;
-pub(crate) mod read;
-pub mod tx;

@@ -12,11 +12,11 @@
 //! `Store::fan_out_pending` for events that reached the queue another way
 //! (the outbox, a dispatcher that stopped between the two).
 
+use crate::db::codec::to_json;
 use crate::db::tx::WriteTx;
 use crate::dispatch::EventRecord;
 use crate::webhooks::endpoints::{endpoint_versions_in, EndpointVersions};
 use crate::webhooks::subscriptions::subscriptions_for_types;
-use crate::webhooks::to_json;
 use crate::{Backend, NewDelivery, Store, StoreError, SubscriptionRecord};
 use domain::webhook::fanout::{self, Subscribed};
 use domain::webhook::shaping::{convert, converts, Scope};

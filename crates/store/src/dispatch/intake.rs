@@ -17,6 +17,7 @@
 use crate::db::marks::Marks;
 use crate::db::tx::Arg;
 use crate::dispatch::fanout::{plan_fan_out, EventRow};
+use crate::dispatch::signals::signal_due;
 use crate::dispatch::{insert_deliveries, DeliveryRow};
 use crate::DeliveryRecord;
 use crate::{Store, StoreError};
@@ -172,7 +173,7 @@ impl Store {
             .collect();
         // With no dispatcher here to take them, other processes' are told.
         if !left_due.is_empty() && leasing.is_none() {
-            tx.signal_due().await?;
+            signal_due(&mut tx).await?;
         }
         tx.commit().await?;
         let leased = rooms

@@ -9,17 +9,18 @@
 
 pub mod fanout;
 pub mod intake;
-pub(crate) mod outbox;
+pub mod outbox;
 pub mod projection;
 pub mod signals;
 
+use crate::db::codec::{json_col, to_json};
 use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::{text, Arg, Columns, WriteTx};
+use crate::dispatch::signals::signal_due;
 use crate::webhooks::deliveries::{
     delivery_from_row, mark_url_immutable, DeliveryRecord, NewDelivery,
 };
-use crate::webhooks::{json_col, to_json};
 use crate::{Backend, Store, StoreError};
 use domain::webhook::shaping::Scope;
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, EndpointStatus};
@@ -170,7 +171,7 @@ impl Store {
             let mut tx = store.begin_write().await?;
             let created = store.fan_out_in(&mut tx, &events).await?;
             if created > 0 {
-                tx.signal_due().await?;
+                signal_due(&mut tx).await?;
             }
             tx.commit().await?;
             Ok(created)
@@ -767,7 +768,7 @@ impl Store {
         for chunk in refs.chunks(CHUNK) {
             let sql = format!(
                 "SELECT delivery_ref FROM webhook_deliveries WHERE delivery_ref IN ({})",
-                crate::webhooks::placeholders(1, chunk.len())
+                crate::db::codec::placeholders(1, chunk.len())
             );
             let args: Vec<Arg> = chunk.iter().map(Arg::from).collect();
             let found: Vec<String> = read::all(self.pool(), &sql, &args, |row| {
@@ -847,7 +848,7 @@ pub mod statements {
         format!(
             "SELECT delivery_ref, status, next_attempt_at, lease_until FROM webhook_deliveries \
              WHERE delivery_ref IN ({}){lock}",
-            crate::webhooks::placeholders(1, n)
+            crate::db::codec::placeholders(1, n)
         )
     }
 
@@ -856,7 +857,7 @@ pub mod statements {
         format!(
             "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
              WHERE delivery_ref IN ({}) RETURNING *",
-            crate::webhooks::placeholders(3, n)
+            crate::db::codec::placeholders(3, n)
         )
     }
 

@@ -1,6 +1,7 @@
 //! The transactional outbox: the events a write emits are rows inserted in
-//! that write's own transaction (`WriteTx::emit`), so they exist if and only if the
-//! write committed. A relay (`dispatcher::outbox`) reads them oldest first
+//! that write's own transaction (`Emit::emit`, called as `tx.emit(…)` with
+//! `Emit` in scope), so they exist if and only if the write committed, and
+//! its commit wakes this process's relay. A relay (`dispatcher::outbox`) reads them oldest first
 //! (`outbox_batch`), hands them to the queue and only then deletes them
 //! (`outbox_relayed`), or, in the embedded mode, moves them into the event
 //! queue in one transaction (`outbox_to_queue`). A crash between handing
@@ -9,12 +10,72 @@
 //!
 //! This module never talks to a queue; it only keeps the rows.
 
+use crate::db::codec::{placeholders, to_json};
 use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::Arg;
+use crate::dispatch::signals::Wake;
 use crate::dispatch::{event_from_row, EventRecord};
 use crate::{Store, StoreError, WriteTx};
 use domain::{Ref, Timestamp};
+use std::future::Future;
+
+/// Emitting events into the outbox in a write transaction: each exists if
+/// and only if the transaction commits, and the commit wakes this
+/// process's relay.
+pub trait Emit {
+    /// Inserts `event` into the outbox.
+    fn emit(&mut self, event: &EventRecord) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Emits several events with one statement.
+    fn emit_all(
+        &mut self,
+        events: &[EventRecord],
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+impl Emit for WriteTx {
+    async fn emit(&mut self, event: &EventRecord) -> Result<(), StoreError> {
+        self.emit_all(std::slice::from_ref(event)).await
+    }
+
+    async fn emit_all(&mut self, events: &[EventRecord]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        const COLUMNS: usize = 7;
+        let now = Timestamp::now().millis();
+        let scopes: Vec<String> = events.iter().map(|e| to_json(&e.scope)).collect();
+        let rows: Vec<String> = (0..events.len())
+            .map(|i| format!("({})", placeholders(i * COLUMNS + 1, COLUMNS)))
+            .collect();
+        let mut args: Vec<Arg<'_>> = Vec::with_capacity(events.len() * COLUMNS);
+        for (event, scope) in events.iter().zip(&scopes) {
+            args.extend::<[Arg<'_>; COLUMNS]>([
+                event.event_ref.as_str().into(),
+                event.environment_ref.as_str().into(),
+                event.public_event_type.as_str().into(),
+                event.occurred_at.millis().into(),
+                scope.as_str().into(),
+                event.data.as_str().into(),
+                now.into(),
+            ]);
+        }
+        self.execute(
+            &format!(
+                "INSERT INTO outbox (event_ref, environment_ref, public_event_type, occurred_at, \
+                 scope, data, created_at) VALUES {}",
+                rows.join(", ")
+            ),
+            &args,
+        )
+        .await?;
+        if let Some(outbox) = self.signals::<Wake>().map(|wake| wake.outbox.clone()) {
+            self.wake_on_commit(&outbox);
+        }
+        Ok(())
+    }
+}
 
 impl Store {
     /// Emits events in a transaction of their own: for producers whose
@@ -31,7 +92,7 @@ impl Store {
     /// Signalled after this process emitted events, so its relay starts at
     /// once instead of at its next poll.
     pub fn outbox_written(&self) -> std::sync::Arc<tokio::sync::Notify> {
-        self.outbox_written.clone()
+        self.wake.outbox.clone()
     }
 
     /// Up to `limit` emitted events not relayed yet, oldest first.

@@ -14,8 +14,8 @@
 //! This module never decides what an event does to a resource; the
 //! projector does.
 
+use crate::db::codec::{json_col, to_json};
 use crate::db::tx::{text, WriteTx};
-use crate::webhooks::{json_col, to_json};
 use crate::{EventData, EventRecord, Store, StoreError};
 use domain::webhook::shaping::Scope;
 use domain::Timestamp;

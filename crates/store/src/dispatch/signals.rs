@@ -5,7 +5,7 @@
 //!
 //! Within a process the signal is a `Notify`; across processes it is
 //! PostgreSQL's `NOTIFY` on [`CHANNEL`], sent inside the write's
-//! transaction (`WriteTx::signal_due`), so it is delivered exactly when
+//! transaction (`signal_due`), so it is delivered exactly when
 //! the write commits. SQLite
 //! has only the in-process signal (one process owns the file).
 //!
@@ -13,7 +13,7 @@
 //! the source of truth. A lost listener connection counts as a signal
 //! (notifications may have been missed meanwhile).
 
-use crate::{Store, StoreError};
+use crate::{Backend, Store, StoreError, WriteTx};
 use sqlx::postgres::PgListener;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +21,39 @@ use tokio::sync::Notify;
 
 /// The PostgreSQL notification channel of deliveries made due.
 pub const CHANNEL: &str = "billing_deliveries_due";
+
+/// What a commit of the store wakes in its process, attached to each of
+/// its `WriteTx`s (`Store::signals`, read back with `WriteTx::signals`):
+/// a write asks for one with `WriteTx::wake_on_commit`.
+#[derive(Default)]
+pub(crate) struct Wake {
+    /// Events were emitted into the outbox (`super::outbox::Emit`): the
+    /// relay starts at once instead of at its next poll.
+    pub(crate) outbox: Arc<Notify>,
+    /// Deliveries were made due outside the dispatcher's hot path
+    /// (`signal_due`).
+    pub(crate) due: Arc<Notify>,
+}
+
+/// Records that `tx` makes deliveries due: PostgreSQL delivers its
+/// `NOTIFY` on `CHANNEL` when the transaction commits, and the commit
+/// wakes this process's dispatcher. A transaction sends one `NOTIFY`
+/// however many writes make deliveries due (without the store's `Wake`,
+/// only tests' transactions, each call sends one; PostgreSQL folds them
+/// into one at the commit).
+pub(crate) async fn signal_due(tx: &mut WriteTx) -> Result<(), StoreError> {
+    let due = tx.signals::<Wake>().map(|wake| wake.due.clone());
+    if due.as_ref().is_some_and(|due| tx.wakes_on_commit(due)) {
+        return Ok(());
+    }
+    if tx.backend() == Backend::Postgres {
+        tx.execute(&format!("NOTIFY {CHANNEL}"), &[]).await?;
+    }
+    if let Some(due) = due {
+        tx.wake_on_commit(&due);
+    }
+    Ok(())
+}
 
 /// Waits for the next signal: see the module docs.
 pub struct DueSignals {
@@ -92,7 +125,7 @@ impl Store {
             None => None,
         };
         DueSignals {
-            local: self.due.clone(),
+            local: self.wake.due.clone(),
             listener,
             url,
         }
@@ -102,6 +135,6 @@ impl Store {
     /// for a dispatcher that failed to index deliveries it was told of and
     /// wants the next pass over the store to find them.
     pub fn due_signalled(&self) {
-        self.due.notify_one();
+        self.wake.due.notify_one();
     }
 }

@@ -6,8 +6,8 @@
 
 use super::endpoints::EndpointRecord;
 use super::Webhooks;
-use super::{json_col, to_json};
-use crate::admin::service_accounts::opt_ts;
+use crate::db::codec::opt_ts;
+use crate::db::codec::{json_col, to_json};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::StoreError;

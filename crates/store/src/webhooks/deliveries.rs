@@ -4,12 +4,13 @@
 //! in `crate::dispatch`, which shares `mark_url_immutable` and
 //! `delivery_from_row` with them.
 
-use super::to_json;
 use super::Webhooks;
-use crate::admin::service_accounts::opt_ts;
+use crate::db::codec::opt_ts;
+use crate::db::codec::to_json;
 use crate::db::page::{fetch_page, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, CellRow, Columns, WriteTx};
+use crate::dispatch::signals::signal_due;
 use crate::StoreError;
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus};
 use domain::{Prefix, Ref, Timestamp};
@@ -135,7 +136,7 @@ pub async fn create(tx: &mut WriteTx, new: NewDelivery) -> Result<DeliveryRecord
     let backend = tx.backend();
     mark_url_immutable(tx, backend, &[new.endpoint_ref.as_str()], now).await?;
     if new.status == DeliveryStatus::Pending {
-        tx.signal_due().await?;
+        signal_due(tx).await?;
     }
     delivery_from_row(&row)
 }
@@ -165,7 +166,7 @@ pub async fn start_generation(
         .await?;
     let record = delivery_from_row(rows.first().ok_or(StoreError::Conflict)?)?;
     if due.is_some() {
-        tx.signal_due().await?;
+        signal_due(tx).await?;
     }
     Ok(record)
 }

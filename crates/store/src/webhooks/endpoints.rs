@@ -5,13 +5,14 @@
 //! transaction sees it; the reads are `Webhooks` methods
 //! (`store.webhooks()`) on the read pool.
 
-use super::placeholders;
 use super::Webhooks;
-use crate::admin::service_accounts::opt_ts;
+use crate::db::codec::opt_ts;
+use crate::db::codec::placeholders;
 use crate::db::page::{fetch_page, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::single;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
+use crate::dispatch::signals::signal_due;
 use crate::StoreError;
 use domain::webhook::secret_version::{SecretVersion, SecretVersionStatus};
 use domain::webhook::{DeliveryStatus, EndpointStatus};
@@ -166,7 +167,7 @@ pub async fn set_status(
             ],
         )
         .await?;
-        tx.signal_due().await?;
+        signal_due(tx).await?;
     }
     with_secret_versions(tx, endpoint_from_row(row)?).await
 }

@@ -12,7 +12,7 @@
 //! read on it). Its reads are methods of `Webhooks`, the domain's read
 //! repository (`store.webhooks()`), on the read pool (`crate::db::read`,
 //! with the same `Arg`s). One decoder per record reads rows of either
-//! (`crate::db::tx::Columns`), and state values are bound from the
+//! (`crate::db::tx::Columns`, with the column codecs of `crate::db::codec`), and state values are bound from the
 //! domain's enums, not written into the SQL.
 
 pub mod data_profiles;
@@ -20,7 +20,7 @@ pub mod deliveries;
 pub mod endpoints;
 pub mod subscriptions;
 
-use crate::{Store, StoreError};
+use crate::Store;
 use sqlx::AnyPool;
 
 /// The webhook domain's read repository, borrowing the store
@@ -42,24 +42,4 @@ impl<'a> Webhooks<'a> {
     fn pool(&self) -> &'a AnyPool {
         self.0.pool()
     }
-}
-
-pub(crate) fn json_col<T: serde::de::DeserializeOwned>(
-    row: &(impl crate::db::tx::Columns + ?Sized),
-    col: &str,
-) -> Result<T, StoreError> {
-    let text = crate::db::tx::text(row, col)?;
-    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
-}
-
-pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).unwrap_or_else(|_| "null".to_owned())
-}
-
-/// `$first, $first+1, …` for `n` bound values.
-pub(crate) fn placeholders(first: usize, n: usize) -> String {
-    (first..first + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }

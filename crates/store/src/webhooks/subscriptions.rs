@@ -2,7 +2,7 @@
 //! an endpoint receives.
 
 use super::Webhooks;
-use super::{json_col, to_json};
+use crate::db::codec::{json_col, to_json};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::{Backend, StoreError};

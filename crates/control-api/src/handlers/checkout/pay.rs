@@ -44,6 +44,7 @@ use store::billing::checkout::payments::{self, Finish, NewPayment, PaymentRecord
 use store::billing::checkout::sessions::{self, Attempt, Completion, SessionRecord};
 use store::billing::checkout::subscriptions::{self, NewSubscription, SubscriptionRecord};
 use store::billing::jobs;
+use store::dispatch::outbox::Emit;
 use store::{EventRecord, WriteTx};
 use utoipa::ToSchema;
 

@@ -1,8 +1,8 @@
 //! Entitlements: one per product of a paid order.
 
 use super::{at, reference, state};
-use crate::admin::service_accounts::opt_ts;
 use crate::billing::Resource;
+use crate::db::codec::opt_ts;
 use crate::db::tx::{int, single, Columns, WriteTx};
 use crate::StoreError;
 use domain::checkout::states::EntitlementStatus;

@@ -3,8 +3,8 @@
 
 use super::{at, opt_reference, reference, state};
 use crate::billing::{Expiry, Resource};
+use crate::db::codec::{json_col, to_json};
 use crate::db::tx::{int, single, Columns, WriteTx};
-use crate::webhooks::{json_col, to_json};
 use crate::StoreError;
 use domain::checkout::states::JourneyStatus;
 use domain::{Prefix, Ref, Timestamp};

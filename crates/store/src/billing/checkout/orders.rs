@@ -2,10 +2,10 @@
 //! environment and year without gaps (`invoice_counters`).
 
 use super::{at, opt_reference, reference, state, PricedItem};
-use crate::admin::service_accounts::opt_ts;
 use crate::billing::{minor, money, Resource};
+use crate::db::codec::opt_ts;
+use crate::db::codec::{json_col, to_json};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
-use crate::webhooks::{json_col, to_json};
 use crate::StoreError;
 use domain::checkout::invoice::{year_of, InvoiceNumber};
 use domain::checkout::states::{InvoiceStatus, OrderStatus};

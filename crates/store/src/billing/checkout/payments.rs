@@ -1,10 +1,10 @@
 //! Payments (one per pay call) and captures (one per succeeded payment).
 
 use super::{at, opt_reference, reference, state};
-use crate::admin::service_accounts::opt_ts;
 use crate::billing::{minor, money, money_in, Resource};
+use crate::db::codec::opt_ts;
+use crate::db::codec::{json_col, to_json};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
-use crate::webhooks::{json_col, to_json};
 use crate::StoreError;
 use domain::checkout::sandbox::Card;
 use domain::checkout::states::{FailureCode, PaymentStatus};

@@ -3,10 +3,10 @@
 //! (`SessionStatus::effective`); the stored status is `open` or `complete`.
 
 use super::{at, opt_reference, reference, state, PricedItem};
-use crate::admin::service_accounts::opt_ts;
 use crate::billing::{minor, money, Expiry, Resource};
+use crate::db::codec::opt_ts;
+use crate::db::codec::{json_col, to_json};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
-use crate::webhooks::{json_col, to_json};
 use crate::StoreError;
 use domain::catalogue::checkout_config::ConfigMode;
 use domain::checkout::states::SessionStatus;

@@ -2,8 +2,8 @@
 //! changes (`started` first).
 
 use super::{at, opt_reference, reference, state};
-use crate::admin::service_accounts::opt_ts;
 use crate::billing::Resource;
+use crate::db::codec::opt_ts;
 use crate::db::tx::{int, single, Columns, WriteTx};
 use crate::StoreError;
 use domain::checkout::states::{ChangeKind, SubscriptionStatus};

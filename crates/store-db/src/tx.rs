@@ -1,13 +1,14 @@
 //! `WriteTx`, the one write transaction of the store, whichever engine runs
 //! it. Every write of every domain module is a function of a `WriteTx`, so
-//! a caller can make several writes and emit their events (`emit`) in one
-//! unit of work: all of it commits, or none of it.
+//! a caller can make several writes (and emit their events, which the
+//! store's `dispatch::outbox` does through `execute`) in one unit of work:
+//! all of it commits, or none of it.
 //!
 //! It runs on PostgreSQL through sqlx, on SQLite through sqlx's writer
-//! connection (`Store::begin`, the API's transactions) or through the
-//! write lane's own connection (`crate::db::lane`, the dispatcher's hot
-//! writes), synchronously: a `Lite` statement never waits for another
-//! thread.
+//! connection (the store's `Store::begin`, the API's transactions) or
+//! through the write lane's own connection (`crate::lane`, the
+//! dispatcher's hot writes), synchronously: a `Lite` statement never waits
+//! for another thread.
 //!
 //! Why two drivers: through sqlx every SQLite statement is a round trip to
 //! its connection thread (arguments converted for `Any`, then each
@@ -16,19 +17,22 @@
 //! thread per statement: on the lane they run in place.
 //!
 //! Statements given to `Tx` bind their values in mark order: anonymous `?`
-//! marks (`crate::db::marks`) or `$1, $2, …` each first written in that order.
+//! marks (`crate::marks`) or `$1, $2, …` each first written in that order.
 //! This module must never decide what to write; it only runs statements.
+//! What a commit announces in the process is the caller's: the owner of
+//! the transaction attaches its signals (`WriteTx::new`'s `signals`, opaque
+//! here) and a write asks for one to be woken (`wake_on_commit`).
 
-use crate::dispatch::EventRecord;
+use crate::error::LaneError;
 use crate::{Backend, StoreError};
-use domain::Timestamp;
 use sqlx::Row;
+use std::any::Any;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 /// A value bound to a statement.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Arg<'a> {
+pub enum Arg<'a> {
     Int(Option<i64>),
     Text(Option<&'a str>),
 }
@@ -65,7 +69,7 @@ impl<'a> From<&'a String> for Arg<'a> {
 
 /// A returned value.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Cell {
+enum Cell {
     Null,
     Int(i64),
     Text(String),
@@ -73,13 +77,13 @@ pub(crate) enum Cell {
 
 /// A returned row: its statement's column names and its values.
 #[derive(Debug, Clone)]
-pub(crate) struct CellRow {
+pub struct CellRow {
     names: Arc<[String]>,
     cells: Vec<Cell>,
 }
 
-/// Named column access, for rows of either driver (`crate::webhooks`
-/// decodes records through it).
+/// Named column access, for rows of either driver (the store's
+/// repositories decode their records through it).
 pub trait Columns {
     fn text(&self, name: &str) -> Result<Option<String>, StoreError>;
     fn int(&self, name: &str) -> Result<Option<i64>, StoreError>;
@@ -124,7 +128,7 @@ impl Columns for CellRow {
 }
 
 /// The one row a write returned.
-pub(crate) fn single<R>(rows: &[R]) -> Result<&R, StoreError> {
+pub fn single<R>(rows: &[R]) -> Result<&R, StoreError> {
     match rows {
         [row] => Ok(row),
         _ => Err(StoreError::Corrupt(format!(
@@ -135,12 +139,12 @@ pub(crate) fn single<R>(rows: &[R]) -> Result<&R, StoreError> {
 }
 
 /// Required values of `Columns`.
-pub(crate) fn text(row: &(impl Columns + ?Sized), name: &str) -> Result<String, StoreError> {
+pub fn text(row: &(impl Columns + ?Sized), name: &str) -> Result<String, StoreError> {
     row.text(name)?
         .ok_or_else(|| StoreError::Corrupt(format!("{name} is null")))
 }
 
-pub(crate) fn int(row: &(impl Columns + ?Sized), name: &str) -> Result<i64, StoreError> {
+pub fn int(row: &(impl Columns + ?Sized), name: &str) -> Result<i64, StoreError> {
     row.int(name)?
         .ok_or_else(|| StoreError::Corrupt(format!("{name} is null")))
 }
@@ -150,34 +154,27 @@ pub(crate) fn int(row: &(impl Columns + ?Sized), name: &str) -> Result<i64, Stor
 pub struct WriteTx {
     conn: Conn,
     backend: Backend,
-    wake: Option<Wake>,
-    /// What the commit has to announce in this process.
-    emitted: bool,
-    made_due: bool,
+    /// What the owner of the transaction attached for the writes made in
+    /// it (the store's in-process signals); this layer never looks inside.
+    signals: Option<Arc<dyn Any + Send + Sync>>,
+    /// Woken, once each, after the commit (never after a rollback).
+    on_commit: Vec<Arc<Notify>>,
     /// Released when the transaction ends, committed or not (an
     /// idempotency key's in-process claim).
     _held: Option<Box<dyn Send + Sync>>,
 }
 
-/// The connection a `WriteTx` runs on.
-pub(crate) enum Conn {
+/// The connection a `WriteTx` runs on: a pooled sqlx transaction, or the
+/// write lane's (`crate::lane`).
+pub enum Conn {
     Sqlx(sqlx::Transaction<'static, sqlx::Any>),
     Lite(LiteTx),
-}
-
-/// The in-process signals a commit sends (the store's).
-#[derive(Clone)]
-pub(crate) struct Wake {
-    /// Events were emitted into the outbox (its relay starts at once).
-    pub(crate) outbox: Arc<Notify>,
-    /// Deliveries were made due (`crate::signals`).
-    pub(crate) due: Arc<Notify>,
 }
 
 /// A transaction on the write lane's connection, which it takes from its
 /// slot for its duration (and puts back when dropped), holding the
 /// process's turn to write.
-pub(crate) struct LiteTx {
+pub struct LiteTx {
     conn: Option<rusqlite::Connection>,
     home: Arc<Mutex<Option<rusqlite::Connection>>>,
     _turn: Option<sqlx::pool::PoolConnection<sqlx::Any>>,
@@ -185,7 +182,7 @@ pub(crate) struct LiteTx {
 
 impl LiteTx {
     /// Begins an immediate transaction on the connection in `home`.
-    pub(crate) fn begin(
+    pub fn begin(
         home: Arc<Mutex<Option<rusqlite::Connection>>>,
         turn: Option<sqlx::pool::PoolConnection<sqlx::Any>>,
     ) -> Result<LiteTx, StoreError> {
@@ -193,7 +190,7 @@ impl LiteTx {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
-            .ok_or(StoreError::Lane(crate::error::LaneError::ConnectionInUse))?;
+            .ok_or(StoreError::Lane(LaneError::ConnectionInUse))?;
         let tx = LiteTx {
             conn: Some(conn),
             home,
@@ -206,7 +203,7 @@ impl LiteTx {
     fn conn(&self) -> Result<&rusqlite::Connection, StoreError> {
         self.conn
             .as_ref()
-            .ok_or(StoreError::Lane(crate::error::LaneError::TransactionEnded))
+            .ok_or(StoreError::Lane(LaneError::TransactionEnded))
     }
 }
 
@@ -222,34 +219,53 @@ impl Drop for LiteTx {
 }
 
 impl WriteTx {
-    pub(crate) fn new(conn: Conn, backend: Backend, wake: Option<Wake>) -> Self {
+    /// A transaction on `conn`. `signals` is whatever its owner wants the
+    /// writes made in it to reach (`signals`), e.g. the `Notify`s a commit
+    /// may wake; `None` when nobody is to be woken.
+    pub fn new(conn: Conn, backend: Backend, signals: Option<Arc<dyn Any + Send + Sync>>) -> Self {
         WriteTx {
             conn,
             backend,
-            wake,
-            emitted: false,
-            made_due: false,
+            signals,
+            on_commit: Vec::new(),
             _held: None,
         }
+    }
+
+    /// What the owner attached at `new`, if it is a `T`.
+    pub fn signals<T: Any>(&self) -> Option<&T> {
+        self.signals.as_deref()?.downcast_ref()
+    }
+
+    /// Wakes `notify` (once, however often it is asked) after this
+    /// transaction commits; a rollback wakes nobody.
+    pub fn wake_on_commit(&mut self, notify: &Arc<Notify>) {
+        if !self.wakes_on_commit(notify) {
+            self.on_commit.push(notify.clone());
+        }
+    }
+
+    /// Whether the commit already wakes `notify`.
+    pub fn wakes_on_commit(&self, notify: &Arc<Notify>) -> bool {
+        self.on_commit.iter().any(|n| Arc::ptr_eq(n, notify))
     }
 
     pub fn backend(&self) -> Backend {
         self.backend
     }
 
-    /// Keeps `value` until the transaction ends.
-    pub(crate) fn hold(&mut self, value: Box<dyn Send + Sync>) {
+    /// Keeps `value` until the transaction ends, committed or not.
+    pub fn hold(&mut self, value: Box<dyn Send + Sync>) {
         self._held = Some(value);
     }
 
-    /// Commits, then wakes this process's relay and dispatcher for what
-    /// the transaction emitted or made due.
+    /// Commits, then wakes what the writes asked for (`wake_on_commit`):
+    /// in the store, this process's relay and dispatcher for what the
+    /// transaction emitted or made due.
     pub async fn commit(self) -> Result<(), StoreError> {
         let WriteTx {
             conn,
-            wake,
-            emitted,
-            made_due,
+            on_commit,
             _held,
             ..
         } = self;
@@ -259,13 +275,8 @@ impl WriteTx {
             // it back.
             Conn::Lite(tx) => tx.conn()?.execute_batch("COMMIT")?,
         }
-        if let Some(wake) = wake {
-            if emitted {
-                wake.outbox.notify_one();
-            }
-            if made_due {
-                wake.due.notify_one();
-            }
+        for notify in on_commit {
+            notify.notify_one();
         }
         Ok(())
     }
@@ -282,70 +293,8 @@ impl WriteTx {
         Ok(())
     }
 
-    /// Inserts `event` into the outbox (`crate::dispatch::outbox`): it
-    /// exists if and only if this transaction commits.
-    pub async fn emit(&mut self, event: &EventRecord) -> Result<(), StoreError> {
-        self.emit_all(std::slice::from_ref(event)).await
-    }
-
-    /// Emits several events with one statement.
-    pub async fn emit_all(&mut self, events: &[EventRecord]) -> Result<(), StoreError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        const COLUMNS: usize = 7;
-        let now = Timestamp::now().millis();
-        let scopes: Vec<String> = events
-            .iter()
-            .map(|e| crate::webhooks::to_json(&e.scope))
-            .collect();
-        let rows: Vec<String> = (0..events.len())
-            .map(|i| {
-                format!(
-                    "({})",
-                    crate::webhooks::placeholders(i * COLUMNS + 1, COLUMNS)
-                )
-            })
-            .collect();
-        let mut args: Vec<Arg<'_>> = Vec::with_capacity(events.len() * COLUMNS);
-        for (event, scope) in events.iter().zip(&scopes) {
-            args.extend::<[Arg<'_>; COLUMNS]>([
-                event.event_ref.as_str().into(),
-                event.environment_ref.as_str().into(),
-                event.public_event_type.as_str().into(),
-                event.occurred_at.millis().into(),
-                scope.as_str().into(),
-                event.data.as_str().into(),
-                now.into(),
-            ]);
-        }
-        self.execute(
-            &format!(
-                "INSERT INTO outbox (event_ref, environment_ref, public_event_type, occurred_at, \
-                 scope, data, created_at) VALUES {}",
-                rows.join(", ")
-            ),
-            &args,
-        )
-        .await?;
-        self.emitted = true;
-        Ok(())
-    }
-
-    /// Records that this transaction makes deliveries due: PostgreSQL
-    /// delivers its `NOTIFY` when the transaction commits, and the commit
-    /// wakes this process's dispatcher (`crate::signals`).
-    pub(crate) async fn signal_due(&mut self) -> Result<(), StoreError> {
-        if self.backend == Backend::Postgres && !self.made_due {
-            self.execute(&format!("NOTIFY {}", crate::signals::CHANNEL), &[])
-                .await?;
-        }
-        self.made_due = true;
-        Ok(())
-    }
-
     /// Runs `sql`; returns the number of rows it changed.
-    pub(crate) async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+    pub async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
         match &mut self.conn {
             Conn::Sqlx(tx) => Ok(sqlx_query(sql, args)
                 .execute(&mut **tx)
@@ -359,11 +308,7 @@ impl WriteTx {
     }
 
     /// Runs `sql` and returns its rows.
-    pub(crate) async fn fetch(
-        &mut self,
-        sql: &str,
-        args: &[Arg<'_>],
-    ) -> Result<Vec<CellRow>, StoreError> {
+    pub async fn fetch(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<CellRow>, StoreError> {
         match &mut self.conn {
             Conn::Sqlx(tx) => {
                 let rows = sqlx_query(sql, args).fetch_all(&mut **tx).await?;
@@ -408,7 +353,7 @@ impl WriteTx {
     }
 
     /// The values of `column` in the rows `sql` returns.
-    pub(crate) async fn fetch_texts(
+    pub async fn fetch_texts(
         &mut self,
         sql: &str,
         args: &[Arg<'_>],
@@ -579,6 +524,37 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
             .unwrap();
         assert_eq!(n, 1);
+    }
+
+    /// What the owner attached is read back by its type; a commit wakes
+    /// what the writes asked for, once each, and a rollback wakes nobody.
+    #[tokio::test]
+    async fn a_commit_wakes_what_was_asked_for_and_a_rollback_nothing() {
+        struct Signals(Arc<Notify>);
+        let notify = Arc::new(Notify::new());
+        let begin = |notify: &Arc<Notify>| {
+            let conn = rusqlite::Connection::open_in_memory().unwrap();
+            WriteTx::new(
+                Conn::Lite(LiteTx::begin(Arc::new(Mutex::new(Some(conn))), None).unwrap()),
+                Backend::Sqlite,
+                Some(Arc::new(Signals(notify.clone()))),
+            )
+        };
+        let mut tx = begin(&notify);
+        assert!(tx.signals::<String>().is_none());
+        let asked = tx.signals::<Signals>().expect("attached").0.clone();
+        tx.wake_on_commit(&asked);
+        assert!(tx.wakes_on_commit(&notify));
+        tx.rollback().await.unwrap();
+        let mut tx = begin(&notify);
+        tx.wake_on_commit(&notify);
+        tx.wake_on_commit(&notify);
+        assert_eq!(tx.on_commit.len(), 1, "once each");
+        let woken = notify.notified();
+        tx.commit().await.unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(1), woken)
+            .await
+            .expect("the commit wakes it");
     }
 
     #[test]

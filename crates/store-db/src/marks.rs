@@ -11,18 +11,21 @@
 
 use crate::Backend;
 
-pub(crate) struct Marks {
+/// The marks of one statement, counted as they are written.
+pub struct Marks {
     backend: Backend,
     bound: usize,
 }
 
 impl Marks {
-    pub(crate) fn new(backend: Backend) -> Self {
+    pub fn new(backend: Backend) -> Self {
         Marks { backend, bound: 0 }
     }
 
-    /// The mark of the next bound value.
-    pub(crate) fn next(&mut self) -> String {
+    /// The mark of the next bound value. (Not `Iterator::next`: the marks
+    /// never end, and an `Option` would only make every caller unwrap.)
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> String {
         self.bound += 1;
         match self.backend {
             Backend::Sqlite => "?".to_owned(),
@@ -31,7 +34,7 @@ impl Marks {
     }
 
     /// `n` marks separated by commas.
-    pub(crate) fn list(&mut self, n: usize) -> String {
+    pub fn list(&mut self, n: usize) -> String {
         (0..n).map(|_| self.next()).collect::<Vec<_>>().join(", ")
     }
 }

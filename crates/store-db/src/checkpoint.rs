@@ -24,8 +24,9 @@
 //! (the process's writes wait meanwhile); if they are still there, it gives
 //! up and the next tick tries again.
 //!
-//! The task ends once every `Store` clone is gone (it holds only a weak
-//! token), so a dropped store does not keep its connections open.
+//! The task ends once every clone of its owner's token `alive` is gone (it
+//! holds only a weak one; the store's clones hold it), so a dropped store
+//! does not keep its connections open.
 
 use crate::BUSY_TIMEOUT;
 use sqlx::AnyPool;
@@ -46,7 +47,7 @@ const RESTART_WAIT: Duration = Duration::from_millis(100);
 /// Starts the checkpoint task: passive checkpoints on `pool` (reads), a
 /// restarting one on `writer` (the write turn) when the WAL is long. It
 /// runs while `alive` can be upgraded and the pools are open.
-pub(crate) fn spawn(pool: AnyPool, writer: AnyPool, alive: &Arc<()>) {
+pub fn spawn(pool: AnyPool, writer: AnyPool, alive: &Arc<()>) {
     let alive: Weak<()> = Arc::downgrade(alive);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(EVERY);

@@ -1,7 +1,7 @@
 //! Keyset paging: newest first by `(created_at, ref)`.
 
-use crate::db::read;
-use crate::db::tx::Arg;
+use crate::read;
+use crate::tx::Arg;
 
 /// Where a page starts and how long it is.
 #[derive(Debug, Clone)]
@@ -19,7 +19,7 @@ pub struct Page<T> {
 
 impl<T> Page<T> {
     /// Builds a page from `limit + 1` fetched rows.
-    pub(crate) fn from_overfetch(mut rows: Vec<T>, limit: u32) -> Page<T> {
+    fn from_overfetch(mut rows: Vec<T>, limit: u32) -> Page<T> {
         let has_more = rows.len() > limit as usize;
         rows.truncate(limit as usize);
         Page {
@@ -31,7 +31,7 @@ impl<T> Page<T> {
 
 /// One keyset page of `SELECT * FROM <table> WHERE <filter>`, newest first
 /// by `(created_at, <ref_column>)`. `filter` uses `$1..$n` for `args`.
-pub(crate) async fn fetch_page<T>(
+pub async fn fetch_page<T>(
     pool: &sqlx::AnyPool,
     table: &str,
     ref_column: &str,
@@ -59,7 +59,7 @@ pub(crate) async fn fetch_page<T>(
 
 /// A condition of a list on one column.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Clause<'a> {
+pub enum Clause<'a> {
     /// `column = value`.
     Eq(&'a str, &'a str),
     /// `column <= at`: the moment has come.
@@ -68,9 +68,10 @@ pub(crate) enum Clause<'a> {
     Ahead(&'a str, i64),
 }
 
-/// One keyset page of `table`'s rows of an environment that meet every
-/// clause: the lists of the billing resources.
-pub(crate) async fn fetch_env_page<T>(
+/// One keyset page of `table`'s rows of an environment (the
+/// `environment_ref` column every resource row carries) that meet every
+/// clause: in the store, the lists of the billing resources.
+pub async fn fetch_env_page<T>(
     pool: &sqlx::AnyPool,
     table: &str,
     ref_column: &str,
@@ -94,7 +95,7 @@ pub(crate) async fn fetch_env_page<T>(
 }
 
 /// The equality clauses of the filters that have a value.
-pub(crate) fn equal<'a>(filters: &[(&'a str, Option<&'a str>)]) -> Vec<Clause<'a>> {
+pub fn equal<'a>(filters: &[(&'a str, Option<&'a str>)]) -> Vec<Clause<'a>> {
     filters
         .iter()
         .filter_map(|(column, value)| value.map(|v| Clause::Eq(column, v)))

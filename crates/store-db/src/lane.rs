@@ -11,19 +11,20 @@
 //! else competes, so a transaction's steps follow each other at once.
 //!
 //! The lane has its own SQLite connection, on which the hot writes run
-//! their statements synchronously (`crate::db::tx`): no statement waits for
+//! their statements synchronously (`crate::tx`): no statement waits for
 //! another thread. Its turn at the database's write lock is the store's
 //! sqlx writer (a pool of one), held for the transaction, so the lane and
 //! the other writes of this process take turns instead of meeting SQLite's
 //! busy handler (which sleeps); other processes still do.
 //!
-//! Its thread ends when the last `Store` clone is dropped. A future sent to
+//! Its thread ends when the `Lane` is dropped (the store holds it in an
+//! `Arc` shared by its clones). A future sent to
 //! the lane runs to its end even if its caller stops waiting, so a group
 //! write is never abandoned half-way by a cancelled caller.
 
-use crate::db::tx::LiteTx;
 use crate::error::LaneError;
-use crate::StoreError;
+use crate::tx::LiteTx;
+use crate::{StoreError, Synchronous};
 use sqlx::AnyPool;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -34,26 +35,26 @@ use tokio::sync::oneshot;
 /// in a few sizes each.
 const STATEMENT_CACHE: usize = 128;
 
-pub(crate) struct Lane {
+/// The write lane: its thread's runtime and its SQLite connection.
+pub struct Lane {
     handle: Handle,
     /// The lane's connection, taken by a `LiteTx` while it runs.
     connection: Arc<Mutex<Option<rusqlite::Connection>>>,
-    /// Dropped with the last `Store` clone (the lane is held in an `Arc`),
-    /// which ends the lane's thread.
+    /// Dropped with the lane, which ends the lane's thread.
     _stop: oneshot::Sender<()>,
 }
 
 impl Lane {
     /// Starts the lane with its connection to the database `file`, which
     /// must exist (the store's pools made it).
-    pub(crate) fn start(file: &str, synchronous: crate::Synchronous) -> Result<Lane, StoreError> {
+    pub fn start(file: &str, synchronous: Synchronous) -> Result<Lane, StoreError> {
         let connection = rusqlite::Connection::open_with_flags(
             file,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE
                 | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX
                 | rusqlite::OpenFlags::SQLITE_OPEN_URI,
         )?;
-        // As the pools' connections (`Store::connect`).
+        // As the pools' connections (`SQLITE_PRAGMAS`, then the durability).
         connection.execute_batch(crate::SQLITE_PRAGMAS)?;
         connection.execute_batch(synchronous.pragma())?;
         connection.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
@@ -80,7 +81,7 @@ impl Lane {
     }
 
     /// Runs `work` on the lane and waits for its result.
-    pub(crate) async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
+    pub async fn run<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: Future<Output = Result<T, StoreError>> + Send + 'static,
@@ -91,7 +92,7 @@ impl Lane {
     /// Begins a transaction on the lane's connection, holding `writer`'s
     /// connection as this process's turn to write. Its statements run on
     /// the calling thread: callers of the hot writes are on the lane.
-    pub(crate) async fn begin(&self, writer: &AnyPool) -> Result<LiteTx, StoreError> {
+    pub async fn begin(&self, writer: &AnyPool) -> Result<LiteTx, StoreError> {
         let turn = writer.acquire().await?;
         LiteTx::begin(self.connection.clone(), Some(turn))
     }
@@ -99,27 +100,19 @@ impl Lane {
 
 #[cfg(test)]
 mod tests {
-    use crate::{Store, StoreOptions, Synchronous};
+    use super::*;
+    use crate::Synchronous;
 
-    /// Every connection that writes or reads (the pools' and the lane's)
-    /// runs with the configured durability: `PRAGMA synchronous` reads 2
-    /// for FULL and 1 for NORMAL.
+    /// The lane's connection runs with the configured durability:
+    /// `PRAGMA synchronous` reads 2 for FULL and 1 for NORMAL (the store's
+    /// tests check its pools' connections).
     #[tokio::test]
-    async fn every_connection_has_the_configured_durability() {
+    async fn the_lane_has_the_configured_durability() {
         for (synchronous, want) in [(Synchronous::Full, 2i64), (Synchronous::Normal, 1)] {
             let dir = tempfile::tempdir().unwrap();
-            let url = format!("sqlite://{}/d.db", dir.path().display());
-            let store = Store::connect_with(&url, StoreOptions { synchronous })
-                .await
-                .unwrap();
-            for pool in [&store.pool, &store.writer] {
-                let got: i64 = sqlx::query_scalar("PRAGMA synchronous")
-                    .fetch_one(pool)
-                    .await
-                    .unwrap();
-                assert_eq!(got, want, "{synchronous:?} pool");
-            }
-            let lane = store.lane.clone().expect("SQLite has a lane");
+            let file = dir.path().join("d.db");
+            drop(rusqlite::Connection::open(&file).unwrap());
+            let lane = Lane::start(file.to_str().unwrap(), synchronous).unwrap();
             let got: i64 = lane
                 .connection
                 .lock()
@@ -130,10 +123,5 @@ mod tests {
                 .unwrap();
             assert_eq!(got, want, "{synchronous:?} lane");
         }
-    }
-
-    #[test]
-    fn the_default_is_full() {
-        assert_eq!(StoreOptions::default().synchronous, Synchronous::Full);
     }
 }

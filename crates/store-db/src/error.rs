@@ -23,7 +23,7 @@ pub enum StoreError {
     /// happened (the API never sends it to a client).
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
-    /// The same, from the write lane's own SQLite connection (`crate::db::lane`).
+    /// The same, from the write lane's own SQLite connection (`crate::lane`).
     #[error("database error: {0}")]
     Sqlite(#[source] rusqlite::Error),
     /// The store's own write path failed around the database, not in it:
@@ -33,7 +33,7 @@ pub enum StoreError {
 }
 
 /// A failure of the machinery that runs the store's hot writes (the write
-/// lane, `crate::db::lane`), as opposed to an error of the database. None of them says the database is down.
+/// lane, `crate::lane`), as opposed to an error of the database. None of them says the database is down.
 #[derive(Debug, thiserror::Error)]
 pub enum LaneError {
     /// The lane's runtime did not finish a task it was given (the task

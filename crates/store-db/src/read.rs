@@ -1,21 +1,20 @@
-//! Statements outside a `WriteTx`: the reads of the domain repositories
-//! (`Admin`, `Webhooks`) and of `Store` methods on the read pool, and the
-//! writer pool's one-statement writes (request logs, dead letters, the
-//! credential's last use, the idempotency purge).
+//! Statements outside a `WriteTx`: in the store, the reads of the domain
+//! repositories and of `Store` methods on the read pool, and the writer
+//! pool's one-statement writes.
 //!
 //! Their values are `Arg`s, bound exactly as `WriteTx` binds them
-//! (`crate::db::tx::sqlx_query`), so the store passes arguments one way
+//! (`crate::tx::sqlx_query`), so the store passes arguments one way
 //! only. Rows are decoded by the caller's `decode`, one row at a time.
 //!
 //! `exec` is anything sqlx runs statements on (here always a pool).
 
-use crate::db::tx::{sqlx_query, Arg};
+use crate::tx::{sqlx_query, Arg};
 use crate::StoreError;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Executor, Row};
 
 /// Every row `sql` returns, decoded.
-pub(crate) async fn all<'c, T>(
+pub async fn all<'c, T>(
     exec: impl Executor<'c, Database = Any>,
     sql: &str,
     args: &[Arg<'_>],
@@ -26,7 +25,7 @@ pub(crate) async fn all<'c, T>(
 }
 
 /// The first row `sql` returns, decoded, if there is one.
-pub(crate) async fn optional<'c, T>(
+pub async fn optional<'c, T>(
     exec: impl Executor<'c, Database = Any>,
     sql: &str,
     args: &[Arg<'_>],
@@ -37,7 +36,7 @@ pub(crate) async fn optional<'c, T>(
 }
 
 /// The first row `sql` returns, decoded; `NotFound` when there is none.
-pub(crate) async fn one<'c, T>(
+pub async fn one<'c, T>(
     exec: impl Executor<'c, Database = Any>,
     sql: &str,
     args: &[Arg<'_>],
@@ -51,7 +50,7 @@ pub(crate) async fn one<'c, T>(
 
 /// The first column of the one row `sql` returns (an aggregate: `COUNT`,
 /// `MIN`, …), `None` when it is null; `NotFound` when there is no row.
-pub(crate) async fn scalar_int<'c>(
+pub async fn scalar_int<'c>(
     exec: impl Executor<'c, Database = Any>,
     sql: &str,
     args: &[Arg<'_>],
@@ -60,7 +59,7 @@ pub(crate) async fn scalar_int<'c>(
 }
 
 /// Runs `sql`; returns the number of rows it changed.
-pub(crate) async fn execute<'c>(
+pub async fn execute<'c>(
     exec: impl Executor<'c, Database = Any>,
     sql: &str,
     args: &[Arg<'_>],
@@ -71,7 +70,7 @@ pub(crate) async fn execute<'c>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::tx::text;
+    use crate::tx::text;
 
     async fn pool() -> sqlx::AnyPool {
         sqlx::any::install_default_drivers();

@@ -1,0 +1,48 @@
+//! Column codecs every repository shares: JSON held in a text column
+//! (`to_json`, `json_col`), an optional moment held as milliseconds
+//! (`opt_ts`), and the numbered marks of a row of values (`placeholders`).
+//!
+//! They know the shape of a value, never the column or table it is in.
+
+use crate::tx::{text, Columns};
+use crate::StoreError;
+use domain::Timestamp;
+
+/// The value of the JSON text column `col`; `Corrupt` when it does not
+/// parse as a `T`.
+pub fn json_col<T: serde::de::DeserializeOwned>(
+    row: &(impl Columns + ?Sized),
+    col: &str,
+) -> Result<T, StoreError> {
+    let text = text(row, col)?;
+    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("{col}: {e}")))
+}
+
+/// `v` as JSON text for a column (`null` if it cannot be written as JSON).
+pub fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".to_owned())
+}
+
+/// The moment in the milliseconds column `col`, if it is not null.
+pub fn opt_ts(row: &(impl Columns + ?Sized), col: &str) -> Result<Option<Timestamp>, StoreError> {
+    Ok(row.int(col)?.map(Timestamp::from_millis))
+}
+
+/// `$first, $first+1, …` for `n` bound values.
+pub fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_count_on_from_the_first() {
+        assert_eq!(placeholders(3, 3), "$3, $4, $5");
+        assert_eq!(placeholders(1, 0), "");
+    }
+}
