@@ -1,0 +1,345 @@
+//! The webhook control surface (contract section 9), black-box, on every
+//! backend: endpoints and their secrets, subscriptions, data profile
+//! grants, deliveries and their views, redrive, health, test sends and the
+//! event catalogue, with each operation's errors, idempotent replays and
+//! preconditions.
+//!
+//! Signatures are checked with the official Standard Webhooks verifier
+//! (`standardwebhooks` from PyPI, run with python3 and installed on first
+//! use) over headers computed from the secrets the store keeps encrypted.
+
+use billing_tests::kit::{etag_matches, invalid, is_ref, is_ts, items, text};
+use billing_tests::receiver::{Behaviour, TestReceiver};
+use billing_tests::{backend_tests, unique_key, verifier, Resp, TestApp};
+use domain::webhook::catalogue;
+use domain::webhook::signing::{signature_header, SigningSecret};
+use domain::{Prefix, Ref, Timestamp};
+use serde_json::{json, Value};
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::time::Duration;
+
+const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
+const BATCH: &str = "/api/v1/webhook_deliveries/redrive";
+const URL: &str = "https://example.com/hooks";
+/// The custom field the catalogue's examples carry.
+const CUSTOM_FIELD: &str = "cf_K1lZ4xC7vB3n";
+
+// ---- helpers ------------------------------------------------------------------
+
+fn ep(endpoint: &str, tail: &str) -> String {
+    format!("{ENDPOINTS}/{endpoint}{tail}")
+}
+
+fn dl(delivery: &str, tail: &str) -> String {
+    format!("/api/v1/webhook_deliveries/{delivery}{tail}")
+}
+
+/// `whsec_` + standard base64 of 32 bytes.
+#[track_caller]
+fn is_secret(s: &str) {
+    let b64 = s.strip_prefix("whsec_").expect("whsec_ prefix");
+    assert_eq!(b64.len(), 44, "{s}");
+    assert!(b64.ends_with('=') && !b64.ends_with("=="), "{s}");
+    assert!(b64[..43]
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '/'));
+    assert!(SigningSecret::parse(s).is_some(), "{s}");
+}
+
+/// Creates an endpoint in the sandbox; returns its reference and the response.
+async fn create_endpoint(app: &TestApp, url: &str) -> (String, Resp) {
+    let r = app.post(ENDPOINTS, json!({ "url": url })).send().await;
+    r.expect(201);
+    (text(&r.data()["endpoint_ref"]), r)
+}
+
+async fn endpoint(app: &TestApp) -> String {
+    create_endpoint(app, URL).await.0
+}
+
+async fn get(app: &TestApp, path: &str) -> Resp {
+    let r = app.get(path).send().await;
+    r.expect(200);
+    r
+}
+
+async fn etag_of(app: &TestApp, path: &str) -> String {
+    get(app, path).await.etag()
+}
+
+/// A POST with a fresh idempotency key and `If-Match: tag`.
+async fn post_if(app: &TestApp, path: &str, tag: &str, body: Value) -> Resp {
+    app.post(path, body).if_match(tag).send().await
+}
+
+/// Sends a test of `event_type`; returns the delivery.
+async fn test_send(app: &TestApp, endpoint: &str, event_type: &str) -> Value {
+    let r = app
+        .post(
+            &ep(endpoint, "/test_send"),
+            json!({ "public_event_type": event_type }),
+        )
+        .send()
+        .await;
+    r.expect(201);
+    etag_matches(&r);
+    r.data().clone()
+}
+
+async fn body_of(app: &TestApp, delivery: &Value) -> Value {
+    get(app, &dl(&text(&delivery["delivery_ref"]), "/body"))
+        .await
+        .data()
+        .clone()
+}
+
+async fn status_of(app: &TestApp, delivery: &str) -> Value {
+    get(app, &dl(delivery, "")).await.data().clone()
+}
+
+async fn health(app: &TestApp, endpoint: &str) -> (String, Value) {
+    let h = get(app, &ep(endpoint, "/health")).await;
+    assert_eq!(h.data()["endpoint_ref"], endpoint);
+    (
+        text(&h.data()["health"]),
+        h.data()["last_delivery_status"].clone(),
+    )
+}
+
+/// Every item of a paged list, following `next_cursor` `limit` at a time.
+async fn walk(app: &TestApp, path: &str, limit: u32) -> Vec<Value> {
+    walk_from(app, path, limit, None).await
+}
+
+/// Like `walk`, from the page after `cursor`.
+async fn walk_from(app: &TestApp, path: &str, limit: u32, cursor: Option<String>) -> Vec<Value> {
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let mut all = Vec::new();
+    let mut cursor = cursor.map(|c| format!("&cursor={c}")).unwrap_or_default();
+    loop {
+        let r = get(app, &format!("{path}{sep}limit={limit}{cursor}")).await;
+        let page = items(&r);
+        let has_more = r.data()["has_more"].as_bool().expect("has_more");
+        assert!(page.len() <= limit as usize);
+        all.extend(page.iter().cloned());
+        match r.data()["next_cursor"].as_str() {
+            Some(c) => {
+                assert!(has_more && page.len() == limit as usize, "{}", r.text);
+                cursor = format!("&cursor={c}");
+            }
+            None => {
+                assert!(!has_more, "{}", r.text);
+                return all;
+            }
+        }
+    }
+}
+
+/// Newest first: `created_at` descending, then the reference descending.
+#[track_caller]
+fn newest_first(list: &[Value], ref_field: &str) {
+    let keys: Vec<(String, String)> = list
+        .iter()
+        .map(|i| (text(&i["created_at"]), text(&i[ref_field])))
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(keys, sorted);
+}
+
+/// Sends the same POST twice under one key; the second must be a replay.
+async fn twice(app: &TestApp, path: &str, tag: Option<&str>, body: Value) -> (Resp, Resp) {
+    let key = unique_key();
+    let call = || {
+        let c = app.req("POST", path).idem(&key).json(&body);
+        match tag {
+            Some(t) => c.if_match(t),
+            None => c,
+        }
+    };
+    let first = call().send().await;
+    let again = call().send().await;
+    assert_eq!(again.status, first.status, "{}", again.text);
+    assert_eq!(
+        again.header("idempotent-replayed"),
+        Some("true"),
+        "{}",
+        again.text
+    );
+    assert_eq!(first.header("idempotent-replayed"), None);
+    (first, again)
+}
+
+/// An endpoint's wire form with every revealed secret removed.
+fn without_secrets(data: &Value) -> Value {
+    let mut d = data.clone();
+    for v in d["secret_versions"].as_array_mut().expect("versions") {
+        v.as_object_mut().expect("version").remove("secret");
+    }
+    d
+}
+
+/// The secret revealed for `version` in a response, asserting it is the
+/// only one revealed.
+#[track_caller]
+fn revealed(r: &Resp, version: u64) -> String {
+    let versions = r.data()["secret_versions"].as_array().expect("versions");
+    let shown: Vec<&Value> = versions
+        .iter()
+        .filter(|v| v.get("secret").is_some())
+        .collect();
+    assert_eq!(shown.len(), 1, "one secret revealed: {}", r.text);
+    assert_eq!(shown[0]["version"], version);
+    let secret = text(&shown[0]["secret"]);
+    is_secret(&secret);
+    assert_eq!(shown[0]["secret_hint"], &secret[secret.len() - 4..]);
+    secret
+}
+
+#[track_caller]
+fn no_secret(r: &Resp) {
+    assert!(!r.text.contains("whsec_"), "no secret: {}", r.text);
+    assert!(!r.text.contains("\"secret\""), "no secret: {}", r.text);
+}
+
+/// `(version, status)` of each secret version.
+fn versions(data: &Value) -> Vec<(u64, String)> {
+    data["secret_versions"]
+        .as_array()
+        .expect("versions")
+        .iter()
+        .map(|v| (v["version"].as_u64().expect("version"), text(&v["status"])))
+        .collect()
+}
+
+fn sv(list: &[(u64, &str)]) -> Vec<(u64, String)> {
+    list.iter().map(|(n, s)| (*n, (*s).to_owned())).collect()
+}
+
+fn env_ref(app: &TestApp) -> Ref {
+    Ref::parse(Prefix::Environment, &app.sandbox.environment_ref).expect("env ref")
+}
+
+/// The signature header the service would send now for a sample body,
+/// computed from the endpoint's stored (encrypted) secret versions, checked
+/// with the official verifier against each revealed secret (`shown[i]` is
+/// version i+1) and whether it should verify.
+async fn check_signing(app: &TestApp, endpoint: &str, shown: &[(&str, bool)]) {
+    let endpoint_ref = Ref::parse(Prefix::WebhookEndpoint, endpoint).expect("ref");
+    let stored = app
+        .store
+        .webhooks()
+        .endpoint(&env_ref(app), &endpoint_ref)
+        .await
+        .expect("stored endpoint");
+    assert_eq!(stored.secret_versions.len(), shown.len());
+    let now = Timestamp::now();
+    let mut signing = Vec::new();
+    for (v, (secret, _)) in stored.secret_versions.iter().zip(shown) {
+        assert!(
+            !v.ciphertext.contains(&secret["whsec_".len()..]),
+            "the stored secret is encrypted"
+        );
+        let plain = app.cipher.decrypt(&v.ciphertext).expect("decrypts");
+        let key: [u8; 32] = plain.try_into().expect("32 bytes");
+        let decrypted = SigningSecret::from_bytes(key);
+        assert_eq!(decrypted.to_wire(), *secret, "v{}", v.meta.version);
+        if v.meta.signs(now) {
+            signing.push(decrypted);
+        }
+    }
+    let expected = shown.iter().filter(|(_, signs)| *signs).count();
+    assert_eq!(signing.len(), expected, "signing versions");
+    let id = Ref::generate(Prefix::WebhookDelivery).into_string();
+    let timestamp = (now.millis() / 1000).to_string();
+    let body = br#"{"event_ref":"evt_AbCdEfGhIjKl","public_event_type":"webhook.test","data":{}}"#;
+    let header = signature_header(&signing, &id, now.millis() / 1000, body);
+    assert_eq!(header.split(' ').count(), expected, "{header}");
+    for (n, (secret, signs)) in shown.iter().enumerate() {
+        assert_eq!(
+            verifier::verifies(secret, &id, &timestamp, &header, body),
+            *signs,
+            "version {} should {}verify",
+            n + 1,
+            if *signs { "" } else { "not " }
+        );
+    }
+}
+
+fn sub_body(app: &TestApp, event_type: &str, dto_version: u32) -> Value {
+    json!({"public_event_type": event_type, "scope_type": "environment",
+        "scope_ref": app.sandbox.environment_ref, "dto_version": dto_version})
+}
+
+fn grant_body(classes: &[&str], custom_fields: &[&str]) -> Value {
+    json!({"purpose": "fulfillment", "reason": "ship the goods",
+        "data_classes": classes, "custom_field_refs": custom_fields})
+}
+
+/// The value at a dotted path of `data`, if any.
+fn at<'a>(data: &'a Value, path: &str) -> Option<&'a Value> {
+    data.pointer(&format!("/{}", path.replace('.', "/")))
+}
+
+/// Waits until the delivery has `status`.
+async fn settled(app: &TestApp, delivery: &str, status: &str) -> Value {
+    app.eventually(20, || async {
+        let d = status_of(app, delivery).await;
+        (d["status"] == status).then_some(d)
+    })
+    .await
+}
+
+mod endpoints;
+use endpoints::*;
+mod secrets;
+use secrets::*;
+mod subscriptions;
+use subscriptions::*;
+mod data_profile_grants;
+use data_profile_grants::*;
+mod deliveries;
+use deliveries::*;
+mod health;
+use health::*;
+mod event_catalogue;
+use event_catalogue::*;
+mod destinations;
+use destinations::*;
+mod references;
+use references::*;
+mod idempotency;
+use idempotency::*;
+mod contract_gaps_found;
+use contract_gaps_found::*;
+
+backend_tests!(
+    endpoint_shapes_and_secret_shown_once,
+    endpoint_create_validation,
+    endpoint_list_filter_and_cursor,
+    pause_and_resume,
+    secret_rotation_walkthrough,
+    retiring_secret_expires_after_grace,
+    secret_operation_errors,
+    subscriptions,
+    data_profile_grants,
+    grants_shape_and_redact_bodies,
+    deliveries_and_their_views,
+    pause_holds_and_resume_releases,
+    a_paused_endpoint_receives_nothing,
+    redrive_single_and_batch,
+    batch_redrive_validation,
+    health_follows_attempts,
+    event_catalogue,
+    private_destinations_are_refused,
+    unknown_and_foreign_refs_are_not_found,
+    idempotent_replays,
+    subscriptions_and_grants_carry_etags,
+    concurrent_writes_have_one_winner,
+    delivered_signatures_follow_rotation,
+    grants_apply_at_the_time_of_the_attempt,
+    a_disabled_endpoint_holds_until_resumed,
+    bodies_expire_after_retention,
+    grant_body_fields_are_required,
+);
