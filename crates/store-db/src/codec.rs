@@ -36,6 +36,18 @@ pub fn placeholders(first: usize, n: usize) -> String {
         .join(", ")
 }
 
+/// A closed set's value read back from `col` by its domain type's
+/// `parse`: a value the type does not know is `Corrupt`, never quietly
+/// taken for another state.
+pub fn state<T>(
+    row: &dyn Columns,
+    col: &str,
+    parse: fn(&str) -> Option<T>,
+) -> Result<T, StoreError> {
+    let value = text(row, col)?;
+    parse(&value).ok_or_else(|| StoreError::Corrupt(format!("{col} {value}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,7 @@
 //! Credentials: bearer secrets of service accounts, stored as digests.
 
 use super::Admin;
-use crate::db::codec::opt_ts;
+use crate::db::codec::{opt_ts, state};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::StoreError;
@@ -50,9 +50,8 @@ pub struct AuthRecord {
 
 fn from_row(row: &impl Columns) -> Result<CredentialRecord, StoreError> {
     let expires_at = opt_ts(row, "expires_at")?;
-    let status = CredentialStatus::parse(&text(row, "status")?)
-        .unwrap_or(CredentialStatus::Revoked)
-        .effective(expires_at, Timestamp::now());
+    let status =
+        state(row, "status", CredentialStatus::parse)?.effective(expires_at, Timestamp::now());
     Ok(CredentialRecord {
         credential_ref: Ref::from_trusted(text(row, "credential_ref")?),
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
@@ -224,11 +223,9 @@ impl Admin<'_> {
                     credential_ref: Ref::from_trusted(text(row, "credential_ref")?),
                     principal_ref: Ref::from_trusted(text(row, "principal_ref")?),
                     environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
-                    mode: Mode::parse(&text(row, "mode")?).unwrap_or(Mode::Sandbox),
-                    principal_status: ServiceAccountStatus::parse(&text(row, "principal_status")?)
-                        .unwrap_or(ServiceAccountStatus::Retired),
-                    credential_status: CredentialStatus::parse(&text(row, "status")?)
-                        .unwrap_or(CredentialStatus::Revoked)
+                    mode: state(row, "mode", Mode::parse)?,
+                    principal_status: state(row, "principal_status", ServiceAccountStatus::parse)?,
+                    credential_status: state(row, "status", CredentialStatus::parse)?
                         .effective(opt_ts(row, "expires_at")?, now),
                     last_used_at: opt_ts(row, "last_used_at")?,
                     // Read below, once the secret matched.

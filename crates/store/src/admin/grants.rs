@@ -6,7 +6,7 @@
 
 use super::Admin;
 use crate::admin::service_accounts;
-use crate::db::codec::opt_ts;
+use crate::db::codec::{opt_ts, state};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::StoreError;
@@ -26,7 +26,7 @@ fn from_row(row: &impl Columns) -> Result<GrantRecord, StoreError> {
     Ok(GrantRecord {
         principal_ref: Ref::from_trusted(text(row, "principal_ref")?),
         permission_action: text(row, "permission_action")?,
-        status: GrantStatus::parse(&text(row, "status")?).unwrap_or(GrantStatus::Revoked),
+        status: state(row, "status", GrantStatus::parse)?,
         granted_at: Timestamp::from_millis(int(row, "granted_at")?),
         revoked_at: opt_ts(row, "revoked_at")?,
     })

@@ -5,7 +5,7 @@
 //! read pool.
 
 use super::Admin;
-use crate::db::codec::opt_ts;
+use crate::db::codec::{opt_ts, state};
 use crate::db::read;
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::StoreError;
@@ -36,8 +36,7 @@ fn from_row(row: &impl Columns) -> Result<ServiceAccountRecord, StoreError> {
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
         name: text(row, "name")?,
         description: row.text("description")?,
-        status: ServiceAccountStatus::parse(&text(row, "status")?)
-            .unwrap_or(ServiceAccountStatus::Retired),
+        status: state(row, "status", ServiceAccountStatus::parse)?,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
         updated_at: Timestamp::from_millis(int(row, "updated_at")?),
         suspended_at: opt_ts(row, "suspended_at")?,

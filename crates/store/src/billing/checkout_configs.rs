@@ -14,7 +14,7 @@
 //! migrated (`assign_missing_refs`).
 
 use super::{Billing, Source};
-use crate::db::codec::{json_col, placeholders, to_json};
+use crate::db::codec::{json_col, placeholders, state, to_json};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::catalogue::checkout_config::{ConfigMode, CustomField};
@@ -76,11 +76,10 @@ fn version_number(v: i64) -> Result<u32, StoreError> {
 
 /// A config row joined with its newest version's content.
 fn from_row(row: &dyn Columns) -> Result<ConfigRecord, StoreError> {
-    let status = text(row, "status")?;
     Ok(ConfigRecord {
         config_ref: Ref::from_trusted(text(row, "config_ref")?),
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
-        status: ConfigStatus::parse(&status).ok_or(StoreError::Corrupt(status))?,
+        status: state(row, "status", ConfigStatus::parse)?,
         current_version: version_number(int(row, "current_version")?)?,
         published_version: row
             .int("published_version")?

@@ -6,7 +6,7 @@
 use super::prices::{self, PriceRecord};
 use super::promotions::{self, PromotionRecord};
 use super::{Billing, Source};
-use crate::db::codec::placeholders;
+use crate::db::codec::{placeholders, state};
 use crate::db::page::{equal, fetch_env_page, Page, PageRequest};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
 use crate::StoreError;
@@ -37,13 +37,12 @@ pub struct OfferRecord {
 }
 
 fn from_row(row: &dyn Columns) -> Result<OfferRow, StoreError> {
-    let status = text(row, "status")?;
     Ok(OfferRow {
         offer_ref: Ref::from_trusted(text(row, "offer_ref")?),
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
         product_ref: Ref::from_trusted(text(row, "product_ref")?),
         price_ref: Ref::from_trusted(text(row, "price_ref")?),
-        status: OfferStatus::parse(&status).ok_or(StoreError::Corrupt(status))?,
+        status: state(row, "status", OfferStatus::parse)?,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
         updated_at: Timestamp::from_millis(int(row, "updated_at")?),
         version: int(row, "version")?,

@@ -3,7 +3,7 @@
 //! sells.
 
 use super::{minor, money, Resource, Source};
-use crate::db::codec::opt_ts;
+use crate::db::codec::{opt_ts, state};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
 use crate::StoreError;
 use domain::catalogue::{PriceStatus, Recurrence};
@@ -24,7 +24,6 @@ pub struct PriceRecord {
 }
 
 pub(crate) fn from_row(row: &dyn Columns) -> Result<PriceRecord, StoreError> {
-    let status = text(row, "status")?;
     let price_type = text(row, "price_type")?;
     let interval = row.text("billing_interval")?;
     Ok(PriceRecord {
@@ -34,7 +33,7 @@ pub(crate) fn from_row(row: &dyn Columns) -> Result<PriceRecord, StoreError> {
         amount: money(row, "currency", "amount_minor")?,
         recurrence: Recurrence::parse(&price_type, interval.as_deref())
             .map_err(|e| StoreError::Corrupt(format!("price_type {price_type}: {e}")))?,
-        status: PriceStatus::parse(&status).ok_or(StoreError::Corrupt(status))?,
+        status: state(row, "status", PriceStatus::parse)?,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
         published_at: opt_ts(row, "published_at")?,
         superseded_at: opt_ts(row, "superseded_at")?,

@@ -1,7 +1,7 @@
 //! Products: `draft → published` (contract 10.1).
 
 use super::Resource;
-use crate::db::codec::opt_ts;
+use crate::db::codec::{opt_ts, state};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::StoreError;
 use domain::catalogue::ProductStatus;
@@ -21,13 +21,12 @@ pub struct ProductRecord {
 }
 
 fn from_row(row: &dyn Columns) -> Result<ProductRecord, StoreError> {
-    let status = text(row, "status")?;
     Ok(ProductRecord {
         product_ref: Ref::from_trusted(text(row, "product_ref")?),
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
         name: text(row, "name")?,
         description: row.text("description")?,
-        status: ProductStatus::parse(&status).ok_or(StoreError::Corrupt(status))?,
+        status: state(row, "status", ProductStatus::parse)?,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
         updated_at: Timestamp::from_millis(int(row, "updated_at")?),
         published_at: opt_ts(row, "published_at")?,

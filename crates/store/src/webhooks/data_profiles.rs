@@ -7,7 +7,7 @@
 use super::endpoints::EndpointRecord;
 use super::Webhooks;
 use crate::db::codec::opt_ts;
-use crate::db::codec::{json_col, to_json};
+use crate::db::codec::{json_col, state, to_json};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::StoreError;
@@ -42,17 +42,14 @@ pub struct StoredBody<'a> {
 }
 
 fn from_row(row: &impl Columns) -> Result<DataProfileGrantRecord, StoreError> {
-    let purpose = text(row, "purpose")?;
-    let status = text(row, "status")?;
     let classes: Vec<String> = json_col(row, "data_classes")?;
     Ok(DataProfileGrantRecord {
         endpoint_ref: Ref::from_trusted(text(row, "endpoint_ref")?),
-        purpose: Purpose::parse(&purpose).ok_or_else(|| StoreError::Corrupt(purpose))?,
+        purpose: state(row, "purpose", Purpose::parse)?,
         reason: text(row, "reason")?,
         data_classes: classes.iter().filter_map(|c| DataClass::parse(c)).collect(),
         custom_field_refs: json_col(row, "custom_field_refs")?,
-        status: DataProfileGrantStatus::parse(&status)
-            .ok_or_else(|| StoreError::Corrupt(status))?,
+        status: state(row, "status", DataProfileGrantStatus::parse)?,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
         revoked_at: opt_ts(row, "revoked_at")?,
     })

@@ -5,8 +5,8 @@
 //! `delivery_from_row` with them.
 
 use super::Webhooks;
-use crate::db::codec::opt_ts;
 use crate::db::codec::to_json;
+use crate::db::codec::{opt_ts, state};
 use crate::db::page::{fetch_page, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, CellRow, Columns, WriteTx};
@@ -80,8 +80,6 @@ pub struct AttemptRecord {
 }
 
 pub(crate) fn delivery_from_row(row: &impl Columns) -> Result<DeliveryRecord, StoreError> {
-    let status = text(row, "status")?;
-    let body_status = text(row, "body_status")?;
     Ok(DeliveryRecord {
         delivery_ref: Ref::from_trusted(text(row, "delivery_ref")?),
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
@@ -89,7 +87,7 @@ pub(crate) fn delivery_from_row(row: &impl Columns) -> Result<DeliveryRecord, St
         event_ref: Ref::from_trusted(text(row, "event_ref")?),
         public_event_type: text(row, "public_event_type")?,
         dto_version: int(row, "dto_version")? as u32,
-        status: DeliveryStatus::parse(&status).ok_or_else(|| StoreError::Corrupt(status))?,
+        status: state(row, "status", DeliveryStatus::parse)?,
         diagnostic: int(row, "diagnostic")? != 0,
         generation: int(row, "generation")? as u32,
         attempt_count: int(row, "attempt_count")? as u32,
@@ -98,8 +96,7 @@ pub(crate) fn delivery_from_row(row: &impl Columns) -> Result<DeliveryRecord, St
         occurred_at: Timestamp::from_millis(int(row, "occurred_at")?),
         event_data: text(row, "event_data")?,
         match_reasons: text(row, "match_reasons")?,
-        body_status: BodyStatus::parse(&body_status)
-            .ok_or_else(|| StoreError::Corrupt(body_status))?,
+        body_status: state(row, "body_status", BodyStatus::parse)?,
         payload: row.text("payload")?,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
         updated_at: Timestamp::from_millis(int(row, "updated_at")?),
@@ -108,13 +105,12 @@ pub(crate) fn delivery_from_row(row: &impl Columns) -> Result<DeliveryRecord, St
 }
 
 fn attempt_from_row(row: &impl Columns) -> Result<AttemptRecord, StoreError> {
-    let status = text(row, "status")?;
     Ok(AttemptRecord {
         attempt_ref: Ref::from_trusted(text(row, "attempt_ref")?),
         delivery_ref: Ref::from_trusted(text(row, "delivery_ref")?),
         generation: int(row, "generation")? as u32,
         attempt_number: int(row, "attempt_number")? as u32,
-        status: AttemptStatus::parse(&status).ok_or_else(|| StoreError::Corrupt(status))?,
+        status: state(row, "status", AttemptStatus::parse)?,
         response_status: row.int("response_status")?.map(|s| s as u16),
         error: row.text("error")?,
         response_body_excerpt: row.text("response_body_excerpt")?,
@@ -268,9 +264,7 @@ impl Webhooks<'_> {
                 &recent_outcomes_sql(chunk.len(), limit),
                 &args,
                 |r| {
-                    let status = text(r, "status")?;
-                    let status =
-                        AttemptStatus::parse(&status).ok_or(StoreError::Corrupt(status))?;
+                    let status = state(r, "status", AttemptStatus::parse)?;
                     Ok((
                         text(r, "endpoint_ref")?,
                         int(r, "started_at")?,
@@ -309,10 +303,7 @@ impl Webhooks<'_> {
             "SELECT status FROM webhook_deliveries WHERE endpoint_ref = $1 \
              ORDER BY created_at DESC, delivery_ref DESC LIMIT 1",
             &[endpoint_ref.as_str().into()],
-            |r| {
-                let s = text(r, "status")?;
-                DeliveryStatus::parse(&s).ok_or(StoreError::Corrupt(s))
-            },
+            |r| state(r, "status", DeliveryStatus::parse),
         )
         .await
     }

@@ -6,8 +6,8 @@
 //! (`store.webhooks()`) on the read pool.
 
 use super::Webhooks;
-use crate::db::codec::opt_ts;
 use crate::db::codec::placeholders;
+use crate::db::codec::{opt_ts, state};
 use crate::db::page::{fetch_page, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::single;
@@ -49,13 +49,12 @@ pub struct NewSecret {
 }
 
 fn endpoint_from_row(row: &impl Columns) -> Result<EndpointRecord, StoreError> {
-    let status = text(row, "status")?;
     Ok(EndpointRecord {
         endpoint_ref: Ref::from_trusted(text(row, "endpoint_ref")?),
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
         url: text(row, "url")?,
         description: row.text("description")?,
-        status: EndpointStatus::parse(&status).ok_or_else(|| StoreError::Corrupt(status))?,
+        status: state(row, "status", EndpointStatus::parse)?,
         url_immutable: int(row, "url_immutable")? != 0,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
         updated_at: Timestamp::from_millis(int(row, "updated_at")?),
@@ -65,14 +64,12 @@ fn endpoint_from_row(row: &impl Columns) -> Result<EndpointRecord, StoreError> {
 }
 
 fn secret_from_row(row: &impl Columns) -> Result<(String, StoredSecretVersion), StoreError> {
-    let status = text(row, "status")?;
     Ok((
         text(row, "endpoint_ref")?,
         StoredSecretVersion {
             meta: SecretVersion {
                 version: int(row, "version")? as u32,
-                status: SecretVersionStatus::parse(&status)
-                    .ok_or_else(|| StoreError::Corrupt(status))?,
+                status: state(row, "status", SecretVersionStatus::parse)?,
                 created_at: Timestamp::from_millis(int(row, "created_at")?),
                 expires_at: opt_ts(row, "expires_at")?,
             },
@@ -350,8 +347,7 @@ impl Webhooks<'_> {
             ),
             &[],
             |row| {
-                let status = text(row, "status")?;
-                let status = EndpointStatus::parse(&status).ok_or(StoreError::Corrupt(status))?;
+                let status = state(row, "status", EndpointStatus::parse)?;
                 Ok((Ref::from_trusted(text(row, "endpoint_ref")?), status))
             },
         )
@@ -382,8 +378,7 @@ fn versions_query(n: usize) -> String {
 }
 
 fn version_entry(row: &impl Columns) -> Result<(String, (i64, EndpointStatus)), StoreError> {
-    let status = text(row, "status")?;
-    let status = EndpointStatus::parse(&status).ok_or(StoreError::Corrupt(status))?;
+    let status = state(row, "status", EndpointStatus::parse)?;
     Ok((text(row, "endpoint_ref")?, (int(row, "version")?, status)))
 }
 

@@ -2,7 +2,7 @@
 //! an endpoint receives.
 
 use super::Webhooks;
-use crate::db::codec::{json_col, to_json};
+use crate::db::codec::{json_col, state, to_json};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::{Backend, StoreError};
@@ -30,11 +30,10 @@ pub struct NewSubscription<'a> {
 }
 
 fn from_row(row: &impl Columns) -> Result<SubscriptionRecord, StoreError> {
-    let scope_type = text(row, "scope_type")?;
     Ok(SubscriptionRecord {
         endpoint_ref: Ref::from_trusted(text(row, "endpoint_ref")?),
         public_event_type: text(row, "public_event_type")?,
-        scope_type: ScopeType::parse(&scope_type).ok_or_else(|| StoreError::Corrupt(scope_type))?,
+        scope_type: state(row, "scope_type", ScopeType::parse)?,
         scope_ref: text(row, "scope_ref")?,
         dto_version: int(row, "dto_version")? as u32,
         custom_field_refs: json_col(row, "custom_field_refs")?,

@@ -55,12 +55,4 @@ pub(crate) fn at(row: &dyn Columns, col: &str) -> Result<Timestamp, StoreError> 
     Ok(Timestamp::from_millis(int(row, col)?))
 }
 
-/// A closed set's value read back (`parse` is the domain type's).
-pub(crate) fn state<T>(
-    row: &dyn Columns,
-    col: &str,
-    parse: fn(&str) -> Option<T>,
-) -> Result<T, StoreError> {
-    let value = text(row, col)?;
-    parse(&value).ok_or_else(|| StoreError::Corrupt(format!("{col} {value}")))
-}
+pub(crate) use crate::db::codec::state;
