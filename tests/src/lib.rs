@@ -124,7 +124,6 @@ impl TestApp {
             .expect("store opens");
         let database_url = url.clone();
         store.migrate().await.expect("migrations apply");
-        store.set_projector(control_api::projection::projector(store.clone()));
         let boot = bootstrap(&store).await.expect("bootstrap");
         let mut envs = boot.environments.into_iter();
         let sandbox = envs.next().expect("sandbox");
@@ -140,7 +139,7 @@ impl TestApp {
             addr,
             base: format!("http://{addr}"),
             client: reqwest::Client::new(),
-            queue: dispatcher::EventQueue::new(store.clone()),
+            queue: billing::app::event_queue(&store),
             store,
             backend,
             database_url,

@@ -50,10 +50,6 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
         .migrate()
         .await
         .context("failed to migrate the store")?;
-    // Other systems' events reaching this process's intake (or
-    // `publish-event` in the embedded mode) are projected onto the
-    // resources they name.
-    store.set_projector(control_api::projection::projector(store.clone()));
     Ok(store)
 }
 
@@ -96,6 +92,16 @@ pub fn shared_buckets(schedule: Arc<RedisSchedule>) -> SharedBuckets {
                 .map_err(|e| e.to_string())
         })
     })
+}
+
+/// The event queue of this process's intake: other systems' events
+/// reaching it (or `publish-event` in the embedded mode) are projected onto
+/// the resources they name by the billing surface.
+pub fn event_queue(store: &Store) -> dispatcher::EventQueue {
+    dispatcher::EventQueue::with_projector(
+        store.clone(),
+        control_api::projection::projector(store.clone()),
+    )
 }
 
 /// Runs `role` until `shutdown` is cancelled.
@@ -197,7 +203,7 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             control_api::jobs::run(jobs_store, async move { token.cancelled().await }).await;
             Ok("timed work")
         });
-        let queue = dispatcher::EventQueue::new(store.clone());
+        let queue = event_queue(&store);
         let mut dispatcher = Dispatcher::new(queue.clone(), dispatch_settings(&config)?);
         if let Some(schedule) = &redis {
             dispatcher = dispatcher.with_redis(schedule.clone());

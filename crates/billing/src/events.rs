@@ -18,7 +18,7 @@ pub async fn publish(config: &Config, body: &[u8]) -> anyhow::Result<String> {
         return Ok(format!("published {} to billing.events", event.event_ref));
     }
     let store = crate::app::open_store(config).await?;
-    let queue = dispatcher::EventQueue::new(store);
+    let queue = crate::app::event_queue(&store);
     let environment = event.environment_ref.clone();
     let event = match dispatcher::intake::screen(&queue, event, producer.as_deref())
         .await

@@ -131,16 +131,16 @@ pub fn parse_with_producer(body: &[u8]) -> Result<(EventRecord, Option<String>),
     Ok((event, e.producer))
 }
 
-/// Applies the process's projector (`store::projection`) to an event of
+/// Applies the queue's projector (`store::projection`) to an event of
 /// another system: the event as subscribers receive it, or why it is
 /// refused. The service's own events (`producer` billing) pass as they are.
 pub async fn project(
-    store: &Store,
+    queue: &EventQueue,
     mut event: EventRecord,
     producer: Option<&str>,
 ) -> Result<Result<EventRecord, EnvelopeError>, StoreError> {
     let theirs = producer != Some(PRODUCER) && catalogue::is_projected(&event.public_event_type);
-    let Some(projector) = store.projector().filter(|_| theirs) else {
+    let Some(projector) = queue.projector().filter(|_| theirs) else {
         return Ok(Ok(event));
     };
     Ok(match projector.project(&event).await? {
@@ -213,7 +213,7 @@ pub async fn screen(
     {
         return Ok(Screened::Foreign);
     }
-    Ok(match project(store, event, producer).await? {
+    Ok(match project(queue, event, producer).await? {
         Ok(event) => Screened::Accept(event),
         Err(refused) => Screened::Refuse(refused),
     })

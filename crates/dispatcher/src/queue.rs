@@ -74,17 +74,40 @@ struct Inner {
     handoff: RwLock<Option<Arc<Intake>>>,
     /// The store's environments the intake has met (`intake::screen`).
     environments: crate::intake::Environments,
+    /// What projects other systems' events (`intake::project`), given by
+    /// the process that builds the parts.
+    projector: Option<Arc<dyn store::projection::Projector>>,
 }
 
 impl EventQueue {
+    /// A queue that accepts other systems' events as they were published.
     pub fn new(store: Store) -> EventQueue {
+        EventQueue::build(store, None)
+    }
+
+    /// A queue whose intake projects other systems' events with
+    /// `projector` before accepting them.
+    pub fn with_projector(
+        store: Store,
+        projector: Arc<dyn store::projection::Projector>,
+    ) -> EventQueue {
+        EventQueue::build(store, Some(projector))
+    }
+
+    fn build(store: Store, projector: Option<Arc<dyn store::projection::Projector>>) -> EventQueue {
         EventQueue(Arc::new(Inner {
             store,
             waiting: Mutex::default(),
             turns: Arc::new(Semaphore::new(TURNS)),
             handoff: RwLock::default(),
             environments: crate::intake::Environments::default(),
+            projector,
         }))
+    }
+
+    /// The projector of other systems' events, if the queue has one.
+    pub fn projector(&self) -> Option<&Arc<dyn store::projection::Projector>> {
+        self.0.projector.as_ref()
     }
 
     /// The store the queue writes to.

@@ -76,7 +76,6 @@ pub struct Store {
     /// PostgreSQL only: where `signals` listens.
     pg_url: Option<Arc<str>>,
     /// This process's projection of other systems' events (`projection`).
-    projector: dispatch::projection::Slot,
     /// SQLite only: where the hot write transactions run (`lane`).
     lane: Option<Arc<db::lane::Lane>>,
     /// Idempotency keys claimed by this process's open transactions.
@@ -190,7 +189,6 @@ impl Store {
             enqueued: Arc::default(),
             wake: Arc::default(),
             pg_url: (backend == Backend::Postgres).then(|| Arc::from(url.as_str())),
-            projector: dispatch::projection::Slot::default(),
             lane: match sqlite_file {
                 Some(file) => Some(Arc::new(db::lane::Lane::start(&file, synchronous)?)),
                 None => None,

@@ -1,9 +1,10 @@
 //! Projection of other systems' events (disputes, payouts, participations)
 //! onto the resources they name, before the intake accepts them.
 //!
-//! The intake of a process asks the registered `Projector`
-//! (`Store::set_projector`; the billing surface registers one) about each
-//! event another system published. The projector applies it in a unit of
+//! The intake of a process asks the `Projector` its event queue was given
+//! (`dispatcher::EventQueue::with_projector`; the process that builds the
+//! parts, `billing::app`, gives it the billing surface's) about each event
+//! another system published. The projector applies it in a unit of
 //! work of its own that also remembers the event (`remember`), and answers
 //! the data and scope subscribers receive (the resource as projected), or
 //! why the event is refused (dead-lettered). A redelivered event finds
@@ -16,12 +17,11 @@
 
 use crate::db::codec::{json_col, to_json};
 use crate::db::tx::{text, WriteTx};
-use crate::{EventData, EventRecord, Store, StoreError};
+use crate::{EventData, EventRecord, StoreError};
 use domain::webhook::shaping::Scope;
 use domain::Timestamp;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, RwLock};
 
 /// What becomes of an event before it is accepted.
 #[derive(Debug)]
@@ -40,25 +40,6 @@ pub type ProjectionFuture<'a> =
 /// What the intake needs from the billing surface.
 pub trait Projector: Send + Sync {
     fn project<'a>(&'a self, event: &'a EventRecord) -> ProjectionFuture<'a>;
-}
-
-/// The registered projector, shared by every clone of a `Store`.
-#[derive(Default, Clone)]
-pub(crate) struct Slot(Arc<RwLock<Option<Arc<dyn Projector>>>>);
-
-impl Store {
-    /// Registers the projector this process's intake asks.
-    pub fn set_projector(&self, projector: Arc<dyn Projector>) {
-        *self.projector.0.write().unwrap_or_else(|p| p.into_inner()) = Some(projector);
-    }
-
-    pub fn projector(&self) -> Option<Arc<dyn Projector>> {
-        self.projector
-            .0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
 }
 
 /// The data and scope an event was delivered with, if it was projected.
