@@ -14,122 +14,12 @@ use crate::metrics as m;
 use crate::queue::EventQueue;
 use crate::DispatchError;
 use domain::webhook::catalogue;
-use domain::webhook::shaping::Scope;
-use domain::{Prefix, Ref, RefError, Timestamp};
-use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
+use domain::Ref;
 use store::projection::Projection;
-use store::{EventData, EventRecord, Store, StoreError};
+use store::{EventRecord, Store, StoreError};
 
-#[derive(Debug, Deserialize)]
-struct Envelope {
-    event_ref: String,
-    public_event_type: String,
-    environment_ref: String,
-    occurred_at: String,
-    #[serde(default)]
-    scope: ScopeWire,
-    /// Who published it: `billing` for the service's own events, which are
-    /// never projected again.
-    #[serde(default)]
-    producer: Option<String>,
-    /// Kept as text (`EventData`): checked to be an object, not parsed.
-    data: Box<RawValue>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ScopeWire {
-    #[serde(default)]
-    product_refs: Vec<String>,
-    buyer_ref: Option<String>,
-    beneficiary_business_ref: Option<String>,
-}
-
-/// Why a message is refused as an event: the reason it is dead-lettered
-/// with (its text is the `x-dead-reason`).
-#[derive(Debug, thiserror::Error)]
-pub enum EnvelopeError {
-    /// Not JSON, or not the envelope's shape.
-    #[error("not a valid envelope: {0}")]
-    Malformed(#[source] serde_json::Error),
-    /// A reference of the envelope (`field`, a dotted path) is malformed.
-    #[error("{field} {source}")]
-    Reference {
-        field: String,
-        #[source]
-        source: RefError,
-    },
-    /// Not a business event type of the catalogue.
-    #[error("public_event_type `{0}` is not in the catalogue")]
-    UnknownEventType(String),
-    #[error("occurred_at must be an RFC 3339 timestamp")]
-    OccurredAt,
-    /// `data` is not a JSON object (`EventData::object`'s reason).
-    #[error("{0}")]
-    Data(String),
-    /// The projection refused the data (`store::projection`'s reason).
-    #[error("{0}")]
-    Projection(String),
-}
-
-/// The producer of the service's own events.
-pub const PRODUCER: &str = "billing";
-
-/// `text` as a reference of `prefix`, or why `field` is refused.
-fn reference(prefix: Prefix, text: &str, field: impl Into<String>) -> Result<Ref, EnvelopeError> {
-    Ref::parse(prefix, text).map_err(|source| EnvelopeError::Reference {
-        field: field.into(),
-        source,
-    })
-}
-
-/// Parses and validates one message; the error says why it is refused.
-pub fn parse(body: &[u8]) -> Result<EventRecord, EnvelopeError> {
-    parse_with_producer(body).map(|(event, _)| event)
-}
-
-/// `parse`, with the envelope's `producer`.
-pub fn parse_with_producer(body: &[u8]) -> Result<(EventRecord, Option<String>), EnvelopeError> {
-    let e: Envelope = serde_json::from_slice(body).map_err(EnvelopeError::Malformed)?;
-    let event_ref = reference(Prefix::Event, &e.event_ref, "event_ref")?;
-    let environment_ref = reference(Prefix::Environment, &e.environment_ref, "environment_ref")?;
-    let event_type = catalogue::find(&e.public_event_type)
-        .filter(|t| !t.diagnostic)
-        .ok_or_else(|| EnvelopeError::UnknownEventType(e.public_event_type.clone()))?;
-    let occurred_at = Timestamp::parse(&e.occurred_at).ok_or(EnvelopeError::OccurredAt)?;
-    let data = EventData::object(e.data).map_err(EnvelopeError::Data)?;
-    for (i, p) in e.scope.product_refs.iter().enumerate() {
-        // The field's name is built only for the error.
-        Ref::parse(Prefix::Product, p).map_err(|source| EnvelopeError::Reference {
-            field: format!("scope.product_refs.{i}"),
-            source,
-        })?;
-    }
-    if let Some(b) = &e.scope.buyer_ref {
-        reference(Prefix::Buyer, b, "scope.buyer_ref")?;
-    }
-    if let Some(b) = &e.scope.beneficiary_business_ref {
-        reference(
-            Prefix::BeneficiaryBusiness,
-            b,
-            "scope.beneficiary_business_ref",
-        )?;
-    }
-    let event = EventRecord {
-        event_ref,
-        environment_ref,
-        public_event_type: event_type.name.to_owned(),
-        occurred_at,
-        scope: Scope {
-            product_refs: e.scope.product_refs,
-            buyer_ref: e.scope.buyer_ref,
-            beneficiary_business_ref: e.scope.beneficiary_business_ref,
-        },
-        data,
-    };
-    Ok((event, e.producer))
-}
+/// The envelope and its rules live in `domain::webhook::event`.
+pub use domain::webhook::event::{envelope, parse, parse_with_producer, EnvelopeError, PRODUCER};
 
 /// Applies the queue's projector (`store::projection`) to an event of
 /// another system: the event as subscribers receive it, or why it is
@@ -219,31 +109,6 @@ pub async fn screen(
     })
 }
 
-/// The envelope of contract section 9 for an event the service emits:
-/// what `parse` reads, with `producer` billing.
-pub fn envelope(e: &EventRecord) -> String {
-    #[derive(Serialize)]
-    struct Out<'a> {
-        producer: &'a str,
-        event_ref: &'a str,
-        public_event_type: &'a str,
-        environment_ref: &'a str,
-        occurred_at: String,
-        scope: &'a Scope,
-        data: &'a EventData,
-    }
-    serde_json::to_string(&Out {
-        producer: PRODUCER,
-        event_ref: e.event_ref.as_str(),
-        public_event_type: &e.public_event_type,
-        environment_ref: e.environment_ref.as_str(),
-        occurred_at: e.occurred_at.to_rfc3339(),
-        scope: &e.scope,
-        data: &e.data,
-    })
-    .unwrap_or_default()
-}
-
 /// What became of a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Accepted {
@@ -287,75 +152,5 @@ pub async fn accept(
                 .await?;
             Ok(Accepted::Dead(reason))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn envelope() -> serde_json::Value {
-        serde_json::json!({
-            "event_ref": "evt_AAAAAAAAAAAA",
-            "public_event_type": "payment.succeeded",
-            "environment_ref": "env_AAAAAAAAAAAA",
-            "occurred_at": "2026-11-22T10:04:05.123Z",
-            "scope": {"product_refs": ["prd_AAAAAAAAAAAA"], "buyer_ref": "buy_AAAAAAAAAAAA", "beneficiary_business_ref": null},
-            "data": {"payment": {"payment_ref": "pay_AAAAAAAAAAAA"}}
-        })
-    }
-
-    #[test]
-    fn a_valid_envelope_parses() {
-        let e = parse(envelope().to_string().as_bytes()).unwrap();
-        assert_eq!(e.scope.product_refs, vec!["prd_AAAAAAAAAAAA"]);
-    }
-
-    #[test]
-    fn an_envelope_parses_back_to_its_event() {
-        let e = parse(envelope().to_string().as_bytes()).unwrap();
-        assert_eq!(parse(super::envelope(&e).as_bytes()).unwrap(), e);
-    }
-
-    #[test]
-    fn data_is_kept_as_it_was_sent() {
-        let mut e = envelope().to_string();
-        let sent = r#"{"b": 1,  "a": "\u00e9", "n": 12345678901234567890}"#;
-        e = e.replace(
-            r#""data":{"payment":{"payment_ref":"pay_AAAAAAAAAAAA"}}"#,
-            &format!(r#""data": {sent}"#),
-        );
-        assert_eq!(parse(e.as_bytes()).unwrap().data.as_str(), sent);
-    }
-
-    #[test]
-    fn each_defect_is_named() {
-        let cases = [
-            ("event_ref", serde_json::json!("nope"), "event_ref"),
-            (
-                "public_event_type",
-                serde_json::json!("no.such"),
-                "catalogue",
-            ),
-            (
-                "public_event_type",
-                serde_json::json!("webhook.test"),
-                "catalogue",
-            ),
-            ("occurred_at", serde_json::json!("yesterday"), "occurred_at"),
-            ("data", serde_json::json!([1]), "data"),
-            (
-                "environment_ref",
-                serde_json::json!("env_x"),
-                "environment_ref",
-            ),
-        ];
-        for (field, value, needle) in cases {
-            let mut e = envelope();
-            e[field] = value;
-            let err = parse(e.to_string().as_bytes()).unwrap_err().to_string();
-            assert!(err.contains(needle), "{field}: {err}");
-        }
-        assert!(parse(b"not json").is_err());
     }
 }

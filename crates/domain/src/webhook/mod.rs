@@ -8,6 +8,7 @@
 pub mod body;
 pub mod catalogue;
 pub mod cipher;
+pub mod event;
 pub mod fanout;
 pub mod health;
 pub mod kinds;

@@ -22,63 +22,11 @@ use crate::webhooks::deliveries::{
     delivery_from_row, mark_url_immutable, DeliveryRecord, NewDelivery,
 };
 use crate::{Backend, Store, StoreError};
-use domain::webhook::shaping::Scope;
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, EndpointStatus};
 use domain::{Prefix, Ref, Timestamp};
 use sqlx::Row;
 
-/// An event as received from a queue, validated.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EventRecord {
-    pub event_ref: Ref,
-    pub environment_ref: Ref,
-    pub public_event_type: String,
-    pub occurred_at: Timestamp,
-    pub scope: Scope,
-    pub data: EventData,
-}
-
-/// An event's `data`: a JSON object, kept as the text it arrived in. The
-/// intake never builds a tree of it: it is stored and fanned out as text
-/// and parsed only by each attempt, which shapes it (a tree built at
-/// intake would only be serialised back).
-#[derive(Debug, Clone)]
-pub struct EventData(Box<serde_json::value::RawValue>);
-
-impl EventData {
-    /// `text` if it is a JSON object; otherwise why not.
-    pub fn parse(text: String) -> Result<EventData, String> {
-        let raw = serde_json::value::RawValue::from_string(text)
-            .map_err(|e| format!("data is not JSON: {e}"))?;
-        EventData::object(raw)
-    }
-
-    /// `raw` if it is a JSON object (as deserialised in a larger document).
-    pub fn object(raw: Box<serde_json::value::RawValue>) -> Result<EventData, String> {
-        // Valid JSON whose first token is `{` is an object.
-        if raw.get().trim_start().starts_with('{') {
-            Ok(EventData(raw))
-        } else {
-            Err("data must be a JSON object".to_owned())
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        self.0.get()
-    }
-}
-
-impl PartialEq for EventData {
-    fn eq(&self, other: &EventData) -> bool {
-        self.as_str() == other.as_str()
-    }
-}
-
-impl serde::Serialize for EventData {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(s)
-    }
-}
+pub use domain::webhook::event::{EventData, EventRecord};
 
 /// The outcome of one attempt and the delivery's state after it.
 #[derive(Debug, Clone)]
