@@ -5,7 +5,7 @@
 //! `later`, `at`). One copy here; a test file that needs a variant names it
 //! differently.
 
-use crate::Resp;
+use crate::{Resp, TestApp};
 use domain::Timestamp;
 use serde_json::{json, Value};
 
@@ -123,4 +123,62 @@ pub fn eur(value: &str) -> Value {
 /// RFC 3339 for `secs` seconds from now.
 pub fn later(secs: i64) -> String {
     Timestamp::now().plus_seconds(secs).to_rfc3339()
+}
+
+/// `GET path` as the sandbox admin, which must answer 200.
+pub async fn get(app: &TestApp, path: &str) -> Resp {
+    let r = app.get(path).send().await;
+    r.expect(200);
+    r
+}
+
+/// Every item of the paged list at `path`, `limit` per page, checking the
+/// paging rules on the way: full pages while `has_more`, a `next_cursor`
+/// exactly then, and an end.
+pub async fn walk(app: &TestApp, path: &str, limit: u32) -> Vec<Value> {
+    walk_from(app, path, limit, None).await
+}
+
+/// Like `walk`, from the page after `cursor`.
+pub async fn walk_from(
+    app: &TestApp,
+    path: &str,
+    limit: u32,
+    cursor: Option<String>,
+) -> Vec<Value> {
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let mut all = Vec::new();
+    let mut cursor = cursor.map(|c| format!("&cursor={c}")).unwrap_or_default();
+    let mut pages = 0;
+    loop {
+        let r = get(app, &format!("{path}{sep}limit={limit}{cursor}")).await;
+        let page = items(&r);
+        pages += 1;
+        assert!(pages < 100, "the walk does not end");
+        let has_more = r.data()["has_more"].as_bool().expect("has_more");
+        assert!(page.len() <= limit as usize);
+        all.extend(page.iter().cloned());
+        match r.data()["next_cursor"].as_str() {
+            Some(c) => {
+                assert!(has_more && page.len() == limit as usize, "{}", r.text);
+                cursor = format!("&cursor={c}");
+            }
+            None => {
+                assert!(!has_more, "{}", r.text);
+                return all;
+            }
+        }
+    }
+}
+
+/// Newest first: `created_at` descending, then the reference descending.
+#[track_caller]
+pub fn newest_first(list: &[Value], ref_field: &str) {
+    let keys: Vec<(Timestamp, String)> = list
+        .iter()
+        .map(|i| (ts_of(&i["created_at"]), text(&i[ref_field])))
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(keys, sorted);
 }

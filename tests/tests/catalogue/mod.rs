@@ -7,8 +7,8 @@
 //! subscriptions.
 
 use billing_tests::kit::{
-    at, etag_matches, eur, has_fields, invalid, invalid_under, is_ref, is_ts, items, later, money,
-    refs, refused, text, ts_of,
+    at, etag_matches, eur, get, has_fields, invalid, invalid_under, is_ref, is_ts, items, later,
+    money, newest_first, refs, refused, text, ts_of, walk,
 };
 use billing_tests::{backend_tests, unique_key, Resp, TestApp};
 use domain::Timestamp;
@@ -101,12 +101,6 @@ const CUSTOM_FIELD_FIELDS: &[&str] = &[
 ];
 
 // ---- helpers ------------------------------------------------------------------
-
-async fn get(app: &TestApp, path: &str) -> Resp {
-    let r = app.get(path).send().await;
-    r.expect(200);
-    r
-}
 
 async fn list(app: &TestApp, path: &str) -> Vec<Value> {
     items(&app.get(path).send().await)
@@ -274,45 +268,6 @@ fn lines_of(config: &Value) -> Vec<(String, u64)> {
             )
         })
         .collect()
-}
-
-/// Every item of a paged list, following `next_cursor` `limit` at a time.
-async fn walk(app: &TestApp, path: &str, limit: u32) -> Vec<Value> {
-    let sep = if path.contains('?') { '&' } else { '?' };
-    let mut all = Vec::new();
-    let mut cursor = String::new();
-    let mut pages = 0;
-    loop {
-        let r = get(app, &format!("{path}{sep}limit={limit}{cursor}")).await;
-        let page = items(&r);
-        pages += 1;
-        assert!(pages < 100, "the walk does not end");
-        let has_more = r.data()["has_more"].as_bool().expect("has_more");
-        assert!(page.len() <= limit as usize);
-        all.extend(page.iter().cloned());
-        match r.data()["next_cursor"].as_str() {
-            Some(c) => {
-                assert!(has_more && page.len() == limit as usize, "{}", r.text);
-                cursor = format!("&cursor={c}");
-            }
-            None => {
-                assert!(!has_more, "{}", r.text);
-                return all;
-            }
-        }
-    }
-}
-
-/// Newest first: `created_at` descending, then the reference descending.
-#[track_caller]
-fn newest_first(list: &[Value], ref_field: &str) {
-    let keys: Vec<(Timestamp, String)> = list
-        .iter()
-        .map(|i| (ts_of(&i["created_at"]), text(&i[ref_field])))
-        .collect();
-    let mut sorted = keys.clone();
-    sorted.sort_by(|a, b| b.cmp(a));
-    assert_eq!(keys, sorted);
 }
 
 /// Asserts the same references, each exactly once.

@@ -1,6 +1,7 @@
 //! Lists.
 
 use super::*;
+use billing_tests::kit::newest_first;
 
 pub(super) async fn list_filters(app: TestApp) {
     let (one_time, a) = one_time_config(&app).await;
@@ -205,18 +206,6 @@ pub(super) async fn walk(app: &TestApp, path: &str, limit: u32) -> (Vec<Value>, 
             }
         }
     }
-}
-
-/// Newest first: `created_at` descending, then the reference descending.
-#[track_caller]
-pub(super) fn newest_first(list: &[Value], ref_field: &str) {
-    let keys: Vec<(Timestamp, String)> = list
-        .iter()
-        .map(|i| (ts_of(&i["created_at"]), text(&i[ref_field])))
-        .collect();
-    let mut sorted = keys.clone();
-    sorted.sort_by(|a, b| b.cmp(a));
-    assert_eq!(keys, sorted);
 }
 
 pub(super) async fn payments_page_with_cursors(app: TestApp) {

@@ -8,7 +8,9 @@
 //! (`standardwebhooks` from PyPI, run with python3 and installed on first
 //! use) over headers computed from the secrets the store keeps encrypted.
 
-use billing_tests::kit::{etag_matches, invalid, is_ref, is_ts, items, text};
+use billing_tests::kit::{
+    etag_matches, get, invalid, is_ref, is_ts, items, newest_first, text, walk, walk_from,
+};
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, unique_key, verifier, Resp, TestApp};
 use domain::webhook::catalogue;
@@ -58,12 +60,6 @@ async fn endpoint(app: &TestApp) -> String {
     create_endpoint(app, URL).await.0
 }
 
-async fn get(app: &TestApp, path: &str) -> Resp {
-    let r = app.get(path).send().await;
-    r.expect(200);
-    r
-}
-
 async fn etag_of(app: &TestApp, path: &str) -> String {
     get(app, path).await.etag()
 }
@@ -105,47 +101,6 @@ async fn health(app: &TestApp, endpoint: &str) -> (String, Value) {
         text(&h.data()["health"]),
         h.data()["last_delivery_status"].clone(),
     )
-}
-
-/// Every item of a paged list, following `next_cursor` `limit` at a time.
-async fn walk(app: &TestApp, path: &str, limit: u32) -> Vec<Value> {
-    walk_from(app, path, limit, None).await
-}
-
-/// Like `walk`, from the page after `cursor`.
-async fn walk_from(app: &TestApp, path: &str, limit: u32, cursor: Option<String>) -> Vec<Value> {
-    let sep = if path.contains('?') { '&' } else { '?' };
-    let mut all = Vec::new();
-    let mut cursor = cursor.map(|c| format!("&cursor={c}")).unwrap_or_default();
-    loop {
-        let r = get(app, &format!("{path}{sep}limit={limit}{cursor}")).await;
-        let page = items(&r);
-        let has_more = r.data()["has_more"].as_bool().expect("has_more");
-        assert!(page.len() <= limit as usize);
-        all.extend(page.iter().cloned());
-        match r.data()["next_cursor"].as_str() {
-            Some(c) => {
-                assert!(has_more && page.len() == limit as usize, "{}", r.text);
-                cursor = format!("&cursor={c}");
-            }
-            None => {
-                assert!(!has_more, "{}", r.text);
-                return all;
-            }
-        }
-    }
-}
-
-/// Newest first: `created_at` descending, then the reference descending.
-#[track_caller]
-fn newest_first(list: &[Value], ref_field: &str) {
-    let keys: Vec<(String, String)> = list
-        .iter()
-        .map(|i| (text(&i["created_at"]), text(&i[ref_field])))
-        .collect();
-    let mut sorted = keys.clone();
-    sorted.sort_by(|a, b| b.cmp(a));
-    assert_eq!(keys, sorted);
 }
 
 /// Sends the same POST twice under one key; the second must be a replay.
