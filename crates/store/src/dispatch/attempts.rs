@@ -1,0 +1,212 @@
+//! Attempt results: each recorded with its delivery's next state in one
+//! transaction, fenced by the lease that attempted it.
+
+use super::*;
+use crate::db::marks::Marks;
+use crate::db::read;
+use crate::db::tx::{Arg, WriteTx};
+use crate::{Backend, Store, StoreError};
+use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, EndpointStatus};
+use domain::{Prefix, Ref, Timestamp};
+
+impl Store {
+    /// Records attempts and their deliveries' next states in one
+    /// transaction. A result whose lease was lost (expired and taken by
+    /// another worker) is dropped; returns how many were recorded.
+    pub async fn record_attempts(
+        &self,
+        owner: &str,
+        results: &[AttemptResult],
+    ) -> Result<usize, StoreError> {
+        let (store, owner, results) = (self.clone(), owner.to_owned(), results.to_vec());
+        self.on_lane(async move { store.record_on_lane(&owner, &results).await })
+            .await
+    }
+
+    async fn record_on_lane(
+        &self,
+        owner: &str,
+        results: &[AttemptResult],
+    ) -> Result<usize, StoreError> {
+        let now = Timestamp::now().millis();
+        // A delivery has one lease, so one result each; a repeated one
+        // would have found the lease gone, and is dropped as it was then.
+        let mut seen = std::collections::HashSet::new();
+        let unique: Vec<&AttemptResult> = results
+            .iter()
+            .filter(|r| seen.insert(r.delivery_ref.as_str()))
+            .collect();
+        let attempt_refs: Vec<Ref> = (0..unique.len())
+            .map(|_| Ref::generate(Prefix::DeliveryAttempt))
+            .collect();
+        let mut tx = self.begin_write().await?;
+        by_primary_key(&mut tx, self.backend()).await?;
+        let mut recorded: Vec<(&AttemptResult, &Ref)> = Vec::with_capacity(unique.len());
+        for (chunk, refs) in unique
+            .chunks(UPDATE_ROWS)
+            .zip(attempt_refs.chunks(UPDATE_ROWS))
+        {
+            let kept = update_leased(&mut tx, self.backend(), owner, chunk, now).await?;
+            recorded.extend(
+                chunk
+                    .iter()
+                    .copied()
+                    .zip(refs)
+                    .filter(|(r, _)| kept.contains(r.delivery_ref.as_str())),
+            );
+        }
+        for (r, _) in &recorded {
+            if r.disable_endpoint {
+                disable_endpoint(&mut tx, &r.endpoint_ref, now).await?;
+            }
+        }
+        // One statement per chunk of attempts, never one per attempt: each
+        // statement is a round trip to the database.
+        for chunk in recorded.chunks(ATTEMPT_ROWS) {
+            let mut marks = Marks::new(self.backend());
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|_| format!("({})", marks.list(14)))
+                .collect();
+            let sql = format!(
+                "INSERT INTO webhook_attempts (attempt_ref, delivery_ref, environment_ref, endpoint_ref, \
+                 generation, attempt_number, status, response_status, error, response_body_excerpt, \
+                 duration_ms, started_at, next_attempt_at, created_at) VALUES {}",
+                rows.join(", ")
+            );
+            let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 14);
+            for (r, attempt_ref) in chunk {
+                args.extend::<[Arg; _]>([
+                    attempt_ref.as_str().into(),
+                    r.delivery_ref.as_str().into(),
+                    r.environment_ref.as_str().into(),
+                    r.endpoint_ref.as_str().into(),
+                    (r.generation as i64).into(),
+                    (r.attempt_number as i64).into(),
+                    r.status.as_str().into(),
+                    r.response_status.map(i64::from).into(),
+                    r.error.as_deref().into(),
+                    r.response_body_excerpt.as_deref().into(),
+                    r.duration_ms.into(),
+                    r.started_at.millis().into(),
+                    r.next_attempt_at.map(Timestamp::millis).into(),
+                    now.into(),
+                ]);
+            }
+            tx.execute(&sql, &args).await?;
+        }
+        tx.commit().await?;
+        Ok(recorded.len())
+    }
+
+    /// When the endpoint's current run of failures began: its oldest
+    /// failed attempt after its newest success.
+    pub async fn endpoint_failing_since(
+        &self,
+        endpoint_ref: &Ref,
+    ) -> Result<Option<Timestamp>, StoreError> {
+        let since = read::scalar_int(
+            self.pool(),
+            "SELECT MIN(started_at) FROM webhook_attempts WHERE endpoint_ref = $1 AND status = $2 \
+             AND started_at > COALESCE((SELECT MAX(started_at) FROM webhook_attempts \
+             WHERE endpoint_ref = $1 AND status = $3), -1)",
+            &[
+                endpoint_ref.as_str().into(),
+                AttemptStatus::Failed.as_str().into(),
+                AttemptStatus::Succeeded.as_str().into(),
+            ],
+        )
+        .await?;
+        Ok(since.map(Timestamp::from_millis))
+    }
+}
+
+/// Writes the deliveries' next states where `owner` still holds the lease
+/// of that generation, in one statement; returns the references written.
+/// The explicit casts give PostgreSQL the VALUES columns' types.
+async fn update_leased(
+    tx: &mut WriteTx,
+    backend: Backend,
+    owner: &str,
+    chunk: &[&AttemptResult],
+    now: i64,
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    let mut marks = Marks::new(backend);
+    let rows: Vec<String> = (0..chunk.len())
+        .map(|_| {
+            let [a, b, c, d, e, f, g] = std::array::from_fn(|_| marks.next());
+            format!(
+                "(CAST({a} AS TEXT), CAST({b} AS BIGINT), CAST({c} AS TEXT), CAST({d} AS BIGINT), \
+                 CAST({e} AS BIGINT), CAST({f} AS BIGINT), CAST({g} AS TEXT))"
+            )
+        })
+        .collect();
+    let sql = format!(
+        "WITH r (delivery_ref, generation, status, attempt_count, next_attempt_at, last_attempt_at, payload) \
+         AS (VALUES {}) \
+         UPDATE webhook_deliveries SET status = r.status, attempt_count = r.attempt_count, \
+         next_attempt_at = r.next_attempt_at, last_attempt_at = r.last_attempt_at, payload = r.payload, \
+         body_status = {}, lease_owner = NULL, lease_until = NULL, updated_at = {}, \
+         version = webhook_deliveries.version + 1 \
+         FROM r WHERE webhook_deliveries.delivery_ref = r.delivery_ref \
+         AND webhook_deliveries.lease_owner = {} AND webhook_deliveries.generation = r.generation \
+         RETURNING webhook_deliveries.delivery_ref",
+        rows.join(", "),
+        marks.next(),
+        marks.next(),
+        marks.next()
+    );
+    let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 7 + 3);
+    for r in chunk {
+        args.extend::<[Arg; _]>([
+            r.delivery_ref.as_str().into(),
+            (r.generation as i64).into(),
+            r.delivery_status.as_str().into(),
+            (r.attempt_number as i64).into(),
+            r.next_attempt_at.map(Timestamp::millis).into(),
+            r.started_at.millis().into(),
+            r.payload.as_str().into(),
+        ]);
+    }
+    args.extend::<[Arg; _]>([
+        BodyStatus::Available.as_str().into(),
+        now.into(),
+        owner.into(),
+    ]);
+    Ok(tx
+        .fetch_texts(&sql, &args, "delivery_ref")
+        .await?
+        .into_iter()
+        .collect())
+}
+
+async fn disable_endpoint(
+    tx: &mut WriteTx,
+    endpoint_ref: &Ref,
+    now: i64,
+) -> Result<(), StoreError> {
+    let done = tx
+        .execute(
+            "UPDATE webhook_endpoints SET status = $1, updated_at = $2, version = version + 1 \
+             WHERE endpoint_ref = $3 AND status = $4",
+            &[
+                EndpointStatus::Disabled.as_str().into(),
+                now.into(),
+                endpoint_ref.as_str().into(),
+                EndpointStatus::Active.as_str().into(),
+            ],
+        )
+        .await?;
+    if done == 1 {
+        tx.execute(
+            "UPDATE webhook_deliveries SET status = $1, next_attempt_at = NULL, version = version + 1 \
+             WHERE endpoint_ref = $2 AND status = $3 AND lease_owner IS NULL",
+            &[
+                DeliveryStatus::Held.as_str().into(),
+                endpoint_ref.as_str().into(),
+                DeliveryStatus::Pending.as_str().into(),
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}

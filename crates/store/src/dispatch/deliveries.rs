@@ -1,0 +1,185 @@
+//! The embedded queue's events and their fan-out into deliveries: the
+//! rows a delivery is born as (`DeliveryRow`), written once per (event,
+//! endpoint, dto version).
+
+use super::*;
+use crate::db::codec::{json_col, to_json};
+use crate::db::marks::Marks;
+use crate::db::read;
+use crate::db::tx::{text, Arg, WriteTx};
+use crate::dispatch::signals::signal_due;
+use crate::webhooks::deliveries::{mark_url_immutable, NewDelivery};
+use crate::{Backend, Store, StoreError};
+use domain::webhook::{BodyStatus, DeliveryStatus};
+use domain::{Prefix, Ref, Timestamp};
+use sqlx::Row;
+
+/// An event from a row of `events` or `outbox` (the same columns).
+pub(crate) fn event_from_row(row: &sqlx::any::AnyRow) -> Result<EventRecord, StoreError> {
+    Ok(EventRecord {
+        event_ref: Ref::from_trusted(row.try_get("event_ref")?),
+        environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
+        public_event_type: row.try_get("public_event_type")?,
+        occurred_at: Timestamp::from_millis(row.try_get("occurred_at")?),
+        scope: json_col(row, "scope")?,
+        data: EventData::parse(row.try_get("data")?).map_err(StoreError::Corrupt)?,
+    })
+}
+
+impl Store {
+    /// The oldest events not fanned out yet.
+    pub async fn pending_events(&self, limit: u32) -> Result<Vec<EventRecord>, StoreError> {
+        read::all(
+            self.pool(),
+            &format!(
+                "SELECT * FROM events WHERE status = 'pending' ORDER BY received_at, event_ref LIMIT {limit}"
+            ),
+            &[],
+            event_from_row,
+        )
+        .await
+    }
+
+    /// Records events' deliveries and marks the events processed (which
+    /// drops their data: the deliveries carry it), in one transaction. A delivery that exists already (same event, endpoint and
+    /// dto version) is left as it is, so fanning out twice is harmless.
+    pub async fn fan_out(&self, events: &[(Ref, Vec<NewDelivery>)]) -> Result<usize, StoreError> {
+        let (store, events) = (self.clone(), events.to_vec());
+        self.on_lane(async move {
+            let mut tx = store.begin_write().await?;
+            let created = store.fan_out_in(&mut tx, &events).await?;
+            if created > 0 {
+                signal_due(&mut tx).await?;
+            }
+            tx.commit().await?;
+            Ok(created)
+        })
+        .await
+    }
+
+    /// `fan_out`'s writes, inside `tx`.
+    pub(crate) async fn fan_out_in(
+        &self,
+        tx: &mut WriteTx,
+        events: &[(Ref, Vec<NewDelivery>)],
+    ) -> Result<usize, StoreError> {
+        let now = Timestamp::now().millis();
+        let rows: Vec<DeliveryRow> = events
+            .iter()
+            .flat_map(|(_, d)| d.iter().map(DeliveryRow::unleased))
+            .collect();
+        let created = insert_deliveries(tx, self.backend(), &rows, now, &Default::default())
+            .await?
+            .len();
+        for chunk in events.chunks(DELIVERY_ROWS * 10) {
+            let mut marks = Marks::new(self.backend());
+            let sql = format!(
+                "UPDATE events SET status = 'processed', processed_at = {}, data = NULL \
+                 WHERE event_ref IN ({})",
+                marks.next(),
+                marks.list(chunk.len())
+            );
+            let mut args: Vec<Arg> = vec![now.into()];
+            args.extend(chunk.iter().map(|(r, _)| Arg::from(r.as_str())));
+            tx.execute(&sql, &args).await?;
+        }
+        Ok(created)
+    }
+}
+
+/// A delivery to insert: its reference (chosen by the caller, which may
+/// build its record) and the lease it is born with, if any (owner, until).
+/// Its JSON columns are serialised when the row is built, before the
+/// write transaction begins.
+pub(crate) struct DeliveryRow<'a> {
+    pub new: &'a NewDelivery,
+    pub delivery_ref: Ref,
+    pub lease: Option<(&'a str, i64)>,
+    pub match_reasons: String,
+}
+
+impl<'a> DeliveryRow<'a> {
+    pub(crate) fn unleased(new: &'a NewDelivery) -> DeliveryRow<'a> {
+        DeliveryRow {
+            new,
+            delivery_ref: Ref::generate(Prefix::WebhookDelivery),
+            lease: None,
+            match_reasons: to_json(&new.match_reasons),
+        }
+    }
+}
+
+/// Inserts deliveries (one per event, endpoint and dto version: an
+/// existing one is left as it is) and marks their endpoints' URLs
+/// immutable, inside `tx`, unless `tx` read them fixed already
+/// (`url_fixed`); returns the references of those created. Pending
+/// deliveries are due at `now`.
+pub(crate) async fn insert_deliveries(
+    tx: &mut WriteTx,
+    backend: Backend,
+    rows: &[DeliveryRow<'_>],
+    now: i64,
+    url_fixed: &std::collections::HashSet<String>,
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    let mut created = std::collections::HashSet::new();
+    let mut endpoints = std::collections::HashSet::new();
+    // One statement per chunk of deliveries, never one per delivery: each
+    // statement is a round trip to the database.
+    for chunk in rows.chunks(DELIVERY_ROWS) {
+        let mut marks = Marks::new(backend);
+        let values: Vec<String> = (0..chunk.len())
+            .map(|_| {
+                format!(
+                    "({}, 1, 0, {}, '{}', NULL, {})",
+                    marks.list(10),
+                    marks.list(2),
+                    BodyStatus::Available.as_str(),
+                    marks.list(4)
+                )
+            })
+            .collect();
+        let sql = format!(
+            "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, event_ref, \
+             public_event_type, dto_version, status, diagnostic, next_attempt_at, occurred_at, \
+             generation, attempt_count, event_data, match_reasons, body_status, payload, \
+             created_at, updated_at, lease_owner, lease_until) VALUES {} \
+             ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING \
+             RETURNING delivery_ref, endpoint_ref",
+            values.join(", ")
+        );
+        let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 16);
+        for row in chunk {
+            let d = row.new;
+            let due = (d.status == DeliveryStatus::Pending).then_some(now);
+            args.extend::<[Arg; _]>([
+                row.delivery_ref.as_str().into(),
+                d.environment_ref.as_str().into(),
+                d.endpoint_ref.as_str().into(),
+                d.event_ref.as_str().into(),
+                d.public_event_type.as_str().into(),
+                (d.dto_version as i64).into(),
+                d.status.as_str().into(),
+                (d.diagnostic as i64).into(),
+                due.into(),
+                d.occurred_at.millis().into(),
+                row.new.event_data.as_str().into(),
+                row.match_reasons.as_str().into(),
+                now.into(),
+                now.into(),
+                row.lease.map(|(owner, _)| owner).into(),
+                row.lease.map(|(_, until)| until).into(),
+            ]);
+        }
+        for r in tx.fetch(&sql, &args).await? {
+            created.insert(text(&r, "delivery_ref")?);
+            endpoints.insert(text(&r, "endpoint_ref")?);
+        }
+    }
+    let endpoints: Vec<&str> = endpoints
+        .iter()
+        .filter(|e| !url_fixed.contains(*e))
+        .map(String::as_str)
+        .collect();
+    mark_url_immutable(tx, backend, &endpoints, now).await?;
+    Ok(created)
+}

@@ -1,0 +1,445 @@
+//! Leases: claiming due deliveries (in the store, or by reference for a
+//! schedule kept outside it), giving them back, and the schedule reads;
+//! `statements` holds the one definition of a claimable delivery.
+
+use super::*;
+use crate::db::marks::Marks;
+use crate::db::read;
+use crate::db::tx::{text, Arg, Columns, WriteTx};
+use crate::webhooks::deliveries::{delivery_from_row, DeliveryRecord};
+use crate::{Backend, Store, StoreError};
+use domain::webhook::DeliveryStatus;
+use domain::{Ref, Timestamp};
+use sqlx::Row;
+
+impl Store {
+    /// Leases up to `limit` due deliveries to `owner` until `lease_until`.
+    /// A lease that expired (its worker died) is claimable again.
+    ///
+    /// The subquery alone applies the claimable condition
+    /// (`statements::claimable`); the outer statement filters by reference
+    /// only, since with the condition repeated there SQLite plans a scan of
+    /// every pending row, however few are due. The subquery's rows cannot
+    /// change before the update: SQLite's write transaction is exclusive,
+    /// and PostgreSQL locks them (`FOR UPDATE SKIP LOCKED`, whose conditions
+    /// are re-checked on the locked rows).
+    pub async fn claim_due_deliveries(
+        &self,
+        owner: &str,
+        now: Timestamp,
+        lease_until: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        let lock = match self.backend() {
+            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        // An idle dispatcher polls often: finding nothing must not take the
+        // writer (SQLite has one) from the writes that are waiting for it.
+        let due = read::optional(
+            self.pool(),
+            &format!(
+                "SELECT 1 FROM webhook_deliveries WHERE {} LIMIT 1",
+                statements::claimable("$1", "$1")
+            ),
+            &[now.millis().into()],
+            |row| Ok(row.try_get::<i64, _>(0)?),
+        )
+        .await?;
+        if due.is_none() {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
+             WHERE delivery_ref IN \
+             (SELECT delivery_ref FROM webhook_deliveries WHERE {} \
+              ORDER BY next_attempt_at LIMIT {limit}{lock}) \
+             RETURNING *",
+            statements::claimable("$3", "$3")
+        );
+        let (store, owner) = (self.clone(), owner.to_owned());
+        self.on_lane(async move {
+            let mut tx = store.begin_write().await?;
+            let args = [
+                owner.as_str().into(),
+                lease_until.millis().into(),
+                now.millis().into(),
+            ];
+            let rows = tx.fetch(&sql, &args).await?;
+            tx.commit().await?;
+            Ok(rows)
+        })
+        .await?
+        // Decoded here, not on the lane, which has the next write to run.
+        .iter()
+        .map(delivery_from_row)
+        .collect()
+    }
+
+    /// Gives a leased delivery back without an attempt: due again at `due`,
+    /// or held when its endpoint is not active.
+    pub async fn release_delivery(
+        &self,
+        owner: &str,
+        delivery_ref: &Ref,
+        due: Timestamp,
+        hold: bool,
+    ) -> Result<(), StoreError> {
+        self.release_deliveries(owner, &[(delivery_ref.clone(), (!hold).then_some(due))])
+            .await
+    }
+
+    /// Gives leased deliveries back without an attempt, each due again at
+    /// its time or, with none, held (its endpoint is not active); one
+    /// statement per 100. A delivery whose lease `owner` lost is left alone.
+    pub async fn release_deliveries(
+        &self,
+        owner: &str,
+        releases: &[(Ref, Option<Timestamp>)],
+    ) -> Result<(), StoreError> {
+        let (store, owner, releases) = (self.clone(), owner.to_owned(), releases.to_vec());
+        self.on_lane(async move { store.release_on_lane(&owner, &releases).await })
+            .await
+    }
+
+    async fn release_on_lane(
+        &self,
+        owner: &str,
+        releases: &[(Ref, Option<Timestamp>)],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await?;
+        by_primary_key(&mut tx, self.backend()).await?;
+        for chunk in releases.chunks(UPDATE_ROWS * 2) {
+            let mut marks = Marks::new(self.backend());
+            let rows: Vec<String> = (0..chunk.len())
+                .map(|_| {
+                    let [a, b, c] = std::array::from_fn(|_| marks.next());
+                    format!("(CAST({a} AS TEXT), CAST({b} AS TEXT), CAST({c} AS BIGINT))")
+                })
+                .collect();
+            let sql = format!(
+                "WITH r (delivery_ref, status, next_attempt_at) AS (VALUES {}) \
+                 UPDATE webhook_deliveries SET status = r.status, next_attempt_at = r.next_attempt_at, \
+                 lease_owner = NULL, lease_until = NULL, \
+                 version = webhook_deliveries.version + \
+                 CASE WHEN webhook_deliveries.status = r.status THEN 0 ELSE 1 END \
+                 FROM r WHERE webhook_deliveries.delivery_ref = r.delivery_ref \
+                 AND webhook_deliveries.lease_owner = {}",
+                rows.join(", "),
+                marks.next()
+            );
+            let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 3 + 1);
+            for (delivery_ref, due) in chunk {
+                let status = match due {
+                    Some(_) => DeliveryStatus::Pending,
+                    None => DeliveryStatus::Held,
+                };
+                args.push(delivery_ref.as_str().into());
+                args.push(status.as_str().into());
+                args.push(due.map(Timestamp::millis).into());
+            }
+            args.push(owner.into());
+            tx.execute(&sql, &args).await?;
+        }
+        tx.commit().await
+    }
+
+    /// Deliveries waiting for an attempt (pending), for the backlog gauge.
+    pub async fn due_backlog(&self, now: Timestamp) -> Result<i64, StoreError> {
+        read::scalar_int(
+            self.pool(),
+            &format!(
+                "SELECT COUNT(*) FROM webhook_deliveries WHERE {} AND next_attempt_at <= $1",
+                statements::pending()
+            ),
+            &[now.millis().into()],
+        )
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("COUNT(*) was null".into()))
+    }
+
+    /// The earliest time a pending delivery falls due, if any.
+    pub async fn next_due_at(&self) -> Result<Option<Timestamp>, StoreError> {
+        let t = read::scalar_int(
+            self.pool(),
+            &format!(
+                "SELECT MIN(next_attempt_at) FROM webhook_deliveries WHERE {}",
+                statements::pending()
+            ),
+            &[],
+        )
+        .await?;
+        Ok(t.map(Timestamp::from_millis))
+    }
+}
+
+/// Makes the rest of `tx` find rows by key (`statements::BY_PRIMARY_KEY`).
+pub(crate) async fn by_primary_key(tx: &mut WriteTx, backend: Backend) -> Result<(), StoreError> {
+    if backend == Backend::Postgres {
+        tx.execute(statements::BY_PRIMARY_KEY, &[]).await?;
+    }
+    Ok(())
+}
+
+/// Leases and schedule reads for a dispatcher whose schedule lives outside
+/// the store (Redis in a fleet). The store stays the source of truth: these
+/// leases are the same `lease_owner`/`lease_until` columns, so they fence
+/// workers exactly as `claim_due_deliveries` does.
+impl Store {
+    /// Leases to `owner` until `lease_until` those of `refs` that are
+    /// claimable now (`statements::is_claimable`): pending, due
+    /// (`next_attempt_at <= now`) and not held by a live lease. A row another worker leases, or that has finished,
+    /// moved later or is held, is skipped; the leased records are returned
+    /// in no particular order.
+    pub async fn claim_deliveries_by_ref(
+        &self,
+        owner: &str,
+        refs: &[String],
+        now: Timestamp,
+        lease_until: Timestamp,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        /// Bind parameters per statement stay far below PostgreSQL's limit.
+        const CHUNK: usize = 500;
+        let mut claimed = Vec::with_capacity(refs.len());
+        if refs.is_empty() {
+            return Ok(claimed);
+        }
+        let mut refs: Vec<&str> = refs.iter().map(String::as_str).collect();
+        refs.sort_unstable();
+        refs.dedup();
+        let mut tx = self.begin().await?;
+        if self.backend() == Backend::Postgres {
+            tx.execute(statements::BY_PRIMARY_KEY, &[]).await?;
+        }
+        for chunk in refs.chunks(CHUNK) {
+            // Two statements, each selecting by primary key alone
+            // (`statements::lock_by_ref`). The rows are locked (or, on
+            // SQLite, the write transaction is exclusive) before they are
+            // checked, so the check still holds at the update.
+            let sql = statements::lock_by_ref(self.backend(), chunk.len());
+            let args: Vec<Arg> = chunk.iter().map(|r| Arg::from(*r)).collect();
+            let mut claimable = Vec::new();
+            for row in tx.fetch(&sql, &args).await? {
+                let status = text(&row, "status")?;
+                let (due, lease) = (row.int("next_attempt_at")?, row.int("lease_until")?);
+                if statements::is_claimable(&status, due, lease, now.millis()) {
+                    claimable.push(text(&row, "delivery_ref")?);
+                }
+            }
+            if claimable.is_empty() {
+                continue;
+            }
+            let sql = statements::lease_by_ref(claimable.len());
+            let mut args: Vec<Arg> = vec![owner.into(), lease_until.millis().into()];
+            args.extend(claimable.iter().map(Arg::from));
+            for row in tx.fetch(&sql, &args).await? {
+                claimed.push(delivery_from_row(&row)?);
+            }
+        }
+        tx.commit().await?;
+        Ok(claimed)
+    }
+
+    /// Up to `limit` pending deliveries due at or before `until` and not
+    /// held by a live lease, earliest first, with their due time (Unix
+    /// milliseconds): what an external schedule must hold. Ordered by the
+    /// due-time index alone, so the scan stops at `limit` however large
+    /// the backlog.
+    pub async fn pending_due_refs(
+        &self,
+        until: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        read::all(
+            self.pool(),
+            &statements::pending_due(limit),
+            &[until.millis().into(), Timestamp::now().millis().into()],
+            |row| {
+                Ok((
+                    row.try_get("delivery_ref")?,
+                    row.try_get("next_attempt_at")?,
+                ))
+            },
+        )
+        .await
+    }
+
+    /// Which of `refs` name a delivery of this store (in any state): the
+    /// claim path tells another store's schedule members, which it must
+    /// leave alone, from this store's own that are no longer claimable.
+    pub async fn known_delivery_refs(
+        &self,
+        refs: &[String],
+    ) -> Result<std::collections::HashSet<String>, StoreError> {
+        const CHUNK: usize = 500;
+        let mut known = std::collections::HashSet::with_capacity(refs.len());
+        for chunk in refs.chunks(CHUNK) {
+            let sql = format!(
+                "SELECT delivery_ref FROM webhook_deliveries WHERE delivery_ref IN ({})",
+                crate::db::codec::placeholders(1, chunk.len())
+            );
+            let args: Vec<Arg> = chunk.iter().map(Arg::from).collect();
+            let found: Vec<String> = read::all(self.pool(), &sql, &args, |row| {
+                Ok(row.try_get("delivery_ref")?)
+            })
+            .await?;
+            known.extend(found);
+        }
+        Ok(known)
+    }
+}
+
+/// The statements of the fleet's claim path, public so that a test can
+/// check their plans on PostgreSQL (`EXPLAIN`) with the very text that
+/// runs: each must cost the same per delivery whatever the backlog. Also
+/// the one definition of a claimable delivery (`claimable`,
+/// `is_claimable`), which every statement that looks for due work uses.
+pub mod statements {
+    use crate::Backend;
+    use domain::webhook::DeliveryStatus;
+
+    /// `status = 'pending'`, the predicate of the partial due-time index
+    /// (`webhook_deliveries_due_at`, migration 0003), word for word. The
+    /// state is written into the text, never bound: a planner uses a
+    /// partial index only for a statement whose text implies its
+    /// predicate, and a bound value does not (a generic plan on
+    /// PostgreSQL). Every statement meant to walk that index says this.
+    pub fn pending() -> String {
+        format!("status = '{}'", DeliveryStatus::Pending.as_str())
+    }
+
+    /// The condition that makes a delivery claimable: pending, due by
+    /// `due_by`, and not held by a live lease (none, or one that ended
+    /// before `lease_ended_before`); both are bind marks, the same one or
+    /// two. `is_claimable` is the same rule over a row already read.
+    pub fn claimable(due_by: &str, lease_ended_before: &str) -> String {
+        format!(
+            "{} AND next_attempt_at <= {due_by} \
+             AND (lease_until IS NULL OR lease_until < {lease_ended_before})",
+            pending()
+        )
+    }
+
+    /// `claimable` for a row read with `status`, `next_attempt_at` and
+    /// `lease_until`, at `now` (Unix milliseconds).
+    pub fn is_claimable(
+        status: &str,
+        next_attempt_at: Option<i64>,
+        lease_until: Option<i64>,
+        now: i64,
+    ) -> bool {
+        status == DeliveryStatus::Pending.as_str()
+            && next_attempt_at.is_some_and(|due| due <= now)
+            && lease_until.is_none_or(|until| until < now)
+    }
+
+    /// Run first in PostgreSQL transactions whose statements address a
+    /// bounded set of deliveries by primary key (claims, records,
+    /// releases), so that their cost follows the rows they address, never
+    /// the table's size: with statistics, the planner prefers a sequential
+    /// scan to a few hundred key lookups once the table is large enough,
+    /// and every claim would then read the whole table.
+    pub const BY_PRIMARY_KEY: &str = "SET LOCAL enable_seqscan = off";
+
+    /// Locks the rows of `n` references (`$1`…) and reads what decides
+    /// whether each is claimable (`is_claimable`). By primary key alone:
+    /// with the claimable condition here, a planner with statistics
+    /// prefers the partial due-time index and scans the whole due backlog
+    /// for every claim. Rows locked by a concurrent claimer are skipped,
+    /// not waited for (that claimer leases them), so two claimers never
+    /// deadlock.
+    pub fn lock_by_ref(backend: Backend, n: usize) -> String {
+        let lock = match backend {
+            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+            Backend::Sqlite => "",
+        };
+        format!(
+            "SELECT delivery_ref, status, next_attempt_at, lease_until FROM webhook_deliveries \
+             WHERE delivery_ref IN ({}){lock}",
+            crate::db::codec::placeholders(1, n)
+        )
+    }
+
+    /// Leases `n` locked, claimable rows (`$3`…) to `$1` until `$2`.
+    pub fn lease_by_ref(n: usize) -> String {
+        format!(
+            "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
+             WHERE delivery_ref IN ({}) RETURNING *",
+            crate::db::codec::placeholders(3, n)
+        )
+    }
+
+    /// Up to `limit` unleased pending deliveries due by `$1` (lease ended
+    /// before `$2`), earliest first. Ordered by the due-time index alone,
+    /// so the scan stops at `limit` however large the backlog.
+    pub fn pending_due(limit: u32) -> String {
+        format!(
+            "SELECT delivery_ref, next_attempt_at FROM webhook_deliveries \
+             WHERE {} ORDER BY next_attempt_at LIMIT {limit}",
+            claimable("$1", "$2")
+        )
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// The partial index's predicate, as migration 0003 creates it.
+        #[test]
+        fn pending_is_the_due_time_index_predicate() {
+            let migration = include_str!("../../migrations/shared/0003_dispatch.sql");
+            let index = migration
+                .lines()
+                .find(|l| l.contains("INDEX webhook_deliveries_due_at "))
+                .expect("the due-time index");
+            assert!(index.ends_with(&format!("WHERE {};", pending())), "{index}");
+            for sql in [claimable("$1", "$2"), pending_due(10)] {
+                assert!(sql.contains(&pending()), "{sql}");
+            }
+        }
+
+        /// The SQL condition and the check of a row read agree, row by row.
+        #[test]
+        fn claimable_in_sql_and_in_rust_agree() {
+            let conn = rusqlite::Connection::open_in_memory().unwrap();
+            conn.execute_batch(
+                "CREATE TABLE webhook_deliveries (delivery_ref TEXT PRIMARY KEY, status TEXT, \
+                 next_attempt_at BIGINT, lease_until BIGINT)",
+            )
+            .unwrap();
+            let now = 1_000;
+            let mut rows = Vec::new();
+            for status in DeliveryStatus::ALL {
+                for due in [None, Some(now - 1), Some(now), Some(now + 1)] {
+                    for lease in [None, Some(now - 1), Some(now), Some(now + 1)] {
+                        let r = format!("wdl_{}", rows.len());
+                        conn.execute(
+                            "INSERT INTO webhook_deliveries VALUES (?1, ?2, ?3, ?4)",
+                            rusqlite::params![r, status.as_str(), due, lease],
+                        )
+                        .unwrap();
+                        rows.push((r, is_claimable(status.as_str(), due, lease, now)));
+                    }
+                }
+            }
+            let sql = format!(
+                "SELECT delivery_ref FROM webhook_deliveries WHERE {}",
+                claimable("?1", "?1")
+            );
+            let mut stmt = conn.prepare(&sql).unwrap();
+            let found: std::collections::HashSet<String> = stmt
+                .query_map([now], |row| row.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            for (r, claimable) in &rows {
+                assert_eq!(found.contains(r), *claimable, "{r}");
+            }
+            assert_eq!(
+                found.len(),
+                4,
+                "pending, due (two times) and lease free or ended (two)"
+            );
+        }
+    }
+}
