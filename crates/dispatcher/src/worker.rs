@@ -13,6 +13,9 @@
 //!
 //! Shutdown: stop leasing, let in-flight attempts finish (their leases
 //! expire if the process is killed first), flush the recorder.
+//!
+//! Here: the claim and hand-over loops. `carry` holds the claim loop's
+//! state (`Carried`, `ClaimSize`), `upkeep` the fan-out and gauge loops.
 
 use crate::breaker::{Gate, Outcome};
 use crate::endpoints::EndpointCache;
@@ -31,16 +34,11 @@ use store::{DeliveryRecord, Store};
 use tokio::sync::{mpsc, Notify};
 use tokio_util::sync::CancellationToken;
 
-/// How long a busy fan-out gathers new events before its next batch.
-const FAN_OUT_WINDOW: Duration = Duration::from_millis(5);
+mod carry;
+mod upkeep;
 
-/// How often the fan-out looks for pending events unasked. Only the
-/// embedded outbox relay leaves events pending, and it signals each batch
-/// (`Store::events_enqueued`): this poll is a safety net, not the way in.
-const FAN_OUT_POLL: Duration = Duration::from_secs(1);
-
-/// How often the due-backlog and endpoint health gauges are refreshed.
-const GAUGE_EVERY: Duration = Duration::from_secs(15);
+use carry::{Carried, ClaimSize, CARRY_FOR};
+use upkeep::{fan_out_loop, gauge_loop};
 
 /// How long the claim loop gathers new due work after it took all there was.
 const CLAIM_WINDOW: Duration = Duration::from_millis(3);
@@ -48,151 +46,11 @@ const CLAIM_WINDOW: Duration = Duration::from_millis(3);
 /// How long a delivery waits when its endpoint is at its limit.
 const BUSY_RETRY: Duration = Duration::from_millis(100);
 
-/// Longest a claimed delivery waits here for its endpoint's next free slot
-/// (`Carried`) before it is given back: far inside its lease.
-const CARRY_FOR: Duration = Duration::from_secs(1);
-
-/// Oldest the endpoint versions a carried delivery starts with may be: a
-/// pause, a revoked grant or a rotated secret seen by a write this long ago
-/// applies to it (`Carried::refresh`), as it does to a claimed one.
-const CARRIED_FRESH: Duration = Duration::from_millis(50);
-
 /// While slow endpoints hold all the slots they share (`Slots::room`),
 /// those slots free one by one as their attempts end: the claim loop
 /// gathers them this long into one claim rather than claim (a write) for
 /// each.
 const GATHER_SHARED: Duration = Duration::from_millis(50);
-
-/// Claimed deliveries whose endpoint was at its limit, kept (leased) for
-/// its next free slot instead of being given back: under load a claim of a
-/// whole batch finds most endpoints busy, and each delivery given back
-/// costs a write, a delay and another claim. At most half a claim batch
-/// per endpoint (at least its limit), and at most a claim batch in all, so
-/// a slow endpoint holds back at most half of each claim for the others,
-/// and for at most `CARRY_FOR`.
-#[derive(Default)]
-struct Carried {
-    waiting: std::collections::VecDeque<(DeliveryRecord, i64, Instant)>,
-    per_endpoint: std::collections::HashMap<String, usize>,
-    /// When the carried deliveries' endpoint versions were last read.
-    read_at: Option<Instant>,
-}
-
-impl Carried {
-    fn len(&self) -> usize {
-        self.waiting.len()
-    }
-
-    /// Brings the carried deliveries' endpoint versions up to date if they
-    /// were read more than `CARRIED_FRESH` ago: the deliveries carried for
-    /// an endpoint that is no longer active are taken out and returned (to
-    /// be given back held), and the others take the newest version. A failed read leaves them
-    /// as they are; the next round tries again.
-    async fn refresh(&mut self, store: &Store) -> Vec<domain::Ref> {
-        if self.waiting.is_empty() || self.read_at.is_some_and(|t| t.elapsed() < CARRIED_FRESH) {
-            return Vec::new();
-        }
-        let refs: Vec<&domain::Ref> = self
-            .waiting
-            .iter()
-            .map(|(d, _, _)| &d.endpoint_ref)
-            .collect();
-        let versions = match store.webhooks().endpoint_versions(&refs).await {
-            Ok(v) => v,
-            Err(e) => {
-                tracing::warn!(error = %e, "reading carried deliveries' endpoint versions failed");
-                return Vec::new();
-            }
-        };
-        self.read_at = Some(Instant::now());
-        let mut inactive = Vec::new();
-        let mut kept = std::collections::VecDeque::with_capacity(self.waiting.len());
-        for (delivery, version, since) in self.waiting.drain(..) {
-            match versions.get(delivery.endpoint_ref.as_str()) {
-                Some(&(current, EndpointStatus::Active)) => {
-                    kept.push_back((delivery, version.max(current), since));
-                }
-                _ => {
-                    if let Some(n) = self.per_endpoint.get_mut(delivery.endpoint_ref.as_str()) {
-                        *n = n.saturating_sub(1);
-                    }
-                    inactive.push(delivery.delivery_ref);
-                }
-            }
-        }
-        self.waiting = kept;
-        inactive
-    }
-
-    /// Keeps `delivery` if there is room for it; otherwise returns its
-    /// reference, to be given back.
-    fn keep(
-        &mut self,
-        delivery: DeliveryRecord,
-        version: i64,
-        limits: (usize, usize),
-    ) -> Result<(), domain::Ref> {
-        let (per_endpoint, total) = limits;
-        let count = self
-            .per_endpoint
-            .entry(delivery.endpoint_ref.to_string())
-            .or_default();
-        if *count >= per_endpoint || self.waiting.len() >= total {
-            return Err(delivery.delivery_ref);
-        }
-        *count += 1;
-        self.waiting.push_back((delivery, version, Instant::now()));
-        // A delivery kept here was just claimed with its endpoint's version
-        // read, or was refreshed within `CARRIED_FRESH`.
-        self.read_at.get_or_insert_with(Instant::now);
-        Ok(())
-    }
-
-    fn take_all(&mut self) -> Vec<(DeliveryRecord, i64, Instant)> {
-        self.per_endpoint.clear();
-        if self.waiting.is_empty() {
-            // The next carried ones were read with their claim.
-            self.read_at = None;
-        }
-        self.waiting.drain(..).collect()
-    }
-}
-
-/// How many deliveries the next claim takes: a whole batch while claims
-/// find room for what they take, half as many after a claim that had to
-/// give most of its deliveries back because their endpoints were busy and
-/// their carry was full, growing back as soon as a claim gives none back.
-/// So one saturated endpoint does not have most of every claim written
-/// back and claimed again.
-struct ClaimSize {
-    current: usize,
-    batch: usize,
-}
-
-impl ClaimSize {
-    /// The smallest claim: below it a claim costs more than it carries.
-    const MIN: usize = 16;
-
-    fn new(batch: usize) -> ClaimSize {
-        ClaimSize {
-            current: batch,
-            batch,
-        }
-    }
-
-    fn get(&self) -> usize {
-        self.current
-    }
-
-    /// After a claim of `taken` deliveries of which `busy` went back.
-    fn after(&mut self, taken: usize, busy: usize) {
-        if busy * 2 > taken {
-            self.current = (self.current / 2).max(Self::MIN.min(self.batch));
-        } else if busy == 0 {
-            self.current = (self.current * 2).min(self.batch);
-        }
-    }
-}
 
 pub struct Dispatcher {
     store: Store,
@@ -690,88 +548,5 @@ impl Dispatcher {
             _ = self.wake.notified() => {}
             _ = tokio::time::sleep(wait) => {}
         }
-    }
-}
-
-/// Fans out events left pending (the outbox relay's); wakes the claim
-/// loop (`wake`) when the store signals work left for it
-/// (`Store::events_enqueued`).
-async fn fan_out_loop(store: Store, wake: Arc<Notify>, shutdown: CancellationToken) {
-    let enqueued = store.events_enqueued();
-    loop {
-        match store.fan_out_pending(500).await {
-            Ok(0) => {}
-            Ok(_) => {
-                wake.notify_one();
-                // While events keep coming, gather them for a moment: one
-                // fan-out transaction per few events instead of one each,
-                // which would crowd out the attempts' writes.
-                tokio::select! {
-                    _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(FAN_OUT_WINDOW) => {}
-                }
-                continue;
-            }
-            Err(e) => tracing::warn!(error = %e, "fan-out failed"),
-        }
-        // The intake fans events out as it accepts them and signals the
-        // deliveries it did not hand over (due now), as the outbox relay
-        // signals events left pending: wake the claim loop for them.
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = enqueued.notified() => wake.notify_one(),
-            _ = tokio::time::sleep(FAN_OUT_POLL) => {}
-        }
-    }
-}
-
-/// Keeps the due-backlog and endpoint health gauges current, every
-/// `GAUGE_EVERY`, on a task of its own: however long their reads take,
-/// they never delay a fan-out or a wake-up of the claim loop.
-async fn gauge_loop(store: Store, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(GAUGE_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let refresh = async {
-            match store.due_backlog(Timestamp::now()).await {
-                Ok(n) => metrics::gauge!(m::DUE_BACKLOG).set(n as f64),
-                Err(e) => tracing::warn!(error = %e, "due backlog gauge not updated"),
-            }
-            if let Err(e) = m::record_endpoint_health(&store).await {
-                tracing::warn!(error = %e, "endpoint health gauge not updated");
-            }
-        };
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            () = refresh => {}
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ClaimSize;
-
-    #[test]
-    fn claims_shrink_while_most_go_back_and_grow_back() {
-        let mut size = ClaimSize::new(256);
-        size.after(256, 200);
-        assert_eq!(size.get(), 128);
-        for _ in 0..10 {
-            size.after(size.get(), size.get());
-        }
-        assert_eq!(size.get(), ClaimSize::MIN);
-        size.after(16, 3);
-        assert_eq!(size.get(), 16, "some went back: hold");
-        size.after(16, 0);
-        assert_eq!(size.get(), 32);
-        for _ in 0..10 {
-            size.after(size.get(), 0);
-        }
-        assert_eq!(size.get(), 256);
     }
 }
