@@ -1,6 +1,7 @@
-//! Event intake: parses and validates the envelope of contract section 9
-//! (documented as a JSON Schema in `config/event-envelope.schema.json`) and
-//! accepts it into the event queue (`crate::queue`), once per `event_ref`.
+//! Event intake: parses each message by the envelope's rules (contract
+//! section 9; `domain::webhook::event`, documented as a JSON Schema in
+//! `config/event-envelope.schema.json`), screens it (`screen`) and accepts
+//! it into the event queue (`crate::queue`), once per `event_ref`.
 //! A message that cannot be parsed or validated is kept as a dead letter
 //! with its reason: never dropped, never a crash.
 //!
