@@ -365,8 +365,14 @@ async fn publish_all(app: &Arc<TestApp>, envelopes: Vec<Vec<String>>) -> Duratio
 async fn wait_recorded(store: &Store, limit: Duration) -> Option<Instant> {
     let deadline = Instant::now() + limit;
     loop {
-        let pending_events = store.pending_events(1).await.map(|e| e.len()).unwrap_or(1);
+        let pending_events = store
+            .dispatch()
+            .pending_events(1)
+            .await
+            .map(|e| e.len())
+            .unwrap_or(1);
         let pending = store
+            .dispatch()
             .next_due_at()
             .await
             .map(|t| t.is_some())
@@ -937,7 +943,7 @@ async fn memory(cfg: &Config, summary: &mut Summary) {
     }
     let (_, hwm_seed) = rss_mb();
     println!(
-        "   seeded {seeded} deliveries in {:.1} s ({:.0}/s) through Store::fan_out + claim_due_deliveries + record_attempts, chunks of {}; no HTTP, no events rows",
+        "   seeded {seeded} deliveries in {:.1} s ({:.0}/s) through Dispatch::fan_out + claim_due_deliveries + record_attempts, chunks of {}; no HTTP, no events rows",
         seeding.as_secs_f64(),
         rate(seeded, seeding),
         cfg.backlog_chunk
@@ -945,8 +951,13 @@ async fn memory(cfg: &Config, summary: &mut Summary) {
     println!(
         "   each: one failed attempt (500) recorded, status pending, next attempt in 48-72 min"
     );
-    let next = app.store.next_due_at().await.ok().flatten();
-    let due_now = app.store.due_backlog(Timestamp::now()).await.unwrap_or(-1);
+    let next = app.store.dispatch().next_due_at().await.ok().flatten();
+    let due_now = app
+        .store
+        .dispatch()
+        .due_backlog(Timestamp::now())
+        .await
+        .unwrap_or(-1);
     println!(
         "   due now: {due_now}; earliest retry in {:.1} min",
         next.map_or(f64::NAN, |t| (t.millis() - Timestamp::now().millis())
@@ -960,7 +971,7 @@ async fn memory(cfg: &Config, summary: &mut Summary) {
     let mut rounds = [[Duration::ZERO; 3]; 5];
     for round in &mut rounds {
         let t = Instant::now();
-        let _ = app.store.endpoint_failing_since(&endpoint).await;
+        let _ = app.store.dispatch().endpoint_failing_since(&endpoint).await;
         round[0] = t.elapsed();
         let t = Instant::now();
         let _ = app
@@ -972,6 +983,7 @@ async fn memory(cfg: &Config, summary: &mut Summary) {
         let t = Instant::now();
         let _ = app
             .store
+            .dispatch()
             .claim_due_deliveries("bench-probe", Timestamp::now(), Timestamp::now(), 256)
             .await;
         round[2] = t.elapsed();
@@ -1050,7 +1062,14 @@ async fn memory(cfg: &Config, summary: &mut Summary) {
         failing_tally.count()
     );
     println!("   RSS after the dispatcher stopped: {after:.1} MiB");
-    let still = app.store.next_due_at().await.ok().flatten().is_some();
+    let still = app
+        .store
+        .dispatch()
+        .next_due_at()
+        .await
+        .ok()
+        .flatten()
+        .is_some();
     if !still {
         summary.error("memory: the backlog is gone after the run".to_owned());
     }
@@ -1115,12 +1134,13 @@ async fn seed_backlog(
                 (event_ref, vec![delivery])
             })
             .collect();
-        app.store.fan_out(&batch).await?;
+        app.store.dispatch().fan_out(&batch).await?;
         drop(batch);
         // Due as of now: `fan_out` stamps them with its own clock.
         let now = Timestamp::now();
         let claimed = app
             .store
+            .dispatch()
             .claim_due_deliveries(SEEDER, now, now.plus_millis(600_000), size as u32)
             .await?;
         let results: Vec<AttemptResult> = claimed
@@ -1159,7 +1179,11 @@ async fn seed_backlog(
             })
             .collect();
         drop(claimed);
-        done += app.store.record_attempts(SEEDER, &results).await?;
+        done += app
+            .store
+            .dispatch()
+            .record_attempts(SEEDER, &results)
+            .await?;
         if last_report.elapsed() > Duration::from_secs(15) {
             last_report = Instant::now();
             println!("   ... seeded {done} of {n}");
@@ -1222,6 +1246,7 @@ async fn store_costs(cfg: &Config, summary: &mut Summary) {
         let t = Instant::now();
         let claimed = match app
             .store
+            .dispatch()
             .claim_due_deliveries("bench-costs", now, now.plus_millis(60_000), 256)
             .await
         {
@@ -1261,7 +1286,12 @@ async fn store_costs(cfg: &Config, summary: &mut Summary) {
             })
             .collect();
         let t = Instant::now();
-        if let Err(e) = app.store.record_attempts("bench-costs", &results).await {
+        if let Err(e) = app
+            .store
+            .dispatch()
+            .record_attempts("bench-costs", &results)
+            .await
+        {
             summary.error(format!("store costs: record failed: {e}"));
             return;
         }

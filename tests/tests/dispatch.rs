@@ -136,7 +136,7 @@ async fn duplicates_are_processed_once(app: TestApp) {
         .await
         .unwrap();
     assert!(matches!(bad, dispatcher::intake::Accepted::Dead(_)));
-    assert_eq!(app.store.dead_letter_count().await.unwrap(), 1);
+    assert_eq!(app.store.dispatch().dead_letter_count().await.unwrap(), 1);
     let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
     settled(&app, &endpoint, "succeeded").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -160,7 +160,7 @@ async fn another_stores_events_pass(app: TestApp) {
                 .unwrap();
         assert_eq!(accepted, dispatcher::intake::Accepted::Foreign);
     }
-    assert_eq!(app.store.dead_letter_count().await.unwrap(), 0);
+    assert_eq!(app.store.dispatch().dead_letter_count().await.unwrap(), 0);
     let pool = app.raw_pool().await;
     let (stored,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM events WHERE event_ref = $1")
         .bind(event_ref.as_str())
@@ -215,7 +215,7 @@ async fn an_events_data_is_kept_only_until_its_fan_out(app: TestApp) {
     assert_eq!(status, "pending");
     let data: Value = serde_json::from_str(&data.expect("data kept")).unwrap();
     assert_eq!(data, payment());
-    assert_eq!(app.store.fan_out_pending(10).await.unwrap(), 1);
+    assert_eq!(app.store.dispatch().fan_out_pending(10).await.unwrap(), 1);
     assert_eq!(
         queued_event(&app, &relayed).await,
         ("processed".to_owned(), None)

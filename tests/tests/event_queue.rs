@@ -1,7 +1,7 @@
 //! The event queue on every backend: the dispatcher's group commit
 //! (`dispatcher::queue`) answers each concurrent caller once its own event
 //! is committed, new exactly once per `event_ref`; and the store's plain
-//! write under it (`Store::write_events`) leases to a dispatcher exactly
+//! write under it (`Dispatch::write_events`) leases to a dispatcher exactly
 //! the fresh deliveries that were given room, leaving the others due.
 
 use billing_tests::{backend_tests, TestApp};
@@ -103,6 +103,7 @@ async fn only_deliveries_given_room_are_born_leased(app: TestApp) {
     let e = event(&app, "refund.created");
     let written = app
         .store
+        .dispatch()
         .write_events(vec![EventRow::from(&e)], leasing())
         .await
         .unwrap();
@@ -121,6 +122,7 @@ async fn only_deliveries_given_room_are_born_leased(app: TestApp) {
 
     let again = app
         .store
+        .dispatch()
         .write_events(vec![EventRow::from(&e)], leasing())
         .await
         .unwrap();
@@ -135,6 +137,7 @@ async fn only_deliveries_given_room_are_born_leased(app: TestApp) {
     let other = event(&app, "refund.created");
     let written = app
         .store
+        .dispatch()
         .write_events::<()>(vec![EventRow::from(&other)], None)
         .await
         .unwrap();

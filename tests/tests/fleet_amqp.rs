@@ -300,7 +300,7 @@ async fn an_invalid_message_is_dead_lettered_and_the_consumer_goes_on() {
     assert!(reason.contains("catalogue"), "{reason}");
     // Kept in the store's dead letters too.
     app.eventually(10, || async {
-        (app.store.dead_letter_count().await.unwrap() >= 2).then_some(())
+        (app.store.dispatch().dead_letter_count().await.unwrap() >= 2).then_some(())
     })
     .await;
 

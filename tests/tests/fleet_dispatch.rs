@@ -51,6 +51,7 @@ async fn two_dispatchers_over_redis_survive_losing_its_data() {
     assert_eq!(ids.len(), N, "no delivery attempted twice");
     assert_eq!(
         app.store
+            .dispatch()
             .due_backlog(domain::Timestamp::now().plus_seconds(3600))
             .await
             .unwrap(),

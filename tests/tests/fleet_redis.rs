@@ -41,6 +41,7 @@ async fn fixture(endpoints: usize, events: usize) -> Option<Fixture> {
     let created = endpoints * events;
     let refs: Vec<String> = app
         .store
+        .dispatch()
         .pending_due_refs(Timestamp::now().plus_seconds(60), 100_000)
         .await
         .expect("pending refs")
@@ -93,6 +94,7 @@ async fn feed_schedules_the_stores_due_deliveries() {
     let held = f
         .app
         .store
+        .dispatch()
         .claim_deliveries_by_ref("mover", std::slice::from_ref(&later), now, until)
         .await
         .unwrap();
@@ -100,6 +102,7 @@ async fn feed_schedules_the_stores_due_deliveries() {
     let delivery_ref = held[0].delivery_ref.clone();
     f.app
         .store
+        .dispatch()
         .release_delivery("mover", &delivery_ref, now.plus_seconds(3600), false)
         .await
         .unwrap();
@@ -172,6 +175,7 @@ async fn concurrent_claimers_never_share_a_delivery() {
     let again = f
         .app
         .store
+        .dispatch()
         .claim_deliveries_by_ref("worker-c", &f.refs, now, until)
         .await
         .unwrap();
@@ -286,6 +290,7 @@ async fn claim_skips_what_the_store_leases_to_someone_else() {
     let other = f
         .app
         .store
+        .dispatch()
         .claim_deliveries_by_ref("other", &f.refs[..1], now, until)
         .await
         .unwrap();

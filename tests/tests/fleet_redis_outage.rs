@@ -170,6 +170,7 @@ async fn a_redis_restarted_without_its_data_loses_no_delivery() {
     assert_eq!(unique.len(), total, "every event delivered");
     assert_eq!(
         app.store
+            .dispatch()
             .due_backlog(domain::Timestamp::now().plus_seconds(3600))
             .await
             .unwrap(),

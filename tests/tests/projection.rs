@@ -713,7 +713,10 @@ async fn malformed_data_is_dead_lettered(app: TestApp) {
     for base in [DISPUTES, PAYOUTS, PARTICIPATIONS] {
         assert!(list(&app, base).await.is_empty(), "{base}");
     }
-    assert_eq!(app.store.dead_letter_count().await.unwrap(), dead);
+    assert_eq!(
+        app.store.dispatch().dead_letter_count().await.unwrap(),
+        dead
+    );
 }
 
 // ---- 5. markup never leaves -----------------------------------------------------
@@ -874,7 +877,7 @@ async fn billings_own_events_are_never_projected(app: TestApp) {
     let (_, mut e) = event(&app, "payout.paid", d);
     e["producer"] = json!("billing");
     accept_new(&app, &e).await;
-    assert_eq!(app.store.dead_letter_count().await.unwrap(), 0);
+    assert_eq!(app.store.dispatch().dead_letter_count().await.unwrap(), 0);
 
     // Another producer is projected.
     let (_, mut e) = event(&app, "payout.paid", payout_data("payout.paid", &payout));

@@ -117,6 +117,7 @@ async fn sigkill_mid_run_loses_nothing() {
     // Every delivery ends recorded as succeeded, once the last results land.
     let pending = loop {
         let n: i64 = store
+            .dispatch()
             .due_backlog(Timestamp::now().plus_seconds(3600))
             .await
             .unwrap();

@@ -533,6 +533,7 @@ impl Handler {
         if let Err(e) = self
             .queue
             .store()
+            .dispatch()
             .dead_letter(&String::from_utf8_lossy(&delivery.data), &reason)
             .await
         {

@@ -62,7 +62,7 @@ impl FailingSince {
             Some(Run::Since(since)) if now.millis() - since.millis() < limit => return false,
             _ => {}
         }
-        let since = match store.endpoint_failing_since(endpoint_ref).await {
+        let since = match store.dispatch().endpoint_failing_since(endpoint_ref).await {
             Ok(since) => since.unwrap_or(now),
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the endpoint's failure history");

@@ -149,6 +149,7 @@ pub async fn accept(
             metrics::counter!(m::EVENTS_DEAD, "source" => source).increment(1);
             let reason = refused.to_string();
             store
+                .dispatch()
                 .dead_letter(&String::from_utf8_lossy(body), &reason)
                 .await?;
             Ok(Accepted::Dead(reason))

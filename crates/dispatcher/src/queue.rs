@@ -5,7 +5,7 @@
 //!
 //! Group commit: callers that arrive while the group writes in flight run
 //! (`TURNS`) wait for one to end, then the next of them writes everyone's
-//! events in one transaction (`Store::write_events`, which fans them out in
+//! events in one transaction (`Dispatch::write_events`, which fans them out in
 //! it too). Each caller still returns only once its own event is committed
 //! (or refused), so acknowledging a message after `enqueue` stays safe.
 //!
@@ -189,7 +189,11 @@ impl Inner {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let leasing = intake.as_ref().map(Intake::leasing);
-        let outcome = self.store.write_events::<Ticket>(events, leasing).await;
+        let outcome = self
+            .store
+            .dispatch()
+            .write_events::<Ticket>(events, leasing)
+            .await;
         let new = match outcome {
             Ok(EventsWritten {
                 new,

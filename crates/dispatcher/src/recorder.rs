@@ -79,7 +79,7 @@ async fn record(store: &Store, owner: &str, batch: &[AttemptResult]) {
     let mut backoff = Duration::from_millis(50);
     let mut failures = 0;
     loop {
-        match store.record_attempts(owner, batch).await {
+        match store.dispatch().record_attempts(owner, batch).await {
             Ok(_) => return,
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, "recording attempts: the store is unavailable; waiting");

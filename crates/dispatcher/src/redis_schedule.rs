@@ -536,7 +536,7 @@ pub async fn feed_once(
 ) -> Result<FeedPass, DispatchError> {
     let now = Timestamp::now();
     let until = now.plus_millis(horizon.as_millis() as i64);
-    let items = store.pending_due_refs(until, FEED_BATCH).await?;
+    let items = store.dispatch().pending_due_refs(until, FEED_BATCH).await?;
     schedule.schedule_unleased(&items).await?;
     let reclaimed = schedule.reclaim_expired(now.millis()).await?;
     schedule.mark_fed().await?;
@@ -695,6 +695,7 @@ pub async fn claim(
     }
     let refs: Vec<String> = taken.iter().map(|(r, _)| r.clone()).collect();
     let mut claimed = match store
+        .dispatch()
         .claim_deliveries_by_ref(owner, &refs, now, lease_until)
         .await
     {
@@ -750,7 +751,7 @@ async fn split_foreign(
         return (Vec::new(), refused);
     }
     let refs: Vec<String> = refused.iter().map(|(r, _)| r.clone()).collect();
-    match store.known_delivery_refs(&refs).await {
+    match store.dispatch().known_delivery_refs(&refs).await {
         Ok(known) => refused
             .into_iter()
             .partition(|(r, _)| !known.contains(r.as_str())),

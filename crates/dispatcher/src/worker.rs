@@ -483,6 +483,7 @@ impl Dispatcher {
             Some(r) => redis_schedule::claim(&self.store, r, owner, now, lease_until, limit).await,
             None => Ok(self
                 .store
+                .dispatch()
                 .claim_due_deliveries(owner, now, lease_until, limit)
                 .await?),
         }
@@ -513,7 +514,12 @@ impl Dispatcher {
                 )
             })
             .collect();
-        if let Err(e) = self.store.release_deliveries(owner, &releases).await {
+        if let Err(e) = self
+            .store
+            .dispatch()
+            .release_deliveries(owner, &releases)
+            .await
+        {
             tracing::warn!(error = %e, "giving deliveries back failed; their leases will expire");
         }
         if let Some(r) = &self.redis {

@@ -26,7 +26,7 @@ const GAUGE_EVERY: Duration = Duration::from_secs(15);
 pub(super) async fn fan_out_loop(store: Store, wake: Arc<Notify>, shutdown: CancellationToken) {
     let enqueued = store.events_enqueued();
     loop {
-        match store.fan_out_pending(500).await {
+        match store.dispatch().fan_out_pending(500).await {
             Ok(0) => {}
             Ok(_) => {
                 wake.notify_one();
@@ -64,7 +64,7 @@ pub(super) async fn gauge_loop(store: Store, shutdown: CancellationToken) {
             _ = tick.tick() => {}
         }
         let refresh = async {
-            match store.due_backlog(Timestamp::now()).await {
+            match store.dispatch().due_backlog(Timestamp::now()).await {
                 Ok(n) => metrics::gauge!(m::DUE_BACKLOG).set(n as f64),
                 Err(e) => tracing::warn!(error = %e, "due backlog gauge not updated"),
             }

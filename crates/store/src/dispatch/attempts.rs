@@ -5,11 +5,11 @@ use super::*;
 use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::{Arg, WriteTx};
-use crate::{Backend, Store, StoreError};
+use crate::{Backend, StoreError};
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, EndpointStatus};
 use domain::{Prefix, Ref, Timestamp};
 
-impl Store {
+impl Dispatch<'_> {
     /// Records attempts and their deliveries' next states in one
     /// transaction. A result whose lease was lost (expired and taken by
     /// another worker) is dropped; returns how many were recorded.
@@ -18,8 +18,8 @@ impl Store {
         owner: &str,
         results: &[AttemptResult],
     ) -> Result<usize, StoreError> {
-        let (store, owner, results) = (self.clone(), owner.to_owned(), results.to_vec());
-        self.on_lane(async move { store.record_on_lane(&owner, &results).await })
+        let (store, owner, results) = (self.0.clone(), owner.to_owned(), results.to_vec());
+        self.on_lane(async move { store.dispatch().record_on_lane(&owner, &results).await })
             .await
     }
 

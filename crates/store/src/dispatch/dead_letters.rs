@@ -1,11 +1,12 @@
 //! Dead letters: messages the intake could not parse or validate, kept
 //! with why.
 
+use super::Dispatch;
 use crate::db::read;
-use crate::{Store, StoreError};
+use crate::StoreError;
 use domain::{Prefix, Ref, Timestamp};
 
-impl Store {
+impl Dispatch<'_> {
     /// Keeps a message that could not be parsed or validated, with why.
     pub async fn dead_letter(&self, body: &str, reason: &str) -> Result<(), StoreError> {
         let dead_event_id = Ref::generate(Prefix::Event)

@@ -9,7 +9,7 @@ use crate::db::read;
 use crate::db::tx::{text, Arg, WriteTx};
 use crate::dispatch::signals::signal_due;
 use crate::webhooks::deliveries::{mark_url_immutable, NewDelivery};
-use crate::{Backend, Store, StoreError};
+use crate::{Backend, StoreError};
 use domain::webhook::{BodyStatus, DeliveryStatus};
 use domain::{Prefix, Ref, Timestamp};
 use sqlx::Row;
@@ -26,7 +26,7 @@ pub(crate) fn event_from_row(row: &sqlx::any::AnyRow) -> Result<EventRecord, Sto
     })
 }
 
-impl Store {
+impl Dispatch<'_> {
     /// The oldest events not fanned out yet.
     pub async fn pending_events(&self, limit: u32) -> Result<Vec<EventRecord>, StoreError> {
         read::all(
@@ -44,10 +44,10 @@ impl Store {
     /// drops their data: the deliveries carry it), in one transaction. A delivery that exists already (same event, endpoint and
     /// dto version) is left as it is, so fanning out twice is harmless.
     pub async fn fan_out(&self, events: &[(Ref, Vec<NewDelivery>)]) -> Result<usize, StoreError> {
-        let (store, events) = (self.clone(), events.to_vec());
+        let (store, events) = (self.0.clone(), events.to_vec());
         self.on_lane(async move {
             let mut tx = store.begin_write().await?;
-            let created = store.fan_out_in(&mut tx, &events).await?;
+            let created = store.dispatch().fan_out_in(&mut tx, &events).await?;
             if created > 0 {
                 signal_due(&mut tx).await?;
             }

@@ -9,15 +9,16 @@
 //! transaction that writes the deliveries. Two
 //! writers use it: the intake, which fans events out in the same
 //! transaction that accepts them, and
-//! `Store::fan_out_pending` for events that reached the queue another way
+//! `Dispatch::fan_out_pending` for events that reached the queue another way
 //! (the outbox, a dispatcher that stopped between the two).
 
+use super::Dispatch;
 use crate::db::codec::to_json;
 use crate::db::tx::WriteTx;
 use crate::dispatch::EventRecord;
 use crate::webhooks::endpoints::{endpoint_versions_in, EndpointVersions};
 use crate::webhooks::subscriptions::subscriptions_for_types;
-use crate::{Backend, NewDelivery, Store, StoreError, SubscriptionRecord};
+use crate::{Backend, NewDelivery, StoreError, SubscriptionRecord};
 use domain::webhook::fanout::{self, Subscribed};
 use domain::webhook::shaping::{convert, converts, Scope};
 use domain::webhook::{catalogue, DeliveryStatus, EndpointStatus};
@@ -70,7 +71,7 @@ impl EventRow {
     }
 }
 
-impl Store {
+impl Dispatch<'_> {
     /// Fans out up to `limit` pending events; returns how many deliveries
     /// were created.
     pub async fn fan_out_pending(&self, limit: u32) -> Result<usize, StoreError> {
@@ -83,11 +84,11 @@ impl Store {
         if events.is_empty() {
             return Ok(0);
         }
-        let store = self.clone();
+        let store = self.0.clone();
         self.on_lane(async move {
             let mut tx = store.begin_write().await?;
             let (plan, _, _) = plan_fan_out(&mut tx, store.backend(), &events).await?;
-            let created = store.fan_out_in(&mut tx, &plan).await?;
+            let created = store.dispatch().fan_out_in(&mut tx, &plan).await?;
             tx.commit().await?;
             Ok(created)
         })

@@ -14,13 +14,14 @@
 //! fences them exactly as a claim's; if the process dies, the lease
 //! expires and a claim takes them again.
 
+use super::Dispatch;
 use crate::db::marks::Marks;
 use crate::db::tx::Arg;
 use crate::dispatch::fanout::{plan_fan_out, EventRow};
 use crate::dispatch::signals::signal_due;
 use crate::dispatch::{insert_deliveries, DeliveryRow};
 use crate::DeliveryRecord;
-use crate::{Store, StoreError};
+use crate::StoreError;
 use domain::webhook::{BodyStatus, DeliveryStatus};
 use domain::{Ref, Timestamp};
 use std::collections::HashSet;
@@ -60,7 +61,7 @@ pub struct EventsWritten<T> {
     pub left_due: Vec<(Ref, Timestamp)>,
 }
 
-impl Store {
+impl Dispatch<'_> {
     /// Inserts the events not accepted before and their deliveries, in one
     /// transaction (on SQLite, a turn of the write lane). Subscriptions are
     /// read for the whole batch inside that transaction, never through the
@@ -75,9 +76,9 @@ impl Store {
         events: Vec<EventRow>,
         leasing: Option<Leasing<T>>,
     ) -> Result<EventsWritten<T>, StoreError> {
-        let store = self.clone();
+        let store = self.0.clone();
         self.on_lane(async move {
-            let written = store.insert_events(&events, leasing).await?;
+            let written = store.dispatch().insert_events(&events, leasing).await?;
             if !written.left_due.is_empty() {
                 store.enqueued.notify_one();
             }

@@ -7,12 +7,12 @@ use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::{text, Arg, Columns, WriteTx};
 use crate::webhooks::deliveries::{delivery_from_row, DeliveryRecord};
-use crate::{Backend, Store, StoreError};
+use crate::{Backend, StoreError};
 use domain::webhook::DeliveryStatus;
 use domain::{Ref, Timestamp};
 use sqlx::Row;
 
-impl Store {
+impl Dispatch<'_> {
     /// Leases up to `limit` due deliveries to `owner` until `lease_until`.
     /// A lease that expired (its worker died) is claimable again.
     ///
@@ -57,7 +57,7 @@ impl Store {
              RETURNING *",
             statements::claimable("$3", "$3")
         );
-        let (store, owner) = (self.clone(), owner.to_owned());
+        let (store, owner) = (self.0.clone(), owner.to_owned());
         self.on_lane(async move {
             let mut tx = store.begin_write().await?;
             let args = [
@@ -97,8 +97,8 @@ impl Store {
         owner: &str,
         releases: &[(Ref, Option<Timestamp>)],
     ) -> Result<(), StoreError> {
-        let (store, owner, releases) = (self.clone(), owner.to_owned(), releases.to_vec());
-        self.on_lane(async move { store.release_on_lane(&owner, &releases).await })
+        let (store, owner, releases) = (self.0.clone(), owner.to_owned(), releases.to_vec());
+        self.on_lane(async move { store.dispatch().release_on_lane(&owner, &releases).await })
             .await
     }
 
@@ -185,7 +185,7 @@ pub(crate) async fn by_primary_key(tx: &mut WriteTx, backend: Backend) -> Result
 /// the store (Redis in a fleet). The store stays the source of truth: these
 /// leases are the same `lease_owner`/`lease_until` columns, so they fence
 /// workers exactly as `claim_due_deliveries` does.
-impl Store {
+impl Dispatch<'_> {
     /// Leases to `owner` until `lease_until` those of `refs` that are
     /// claimable now (`statements::is_claimable`): pending, due
     /// (`next_attempt_at <= now`) and not held by a live lease. A row another worker leases, or that has finished,

@@ -28,10 +28,33 @@ pub(crate) use deliveries::{event_from_row, insert_deliveries, DeliveryRow};
 pub use leases::statements;
 pub(crate) use leases::*;
 
+use crate::Store;
 use domain::webhook::{AttemptStatus, DeliveryStatus};
 use domain::{Ref, Timestamp};
 
 pub use domain::webhook::event::{EventData, EventRecord};
+
+/// The dispatcher's persistence (`store.dispatch()`), like the other
+/// domains' repositories: the queue's events and their fan-out, leases,
+/// attempts, dead letters. It reads and writes through its store, which it
+/// derefs to.
+#[derive(Clone, Copy)]
+pub struct Dispatch<'a>(&'a Store);
+
+impl Store {
+    /// The dispatcher's persistence (`Dispatch`).
+    pub fn dispatch(&self) -> Dispatch<'_> {
+        Dispatch(self)
+    }
+}
+
+impl std::ops::Deref for Dispatch<'_> {
+    type Target = Store;
+
+    fn deref(&self) -> &Store {
+        self.0
+    }
+}
 
 /// The outcome of one attempt and the delivery's state after it.
 #[derive(Debug, Clone)]
