@@ -146,6 +146,16 @@ pub async fn walk_from(
     limit: u32,
     cursor: Option<String>,
 ) -> Vec<Value> {
+    walk_pages(app, path, limit, cursor).await.0
+}
+
+/// Like `walk_from`, with the number of pages it read.
+pub async fn walk_pages(
+    app: &TestApp,
+    path: &str,
+    limit: u32,
+    cursor: Option<String>,
+) -> (Vec<Value>, usize) {
     let sep = if path.contains('?') { '&' } else { '?' };
     let mut all = Vec::new();
     let mut cursor = cursor.map(|c| format!("&cursor={c}")).unwrap_or_default();
@@ -165,7 +175,7 @@ pub async fn walk_from(
             }
             None => {
                 assert!(!has_more, "{}", r.text);
-                return all;
+                return (all, pages);
             }
         }
     }

@@ -1,7 +1,7 @@
 //! Lists.
 
 use super::*;
-use billing_tests::kit::newest_first;
+use billing_tests::kit::{newest_first, walk_pages};
 
 pub(super) async fn list_filters(app: TestApp) {
     let (one_time, a) = one_time_config(&app).await;
@@ -181,33 +181,6 @@ pub(super) async fn filtered(app: &TestApp, kind: &Kind, query: String) -> HashS
     set(&refs(&list(app, &path).await, kind.ref_field))
 }
 
-/// Every item of a paged list, following `next_cursor` `limit` at a time.
-pub(super) async fn walk(app: &TestApp, path: &str, limit: u32) -> (Vec<Value>, usize) {
-    let sep = if path.contains('?') { '&' } else { '?' };
-    let mut all = Vec::new();
-    let mut cursor = String::new();
-    let mut pages = 0;
-    loop {
-        let r = get(app, &format!("{path}{sep}limit={limit}{cursor}")).await;
-        let page = items(&r);
-        pages += 1;
-        assert!(pages < 100, "the walk does not end");
-        let has_more = r.data()["has_more"].as_bool().expect("has_more");
-        assert!(page.len() <= limit as usize);
-        all.extend(page.iter().cloned());
-        match r.data()["next_cursor"].as_str() {
-            Some(c) => {
-                assert!(has_more && page.len() == limit as usize, "{}", r.text);
-                cursor = format!("&cursor={c}");
-            }
-            None => {
-                assert!(!has_more, "{}", r.text);
-                return (all, pages);
-            }
-        }
-    }
-}
-
 pub(super) async fn payments_page_with_cursors(app: TestApp) {
     let (config, _) = one_time_config(&app).await;
     let mut made = Vec::new();
@@ -222,7 +195,7 @@ pub(super) async fn payments_page_with_cursors(app: TestApp) {
         r.expect(200);
         made.push(text(&r.data()["payment"]["payment_intent_ref"]));
     }
-    let (all, pages) = walk(&app, PAYMENTS, 2).await;
+    let (all, pages) = walk_pages(&app, PAYMENTS, 2, None).await;
     assert_eq!(pages, 4, "7 payments, 2 a page");
     let seen = refs(&all, "payment_intent_ref");
     assert_eq!(set(&seen).len(), seen.len(), "each once: {seen:?}");
@@ -234,7 +207,7 @@ pub(super) async fn payments_page_with_cursors(app: TestApp) {
         "the walk is the whole list"
     );
     // A filtered walk.
-    let (succeeded, _) = walk(&app, &format!("{PAYMENTS}?status=succeeded"), 2).await;
+    let (succeeded, _) = walk_pages(&app, &format!("{PAYMENTS}?status=succeeded"), 2, None).await;
     assert_eq!(succeeded.len(), 4);
     assert!(succeeded.iter().all(|p| p["status"] == "succeeded"));
     // A cursor of another filter is refused.
@@ -251,10 +224,10 @@ pub(super) async fn payments_page_with_cursors(app: TestApp) {
         .await;
     invalid(&r, "cursor");
     // Sessions and invoices page too.
-    let (sessions, _) = walk(&app, SESSIONS, 3).await;
+    let (sessions, _) = walk_pages(&app, SESSIONS, 3, None).await;
     assert_eq!(sessions.len(), 7);
     newest_first(&sessions, "checkout_session_ref");
-    let (invoices, _) = walk(&app, INVOICES, 2).await;
+    let (invoices, _) = walk_pages(&app, INVOICES, 2, None).await;
     assert_eq!(invoices.len(), 4);
     newest_first(&invoices, "invoice_ref");
 }

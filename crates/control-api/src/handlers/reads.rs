@@ -15,16 +15,14 @@ use store::billing::Resource;
 
 /// The values of a record's status.
 pub struct StatusFilter {
-    pub valid: fn(&str) -> bool,
     pub names: fn() -> Vec<&'static str>,
 }
 
 /// The `Served::STATUS` of a record whose status is the state type `$t`
-/// (a `wire_enum` with `ALL`, `parse` and `as_str`).
+/// (a `wire_enum` with `ALL` and `as_str`).
 macro_rules! status_of {
     ($t:ty) => {
         Some($crate::handlers::reads::StatusFilter {
-            valid: |s| <$t>::parse(s).is_some(),
             names: || <$t>::ALL.iter().map(|s| s.as_str()).collect(),
         })
     };
