@@ -852,7 +852,7 @@ async fn bench(config: Config) -> ExitCode {
     let relay_stop = tokio_util::sync::CancellationToken::new();
     let relay = tokio::spawn(dispatcher::outbox::relay(
         app.store.clone(),
-        dispatcher::outbox::Target::StoreQueue,
+        dispatcher::outbox::Target::Queue(app.queue.clone()),
         relay_stop.clone(),
     ));
     let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s,5s"));

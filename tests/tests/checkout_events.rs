@@ -805,7 +805,7 @@ impl Pipeline {
         let stop = CancellationToken::new();
         let relay = tokio::spawn(dispatcher::outbox::relay(
             app.store.clone(),
-            Target::StoreQueue,
+            Target::Queue(app.queue.clone()),
             stop.clone(),
         ));
         Pipeline {

@@ -189,7 +189,9 @@ async fn queued_event(app: &TestApp, event_ref: &str) -> (String, Option<String>
 }
 
 /// The queue keeps an event's data only until the event is fanned out: the
-/// deliveries carry it from then on.
+/// deliveries carry it from then on. The intake fans out as it accepts; an
+/// event an older version left pending is fanned out when a dispatcher
+/// starts.
 async fn an_events_data_is_kept_only_until_its_fan_out(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(204)).await;
     app.subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
@@ -200,31 +202,42 @@ async fn an_events_data_is_kept_only_until_its_fan_out(app: TestApp) {
         queued_event(&app, &accepted).await,
         ("processed".to_owned(), None)
     );
-    // Relayed from the outbox: pending, with its data, until the fan-out.
+    // Left pending by an older version, whose embedded relay queued events
+    // before fanning them out: kept with its data until the dispatcher's
+    // start-up drain fans it out.
     let (relayed, envelope) = app.envelope("payment.succeeded", payment());
     let event = dispatcher::intake::parse(envelope.as_bytes()).expect("a valid event");
     app.store
         .emit_events(std::slice::from_ref(&event))
         .await
         .unwrap();
-    app.store
-        .outbox_to_queue(&[&event.event_ref])
+    let pool = app.raw_pool().await;
+    sqlx::query(
+        "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, \
+         data, status, received_at) SELECT event_ref, environment_ref, public_event_type, \
+         occurred_at, scope, data, 'pending', created_at FROM outbox",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("DELETE FROM outbox")
+        .execute(&pool)
         .await
         .unwrap();
+    pool.close().await;
     let (status, data) = queued_event(&app, &relayed).await;
     assert_eq!(status, "pending");
     let data: Value = serde_json::from_str(&data.expect("data kept")).unwrap();
     assert_eq!(data, payment());
-    assert_eq!(app.store.dispatch().fan_out_pending(10).await.unwrap(), 1);
-    assert_eq!(
-        queued_event(&app, &relayed).await,
-        ("processed".to_owned(), None)
-    );
     // Both deliveries still go out with the event's data.
     let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
     app.eventually(20, || async { (receiver.count() == 2).then_some(()) })
         .await;
     dispatcher.shutdown().await;
+    assert_eq!(
+        queued_event(&app, &relayed).await,
+        ("processed".to_owned(), None)
+    );
     for got in receiver.received() {
         assert_eq!(
             got.json()["data"],
@@ -731,7 +744,7 @@ async fn emitted_events_leave_through_the_outbox(app: TestApp) {
     let stop = tokio_util::sync::CancellationToken::new();
     let relay = tokio::spawn(dispatcher::outbox::relay(
         app.store.clone(),
-        dispatcher::outbox::Target::StoreQueue,
+        dispatcher::outbox::Target::Queue(app.queue.clone()),
         stop.clone(),
     ));
     let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));

@@ -29,6 +29,7 @@ mod projection;
 mod rate_limit;
 mod refund_events;
 mod refunds;
+mod retention;
 mod smoke;
 mod sqlite_wal;
 mod unit_of_work;

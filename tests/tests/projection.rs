@@ -792,7 +792,7 @@ async fn an_opened_dispute_cancels_scheduled_refunds(app: TestApp) {
     let stop = tokio_util::sync::CancellationToken::new();
     let relay = tokio::spawn(dispatcher::outbox::relay(
         app.store.clone(),
-        dispatcher::outbox::Target::StoreQueue,
+        dispatcher::outbox::Target::Queue(app.queue.clone()),
         stop.clone(),
     ));
     let receiver = TestReceiver::start(Behaviour::Status(204)).await;

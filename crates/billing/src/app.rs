@@ -129,6 +129,9 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
         )),
         None => None,
     };
+    // One queue per process: the events its writes emit and those other
+    // systems publish come in the same way.
+    let queue = event_queue(&store);
     let mut tasks = tokio::task::JoinSet::new();
     if matches!(role, Role::All | Role::Api) {
         let listener = TcpListener::bind(&config.api.listen)
@@ -165,7 +168,7 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
         // The events this process's writes emit leave through its outbox.
         let target = match config.amqp_url() {
             Some(url) => dispatcher::outbox::Target::Amqp(url.to_owned()),
-            None => dispatcher::outbox::Target::StoreQueue,
+            None => dispatcher::outbox::Target::Queue(queue.clone()),
         };
         let (relay_store, token) = (store.clone(), shutdown.clone());
         tasks.spawn(async move {
@@ -198,12 +201,20 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             maintenance(upkeep_store, retention, token).await;
             Ok("maintenance")
         });
+        let policy = config
+            .retention_policy()
+            .context("invalid retention settings")?;
+        let every = Config::duration(&config.retention.sweep_every);
+        let (sweep_store, token) = (store.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            dispatcher::retention::run(sweep_store, policy, every, token).await;
+            Ok("retention sweep")
+        });
         let (jobs_store, token) = (store.clone(), shutdown.clone());
         tasks.spawn(async move {
             control_api::jobs::run(jobs_store, async move { token.cancelled().await }).await;
             Ok("timed work")
         });
-        let queue = event_queue(&store);
         let mut dispatcher = Dispatcher::new(queue.clone(), dispatch_settings(&config)?);
         if let Some(schedule) = &redis {
             dispatcher = dispatcher.with_redis(schedule.clone());

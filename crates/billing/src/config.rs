@@ -18,6 +18,7 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub delivery: DeliveryConfig,
     pub idempotency: IdempotencyConfig,
+    pub retention: RetentionConfig,
     pub secrets: SecretsConfig,
     pub log: LogConfig,
 }
@@ -136,6 +137,16 @@ pub struct IdempotencyConfig {
     pub retention: String,
 }
 
+/// How long settled webhook traffic and logs are kept (contract 12.1).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionConfig {
+    pub deliveries: String,
+    pub dead_letters: String,
+    pub request_logs: String,
+    pub sweep_every: String,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
@@ -181,6 +192,12 @@ impl Default for Config {
             },
             idempotency: IdempotencyConfig {
                 retention: "24h".into(),
+            },
+            retention: RetentionConfig {
+                deliveries: "30d".into(),
+                dead_letters: "30d".into(),
+                request_logs: "30d".into(),
+                sweep_every: "1m".into(),
             },
             secrets: SecretsConfig {
                 key: String::new(),
@@ -234,6 +251,10 @@ impl Config {
             ("delivery.body_retention", &self.delivery.body_retention),
             ("idempotency.retention", &self.idempotency.retention),
             ("api.read_timeout", &self.api.read_timeout),
+            ("retention.deliveries", &self.retention.deliveries),
+            ("retention.dead_letters", &self.retention.dead_letters),
+            ("retention.request_logs", &self.retention.request_logs),
+            ("retention.sweep_every", &self.retention.sweep_every),
         ];
         for (field, value) in durations {
             domain::duration::parse(value)
@@ -248,6 +269,12 @@ impl Config {
             })?;
         if schedule.is_empty() {
             return Err(invalid("delivery.retry_schedule", "must not be empty"));
+        }
+        if let Err(e) = self.retention_policy() {
+            return Err(invalid(e.setting, "must be at least 1s"));
+        }
+        if Config::duration(&self.retention.sweep_every) < domain::retention::MIN_RETENTION {
+            return Err(invalid("retention.sweep_every", "must be at least 1s"));
         }
         if self.idempotency_retention() < Duration::from_secs(3600) {
             return Err(invalid("idempotency.retention", "must be at least 1h"));
@@ -365,6 +392,18 @@ impl Config {
     /// A duration field already checked by `validate`.
     pub fn duration(value: &str) -> Duration {
         domain::duration::parse(value).unwrap_or_default()
+    }
+
+    /// The retention policy of `retention.*` and `delivery.body_retention`.
+    pub fn retention_policy(
+        &self,
+    ) -> Result<domain::retention::RetentionPolicy, domain::retention::RetentionError> {
+        domain::retention::RetentionPolicy::new(
+            Config::duration(&self.retention.deliveries),
+            Config::duration(&self.delivery.body_retention),
+            Config::duration(&self.retention.dead_letters),
+            Config::duration(&self.retention.request_logs),
+        )
     }
 
     pub fn idempotency_retention(&self) -> Duration {

@@ -361,8 +361,7 @@ pub async fn publish(url: &str, event_json: &[u8], routing_key: &str) -> Result<
 /// Consumes `settings.queue` into the event queue until `shutdown` is
 /// cancelled, reconnecting with a backoff whenever the connection is lost.
 /// The queue wakes a dispatcher of this process itself: it hands fresh
-/// deliveries over, and the store signals those it left due
-/// (`Store::events_enqueued`).
+/// deliveries over and passes on those it left due (`handoff::Intake`).
 pub async fn consume(queue: EventQueue, settings: AmqpSettings, shutdown: CancellationToken) {
     let mut backoff = MIN_BACKOFF;
     loop {

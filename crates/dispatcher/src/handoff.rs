@@ -38,7 +38,7 @@ use domain::{Ref, Timestamp};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 
 /// Room a dispatcher reserved for one attempt: its slots, held until the
 /// attempt ends (or the ticket is dropped).
@@ -155,14 +155,24 @@ pub struct Intake {
     lease: Duration,
     slots: Arc<Slots>,
     handed: mpsc::UnboundedSender<HandedOver>,
-    /// Fleet mode: where deliveries left due go, to be put into Redis.
-    left_due: Option<mpsc::UnboundedSender<Vec<(Ref, Timestamp)>>>,
+    left_due: LeftDue,
+}
+
+/// Where the deliveries a group write left due go.
+enum LeftDue {
+    /// The claim loop takes them from the store: it is woken.
+    Wake(Arc<Notify>),
+    /// Fleet mode: a task puts them into the Redis schedule.
+    Forward(mpsc::UnboundedSender<Vec<(Ref, Timestamp)>>),
 }
 
 impl Intake {
+    /// An intake whose deliveries left due are claimed from the store by
+    /// the claim loop that `wake` wakes.
     pub fn new(
         settings: &DispatchSettings,
         slots: Arc<Slots>,
+        wake: Arc<Notify>,
     ) -> (Intake, mpsc::UnboundedReceiver<HandedOver>) {
         let (handed, received) = mpsc::unbounded_channel();
         let intake = Intake {
@@ -170,7 +180,7 @@ impl Intake {
             lease: settings.lease(),
             slots,
             handed,
-            left_due: None,
+            left_due: LeftDue::Wake(wake),
         };
         (intake, received)
     }
@@ -181,7 +191,7 @@ impl Intake {
         mut self,
         to: mpsc::UnboundedSender<Vec<(Ref, Timestamp)>>,
     ) -> Intake {
-        self.left_due = Some(to);
+        self.left_due = LeftDue::Forward(to);
         self
     }
 
@@ -223,10 +233,13 @@ impl Intake {
     /// Committed deliveries due now that got no room, left unleased in
     /// the store for a claim: in a fleet, the Redis schedule indexes them.
     pub fn left_due(&self, deliveries: Vec<(Ref, Timestamp)>) {
-        if let Some(to) = &self.left_due {
+        match &self.left_due {
+            LeftDue::Wake(wake) => wake.notify_one(),
             // A closed channel means the dispatcher is stopping: the
             // schedule's periodic pass finds them.
-            let _ = to.send(deliveries);
+            LeftDue::Forward(to) => {
+                let _ = to.send(deliveries);
+            }
         }
     }
 }

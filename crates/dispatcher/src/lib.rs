@@ -6,13 +6,13 @@
 //! write), where the store fans it out in the same transaction: one
 //! delivery per (event, endpoint, dto_version) among the subscriptions it
 //! matches (`store::fanout`); the deliveries this dispatcher has room for
-//! are born leased to it and handed over (`handoff`); `worker` fans out
-//! events that reached the store's queue another way, leases due
+//! are born leased to it and handed over (`handoff`); `worker` leases due
 //! deliveries, keeps per-endpoint limits and circuit breakers, and runs
 //! attempts; `attempt` shapes, signs (`signing`) and sends (`sending`) one
 //! request; `schedule` decides what follows an attempt; `recorder` writes
 //! attempt results in batches. `outbox` relays the events committed writes
-//! emitted to the queue.
+//! emitted to the queue. `retention` sweeps what the store no longer
+//! keeps.
 //!
 //! This crate owns outbound HTTP, AMQP and Redis. It must never serve HTTP
 //! requests of the API nor write SQL (that is `store`).
@@ -31,6 +31,7 @@ pub mod queue;
 pub mod recorder;
 pub mod redis_buckets;
 pub mod redis_schedule;
+pub mod retention;
 pub mod schedule;
 pub mod sending;
 pub mod settings;

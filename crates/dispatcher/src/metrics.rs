@@ -18,6 +18,11 @@ pub const EVENTS_DEAD: &str = "billing_events_dead_lettered_total";
 /// on a shared exchange): acknowledged and left to their own store.
 pub const EVENTS_FOREIGN: &str = "billing_events_foreign_total";
 pub const OUTBOX_RELAYED: &str = "billing_outbox_relayed_total";
+/// Rows the retention sweep deleted (bodies: emptied), by `kind`.
+pub const RETENTION_DELETED: &str = "billing_retention_deleted_total";
+/// Age of the oldest row of each `kind` still kept: it levels off at the
+/// kind's retention (plus a sweep interval) when the sweep keeps up.
+pub const RETENTION_OLDEST_AGE: &str = "billing_retention_oldest_age_seconds";
 
 /// Serves `GET /metrics` on `addr` for this process.
 pub fn install(addr: SocketAddr) -> Result<(), DispatchError> {

@@ -1,9 +1,10 @@
 //! The outbox relay: hands the events that committed writes emitted (the
-//! store's `outbox` table) to the event queue, oldest first, and deletes
-//! each only after the queue took it: a publisher confirm from RabbitMQ in
-//! a fleet, or the same transaction that puts it into the store's queue in
-//! the embedded mode. A relay that dies between the two relays the event
-//! again, and the intake drops the duplicate by its `event_ref`.
+//! store's `outbox` table) on, oldest first, and deletes each only after
+//! it was taken: a publisher confirm from RabbitMQ in a fleet, or, in the
+//! embedded mode, this process's `EventQueue` committing it, the one way
+//! every other event comes in too. A relay that dies between the two
+//! relays the event again, and the intake drops the duplicate by its
+//! `event_ref`.
 //!
 //! Several API processes may relay at once; they may then publish an event
 //! twice (harmless, as above) but never lose one.
@@ -11,6 +12,7 @@
 use crate::amqp::{AmqpError, Publisher};
 use crate::intake;
 use crate::metrics as m;
+use crate::queue::EventQueue;
 use crate::DispatchError;
 use std::time::Duration;
 use store::{EventRecord, Store};
@@ -24,10 +26,11 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Where relayed events go.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub enum Target {
-    /// The store's own event queue (embedded mode).
-    StoreQueue,
+    /// This process's event queue (embedded mode): the events are
+    /// accepted, fanned out and handed to its dispatcher as any other.
+    Queue(EventQueue),
     /// The `billing.events` exchange at this AMQP url (fleet mode).
     Amqp(String),
 }
@@ -80,12 +83,8 @@ async fn round(
     publisher: &mut Option<Publisher>,
     batch: &[EventRecord],
 ) -> Result<usize, DispatchError> {
-    let refs: Vec<&domain::Ref> = batch.iter().map(|e| &e.event_ref).collect();
     let url = match target {
-        Target::StoreQueue => {
-            store.outbox_to_queue(&refs).await?;
-            return Ok(refs.len());
-        }
+        Target::Queue(queue) => return enqueue(store, queue, batch).await,
         Target::Amqp(url) => url,
     };
     if publisher.is_none() {
@@ -122,5 +121,29 @@ async fn round(
                 source,
             })
         }
+    }
+}
+
+/// Puts one batch into `queue`, all its events at once so that they share
+/// the queue's group commits, and deletes those it accepted (or had
+/// accepted before) from the outbox.
+async fn enqueue(
+    store: &Store,
+    queue: &EventQueue,
+    batch: &[EventRecord],
+) -> Result<usize, DispatchError> {
+    let outcomes = futures::future::join_all(batch.iter().map(|e| queue.enqueue(e))).await;
+    let mut taken = Vec::with_capacity(batch.len());
+    let mut failure = None;
+    for (event, outcome) in batch.iter().zip(outcomes) {
+        match outcome {
+            Ok(_) => taken.push(&event.event_ref),
+            Err(e) => failure = Some(e),
+        }
+    }
+    store.outbox_relayed(&taken).await?;
+    match failure {
+        None => Ok(taken.len()),
+        Some(e) => Err(e.into()),
     }
 }

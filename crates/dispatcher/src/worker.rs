@@ -15,7 +15,8 @@
 //! expire if the process is killed first), flush the recorder.
 //!
 //! Here: the claim and hand-over loops. `carry` holds the claim loop's
-//! state (`Carried`, `ClaimSize`), `upkeep` the fan-out and gauge loops.
+//! state (`Carried`, `ClaimSize`), `upkeep` the gauges and the drain of
+//! events an older version left pending.
 
 use crate::breaker::{Gate, Outcome};
 use crate::endpoints::EndpointCache;
@@ -38,7 +39,7 @@ mod carry;
 mod upkeep;
 
 use carry::{Carried, ClaimSize, CARRY_FOR};
-use upkeep::{fan_out_loop, gauge_loop};
+use upkeep::{drain_pending, gauge_loop};
 
 /// How long the claim loop gathers new due work after it took all there was.
 const CLAIM_WINDOW: Duration = Duration::from_millis(3);
@@ -112,13 +113,14 @@ impl Dispatcher {
             ))
         });
         let gauges = tokio::spawn(gauge_loop(self.store.clone(), shutdown.clone()));
-        let fanout = tokio::spawn(fan_out_loop(
+        let fanout = tokio::spawn(drain_pending(
             self.store.clone(),
             self.wake.clone(),
             shutdown.clone(),
         ));
         let slots = Arc::new(Slots::new(&self.settings));
-        let (mut intake, mut handed) = handoff::Intake::new(&self.settings, slots.clone());
+        let (mut intake, mut handed) =
+            handoff::Intake::new(&self.settings, slots.clone(), self.wake.clone());
         let mut indexer = None;
         if let Some(r) = &self.redis {
             let (left_tx, left_rx) = mpsc::unbounded_channel();

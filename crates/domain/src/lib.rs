@@ -19,6 +19,7 @@ pub mod principal;
 pub mod rate_limit;
 pub mod reference;
 pub mod refunds;
+pub mod retention;
 pub mod secret;
 pub mod store_id;
 pub mod time;

@@ -25,6 +25,7 @@ pub mod billing;
 pub mod db;
 pub mod dispatch;
 mod identity;
+pub mod retention;
 pub mod webhooks;
 
 pub use admin::credentials::{AuthRecord, CredentialRecord, NewCredential};
@@ -64,12 +65,6 @@ pub struct Store {
     pool: AnyPool,
     writer: AnyPool,
     backend: Backend,
-    /// Signalled when this process leaves work for a dispatcher in the
-    /// store: events waiting for their fan-out (the outbox relay's) or
-    /// deliveries due now that the intake did not hand over, so an
-    /// in-process dispatcher starts at once instead of at its next poll.
-    /// Other processes still find them by polling.
-    enqueued: Arc<tokio::sync::Notify>,
     /// What a commit of this store wakes in this process (events emitted
     /// into the outbox, deliveries made due): attached to each `WriteTx`.
     wake: Arc<dispatch::signals::Wake>,
@@ -186,7 +181,6 @@ impl Store {
             pool,
             writer,
             backend,
-            enqueued: Arc::default(),
             wake: Arc::default(),
             pg_url: (backend == Backend::Postgres).then(|| Arc::from(url.as_str())),
             lane: match sqlite_file {
@@ -282,12 +276,6 @@ impl Store {
             None => db::tx::Conn::Sqlx(self.writer.begin().await?),
         };
         Ok(WriteTx::new(conn, self.backend, self.signals()))
-    }
-
-    /// Notified each time this process leaves events or due deliveries in
-    /// the store for a dispatcher (see `enqueued`).
-    pub fn events_enqueued(&self) -> Arc<tokio::sync::Notify> {
-        self.enqueued.clone()
     }
 
     /// For reads.

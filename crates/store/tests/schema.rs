@@ -125,6 +125,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "9351338e3646ef7f5792f0437f48e375f3568a6b0674aaa7c7e0aac958a8fe517397e590a3a0aae8f1fc564362062e8c",
         "9351338e3646ef7f5792f0437f48e375f3568a6b0674aaa7c7e0aac958a8fe517397e590a3a0aae8f1fc564362062e8c",
     ),
+    (
+        "0017_retention.sql",
+        "e1636a9827e880a5a2d32af025390a0dd01cfa4b83af5beaf21eba8d8c0d8e5a63dfb56bbfff09fb3baffdd75c87e3f9",
+        "e1636a9827e880a5a2d32af025390a0dd01cfa4b83af5beaf21eba8d8c0d8e5a63dfb56bbfff09fb3baffdd75c87e3f9",
+    ),
 ];
 
 // ---------------------------------------------------------------------------
@@ -332,7 +337,8 @@ fn postgres_type_class(data_type: &str) -> String {
 }
 
 /// A default or an index predicate written comparably: PostgreSQL's casts
-/// (`'x'::text`) and parentheses dropped, spaces collapsed, lower case.
+/// (`'x'::text`) and parentheses dropped, its `= ANY (ARRAY[…])` read back
+/// as the `IN (…)` it was written as, spaces collapsed, lower case.
 fn normalise_expr(expr: &str) -> String {
     let mut s = expr.to_owned();
     for cast in ["::text", "::bigint", "::integer", "::character varying"] {
@@ -343,6 +349,8 @@ fn normalise_expr(expr: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ")
         .to_lowercase()
+        .replace("= any array[", "in ")
+        .replace(']', "")
 }
 
 fn column_line(

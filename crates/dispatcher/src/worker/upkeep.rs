@@ -1,5 +1,6 @@
-//! The dispatcher's background loops: the fan-out of events left pending
-//! and the gauges, each on a task of its own.
+//! The dispatcher's background work beside its claim loop: the gauges,
+//! and the one-off fan-out of events an older version left pending, each
+//! on a task of its own.
 
 use crate::metrics as m;
 use domain::Timestamp;
@@ -9,45 +10,26 @@ use store::Store;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// How long a busy fan-out gathers new events before its next batch.
-const FAN_OUT_WINDOW: Duration = Duration::from_millis(5);
-
-/// How often the fan-out looks for pending events unasked. Only the
-/// embedded outbox relay leaves events pending, and it signals each batch
-/// (`Store::events_enqueued`): this poll is a safety net, not the way in.
-const FAN_OUT_POLL: Duration = Duration::from_secs(1);
-
 /// How often the due-backlog and endpoint health gauges are refreshed.
 const GAUGE_EVERY: Duration = Duration::from_secs(15);
 
-/// Fans out events left pending (the outbox relay's); wakes the claim
-/// loop (`wake`) when the store signals work left for it
-/// (`Store::events_enqueued`).
-pub(super) async fn fan_out_loop(store: Store, wake: Arc<Notify>, shutdown: CancellationToken) {
-    let enqueued = store.events_enqueued();
-    loop {
+/// Fans out the events an older version left pending (its embedded relay
+/// queued events before fanning them out), then ends: every event now
+/// reaches the store through the event queue, which fans it out in the
+/// transaction that accepts it. Wakes the claim loop (`wake`) for the
+/// deliveries it made.
+pub(super) async fn drain_pending(store: Store, wake: Arc<Notify>, shutdown: CancellationToken) {
+    while !shutdown.is_cancelled() {
         match store.dispatch().fan_out_pending(500).await {
-            Ok(0) => {}
-            Ok(_) => {
-                wake.notify_one();
-                // While events keep coming, gather them for a moment: one
-                // fan-out transaction per few events instead of one each,
-                // which would crowd out the attempts' writes.
+            Ok(0) => return,
+            Ok(_) => wake.notify_one(),
+            Err(e) => {
+                tracing::warn!(error = %e, "fanning out pending events failed; retrying");
                 tokio::select! {
                     _ = shutdown.cancelled() => return,
-                    _ = tokio::time::sleep(FAN_OUT_WINDOW) => {}
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 }
-                continue;
             }
-            Err(e) => tracing::warn!(error = %e, "fan-out failed"),
-        }
-        // The intake fans events out as it accepts them and signals the
-        // deliveries it did not hand over (due now), as the outbox relay
-        // signals events left pending: wake the claim loop for them.
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = enqueued.notified() => wake.notify_one(),
-            _ = tokio::time::sleep(FAN_OUT_POLL) => {}
         }
     }
 }

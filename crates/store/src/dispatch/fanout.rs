@@ -9,8 +9,8 @@
 //! transaction that writes the deliveries. Two
 //! writers use it: the intake, which fans events out in the same
 //! transaction that accepts them, and
-//! `Dispatch::fan_out_pending` for events that reached the queue another way
-//! (the outbox, a dispatcher that stopped between the two).
+//! `Dispatch::fan_out_pending` for events an older version left pending
+//! (its embedded relay queued events before fanning them out).
 
 use super::Dispatch;
 use crate::db::codec::to_json;

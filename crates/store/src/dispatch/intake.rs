@@ -69,22 +69,16 @@ impl Dispatch<'_> {
     /// plans with, and plans from the snapshot it writes in.
     ///
     /// Without `leasing` (no dispatcher in this process), deliveries left
-    /// due are signalled to other processes in the transaction. Either
-    /// way this process's dispatcher is woken for them after the commit.
+    /// due are signalled to other processes in the transaction; with it,
+    /// they are returned for the caller to hand on (`left_due`).
     pub async fn write_events<T: Send + 'static>(
         &self,
         events: Vec<EventRow>,
         leasing: Option<Leasing<T>>,
     ) -> Result<EventsWritten<T>, StoreError> {
         let store = self.0.clone();
-        self.on_lane(async move {
-            let written = store.dispatch().insert_events(&events, leasing).await?;
-            if !written.left_due.is_empty() {
-                store.enqueued.notify_one();
-            }
-            Ok(written)
-        })
-        .await
+        self.on_lane(async move { store.dispatch().insert_events(&events, leasing).await })
+            .await
     }
 
     async fn insert_events<T>(

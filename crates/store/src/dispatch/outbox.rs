@@ -3,10 +3,9 @@
 //! `Emit` in scope), so they exist if and only if the write committed, and
 //! its commit wakes this process's relay. A relay (`dispatcher::outbox`) reads them oldest first
 //! (`outbox_batch`), hands them to the queue and only then deletes them
-//! (`outbox_relayed`), or, in the embedded mode, moves them into the event
-//! queue in one transaction (`outbox_to_queue`). A crash between handing
-//! over and deleting relays an event twice, which the intake drops by its
-//! `event_ref`: at least once, never lost.
+//! (`outbox_relayed`). A crash between handing over and deleting relays an
+//! event twice, which the intake drops by its `event_ref`: at least once,
+//! never lost.
 //!
 //! This module never talks to a queue; it only keeps the rows.
 
@@ -114,30 +113,6 @@ impl Store {
         let mut tx = self.begin().await?;
         delete(&mut tx, refs).await?;
         tx.commit().await
-    }
-
-    /// The embedded relay: moves events into the event queue and out of the
-    /// outbox in one transaction (an event accepted before stays as it was).
-    pub async fn outbox_to_queue(&self, refs: &[&Ref]) -> Result<(), StoreError> {
-        if refs.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.begin().await?;
-        let mut marks = Marks::new(self.backend());
-        let sql = format!(
-            "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, data, \
-             status, received_at) SELECT event_ref, environment_ref, public_event_type, occurred_at, scope, \
-             data, 'pending', {} FROM outbox WHERE event_ref IN ({}) ON CONFLICT (event_ref) DO NOTHING",
-            marks.next(),
-            marks.list(refs.len())
-        );
-        let mut args: Vec<Arg> = vec![Timestamp::now().millis().into()];
-        args.extend(refs.iter().map(|r| Arg::from(r.as_str())));
-        tx.execute(&sql, &args).await?;
-        delete(&mut tx, refs).await?;
-        tx.commit().await?;
-        self.enqueued.notify_one();
-        Ok(())
     }
 }
 

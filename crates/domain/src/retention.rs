@@ -1,0 +1,175 @@
+//! Retention (contract 12.1): how long the store keeps what it does not
+//! keep forever, and the cut-off each kind of row is swept against.
+//!
+//! The rules: settled deliveries (with their attempts) go `deliveries`
+//! after they settled, their events once no delivery of them remains (and
+//! never before the same cut-off), bodies `bodies` after they settled but
+//! never later than their delivery, dead letters and request logs after
+//! their own settings. Live deliveries (`pending`, `held`) and billing
+//! records are never swept: no kind here names them.
+//!
+//! Pure rules only: the store runs the statements, a sweeper the clock.
+
+use crate::Timestamp;
+use std::time::Duration;
+
+/// The least retention a setting may have (short values exist for tests).
+pub const MIN_RETENTION: Duration = Duration::from_secs(1);
+
+/// What the sweep deletes, as the metrics label it (`kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RetentionKind {
+    /// A settled delivery with its attempts.
+    Deliveries,
+    /// An event no delivery remains of, with its projection marker.
+    Events,
+    /// The body (payload as last delivered) of a settled delivery.
+    Bodies,
+    /// A dead-lettered event.
+    DeadLetters,
+    /// A request log line.
+    RequestLogs,
+}
+
+impl RetentionKind {
+    /// Every kind, in the order a sweep takes them: deliveries before the
+    /// events they keep alive.
+    pub const ALL: [RetentionKind; 5] = [
+        RetentionKind::Bodies,
+        RetentionKind::Deliveries,
+        RetentionKind::Events,
+        RetentionKind::DeadLetters,
+        RetentionKind::RequestLogs,
+    ];
+
+    /// The metrics label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetentionKind::Deliveries => "deliveries",
+            RetentionKind::Events => "events",
+            RetentionKind::Bodies => "bodies",
+            RetentionKind::DeadLetters => "dead_letters",
+            RetentionKind::RequestLogs => "request_logs",
+        }
+    }
+}
+
+/// A retention setting below `MIN_RETENTION`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{setting} must be at least 1s")]
+pub struct RetentionError {
+    pub setting: &'static str,
+}
+
+/// How long each kind is kept; built only through `new`, so every value
+/// is at least `MIN_RETENTION` and bodies never outlive their deliveries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    deliveries: Duration,
+    bodies: Duration,
+    dead_letters: Duration,
+    request_logs: Duration,
+}
+
+impl RetentionPolicy {
+    /// The policy of these settings; `bodies` is capped by `deliveries`.
+    pub fn new(
+        deliveries: Duration,
+        bodies: Duration,
+        dead_letters: Duration,
+        request_logs: Duration,
+    ) -> Result<RetentionPolicy, RetentionError> {
+        for (setting, value) in [
+            ("retention.deliveries", deliveries),
+            ("delivery.body_retention", bodies),
+            ("retention.dead_letters", dead_letters),
+            ("retention.request_logs", request_logs),
+        ] {
+            if value < MIN_RETENTION {
+                return Err(RetentionError { setting });
+            }
+        }
+        Ok(RetentionPolicy {
+            deliveries,
+            bodies: bodies.min(deliveries),
+            dead_letters,
+            request_logs,
+        })
+    }
+
+    /// How long `kind` is kept.
+    pub fn keep(&self, kind: RetentionKind) -> Duration {
+        match kind {
+            RetentionKind::Deliveries | RetentionKind::Events => self.deliveries,
+            RetentionKind::Bodies => self.bodies,
+            RetentionKind::DeadLetters => self.dead_letters,
+            RetentionKind::RequestLogs => self.request_logs,
+        }
+    }
+
+    /// Rows of `kind` whose time (settled, received, logged) is before
+    /// this are swept at `now`.
+    pub fn cutoff(&self, kind: RetentionKind, now: Timestamp) -> Timestamp {
+        let keep = i64::try_from(self.keep(kind).as_millis()).unwrap_or(i64::MAX);
+        Timestamp::from_millis(now.millis().saturating_sub(keep))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    #[test]
+    fn a_setting_under_a_second_is_refused_by_name() {
+        let ok = Duration::from_secs(1);
+        let short = Duration::from_millis(999);
+        assert_eq!(
+            RetentionPolicy::new(ok, ok, short, ok),
+            Err(RetentionError {
+                setting: "retention.dead_letters"
+            })
+        );
+        assert!(RetentionPolicy::new(ok, ok, ok, ok).is_ok());
+    }
+
+    #[test]
+    fn events_go_with_their_deliveries() {
+        let p = RetentionPolicy::new(30 * DAY, 7 * DAY, DAY, 2 * DAY).unwrap();
+        let now = Timestamp::from_millis(100 * DAY.as_millis() as i64);
+        assert_eq!(
+            p.cutoff(RetentionKind::Events, now),
+            p.cutoff(RetentionKind::Deliveries, now)
+        );
+        assert_eq!(
+            p.cutoff(RetentionKind::Bodies, now).millis(),
+            93 * DAY.as_millis() as i64
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn a_body_never_outlives_its_delivery(
+            deliveries in 1u64..10_000_000,
+            bodies in 1u64..10_000_000,
+            now in 0i64..i64::MAX / 2,
+        ) {
+            let p = RetentionPolicy::new(
+                Duration::from_secs(deliveries),
+                Duration::from_secs(bodies),
+                DAY,
+                DAY,
+            ).unwrap();
+            let now = Timestamp::from_millis(now);
+            prop_assert!(p.keep(RetentionKind::Bodies) <= p.keep(RetentionKind::Deliveries));
+            prop_assert!(
+                p.cutoff(RetentionKind::Bodies, now) >= p.cutoff(RetentionKind::Deliveries, now)
+            );
+            for kind in RetentionKind::ALL {
+                prop_assert!(p.cutoff(kind, now) <= now);
+            }
+        }
+    }
+}

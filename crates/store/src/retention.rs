@@ -1,0 +1,360 @@
+//! Retention's statements (contract 12.1): each `Retention::sweep` call
+//! deletes (or, for bodies, empties) at most one batch of one kind, in a
+//! transaction of its own, so that no sweep holds locks long enough to
+//! delay a live write. The rules of what goes when are the domain's
+//! (`domain::retention`); the caller passes the cut-off.
+//!
+//! Each row is swept once whatever the number of processes: PostgreSQL
+//! candidates are locked `FOR UPDATE SKIP LOCKED`, so two sweepers take
+//! disjoint batches; SQLite has one writer (the lane).
+//!
+//! Every scan is an index range from the oldest row of its kind (migration
+//! 0017). The two scans that pass rows they keep (bodies already emptied,
+//! events whose deliveries remain) start at their mark in
+//! `retention_marks` rather than re-read those rows each time. An event
+//! passed over because deliveries of it remain goes with its last
+//! delivery instead (`sweep_deliveries`).
+//!
+//! This module never deletes a live delivery (`pending`, `held`) nor a
+//! billing record: its statements name neither.
+
+use crate::db::marks::Marks;
+use crate::db::read;
+use crate::db::tx::{int, text, Arg, WriteTx};
+use crate::{Backend, Store, StoreError};
+use domain::retention::RetentionKind;
+use domain::Timestamp;
+
+/// What one sweep call did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Swept {
+    /// Rows deleted (or bodies emptied), per kind: a batch of deliveries
+    /// also deletes the events they were the last of.
+    pub deleted: Vec<(RetentionKind, u64)>,
+    /// The batch was full: more rows may be due.
+    pub full: bool,
+}
+
+/// The retention repository of a store (`Store::retention`).
+pub struct Retention<'s>(&'s Store);
+
+impl Store {
+    pub fn retention(&self) -> Retention<'_> {
+        Retention(self)
+    }
+}
+
+/// A settled delivery, as the sweep's statements write it.
+const SETTLED: &str = "status IN ('succeeded', 'failed')";
+
+impl Retention<'_> {
+    /// Sweeps at most `limit` rows of `kind` older than `cutoff`.
+    pub async fn sweep(
+        &self,
+        kind: RetentionKind,
+        cutoff: Timestamp,
+        limit: u32,
+    ) -> Result<Swept, StoreError> {
+        let store = self.0.clone();
+        self.0
+            .on_lane(async move {
+                let mut tx = store.begin_write().await?;
+                let swept = match kind {
+                    RetentionKind::Bodies => sweep_bodies(&mut tx, cutoff, limit).await?,
+                    RetentionKind::Deliveries => sweep_deliveries(&mut tx, cutoff, limit).await?,
+                    RetentionKind::Events => sweep_events(&mut tx, cutoff, limit).await?,
+                    RetentionKind::DeadLetters | RetentionKind::RequestLogs => {
+                        sweep_log(&mut tx, kind, cutoff, limit).await?
+                    }
+                };
+                tx.commit().await?;
+                Ok(swept)
+            })
+            .await
+    }
+
+    /// The time of the oldest row of `kind` still kept (settled, received,
+    /// logged), if there is one: an index's first entry.
+    pub async fn oldest(&self, kind: RetentionKind) -> Result<Option<Timestamp>, StoreError> {
+        let sql = match kind {
+            RetentionKind::Deliveries => {
+                format!("SELECT MIN(updated_at) FROM webhook_deliveries WHERE {SETTLED}")
+            }
+            RetentionKind::Bodies => format!(
+                "SELECT MIN(updated_at) FROM webhook_deliveries WHERE {SETTLED} \
+                 AND payload IS NOT NULL AND updated_at >= COALESCE((SELECT swept_until \
+                 FROM retention_marks WHERE kind = 'bodies'), 0)"
+            ),
+            RetentionKind::Events => "SELECT MIN(received_at) FROM events".to_owned(),
+            RetentionKind::DeadLetters => "SELECT MIN(received_at) FROM dead_events".to_owned(),
+            RetentionKind::RequestLogs => "SELECT MIN(created_at) FROM request_logs".to_owned(),
+        };
+        let at = read::scalar_int(self.0.pool(), &sql, &[]).await?;
+        Ok(at.map(Timestamp::from_millis))
+    }
+}
+
+/// The statement that picks a batch of `kind`'s candidates, oldest first:
+/// bound with the cut-off, after the kind's mark for `Bodies` and
+/// `Events`. Public so that a test can ask the planner how it runs.
+pub fn candidates(kind: RetentionKind, backend: Backend, limit: u32) -> String {
+    let mut marks = Marks::new(backend);
+    match kind {
+        RetentionKind::Bodies => format!(
+            "SELECT delivery_ref, updated_at FROM webhook_deliveries WHERE {SETTLED} \
+             AND updated_at >= {} AND updated_at < {} AND payload IS NOT NULL \
+             ORDER BY updated_at LIMIT {limit}{}",
+            marks.next(),
+            marks.next(),
+            skip_locked(backend, "webhook_deliveries")
+        ),
+        RetentionKind::Deliveries => format!(
+            "SELECT delivery_ref, event_ref FROM webhook_deliveries WHERE {SETTLED} \
+             AND updated_at < {} ORDER BY updated_at LIMIT {limit}{}",
+            marks.next(),
+            skip_locked(backend, "webhook_deliveries")
+        ),
+        // Whether deliveries of them remain is asked of the batch
+        // (`with_deliveries`): a join here lets the planner read every
+        // delivery to answer it.
+        RetentionKind::Events => format!(
+            "SELECT event_ref, received_at FROM events WHERE received_at >= {} \
+             AND received_at < {} AND status = 'processed' \
+             ORDER BY received_at LIMIT {limit}{}",
+            marks.next(),
+            marks.next(),
+            skip_locked(backend, "events")
+        ),
+        RetentionKind::DeadLetters | RetentionKind::RequestLogs => {
+            let (table, key, at) = log_table(kind);
+            format!(
+                "SELECT {key} AS k FROM {table} WHERE {at} < {} ORDER BY {at} LIMIT {limit}{}",
+                marks.next(),
+                skip_locked(backend, table)
+            )
+        }
+    }
+}
+
+/// The row lock a sweep's candidates take: PostgreSQL skips rows another
+/// sweeper (or a live write) holds; SQLite's single writer needs none.
+fn skip_locked(backend: Backend, of: &str) -> String {
+    match backend {
+        Backend::Postgres => format!(" FOR UPDATE OF {of} SKIP LOCKED"),
+        Backend::Sqlite => String::new(),
+    }
+}
+
+/// A kind swept by its own time alone: (table, key, time column).
+fn log_table(kind: RetentionKind) -> (&'static str, &'static str, &'static str) {
+    match kind {
+        RetentionKind::DeadLetters => ("dead_events", "dead_event_id", "received_at"),
+        _ => ("request_logs", "request_log_ref", "created_at"),
+    }
+}
+
+/// Deletes up to `limit` rows of a kind swept by its own time alone
+/// (`log_table`) whose time is before `cutoff`.
+async fn sweep_log(
+    tx: &mut WriteTx,
+    kind: RetentionKind,
+    cutoff: Timestamp,
+    limit: u32,
+) -> Result<Swept, StoreError> {
+    let sql = candidates(kind, tx.backend(), limit);
+    let keys = tx.fetch_texts(&sql, &[cutoff.millis().into()], "k").await?;
+    let (table, key, _) = log_table(kind);
+    let n = delete_keys(tx, table, key, &keys).await?;
+    Ok(Swept {
+        deleted: vec![(kind, n)],
+        full: keys.len() >= limit as usize,
+    })
+}
+
+/// Deletes the rows of `table` whose `key` is among `keys`.
+async fn delete_keys(
+    tx: &mut WriteTx,
+    table: &str,
+    key: &str,
+    keys: &[String],
+) -> Result<u64, StoreError> {
+    if keys.is_empty() {
+        return Ok(0);
+    }
+    let sql = format!(
+        "DELETE FROM {table} WHERE {key} IN ({})",
+        Marks::new(tx.backend()).list(keys.len())
+    );
+    let args: Vec<Arg> = keys.iter().map(|k| Arg::from(k.as_str())).collect();
+    tx.execute(&sql, &args).await
+}
+
+/// Deletes settled deliveries (with their attempts) that settled before
+/// `cutoff`, then their events of which no delivery remains, with the
+/// events' projection markers.
+async fn sweep_deliveries(
+    tx: &mut WriteTx,
+    cutoff: Timestamp,
+    limit: u32,
+) -> Result<Swept, StoreError> {
+    let sql = candidates(RetentionKind::Deliveries, tx.backend(), limit);
+    let rows = tx.fetch(&sql, &[cutoff.millis().into()]).await?;
+    let mut deliveries = Vec::with_capacity(rows.len());
+    let mut events = Vec::with_capacity(rows.len());
+    for row in &rows {
+        deliveries.push(text(row, "delivery_ref")?);
+        let event_ref = text(row, "event_ref")?;
+        if !events.contains(&event_ref) {
+            events.push(event_ref);
+        }
+    }
+    delete_keys(tx, "webhook_attempts", "delivery_ref", &deliveries).await?;
+    let deleted = delete_keys(tx, "webhook_deliveries", "delivery_ref", &deliveries).await?;
+    let orphans = delete_orphan_events(tx, &events).await?;
+    Ok(Swept {
+        deleted: vec![
+            (RetentionKind::Deliveries, deleted),
+            (RetentionKind::Events, orphans),
+        ],
+        full: rows.len() >= limit as usize,
+    })
+}
+
+/// Those of `events` some delivery of which remains: one index probe each.
+pub fn with_deliveries(backend: Backend, events: usize) -> String {
+    format!(
+        "SELECT DISTINCT event_ref FROM webhook_deliveries WHERE event_ref IN ({})",
+        Marks::new(backend).list(events)
+    )
+}
+
+/// Deletes those of `events` of which no delivery remains, and their
+/// projection markers; returns how many events went.
+async fn delete_orphan_events(tx: &mut WriteTx, events: &[String]) -> Result<u64, StoreError> {
+    if events.is_empty() {
+        return Ok(0);
+    }
+    let args: Vec<Arg> = events.iter().map(|e| Arg::from(e.as_str())).collect();
+    let kept: std::collections::HashSet<String> = tx
+        .fetch_texts(
+            &with_deliveries(tx.backend(), events.len()),
+            &args,
+            "event_ref",
+        )
+        .await?
+        .into_iter()
+        .collect();
+    let orphans: Vec<String> = events
+        .iter()
+        .filter(|e| !kept.contains(*e))
+        .cloned()
+        .collect();
+    delete_keys(tx, "projected_events", "event_ref", &orphans).await?;
+    delete_keys(tx, "events", "event_ref", &orphans).await
+}
+
+/// Deletes events received before `cutoff` of which no delivery remains
+/// (most never had one: nobody subscribed), from the events mark on. The
+/// mark passes the others too: each goes with its last delivery.
+async fn sweep_events(
+    tx: &mut WriteTx,
+    cutoff: Timestamp,
+    limit: u32,
+) -> Result<Swept, StoreError> {
+    let from = mark(tx, RetentionKind::Events).await?;
+    let sql = candidates(RetentionKind::Events, tx.backend(), limit);
+    let rows = tx
+        .fetch(&sql, &[from.into(), cutoff.millis().into()])
+        .await?;
+    let full = rows.len() >= limit as usize;
+    let mut refs = Vec::with_capacity(rows.len());
+    let mut last = from;
+    for row in &rows {
+        refs.push(text(row, "event_ref")?);
+        last = last.max(int(row, "received_at")?);
+    }
+    let deleted = delete_orphan_events(tx, &refs).await?;
+    // A short batch scanned all up to the cut-off.
+    advance(
+        tx,
+        RetentionKind::Events,
+        if full { last } else { cutoff.millis() },
+    )
+    .await?;
+    Ok(Swept {
+        deleted: vec![(RetentionKind::Events, deleted)],
+        full,
+    })
+}
+
+/// Empties the bodies of deliveries settled before `cutoff`, from the
+/// bodies mark on: the payload's bytes go, and the body view reads
+/// `expired` (a `redacted` one stays `redacted`).
+async fn sweep_bodies(
+    tx: &mut WriteTx,
+    cutoff: Timestamp,
+    limit: u32,
+) -> Result<Swept, StoreError> {
+    let from = mark(tx, RetentionKind::Bodies).await?;
+    let sql = candidates(RetentionKind::Bodies, tx.backend(), limit);
+    let rows = tx
+        .fetch(&sql, &[from.into(), cutoff.millis().into()])
+        .await?;
+    let full = rows.len() >= limit as usize;
+    let mut refs = Vec::with_capacity(rows.len());
+    let mut last = from;
+    for row in &rows {
+        refs.push(text(row, "delivery_ref")?);
+        last = last.max(int(row, "updated_at")?);
+    }
+    let emptied = if refs.is_empty() {
+        0
+    } else {
+        let sql = format!(
+            "UPDATE webhook_deliveries SET payload = NULL, body_status = CASE \
+             WHEN body_status = 'available' THEN 'expired' ELSE body_status END \
+             WHERE delivery_ref IN ({})",
+            Marks::new(tx.backend()).list(refs.len())
+        );
+        let args: Vec<Arg> = refs.iter().map(|r| Arg::from(r.as_str())).collect();
+        tx.execute(&sql, &args).await?
+    };
+    advance(
+        tx,
+        RetentionKind::Bodies,
+        if full { last } else { cutoff.millis() },
+    )
+    .await?;
+    Ok(Swept {
+        deleted: vec![(RetentionKind::Bodies, emptied)],
+        full,
+    })
+}
+
+/// Where the scan of `kind` starts.
+async fn mark(tx: &mut WriteTx, kind: RetentionKind) -> Result<i64, StoreError> {
+    let sql = format!(
+        "SELECT swept_until FROM retention_marks WHERE kind = {}",
+        Marks::new(tx.backend()).next()
+    );
+    let rows = tx.fetch(&sql, &[kind.as_str().into()]).await?;
+    match rows.first() {
+        Some(row) => int(row, "swept_until"),
+        None => Ok(0),
+    }
+}
+
+/// Moves the mark of `kind` forward to `to` (never back: another sweeper
+/// may have gone further).
+async fn advance(tx: &mut WriteTx, kind: RetentionKind, to: i64) -> Result<(), StoreError> {
+    let mut marks = Marks::new(tx.backend());
+    let sql = format!(
+        "INSERT INTO retention_marks (kind, swept_until) VALUES ({}, {}) ON CONFLICT (kind) \
+         DO UPDATE SET swept_until = CASE WHEN retention_marks.swept_until < excluded.swept_until \
+         THEN excluded.swept_until ELSE retention_marks.swept_until END",
+        marks.next(),
+        marks.next()
+    );
+    tx.execute(&sql, &[kind.as_str().into(), to.into()]).await?;
+    Ok(())
+}
