@@ -435,6 +435,46 @@ mod tests {
     }
 
     #[test]
+    fn retention_settings_are_durations_of_at_least_a_second() {
+        type Spoil = fn(&mut Config);
+        let cases: [(&str, Spoil); 5] = [
+            ("retention.deliveries", |c| {
+                c.retention.deliveries = "500ms".into()
+            }),
+            ("retention.dead_letters", |c| {
+                c.retention.dead_letters = "0s".into()
+            }),
+            ("retention.request_logs", |c| {
+                c.retention.request_logs = "soon".into()
+            }),
+            ("retention.sweep_every", |c| {
+                c.retention.sweep_every = "10ms".into()
+            }),
+            ("delivery.body_retention", |c| {
+                c.delivery.body_retention = "0d".into()
+            }),
+        ];
+        for (name, spoil) in cases {
+            let mut c = Config::default();
+            spoil(&mut c);
+            match c.validate() {
+                Err(ConfigError::Invalid { field, .. }) => assert_eq!(field, name),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        let mut c = Config::default();
+        c.retention.deliveries = "1s".into();
+        c.delivery.body_retention = "30d".into();
+        c.validate().unwrap();
+        let policy = c.retention_policy().unwrap();
+        assert_eq!(
+            policy.keep(domain::retention::RetentionKind::Bodies),
+            Duration::from_secs(1),
+            "a body never outlives its delivery"
+        );
+    }
+
+    #[test]
     fn passwords_are_hidden() {
         assert_eq!(
             redact_url("postgres://u:secret@h/db"),

@@ -3,16 +3,11 @@
 //! reached the receiver at least once and every delivery is recorded as
 //! succeeded. The store is a SQLite file shared by the test and the process.
 
-use crate::common::{billing, free_port, receiver, Process};
-use base64::Engine;
-use domain::webhook::cipher::SecretCipher;
-use domain::webhook::signing::SigningSecret;
-use domain::webhook::ScopeType;
+use crate::common::{billing, embedded_subscribed, free_port, receiver, Process};
 use domain::{Prefix, Ref, Timestamp};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use store::webhooks::{endpoints, subscriptions};
-use store::{EventData, EventRecord, NewSecret, NewSubscription, Store};
+use store::{EventData, EventRecord};
 
 const EVENTS: usize = 10_000;
 
@@ -35,50 +30,8 @@ fn dispatcher(dir: &std::path::Path, metrics_port: u16) -> Process {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_run_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("data")).unwrap();
-    let key = [7u8; 32];
-    std::fs::write(
-        dir.path().join("data/secret.key"),
-        base64::engine::general_purpose::STANDARD.encode(key),
-    )
-    .unwrap();
-    let store = Store::connect(&format!(
-        "sqlite://{}/data/billing.db",
-        dir.path().display()
-    ))
-    .await
-    .unwrap();
-    store.migrate().await.unwrap();
-    billing::bootstrap::bootstrap(&store).await.unwrap();
-    let mut tx = store.begin().await.unwrap();
-    let env = store::admin::environments::ensure(&mut tx, domain::principal::Mode::Sandbox)
-        .await
-        .unwrap()
-        .environment_ref;
-    tx.commit().await.unwrap();
-
     let (seen, url) = receiver().await;
-
-    let secret = SigningSecret::generate();
-    let sealed = NewSecret {
-        ciphertext: SecretCipher::new(key).encrypt(secret.as_bytes()),
-        hint: secret.hint(),
-    };
-    let mut tx = store.begin().await.unwrap();
-    let endpoint = endpoints::create(&mut tx, &env, &url, None, sealed)
-        .await
-        .unwrap();
-    let sub = NewSubscription {
-        public_event_type: "order.created",
-        scope_type: ScopeType::Environment,
-        scope_ref: env.as_str(),
-        dto_version: 1,
-        custom_field_refs: &[],
-    };
-    subscriptions::create(&mut tx, &env, &endpoint.endpoint_ref, sub)
-        .await
-        .unwrap();
-    tx.commit().await.unwrap();
+    let (store, env) = embedded_subscribed(dir.path(), &url, "order.created").await;
     let queue = dispatcher::EventQueue::new(store.clone());
     for _ in 0..EVENTS {
         let event = EventRecord {

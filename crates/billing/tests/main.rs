@@ -21,4 +21,5 @@ mod outage_rabbitmq;
 mod outage_redis;
 mod outage_sqlite_full;
 mod pay_crash;
+mod retention;
 mod secrets_leak;

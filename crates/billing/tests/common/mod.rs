@@ -481,3 +481,55 @@ where
         std::panic::resume_unwind(e.into_panic());
     }
 }
+
+/// An embedded store in `dir` (`data/billing.db`, migrated and
+/// bootstrapped, its secret key in `data/secret.key`) with one sandbox
+/// endpoint at `url` subscribed to `event_type` (dto 1): the store and the
+/// sandbox environment, for a test that then starts the binary over it.
+pub async fn embedded_subscribed(
+    dir: &Path,
+    url: &str,
+    event_type: &'static str,
+) -> (store::Store, domain::Ref) {
+    use base64::Engine;
+    use domain::webhook::cipher::SecretCipher;
+    use domain::webhook::signing::SigningSecret;
+    use store::webhooks::{endpoints, subscriptions};
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    let key = [7u8; 32];
+    std::fs::write(
+        dir.join("data/secret.key"),
+        base64::engine::general_purpose::STANDARD.encode(key),
+    )
+    .unwrap();
+    let store = store::Store::connect(&format!("sqlite://{}/data/billing.db", dir.display()))
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    billing::bootstrap::bootstrap(&store).await.unwrap();
+    let mut tx = store.begin().await.unwrap();
+    let env = store::admin::environments::ensure(&mut tx, domain::principal::Mode::Sandbox)
+        .await
+        .unwrap()
+        .environment_ref;
+    let secret = SigningSecret::generate();
+    let sealed = store::NewSecret {
+        ciphertext: SecretCipher::new(key).encrypt(secret.as_bytes()),
+        hint: secret.hint(),
+    };
+    let endpoint = endpoints::create(&mut tx, &env, url, None, sealed)
+        .await
+        .unwrap();
+    let sub = store::NewSubscription {
+        public_event_type: event_type,
+        scope_type: domain::webhook::ScopeType::Environment,
+        scope_ref: env.as_str(),
+        dto_version: 1,
+        custom_field_refs: &[],
+    };
+    subscriptions::create(&mut tx, &env, &endpoint.endpoint_ref, sub)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    (store, env)
+}

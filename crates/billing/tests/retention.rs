@@ -1,0 +1,99 @@
+//! Retention with the real binary, on an idle system: `billing dispatcher`
+//! over a SQLite file with `retention.deliveries = 1s` and a sweep every
+//! second delivers 20 events, then, with nothing else happening, deletes
+//! the settled deliveries and their events within a few sweep intervals,
+//! and says so in its metrics.
+
+use crate::common::{billing, embedded_subscribed, free_port, receiver, Process};
+use domain::{Prefix, Ref, Timestamp};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use store::{EventData, EventRecord};
+
+const EVENTS: usize = 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_service_sweeps_on_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (seen, url) = receiver().await;
+    let (store, env) = embedded_subscribed(dir.path(), &url, "order.created").await;
+    let queue = dispatcher::EventQueue::new(store.clone());
+    for _ in 0..EVENTS {
+        let event = EventRecord {
+            event_ref: Ref::generate(Prefix::Event),
+            environment_ref: env.clone(),
+            public_event_type: "order.created".into(),
+            occurred_at: Timestamp::now(),
+            scope: Default::default(),
+            data: EventData::parse(r#"{"order_ref": "ord_AAAAAAAAAAAA"}"#.to_owned()).unwrap(),
+        };
+        assert!(queue.enqueue(&event).await.unwrap());
+    }
+    let metrics = free_port();
+    let mut process = Process::spawn(
+        billing(dir.path(), &[])
+            .arg("dispatcher")
+            .env("BILLING_DELIVERY__ALLOW_PRIVATE_NETWORKS", "true")
+            .env("BILLING_RETENTION__DELIVERIES", "1s")
+            .env("BILLING_RETENTION__SWEEP_EVERY", "1s")
+            .env("BILLING_METRICS__LISTEN", format!("127.0.0.1:{metrics}"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    let started = Instant::now();
+    while seen.unique_ids() < EVENTS {
+        assert!(started.elapsed() < Duration::from_secs(30), "not delivered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let delivered = Instant::now();
+    // Idle from here: only the sweep's own clock can delete anything.
+    let rows = || async {
+        let deliveries = store
+            .dispatch()
+            .due_backlog(Timestamp::now().plus_seconds(3600))
+            .await
+            .unwrap();
+        let oldest = store
+            .retention()
+            .oldest(domain::retention::RetentionKind::Events)
+            .await
+            .unwrap();
+        (deliveries, oldest)
+    };
+    loop {
+        // Results land in the store a moment after the receiver saw them.
+        let (pending, oldest_event) = rows().await;
+        if pending == 0 && oldest_event.is_none() {
+            break;
+        }
+        assert!(
+            delivered.elapsed() < Duration::from_secs(10),
+            "events still kept {:?} after the last delivery",
+            delivered.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let swept_after = delivered.elapsed();
+    let text = reqwest::get(format!("http://127.0.0.1:{metrics}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let deleted = |kind: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("billing_retention_deleted_total")
+                    && l.contains(&format!("kind=\"{kind}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    assert_eq!(deleted("deliveries"), Some(EVENTS as u64), "{text}");
+    assert_eq!(deleted("events"), Some(EVENTS as u64), "{text}");
+    assert!(process.terminate_cleanly(), "SIGTERM exits cleanly");
+    eprintln!(
+        "idle sweep: {EVENTS} deliveries and events gone {swept_after:?} after the last delivery"
+    );
+}
