@@ -148,6 +148,7 @@ fn prefix_of(param: &str) -> Prefix {
         "subscription_ref" => Prefix::Subscription,
         "delivery_ref" => Prefix::WebhookDelivery,
         "endpoint_ref" => Prefix::WebhookEndpoint,
+        "redrive_job_ref" => Prefix::RedriveJob,
         other => panic!("no prefix known for {other}"),
     }
 }

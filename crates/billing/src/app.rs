@@ -210,6 +210,11 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             dispatcher::retention::run(sweep_store, policy, every, token).await;
             Ok("retention sweep")
         });
+        let (redrive_store, token, rate) = (store.clone(), shutdown.clone(), config.redrive.rate);
+        tasks.spawn(async move {
+            dispatcher::redrive_jobs::run(redrive_store, rate, token).await;
+            Ok("redrive jobs")
+        });
         let (jobs_store, token) = (store.clone(), shutdown.clone());
         tasks.spawn(async move {
             control_api::jobs::run(jobs_store, async move { token.cancelled().await }).await;

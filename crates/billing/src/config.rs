@@ -19,6 +19,7 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     pub idempotency: IdempotencyConfig,
     pub retention: RetentionConfig,
+    pub redrive: RedriveConfig,
     pub secrets: SecretsConfig,
     pub log: LogConfig,
 }
@@ -147,6 +148,14 @@ pub struct RetentionConfig {
     pub sweep_every: String,
 }
 
+/// Redrive jobs (contract 12.2).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveConfig {
+    /// Most deliveries a job redrives per second.
+    pub rate: u32,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
@@ -199,6 +208,7 @@ impl Default for Config {
                 request_logs: "30d".into(),
                 sweep_every: "1m".into(),
             },
+            redrive: RedriveConfig { rate: 500 },
             secrets: SecretsConfig {
                 key: String::new(),
                 key_file: "data/secret.key".into(),
@@ -275,6 +285,9 @@ impl Config {
         }
         if Config::duration(&self.retention.sweep_every) < domain::retention::MIN_RETENTION {
             return Err(invalid("retention.sweep_every", "must be at least 1s"));
+        }
+        if self.redrive.rate == 0 {
+            return Err(invalid("redrive.rate", "must be at least 1"));
         }
         if self.idempotency_retention() < Duration::from_secs(3600) {
             return Err(invalid("idempotency.retention", "must be at least 1h"));

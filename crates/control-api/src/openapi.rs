@@ -236,6 +236,8 @@ pub fn reference_kind(name: &str) -> Option<Prefix> {
         "endpoint_ref" => Prefix::WebhookEndpoint,
         "attempt_ref" => Prefix::DeliveryAttempt,
         "delivery_ref" => Prefix::WebhookDelivery,
+        "redrive_job_ref" => Prefix::RedriveJob,
+        "dead_letter_ref" => Prefix::DeadLetter,
         _ => return None,
     })
 }
@@ -340,6 +342,8 @@ fn filter_param(f: &crate::handlers::lists::Filter) -> Value {
         FilterKind::OperationId => {
             json!({"type": "string", "enum": OPERATIONS.iter().map(|o| o.id).collect::<Vec<_>>()})
         }
+        FilterKind::Text => json!({"type": "string", "minLength": 1, "maxLength": 500}),
+        FilterKind::Timestamp => json!({"type": "string", "format": "date-time"}),
     };
     json!({"name": f.name, "in": "query", "schema": schema})
 }

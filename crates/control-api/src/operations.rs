@@ -22,8 +22,9 @@ use crate::handlers::checkout::{pay, records as rec, sessions as cs};
 use crate::handlers::money::{outside as os, refunds as rf};
 use crate::handlers::reads as read;
 use crate::handlers::webhooks::{
-    data_profiles as dp, deliveries as dl, endpoints as ep, event_types as et, health as hl,
-    redrive as rd, secrets as sec, subscriptions as sub, test_send as ts,
+    data_profiles as dp, dead_letters as dlq, deliveries as dl, endpoints as ep, event_types as et,
+    health as hl, redrive as rd, redrive_jobs as rj, secrets as sec, subscriptions as sub,
+    test_send as ts,
 };
 use crate::handlers::{bind, Binding};
 use store::billing::checkout::{
@@ -172,6 +173,7 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Post "/api/v1/checkout-sessions/{checkout_session_ref}/pay" "payCheckoutSession" "checkout_sessions:write_pay" true false false E3 => 200 bind!(pay::pay, req: pay::PayCheckoutSession, resp: pay::PayResultDto)),
     op!(Post "/api/v1/credentials/{credential_ref}/revoke" "revokeServiceAccountCredential" "credentials:manage_revoke" true true false E4 => 200 bind!(cr::revoke, req: cr::RevokeCredential, resp: cr::CredentialDto)),
     op!(Post "/api/v1/credentials/{credential_ref}/rotate" "rotateServiceAccountCredential" "credentials:manage_rotate" true true false E4 => 200 bind!(cr::rotate, req: cr::RotateCredential, resp: cr::CredentialDto)),
+    op!(Get "/api/v1/dead_letters" "listDeadLetters" "events:read_dead_letters" false false true E1 => 200 bind!(dlq::list, resp: dlq::DeadLetterDto, filters: dlq::filters)),
     op!(Get "/api/v1/disputes" "listDisputes" "disputes:read_list" false false true E1 => 200 bind!(read::list::<DisputeRecord>, resp: os::DisputeDto, filters: read::filters::<DisputeRecord>)),
     op!(Get "/api/v1/disputes/{dispute_ref}" "retrieveDispute" "disputes:read" false false false E1 => 200 bind!(read::retrieve::<DisputeRecord>, resp: os::DisputeDto)),
     op!(Get "/api/v1/entitlements" "listEntitlements" "entitlements:read_list" false false true E2 => 200 bind!(read::list::<EntitlementRecord>, resp: rec::EntitlementDto, filters: read::filters::<EntitlementRecord>)),
@@ -234,7 +236,7 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants" "listWebhookDataProfileGrants" "webhooks:read_list_data_profile" false false false E1 => 200 bind!(dp::list, resp: dp::DataProfileGrantDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants" "createWebhookDataProfileGrant" "webhooks:manage_create_data_profile" true false false E3 => 201 bind!(dp::create, req: dp::CreateDataProfileGrant, resp: dp::DataProfileGrantDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants/revoke" "revokeWebhookDataProfileGrant" "webhooks:manage_revoke_data_profile" true true false E3 => 200 bind!(dp::revoke, req: dp::RevokeDataProfileGrant, resp: dp::DataProfileGrantDto)),
-    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/deliveries" "listWebhookDeliveries" "webhooks:read_list_deliveries" false false true E1 => 200 bind!(dl::list, resp: dl::DeliveryDto)),
+    op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/deliveries" "listWebhookDeliveries" "webhooks:read_list_deliveries" false false true E1 => 200 bind!(dl::list, resp: dl::DeliveryDto, filters: dl::filters)),
     op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/health" "retrieveWebhookEndpointHealth" "webhooks:read_health" false false false E1 => 200 bind!(hl::retrieve, resp: hl::EndpointHealthDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/pause" "pauseWebhookEndpoint" "webhooks:manage_pause_endpoint" true true false E3 => 200 bind!(ep::pause, req: ep::EmptyBody, resp: ep::EndpointDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/resume" "resumeWebhookEndpoint" "webhooks:manage_resume_endpoint" true true false E3 => 200 bind!(ep::resume, req: ep::EmptyBody, resp: ep::EndpointDto)),
@@ -245,6 +247,10 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions" "createWebhookSubscription" "webhooks:manage_create_subscription" true false false E3 => 201 bind!(sub::create, req: sub::CreateSubscription, resp: sub::SubscriptionDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/test_send" "sendWebhookTest" "webhooks:manage_test_send" true false false E3 => 201 bind!(ts::send, req: ts::SendTest, resp: dl::DeliveryDto)),
     op!(Get "/api/v1/webhook_event_types" "listWebhookEventTypes" "webhooks:read_event_catalog" false false false E1 => 200 bind!(et::list, resp: et::EventTypeDto)),
+    op!(Post "/api/v1/webhook_redrive_jobs" "createWebhookRedriveJob" "webhooks:redrive_by_filter" true false false E3 => 202 bind!(rj::create, req: rj::CreateRedriveJob, resp: rj::RedriveJobDto)),
+    op!(Get "/api/v1/webhook_redrive_jobs" "listWebhookRedriveJobs" "webhooks:read_redrive_jobs" false false true E1 => 200 bind!(rj::list, resp: rj::RedriveJobDto)),
+    op!(Get "/api/v1/webhook_redrive_jobs/{redrive_job_ref}" "retrieveWebhookRedriveJob" "webhooks:read_redrive_jobs" false false false E1 => 200 bind!(rj::retrieve, resp: rj::RedriveJobDto)),
+    op!(Post "/api/v1/webhook_redrive_jobs/{redrive_job_ref}/cancel" "cancelWebhookRedriveJob" "webhooks:redrive_by_filter" false false false E3 => 200 bind!(rj::cancel, req: rj::CancelRedriveJob, resp: rj::RedriveJobDto)),
 ];
 
 /// The operation named `id`.

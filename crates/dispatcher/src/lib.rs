@@ -31,6 +31,7 @@ pub mod queue;
 pub mod recorder;
 pub mod redis_buckets;
 pub mod redis_schedule;
+pub mod redrive_jobs;
 pub mod retention;
 pub mod schedule;
 pub mod sending;

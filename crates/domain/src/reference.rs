@@ -62,6 +62,7 @@ prefixes! {
     Promotion => "prm", Refund => "ref", RequestLog => "req", ServiceAccount => "sa",
     StoredPaymentMethod => "spm", Subscription => "sub", SubscriptionChange => "sch",
     WebhookEndpoint => "whep", DeliveryAttempt => "wha", WebhookDelivery => "whd",
+    DeadLetter => "dlq", RedriveJob => "rdj",
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,6 +1,7 @@
 //! Column codecs every repository shares: JSON held in a text column
 //! (`to_json`, `json_col`), an optional moment held as milliseconds
-//! (`opt_ts`), and the numbered marks of a row of values (`placeholders`).
+//! (`opt_ts`), and a closed set's state (`state`). The marks of a
+//! statement built at run time are `marks::Marks`.
 //!
 //! They know the shape of a value, never the column or table it is in.
 
@@ -28,14 +29,6 @@ pub fn opt_ts(row: &(impl Columns + ?Sized), col: &str) -> Result<Option<Timesta
     Ok(row.int(col)?.map(Timestamp::from_millis))
 }
 
-/// `$first, $first+1, …` for `n` bound values.
-pub fn placeholders(first: usize, n: usize) -> String {
-    (first..first + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// A closed set's value read back from `col` by its domain type's
 /// `parse`: a value the type does not know is `Corrupt`, never quietly
 /// taken for another state.
@@ -46,15 +39,4 @@ pub fn state<T>(
 ) -> Result<T, StoreError> {
     let value = text(row, col)?;
     parse(&value).ok_or_else(|| StoreError::Corrupt(format!("{col} {value}")))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn placeholders_count_on_from_the_first() {
-        assert_eq!(placeholders(3, 3), "$3, $4, $5");
-        assert_eq!(placeholders(1, 0), "");
-    }
 }

@@ -30,6 +30,7 @@ pub mod marks;
 pub mod page;
 pub mod read;
 pub mod tx;
+pub mod write;
 
 pub use error::{LaneError, StoreError};
 pub use page::{Page, PageRequest};

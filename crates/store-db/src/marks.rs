@@ -1,5 +1,7 @@
 //! Bind-parameter marks for statements built at run time (multi-row
-//! inserts and updates), written in the order the values are bound.
+//! inserts and updates, `IN` lists), written in the order the values are
+//! bound: the one way such a statement is marked. Fixed statements write
+//! `$1, $2, …` in text order, which both engines accept.
 //!
 //! SQLite gets anonymous `?` marks, never numbered or named ones (`$7`):
 //! with those, every bind looks the mark's name up in a list, so binding a

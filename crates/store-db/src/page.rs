@@ -38,7 +38,7 @@ pub async fn fetch_page<T>(
     filter: &str,
     args: &[Arg<'_>],
     page: &PageRequest,
-    map: impl Fn(&sqlx::any::AnyRow) -> Result<T, crate::StoreError>,
+    map: impl Fn(&dyn crate::tx::Columns) -> Result<T, crate::StoreError>,
 ) -> Result<Page<T>, crate::StoreError> {
     let mut sql = format!("SELECT * FROM {table} WHERE {filter}");
     let mut args = args.to_vec();
@@ -78,7 +78,7 @@ pub async fn fetch_env_page<T>(
     environment_ref: &str,
     clauses: &[Clause<'_>],
     page: &PageRequest,
-    map: impl Fn(&sqlx::any::AnyRow) -> Result<T, crate::StoreError>,
+    map: impl Fn(&dyn crate::tx::Columns) -> Result<T, crate::StoreError>,
 ) -> Result<Page<T>, crate::StoreError> {
     let mut filter = String::from("environment_ref = $1");
     let mut args = vec![Arg::from(environment_ref)];

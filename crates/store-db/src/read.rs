@@ -1,27 +1,28 @@
-//! Statements outside a `WriteTx`: in the store, the reads of the domain
-//! repositories and of `Store` methods on the read pool, and the writer
-//! pool's one-statement writes.
+//! Reads outside a `WriteTx`: in the store, the reads of the domain
+//! repositories and of `Store` methods on the read pool. (A write outside
+//! a unit of work is `write::autocommit`.)
 //!
 //! Their values are `Arg`s, bound exactly as `WriteTx` binds them
 //! (`crate::tx::sqlx_query`), so the store passes arguments one way
-//! only. Rows are decoded by the caller's `decode`, one row at a time.
+//! only. Rows are decoded by the caller's `decode`, one row at a time,
+//! through `Columns`, as rows read in a `WriteTx` are: one decoder per
+//! record whichever way it was read.
 //!
 //! `exec` is anything sqlx runs statements on (here always a pool).
 
-use crate::tx::{sqlx_query, Arg};
+use crate::tx::{sqlx_query, Arg, Columns};
 use crate::StoreError;
-use sqlx::any::AnyRow;
-use sqlx::{Any, Executor, Row};
+use sqlx::{Any, Executor};
 
 /// Every row `sql` returns, decoded.
 pub async fn all<'c, T>(
     exec: impl Executor<'c, Database = Any>,
     sql: &str,
     args: &[Arg<'_>],
-    decode: impl Fn(&AnyRow) -> Result<T, StoreError>,
+    decode: impl Fn(&dyn Columns) -> Result<T, StoreError>,
 ) -> Result<Vec<T>, StoreError> {
     let rows = sqlx_query(sql, args).fetch_all(exec).await?;
-    rows.iter().map(decode).collect()
+    rows.iter().map(|row| decode(row)).collect()
 }
 
 /// The first row `sql` returns, decoded, if there is one.
@@ -29,10 +30,10 @@ pub async fn optional<'c, T>(
     exec: impl Executor<'c, Database = Any>,
     sql: &str,
     args: &[Arg<'_>],
-    decode: impl Fn(&AnyRow) -> Result<T, StoreError>,
+    decode: impl Fn(&dyn Columns) -> Result<T, StoreError>,
 ) -> Result<Option<T>, StoreError> {
     let row = sqlx_query(sql, args).fetch_optional(exec).await?;
-    row.as_ref().map(decode).transpose()
+    row.as_ref().map(|row| decode(row)).transpose()
 }
 
 /// The first row `sql` returns, decoded; `NotFound` when there is none.
@@ -40,7 +41,7 @@ pub async fn one<'c, T>(
     exec: impl Executor<'c, Database = Any>,
     sql: &str,
     args: &[Arg<'_>],
-    decode: impl Fn(&AnyRow) -> Result<T, StoreError>,
+    decode: impl Fn(&dyn Columns) -> Result<T, StoreError>,
 ) -> Result<T, StoreError> {
     // What sqlx's `fetch_one` does: the first row, `RowNotFound` without one.
     optional(exec, sql, args, decode)
@@ -55,16 +56,12 @@ pub async fn scalar_int<'c>(
     sql: &str,
     args: &[Arg<'_>],
 ) -> Result<Option<i64>, StoreError> {
-    one(exec, sql, args, |row| Ok(row.try_get::<Option<i64>, _>(0)?)).await
-}
-
-/// Runs `sql`; returns the number of rows it changed.
-pub async fn execute<'c>(
-    exec: impl Executor<'c, Database = Any>,
-    sql: &str,
-    args: &[Arg<'_>],
-) -> Result<u64, StoreError> {
-    Ok(sqlx_query(sql, args).execute(exec).await?.rows_affected())
+    use sqlx::Row;
+    let row = sqlx_query(sql, args)
+        .fetch_optional(exec)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+    Ok(row.try_get::<Option<i64>, _>(0)?)
 }
 
 #[cfg(test)]
@@ -81,7 +78,7 @@ mod tests {
             .connect("sqlite::memory:")
             .await
             .unwrap();
-        execute(&pool, "CREATE TABLE t (k TEXT PRIMARY KEY, n BIGINT)", &[])
+        crate::write::autocommit(&pool, "CREATE TABLE t (k TEXT PRIMARY KEY, n BIGINT)", &[])
             .await
             .unwrap();
         pool
@@ -90,7 +87,7 @@ mod tests {
     #[tokio::test]
     async fn values_bind_in_mark_order_and_rows_decode_one_by_one() {
         let pool = pool().await;
-        let added = execute(
+        let added = crate::write::autocommit(
             &pool,
             "INSERT INTO t (k, n) VALUES ($1, $2), ($3, $4)",
             &["a".into(), 1i64.into(), "b".into(), Arg::Int(None)],
@@ -111,7 +108,7 @@ mod tests {
             &pool,
             "SELECT n FROM t WHERE k = $1",
             &["a".into()],
-            |row| Ok(row.try_get::<i64, _>("n")?),
+            |row| crate::tx::int(row, "n"),
         )
         .await
         .unwrap();

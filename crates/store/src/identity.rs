@@ -6,7 +6,6 @@
 
 use crate::{Store, StoreError};
 use domain::{StoreId, Timestamp};
-use sqlx::Row;
 
 impl Store {
     /// Gives the store its identity unless it has one. Concurrent first
@@ -27,11 +26,14 @@ impl Store {
     /// The store's identity. `Corrupt` when the store was never migrated
     /// or holds a malformed one.
     pub async fn identity(&self) -> Result<StoreId, StoreError> {
-        let row = sqlx::query("SELECT store_id FROM store_identity WHERE singleton = 1")
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or_else(|| StoreError::Corrupt("the store has no identity: migrate it".into()))?;
-        let text: String = row.try_get("store_id")?;
+        let text = crate::db::read::optional(
+            &self.pool,
+            "SELECT store_id FROM store_identity WHERE singleton = 1",
+            &[],
+            |row| crate::db::tx::text(row, "store_id"),
+        )
+        .await?
+        .ok_or_else(|| StoreError::Corrupt("the store has no identity: migrate it".into()))?;
         StoreId::parse(&text).ok_or(StoreError::Corrupt(format!("store identity {text}")))
     }
 }

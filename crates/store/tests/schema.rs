@@ -130,6 +130,16 @@ const PINNED: &[(&str, &str, &str)] = &[
         "e1636a9827e880a5a2d32af025390a0dd01cfa4b83af5beaf21eba8d8c0d8e5a63dfb56bbfff09fb3baffdd75c87e3f9",
         "e1636a9827e880a5a2d32af025390a0dd01cfa4b83af5beaf21eba8d8c0d8e5a63dfb56bbfff09fb3baffdd75c87e3f9",
     ),
+    (
+        "0018_operator_api.sql",
+        "836868b25bade6d9bd2a2bf93053e7b23c007b372a323a2721eeab9142cc103af9dad18d08e0d48ce8c7a2b8757f5664",
+        "836868b25bade6d9bd2a2bf93053e7b23c007b372a323a2721eeab9142cc103af9dad18d08e0d48ce8c7a2b8757f5664",
+    ),
+    (
+        "0019_redrive_jobs.sql",
+        "77c5cf079dab7b57ec2344121e99b02ea7569424aa39f346d6c235d528553370a44ee66d69ecd3399fae25e73bc93ca8",
+        "77c5cf079dab7b57ec2344121e99b02ea7569424aa39f346d6c235d528553370a44ee66d69ecd3399fae25e73bc93ca8",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

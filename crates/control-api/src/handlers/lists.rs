@@ -29,6 +29,10 @@ pub enum FilterKind {
     HttpStatus,
     /// An operation id of the table.
     OperationId,
+    /// Any text of 1 to 500 characters, matched exactly.
+    Text,
+    /// A moment, RFC 3339.
+    Timestamp,
 }
 
 impl Filter {
@@ -37,6 +41,10 @@ impl Filter {
             name,
             kind: FilterKind::OneOf(values),
         }
+    }
+
+    pub const fn of(name: &'static str, kind: FilterKind) -> Filter {
+        Filter { name, kind }
     }
 
     pub const fn reference(name: &'static str, prefix: Prefix) -> Filter {
@@ -71,6 +79,15 @@ impl Filter {
                 crate::operations::by_id(value)
                     .ok_or_else(|| invalid("unknown operation_id".into()))?;
             }
+            FilterKind::Text => {
+                if value.is_empty() || value.chars().count() > 500 {
+                    return Err(invalid("must be 1 to 500 characters".into()));
+                }
+            }
+            FilterKind::Timestamp => {
+                domain::Timestamp::parse(value)
+                    .ok_or_else(|| invalid("must be an RFC 3339 timestamp".into()))?;
+            }
         }
         Ok(())
     }
@@ -88,11 +105,21 @@ impl<'a> ListQuery<'a> {
     /// Checks the query of `op` against the filters its row binds: no
     /// other parameter, each value of the filter's kind.
     pub(crate) fn parse(op: &Operation, input: &'a Input) -> Result<ListQuery<'a>, ApiError> {
+        ListQuery::parse_within(op, input, &[])
+    }
+
+    /// `parse` for a list within a parent (`within`: the parent's path
+    /// parameters), whose cursors are bound to that parent too.
+    pub(crate) fn parse_within(
+        op: &Operation,
+        input: &'a Input,
+        within: &[(&'static str, Option<&'a str>)],
+    ) -> Result<ListQuery<'a>, ApiError> {
         let filters = op.binding.map(|b| (b.filters)()).unwrap_or_default();
         let mut allowed = vec!["limit", "cursor"];
         allowed.extend(filters.iter().map(|f| f.name));
         input.query_params(&allowed)?;
-        let mut values = Vec::with_capacity(filters.len());
+        let mut values = within.to_vec();
         for f in &filters {
             let value = input.query_value(f.name);
             if let Some(v) = value {
@@ -117,6 +144,18 @@ impl<'a> ListQuery<'a> {
                 parse(s).ok_or_else(|| ApiError::validation("status", format!("must be {values}")))
             })
             .transpose()
+    }
+
+    /// A filter's value as given (checked by `parse`).
+    pub(crate) fn value(&self, name: &str) -> Option<&'a str> {
+        self.input.query_value(name)
+    }
+
+    /// A timestamp filter's value (checked by `parse`).
+    pub(crate) fn timestamp(&self, name: &str) -> Option<domain::Timestamp> {
+        self.input
+            .query_value(name)
+            .and_then(domain::Timestamp::parse)
     }
 
     /// A reference filter's value (its shape checked by `parse`).

@@ -62,6 +62,40 @@ wire_enum!(AttemptStatus { Succeeded => "succeeded", Failed => "failed" });
 wire_enum!(BodyStatus { Available => "available", Redacted => "redacted", Expired => "expired" });
 
 wire_enum!(
+    /// The class of a delivery's last response: its HTTP status class, or
+    /// `none` when the attempt got no answer (time-out, refused, reset).
+    /// A delivery never attempted has none of these.
+    ResponseClass {
+        Success => "2xx",
+        Redirect => "3xx",
+        ClientError => "4xx",
+        ServerError => "5xx",
+        NoResponse => "none",
+    }
+);
+
+impl ResponseClass {
+    /// The class of an attempt that got `status` (or no answer). A status
+    /// outside 200..=599 counts as no usable answer.
+    pub fn of(status: Option<u16>) -> ResponseClass {
+        match status {
+            Some(200..=299) => ResponseClass::Success,
+            Some(300..=399) => ResponseClass::Redirect,
+            Some(400..=499) => ResponseClass::ClientError,
+            Some(500..=599) => ResponseClass::ServerError,
+            _ => ResponseClass::NoResponse,
+        }
+    }
+
+    /// The classes a filter of failures names (contract 12.2).
+    pub const FAILURES: [ResponseClass; 3] = [
+        ResponseClass::ClientError,
+        ResponseClass::ServerError,
+        ResponseClass::NoResponse,
+    ];
+}
+
+wire_enum!(
     RedriveOutcome {
         Queued => "queued",
         Held => "held",

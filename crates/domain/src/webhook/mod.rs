@@ -12,6 +12,7 @@ pub mod event;
 pub mod fanout;
 pub mod health;
 pub mod kinds;
+pub mod redrive_job;
 pub mod retry;
 pub mod secret_version;
 pub mod shaping;

@@ -4,11 +4,11 @@ use super::Admin;
 use crate::db::codec::{opt_ts, state};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
+use crate::db::write;
 use crate::StoreError;
 use domain::principal::{CredentialStatus, GrantStatus, Mode, ServiceAccountStatus};
 use domain::secret::CredentialSecret;
 use domain::{Prefix, Ref, Timestamp};
-use sqlx::Row;
 
 #[derive(Debug, Clone)]
 pub struct CredentialRecord {
@@ -48,7 +48,7 @@ pub struct AuthRecord {
     pub permissions: Vec<String>,
 }
 
-fn from_row(row: &impl Columns) -> Result<CredentialRecord, StoreError> {
+fn from_row(row: &dyn Columns) -> Result<CredentialRecord, StoreError> {
     let expires_at = opt_ts(row, "expires_at")?;
     let status =
         state(row, "status", CredentialStatus::parse)?.effective(expires_at, Timestamp::now());
@@ -100,7 +100,7 @@ pub async fn issue(
         .await?;
     rows.first()
         .ok_or_else(|| StoreError::Corrupt("issuing a credential returned no row".into()))
-        .and_then(from_row)
+        .and_then(|row| from_row(row))
 }
 
 /// Replaces the secret if the credential is still at `current.version`
@@ -130,7 +130,9 @@ pub async fn rotate(
             ],
         )
         .await?;
-    rows.first().ok_or(StoreError::Conflict).and_then(from_row)
+    rows.first()
+        .ok_or(StoreError::Conflict)
+        .and_then(|row| from_row(row))
 }
 
 /// Revokes the credential if it is still at `current.version` (`Conflict`
@@ -154,7 +156,9 @@ pub async fn revoke(
             ],
         )
         .await?;
-    rows.first().ok_or(StoreError::Conflict).and_then(from_row)
+    rows.first()
+        .ok_or(StoreError::Conflict)
+        .and_then(|row| from_row(row))
 }
 
 impl Admin<'_> {
@@ -244,7 +248,7 @@ impl Admin<'_> {
                 auth.principal_ref.as_str().into(),
                 GrantStatus::Active.as_str().into(),
             ],
-            |row| Ok(row.try_get::<String, _>(0)?),
+            |row| text(row, "permission_action"),
         )
         .await?;
         Ok(Some(auth))
@@ -260,7 +264,7 @@ impl Admin<'_> {
         credential_ref: &Ref,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        read::execute(
+        write::autocommit(
             self.writer(),
             "UPDATE credentials SET last_used_at = $1 WHERE credential_ref = $2",
             &[now.millis().into(), credential_ref.as_str().into()],

@@ -1,6 +1,7 @@
 //! Environments: `sandbox` and `live`, created by bootstrap.
 
 use super::Admin;
+use crate::db::codec::state;
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::StoreError;
@@ -15,11 +16,11 @@ pub struct EnvironmentRecord {
     pub created_at: Timestamp,
 }
 
-fn from_row(row: &impl Columns) -> Result<EnvironmentRecord, StoreError> {
+fn from_row(row: &dyn Columns) -> Result<EnvironmentRecord, StoreError> {
     Ok(EnvironmentRecord {
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
         name: text(row, "name")?,
-        mode: Mode::parse(&text(row, "mode")?).unwrap_or(Mode::Sandbox),
+        mode: state(row, "mode", Mode::parse)?,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
     })
 }
@@ -44,7 +45,9 @@ pub async fn ensure(tx: &mut WriteTx, mode: Mode) -> Result<EnvironmentRecord, S
             &[mode.as_str().into()],
         )
         .await?;
-    rows.first().ok_or(StoreError::NotFound).and_then(from_row)
+    rows.first()
+        .ok_or(StoreError::NotFound)
+        .and_then(|row| from_row(row))
 }
 
 impl Admin<'_> {

@@ -22,7 +22,7 @@ pub struct GrantRecord {
     pub revoked_at: Option<Timestamp>,
 }
 
-fn from_row(row: &impl Columns) -> Result<GrantRecord, StoreError> {
+fn from_row(row: &dyn Columns) -> Result<GrantRecord, StoreError> {
     Ok(GrantRecord {
         principal_ref: Ref::from_trusted(text(row, "principal_ref")?),
         permission_action: text(row, "permission_action")?,
@@ -94,7 +94,7 @@ pub async fn grant(
     let granted = rows
         .first()
         .ok_or_else(|| StoreError::Corrupt("granting returned no row".into()))
-        .and_then(from_row)?;
+        .and_then(|row| from_row(row))?;
     service_accounts::bump(tx, principal_ref, None, now).await?;
     Ok(granted)
 }
@@ -123,7 +123,9 @@ pub async fn revoke(
             ],
         )
         .await?;
-    rows.first().ok_or(StoreError::NotFound).and_then(from_row)
+    rows.first()
+        .ok_or(StoreError::NotFound)
+        .and_then(|row| from_row(row))
 }
 
 impl Admin<'_> {

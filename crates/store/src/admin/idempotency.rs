@@ -14,7 +14,8 @@
 
 use super::Admin;
 use crate::db::read;
-use crate::db::tx::{int, text, Columns, WriteTx};
+use crate::db::tx::{int, text, WriteTx};
+use crate::db::write;
 use crate::{Backend, Store, StoreError};
 use domain::Timestamp;
 use sha2::{Digest, Sha256};
@@ -178,7 +179,7 @@ impl Store {
 impl Admin<'_> {
     /// Deletes records past retention; returns how many.
     pub async fn purge_idempotency_keys(&self, cutoff: Timestamp) -> Result<u64, StoreError> {
-        read::execute(
+        write::autocommit(
             self.writer(),
             "DELETE FROM idempotency_keys WHERE created_at < $1",
             &[cutoff.millis().into()],

@@ -3,8 +3,8 @@
 
 use super::Admin;
 use crate::db::page::{fetch_page, Page, PageRequest};
-use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns};
+use crate::db::write;
 use crate::StoreError;
 use domain::{Ref, Timestamp};
 
@@ -30,7 +30,7 @@ pub struct RequestLogFilter {
     pub status: Option<u16>,
 }
 
-fn from_row(row: &impl Columns) -> Result<RequestLogRecord, StoreError> {
+fn from_row(row: &dyn Columns) -> Result<RequestLogRecord, StoreError> {
     let opt_ref = |col: &str| -> Result<Option<Ref>, StoreError> {
         Ok(row.text(col)?.map(Ref::from_trusted))
     };
@@ -56,7 +56,7 @@ impl Admin<'_> {
     /// holding a `WriteTx` of this store: with SQLite it would wait for that
     /// transaction's connection).
     pub async fn insert_request_log(&self, log: &RequestLogRecord) -> Result<(), StoreError> {
-        read::execute(
+        write::autocommit(
             self.writer(),
             "INSERT INTO request_logs (request_log_ref, environment_ref, operation_id, method, path, \
              status, error_code, principal_ref, credential_ref, idempotency_key, duration_ms, created_at) \

@@ -30,7 +30,7 @@ pub struct ServiceAccountRecord {
     pub version: i64,
 }
 
-fn from_row(row: &impl Columns) -> Result<ServiceAccountRecord, StoreError> {
+fn from_row(row: &dyn Columns) -> Result<ServiceAccountRecord, StoreError> {
     Ok(ServiceAccountRecord {
         principal_ref: Ref::from_trusted(text(row, "principal_ref")?),
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
@@ -89,7 +89,7 @@ pub async fn ensure_admin(
             ],
         )
         .await?;
-    match existing.first().map(from_row).transpose()? {
+    match existing.first().map(|row| from_row(row)).transpose()? {
         Some(admin) if admin.status == ServiceAccountStatus::Suspended => {
             set_status(tx, &admin, ServiceAccountStatus::Active).await
         }
@@ -154,7 +154,7 @@ pub async fn set_status(
     let account = rows
         .first()
         .ok_or(StoreError::Conflict)
-        .and_then(from_row)?;
+        .and_then(|row| from_row(row))?;
     if status == ServiceAccountStatus::Retired {
         tx.execute(
             "UPDATE credentials SET status = $1, revoked_at = $2, updated_at = $2, \

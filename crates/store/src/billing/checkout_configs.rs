@@ -14,7 +14,8 @@
 //! migrated (`assign_missing_refs`).
 
 use super::{Billing, Source};
-use crate::db::codec::{json_col, placeholders, state, to_json};
+use crate::db::codec::{json_col, state, to_json};
+use crate::db::marks::Marks;
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::catalogue::checkout_config::{ConfigMode, CustomField};
@@ -135,8 +136,9 @@ async fn with_refs(
         .iter()
         .map(|_| Ref::generate(Prefix::CustomField))
         .collect();
+    let mut marks = Marks::new(tx.backend());
     let values = (0..fields.len())
-        .map(|i| format!("({})", placeholders(5 * i + 1, 5)))
+        .map(|_| format!("({})", marks.list(5)))
         .collect::<Vec<_>>()
         .join(", ");
     let mut args: Vec<Arg> = Vec::with_capacity(5 * fields.len());
@@ -448,14 +450,17 @@ impl Billing<'_> {
         if custom_field_refs.is_empty() {
             return Ok(Vec::new());
         }
+        let mut source = self.source();
+        let mut marks = source.marks();
         let sql = format!(
             "SELECT custom_field_ref, config_ref, key FROM checkout_custom_fields \
-             WHERE environment_ref = $1 AND custom_field_ref IN ({})",
-            placeholders(2, custom_field_refs.len())
+             WHERE environment_ref = {} AND custom_field_ref IN ({})",
+            marks.next(),
+            marks.list(custom_field_refs.len())
         );
         let mut args: Vec<Arg> = vec![environment_ref.as_str().into()];
         args.extend(custom_field_refs.iter().map(|r| Arg::from(r.as_str())));
-        self.source().all(&sql, &args, field_from_row).await
+        source.all(&sql, &args, field_from_row).await
     }
 
     /// The content of version `version` of a config of the environment.

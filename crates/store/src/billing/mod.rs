@@ -51,18 +51,26 @@ impl<'a> Billing<'a> {
     }
 
     fn source(&self) -> Source<'a> {
-        Source::Pool(self.0.pool())
+        Source::Pool(self.0.pool(), self.0.backend())
     }
 }
 
 /// Where a read runs: on the read pool, or inside a unit of work (which
 /// sees its own writes, and rows committed after its locks were taken).
 pub(crate) enum Source<'a> {
-    Pool(&'a AnyPool),
+    Pool(&'a AnyPool, crate::Backend),
     Tx(&'a mut WriteTx),
 }
 
 impl Source<'_> {
+    /// The marks of a statement run here (`db::marks`).
+    pub(crate) fn marks(&self) -> crate::db::marks::Marks {
+        crate::db::marks::Marks::new(match self {
+            Source::Pool(_, backend) => *backend,
+            Source::Tx(tx) => tx.backend(),
+        })
+    }
+
     pub(crate) async fn all<T>(
         &mut self,
         sql: &str,
@@ -70,7 +78,7 @@ impl Source<'_> {
         decode: impl Fn(&dyn Columns) -> Result<T, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
         match self {
-            Source::Pool(pool) => read::all(*pool, sql, args, |row| decode(row)).await,
+            Source::Pool(pool, _) => read::all(*pool, sql, args, |row| decode(row)).await,
             Source::Tx(tx) => tx
                 .fetch(sql, args)
                 .await?

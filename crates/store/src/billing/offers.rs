@@ -6,7 +6,7 @@
 use super::prices::{self, PriceRecord};
 use super::promotions::{self, PromotionRecord};
 use super::{Billing, Source};
-use crate::db::codec::{placeholders, state};
+use crate::db::codec::state;
 use crate::db::page::{equal, fetch_env_page, Page, PageRequest};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
 use crate::StoreError;
@@ -131,9 +131,11 @@ async fn by_refs(
     if offer_refs.is_empty() {
         return Ok(Vec::new());
     }
+    let mut marks = source.marks();
     let sql = format!(
-        "SELECT * FROM offers WHERE environment_ref = $1 AND offer_ref IN ({})",
-        placeholders(2, offer_refs.len())
+        "SELECT * FROM offers WHERE environment_ref = {} AND offer_ref IN ({})",
+        marks.next(),
+        marks.list(offer_refs.len())
     );
     let mut args: Vec<Arg> = vec![environment_ref.as_str().into()];
     args.extend(offer_refs.iter().map(|r| Arg::from(r.as_str())));

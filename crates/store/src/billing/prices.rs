@@ -130,7 +130,7 @@ pub(crate) async fn by_refs(
     }
     let sql = format!(
         "SELECT * FROM prices WHERE price_ref IN ({})",
-        crate::db::codec::placeholders(1, refs.len())
+        source.marks().list(refs.len())
     );
     let args: Vec<Arg> = refs.iter().map(|r| Arg::from(*r)).collect();
     source.all(&sql, &args, from_row).await

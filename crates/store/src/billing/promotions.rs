@@ -4,7 +4,7 @@
 //! the overlap rule and for an offer's promotional amount.
 
 use super::{minor, money, Source};
-use crate::db::codec::{json_col, placeholders, to_json};
+use crate::db::codec::{json_col, to_json};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
 use crate::StoreError;
 use domain::catalogue::promotion::{Discount, Percent, Window};
@@ -108,12 +108,14 @@ pub(crate) async fn live_for_offers(
     if offer_refs.is_empty() {
         return Ok(Vec::new());
     }
+    let mut marks = source.marks();
     let sql = format!(
         "SELECT po.offer_ref AS covered_offer_ref, p.* FROM promotion_offers po \
          JOIN promotions p ON p.promotion_ref = po.promotion_ref \
-         WHERE (po.ends_at IS NULL OR po.ends_at > $1) AND po.offer_ref IN ({}) \
+         WHERE (po.ends_at IS NULL OR po.ends_at > {}) AND po.offer_ref IN ({}) \
          ORDER BY p.starts_at, p.promotion_ref",
-        placeholders(2, offer_refs.len())
+        marks.next(),
+        marks.list(offer_refs.len())
     );
     let mut args: Vec<Arg> = vec![now.millis().into()];
     args.extend(offer_refs.iter().map(|r| Arg::from(*r)));

@@ -6,7 +6,7 @@ use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::{Arg, WriteTx};
 use crate::{Backend, StoreError};
-use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, EndpointStatus};
+use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, EndpointStatus, ResponseClass};
 use domain::{Prefix, Ref, Timestamp};
 
 impl Dispatch<'_> {
@@ -133,18 +133,19 @@ async fn update_leased(
     let mut marks = Marks::new(backend);
     let rows: Vec<String> = (0..chunk.len())
         .map(|_| {
-            let [a, b, c, d, e, f, g] = std::array::from_fn(|_| marks.next());
+            let [a, b, c, d, e, f, g, h] = std::array::from_fn(|_| marks.next());
             format!(
                 "(CAST({a} AS TEXT), CAST({b} AS BIGINT), CAST({c} AS TEXT), CAST({d} AS BIGINT), \
-                 CAST({e} AS BIGINT), CAST({f} AS BIGINT), CAST({g} AS TEXT))"
+                 CAST({e} AS BIGINT), CAST({f} AS BIGINT), CAST({g} AS TEXT), CAST({h} AS TEXT))"
             )
         })
         .collect();
     let sql = format!(
-        "WITH r (delivery_ref, generation, status, attempt_count, next_attempt_at, last_attempt_at, payload) \
-         AS (VALUES {}) \
+        "WITH r (delivery_ref, generation, status, attempt_count, next_attempt_at, last_attempt_at, payload, \
+         last_response_class) AS (VALUES {}) \
          UPDATE webhook_deliveries SET status = r.status, attempt_count = r.attempt_count, \
          next_attempt_at = r.next_attempt_at, last_attempt_at = r.last_attempt_at, payload = r.payload, \
+         last_response_class = r.last_response_class, \
          body_status = {}, lease_owner = NULL, lease_until = NULL, updated_at = {}, \
          version = webhook_deliveries.version + 1 \
          FROM r WHERE webhook_deliveries.delivery_ref = r.delivery_ref \
@@ -155,7 +156,7 @@ async fn update_leased(
         marks.next(),
         marks.next()
     );
-    let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 7 + 3);
+    let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 8 + 3);
     for r in chunk {
         args.extend::<[Arg; _]>([
             r.delivery_ref.as_str().into(),
@@ -165,6 +166,7 @@ async fn update_leased(
             r.next_attempt_at.map(Timestamp::millis).into(),
             r.started_at.millis().into(),
             r.payload.as_str().into(),
+            ResponseClass::of(r.response_status).as_str().into(),
         ]);
     }
     args.extend::<[Arg; _]>([

@@ -6,23 +6,22 @@ use super::*;
 use crate::db::codec::{json_col, to_json};
 use crate::db::marks::Marks;
 use crate::db::read;
-use crate::db::tx::{text, Arg, WriteTx};
+use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::dispatch::signals::signal_due;
 use crate::webhooks::deliveries::{mark_url_immutable, NewDelivery};
 use crate::{Backend, StoreError};
 use domain::webhook::{BodyStatus, DeliveryStatus};
 use domain::{Prefix, Ref, Timestamp};
-use sqlx::Row;
 
 /// An event from a row of `events` or `outbox` (the same columns).
-pub(crate) fn event_from_row(row: &sqlx::any::AnyRow) -> Result<EventRecord, StoreError> {
+pub(crate) fn event_from_row(row: &dyn Columns) -> Result<EventRecord, StoreError> {
     Ok(EventRecord {
-        event_ref: Ref::from_trusted(row.try_get("event_ref")?),
-        environment_ref: Ref::from_trusted(row.try_get("environment_ref")?),
-        public_event_type: row.try_get("public_event_type")?,
-        occurred_at: Timestamp::from_millis(row.try_get("occurred_at")?),
+        event_ref: Ref::from_trusted(text(row, "event_ref")?),
+        environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
+        public_event_type: text(row, "public_event_type")?,
+        occurred_at: Timestamp::from_millis(int(row, "occurred_at")?),
         scope: json_col(row, "scope")?,
-        data: EventData::parse(row.try_get("data")?).map_err(StoreError::Corrupt)?,
+        data: EventData::parse(text(row, "data")?).map_err(StoreError::Corrupt)?,
     })
 }
 
@@ -35,7 +34,7 @@ impl Dispatch<'_> {
                 "SELECT * FROM events WHERE status = 'pending' ORDER BY received_at, event_ref LIMIT {limit}"
             ),
             &[],
-            event_from_row,
+            |row| event_from_row(row),
         )
         .await
     }

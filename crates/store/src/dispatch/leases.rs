@@ -5,12 +5,11 @@
 use super::*;
 use crate::db::marks::Marks;
 use crate::db::read;
-use crate::db::tx::{text, Arg, Columns, WriteTx};
+use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::webhooks::deliveries::{delivery_from_row, DeliveryRecord};
 use crate::{Backend, StoreError};
 use domain::webhook::DeliveryStatus;
 use domain::{Ref, Timestamp};
-use sqlx::Row;
 
 impl Dispatch<'_> {
     /// Leases up to `limit` due deliveries to `owner` until `lease_until`.
@@ -43,7 +42,7 @@ impl Dispatch<'_> {
                 statements::claimable("$1", "$1")
             ),
             &[now.millis().into()],
-            |row| Ok(row.try_get::<i64, _>(0)?),
+            |_| Ok(()),
         )
         .await?;
         if due.is_none() {
@@ -72,7 +71,7 @@ impl Dispatch<'_> {
         .await?
         // Decoded here, not on the lane, which has the next write to run.
         .iter()
-        .map(delivery_from_row)
+        .map(|row| delivery_from_row(row))
         .collect()
     }
 
@@ -229,7 +228,7 @@ impl Dispatch<'_> {
             if claimable.is_empty() {
                 continue;
             }
-            let sql = statements::lease_by_ref(claimable.len());
+            let sql = statements::lease_by_ref(self.backend(), claimable.len());
             let mut args: Vec<Arg> = vec![owner.into(), lease_until.millis().into()];
             args.extend(claimable.iter().map(Arg::from));
             for row in tx.fetch(&sql, &args).await? {
@@ -254,12 +253,7 @@ impl Dispatch<'_> {
             self.pool(),
             &statements::pending_due(limit),
             &[until.millis().into(), Timestamp::now().millis().into()],
-            |row| {
-                Ok((
-                    row.try_get("delivery_ref")?,
-                    row.try_get("next_attempt_at")?,
-                ))
-            },
+            |row| Ok((text(row, "delivery_ref")?, int(row, "next_attempt_at")?)),
         )
         .await
     }
@@ -276,13 +270,11 @@ impl Dispatch<'_> {
         for chunk in refs.chunks(CHUNK) {
             let sql = format!(
                 "SELECT delivery_ref FROM webhook_deliveries WHERE delivery_ref IN ({})",
-                crate::db::codec::placeholders(1, chunk.len())
+                Marks::new(self.backend()).list(chunk.len())
             );
             let args: Vec<Arg> = chunk.iter().map(Arg::from).collect();
-            let found: Vec<String> = read::all(self.pool(), &sql, &args, |row| {
-                Ok(row.try_get("delivery_ref")?)
-            })
-            .await?;
+            let found: Vec<String> =
+                read::all(self.pool(), &sql, &args, |row| text(row, "delivery_ref")).await?;
             known.extend(found);
         }
         Ok(known)
@@ -295,6 +287,7 @@ impl Dispatch<'_> {
 /// the one definition of a claimable delivery (`claimable`,
 /// `is_claimable`), which every statement that looks for due work uses.
 pub mod statements {
+    use crate::db::marks::Marks;
     use crate::Backend;
     use domain::webhook::DeliveryStatus;
 
@@ -356,16 +349,20 @@ pub mod statements {
         format!(
             "SELECT delivery_ref, status, next_attempt_at, lease_until FROM webhook_deliveries \
              WHERE delivery_ref IN ({}){lock}",
-            crate::db::codec::placeholders(1, n)
+            Marks::new(backend).list(n)
         )
     }
 
-    /// Leases `n` locked, claimable rows (`$3`…) to `$1` until `$2`.
-    pub fn lease_by_ref(n: usize) -> String {
+    /// Leases `n` locked, claimable rows (bound third on) to the first
+    /// bound value until the second.
+    pub fn lease_by_ref(backend: Backend, n: usize) -> String {
+        let mut marks = Marks::new(backend);
         format!(
-            "UPDATE webhook_deliveries SET lease_owner = $1, lease_until = $2 \
+            "UPDATE webhook_deliveries SET lease_owner = {}, lease_until = {} \
              WHERE delivery_ref IN ({}) RETURNING *",
-            crate::db::codec::placeholders(3, n)
+            marks.next(),
+            marks.next(),
+            marks.list(n)
         )
     }
 

@@ -15,7 +15,7 @@
 //! `outbox.rs`, `projection.rs`, `signals.rs`.
 
 mod attempts;
-mod dead_letters;
+pub mod dead_letters;
 mod deliveries;
 pub mod fanout;
 pub mod intake;
@@ -84,5 +84,5 @@ pub struct AttemptResult {
 const ATTEMPT_ROWS: usize = 50;
 /// Delivery rows per INSERT statement (16 parameters each).
 const DELIVERY_ROWS: usize = 50;
-/// Deliveries per UPDATE statement when recording attempts (7 each).
+/// Deliveries per UPDATE statement when recording attempts (8 each).
 const UPDATE_ROWS: usize = 50;

@@ -9,7 +9,7 @@
 //!
 //! This module never talks to a queue; it only keeps the rows.
 
-use crate::db::codec::{placeholders, to_json};
+use crate::db::codec::to_json;
 use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::Arg;
@@ -45,8 +45,9 @@ impl Emit for WriteTx {
         const COLUMNS: usize = 7;
         let now = Timestamp::now().millis();
         let scopes: Vec<String> = events.iter().map(|e| to_json(&e.scope)).collect();
+        let mut marks = Marks::new(self.backend());
         let rows: Vec<String> = (0..events.len())
-            .map(|i| format!("({})", placeholders(i * COLUMNS + 1, COLUMNS)))
+            .map(|_| format!("({})", marks.list(COLUMNS)))
             .collect();
         let mut args: Vec<Arg<'_>> = Vec::with_capacity(events.len() * COLUMNS);
         for (event, scope) in events.iter().zip(&scopes) {
@@ -100,7 +101,7 @@ impl Store {
             self.pool(),
             &format!("SELECT * FROM outbox ORDER BY created_at, event_ref LIMIT {limit}"),
             &[],
-            event_from_row,
+            |row| event_from_row(row),
         )
         .await
     }

@@ -41,7 +41,7 @@ pub struct StoredBody<'a> {
     pub payload: &'a str,
 }
 
-fn from_row(row: &impl Columns) -> Result<DataProfileGrantRecord, StoreError> {
+fn from_row(row: &dyn Columns) -> Result<DataProfileGrantRecord, StoreError> {
     let classes: Vec<String> = json_col(row, "data_classes")?;
     Ok(DataProfileGrantRecord {
         endpoint_ref: Ref::from_trusted(text(row, "endpoint_ref")?),
@@ -192,7 +192,7 @@ async fn revoke_active(
             ],
         )
         .await?;
-    rows.first().map(from_row).transpose()
+    rows.first().map(|row| from_row(row)).transpose()
 }
 
 async fn redact_bodies(

@@ -12,9 +12,51 @@ use crate::db::read;
 use crate::db::tx::{int, text, Arg, CellRow, Columns, WriteTx};
 use crate::dispatch::signals::signal_due;
 use crate::StoreError;
-use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus};
+use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, ResponseClass};
 use domain::{Prefix, Ref, Timestamp};
 use std::collections::HashMap;
+
+/// Which deliveries a list or a redrive job takes (contract 12.2); each
+/// condition is optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeliveryFilter {
+    pub status: Option<DeliveryStatus>,
+    pub public_event_type: Option<String>,
+    /// Created strictly after this moment.
+    pub created_after: Option<Timestamp>,
+    /// Created strictly before this moment.
+    pub created_before: Option<Timestamp>,
+    pub last_response_class: Option<ResponseClass>,
+}
+
+impl DeliveryFilter {
+    /// Its conditions, each ` AND …` with the next numbered mark, their
+    /// values appended to `args`. States and classes are bound, never
+    /// written into the text.
+    pub(crate) fn conditions<'a>(&'a self, args: &mut Vec<Arg<'a>>) -> String {
+        let mut sql = String::new();
+        let mut add = |column: &str, op: &str, value: Arg<'a>| {
+            args.push(value);
+            sql.push_str(&format!(" AND {column} {op} ${}", args.len()));
+        };
+        if let Some(status) = self.status {
+            add("status", "=", status.as_str().into());
+        }
+        if let Some(t) = &self.public_event_type {
+            add("public_event_type", "=", t.as_str().into());
+        }
+        if let Some(at) = self.created_after {
+            add("created_at", ">", at.millis().into());
+        }
+        if let Some(at) = self.created_before {
+            add("created_at", "<", at.millis().into());
+        }
+        if let Some(class) = self.last_response_class {
+            add("last_response_class", "=", class.as_str().into());
+        }
+        sql
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct DeliveryRecord {
@@ -79,7 +121,7 @@ pub struct AttemptRecord {
     pub created_at: Timestamp,
 }
 
-pub(crate) fn delivery_from_row(row: &impl Columns) -> Result<DeliveryRecord, StoreError> {
+pub(crate) fn delivery_from_row(row: &dyn Columns) -> Result<DeliveryRecord, StoreError> {
     Ok(DeliveryRecord {
         delivery_ref: Ref::from_trusted(text(row, "delivery_ref")?),
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
@@ -104,7 +146,7 @@ pub(crate) fn delivery_from_row(row: &impl Columns) -> Result<DeliveryRecord, St
     })
 }
 
-fn attempt_from_row(row: &impl Columns) -> Result<AttemptRecord, StoreError> {
+fn attempt_from_row(row: &dyn Columns) -> Result<AttemptRecord, StoreError> {
     Ok(AttemptRecord {
         attempt_ref: Ref::from_trusted(text(row, "attempt_ref")?),
         delivery_ref: Ref::from_trusted(text(row, "delivery_ref")?),
@@ -185,22 +227,25 @@ impl Webhooks<'_> {
         .await
     }
 
+    /// A page of an endpoint's deliveries that meet `filter`, newest first.
     pub async fn list_deliveries(
         &self,
         environment_ref: &Ref,
         endpoint_ref: &Ref,
+        filter: &DeliveryFilter,
         page: &PageRequest,
     ) -> Result<Page<DeliveryRecord>, StoreError> {
-        let filter = "environment_ref = $1 AND endpoint_ref = $2";
+        let mut args: Vec<Arg> = vec![
+            environment_ref.as_str().into(),
+            endpoint_ref.as_str().into(),
+        ];
+        let conditions = filter.conditions(&mut args);
         fetch_page(
             self.pool(),
             "webhook_deliveries",
             "delivery_ref",
-            filter,
-            &[
-                environment_ref.as_str().into(),
-                endpoint_ref.as_str().into(),
-            ],
+            &format!("environment_ref = $1 AND endpoint_ref = $2{conditions}"),
+            &args,
             page,
             delivery_from_row,
         )

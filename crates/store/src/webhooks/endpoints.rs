@@ -6,8 +6,8 @@
 //! (`store.webhooks()`) on the read pool.
 
 use super::Webhooks;
-use crate::db::codec::placeholders;
 use crate::db::codec::{opt_ts, state};
+use crate::db::marks::Marks;
 use crate::db::page::{fetch_page, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::single;
@@ -48,7 +48,7 @@ pub struct NewSecret {
     pub hint: String,
 }
 
-fn endpoint_from_row(row: &impl Columns) -> Result<EndpointRecord, StoreError> {
+fn endpoint_from_row(row: &dyn Columns) -> Result<EndpointRecord, StoreError> {
     Ok(EndpointRecord {
         endpoint_ref: Ref::from_trusted(text(row, "endpoint_ref")?),
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
@@ -63,7 +63,7 @@ fn endpoint_from_row(row: &impl Columns) -> Result<EndpointRecord, StoreError> {
     })
 }
 
-fn secret_from_row(row: &impl Columns) -> Result<(String, StoredSecretVersion), StoreError> {
+fn secret_from_row(row: &dyn Columns) -> Result<(String, StoredSecretVersion), StoreError> {
     Ok((
         text(row, "endpoint_ref")?,
         StoredSecretVersion {
@@ -312,7 +312,7 @@ impl Webhooks<'_> {
         }
         let sql = format!(
             "SELECT * FROM webhook_secret_versions WHERE endpoint_ref IN ({}) ORDER BY version",
-            placeholders(1, endpoints.len())
+            Marks::new(self.0.backend()).list(endpoints.len())
         );
         let args: Vec<Arg> = endpoints
             .iter()
@@ -359,7 +359,7 @@ impl Webhooks<'_> {
         if refs.is_empty() {
             return Ok(EndpointVersions::new());
         }
-        let sql = versions_query(refs.len());
+        let sql = versions_query(self.0.backend(), refs.len());
         let args: Vec<Arg> = refs.iter().map(|r| r.as_str().into()).collect();
         let entries = read::all(self.pool(), &sql, &args, version_entry).await?;
         Ok(entries.into_iter().collect())
@@ -369,15 +369,15 @@ impl Webhooks<'_> {
 /// Endpoint references to their version and status.
 pub type EndpointVersions = std::collections::HashMap<String, (i64, EndpointStatus)>;
 
-fn versions_query(n: usize) -> String {
+fn versions_query(backend: crate::Backend, n: usize) -> String {
     format!(
         "SELECT endpoint_ref, version, status, url_immutable FROM webhook_endpoints \
          WHERE endpoint_ref IN ({})",
-        placeholders(1, n)
+        Marks::new(backend).list(n)
     )
 }
 
-fn version_entry(row: &impl Columns) -> Result<(String, (i64, EndpointStatus)), StoreError> {
+fn version_entry(row: &dyn Columns) -> Result<(String, (i64, EndpointStatus)), StoreError> {
     let status = state(row, "status", EndpointStatus::parse)?;
     Ok((text(row, "endpoint_ref")?, (int(row, "version")?, status)))
 }
@@ -396,7 +396,10 @@ pub(crate) async fn endpoint_versions_in(
         return Ok((versions, fixed));
     }
     let args: Vec<Arg> = refs.iter().map(|r| r.as_str().into()).collect();
-    for row in tx.fetch(&versions_query(refs.len()), &args).await? {
+    for row in tx
+        .fetch(&versions_query(tx.backend(), refs.len()), &args)
+        .await?
+    {
         let (endpoint_ref, entry) = version_entry(&row)?;
         if int(&row, "url_immutable")? != 0 {
             fixed.insert(endpoint_ref.clone());

@@ -18,6 +18,7 @@
 pub mod data_profiles;
 pub mod deliveries;
 pub mod endpoints;
+pub mod redrive_jobs;
 pub mod subscriptions;
 
 use crate::Store;

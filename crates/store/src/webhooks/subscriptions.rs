@@ -29,7 +29,7 @@ pub struct NewSubscription<'a> {
     pub custom_field_refs: &'a [String],
 }
 
-fn from_row(row: &impl Columns) -> Result<SubscriptionRecord, StoreError> {
+fn from_row(row: &dyn Columns) -> Result<SubscriptionRecord, StoreError> {
     Ok(SubscriptionRecord {
         endpoint_ref: Ref::from_trusted(text(row, "endpoint_ref")?),
         public_event_type: text(row, "public_event_type")?,

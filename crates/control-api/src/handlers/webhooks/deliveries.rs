@@ -4,15 +4,16 @@
 use super::{load_delivery, load_endpoint};
 use crate::error::ApiError;
 use crate::handlers::admin::{opt_ts, ts};
+use crate::handlers::lists::{Filter, FilterKind, ListQuery};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
 use domain::cursor::scope;
 use domain::etag::etag;
-use domain::webhook::BodyStatus;
+use domain::webhook::{catalogue, BodyStatus, DeliveryStatus, ResponseClass};
 use domain::Timestamp;
 use serde::Serialize;
-use store::{AttemptRecord, DeliveryRecord};
+use store::{AttemptRecord, DeliveryFilter, DeliveryRecord};
 use utoipa::ToSchema;
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -162,22 +163,52 @@ pub async fn attempts(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     ))
 }
 
+/// The filters of `listWebhookDeliveries` (contract 12.2).
+pub fn filters() -> Vec<Filter> {
+    vec![
+        Filter::one_of("status", || {
+            DeliveryStatus::ALL.iter().map(|s| s.as_str()).collect()
+        }),
+        Filter::one_of("public_event_type", || {
+            catalogue::all().iter().map(|t| t.name).collect()
+        }),
+        Filter::of("created_after", FilterKind::Timestamp),
+        Filter::of("created_before", FilterKind::Timestamp),
+        Filter::one_of("last_response_class", || {
+            ResponseClass::FAILURES.iter().map(|c| c.as_str()).collect()
+        }),
+    ]
+}
+
+/// The delivery filter of a list query checked by `filters`.
+pub(crate) fn delivery_filter(query: &ListQuery<'_>) -> DeliveryFilter {
+    DeliveryFilter {
+        status: query.value("status").and_then(DeliveryStatus::parse),
+        public_event_type: query.value("public_event_type").map(str::to_owned),
+        created_after: query.timestamp("created_after"),
+        created_before: query.timestamp("created_before"),
+        last_response_class: query
+            .value("last_response_class")
+            .and_then(ResponseClass::parse),
+    }
+}
+
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    input.query_params(&["limit", "cursor"])?;
+    let query = ListQuery::parse_within(
+        ctx.op,
+        &input,
+        &[("endpoint_ref", Some(input.path_str("endpoint_ref")))],
+    )?;
     let endpoint = load_endpoint(ctx, &input).await?;
-    let list_scope = scope(
-        ctx.op.id,
-        &[("endpoint_ref", Some(endpoint.endpoint_ref.as_str()))],
-    );
-    let page = input.page(&list_scope)?;
+    let filter = delivery_filter(&query);
     let page = ctx
         .store()
         .webhooks()
-        .list_deliveries(ctx.env(), &endpoint.endpoint_ref, &page)
+        .list_deliveries(ctx.env(), &endpoint.endpoint_ref, &filter, &query.page)
         .await?;
     Ok(Reply::page(
         page,
-        &list_scope,
+        &query.scope,
         |d| (d.created_at.millis(), d.delivery_ref.to_string()),
         dto,
     ))

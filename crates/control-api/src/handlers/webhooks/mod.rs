@@ -3,11 +3,13 @@
 //! test sends and the event catalogue.
 
 pub mod data_profiles;
+pub mod dead_letters;
 pub mod deliveries;
 pub mod endpoints;
 pub mod event_types;
 pub mod health;
 pub mod redrive;
+pub mod redrive_jobs;
 pub mod secrets;
 pub mod subscriptions;
 pub mod test_send;
