@@ -93,13 +93,18 @@ fn main() -> ExitCode {
     runtime.block_on(run())
 }
 
+/// A numeric setting, or the reason it is not one.
+fn setting<T: std::str::FromStr + PartialOrd + Default>(name: &str, default: T) -> T {
+    env_num(name, default).unwrap_or_else(|e| panic!("{e}"))
+}
+
 async fn run() -> ExitCode {
-    let endpoints: usize = env_num("BENCH_ENDPOINTS", 5);
-    let rate: u64 = env_num("BENCH_RATE", 200);
-    let seconds: u64 = env_num("BENCH_SECONDS", 600);
-    let sample: u64 = env_num("BENCH_SAMPLE_SECONDS", 30);
-    let retention: u64 = env_num("BENCH_RETENTION_SECONDS", 60);
-    let every: u64 = env_num("BENCH_SWEEP_EVERY_SECONDS", 10);
+    let endpoints: usize = setting("BENCH_ENDPOINTS", 5);
+    let rate: u64 = setting("BENCH_RATE", 200);
+    let seconds: u64 = setting("BENCH_SECONDS", 600);
+    let sample: u64 = setting("BENCH_SAMPLE_SECONDS", 30);
+    let retention: u64 = setting("BENCH_RETENTION_SECONDS", 60);
+    let every: u64 = setting("BENCH_SWEEP_EVERY_SECONDS", 10);
     let sweep = std::env::var("BENCH_SWEEP").map_or(true, |v| v != "off");
 
     let app = Arc::new(TestApp::spawn(Backend::Sqlite).await);
