@@ -30,11 +30,9 @@
 //! events enter through the intake (`dispatcher::intake::accept`), which
 //! projects them before they are fanned out.
 
-use billing_tests::kit::{at, eur, is_ref, text};
+use billing_tests::kit::{at, eur, is_ref, list, one_time_config, paid_payment, text, timed_work};
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
-use billing_tests::{
-    backend_tests, fleet_enabled, unique_key, verifier, Backend, DispatcherHandle, TestApp,
-};
+use billing_tests::{backend_tests, fleet_enabled, verifier, Backend, DispatcherHandle, TestApp};
 use dispatcher::amqp::{self, AmqpSettings};
 use dispatcher::outbox::Target;
 use domain::{Prefix, Ref, Timestamp};
@@ -46,11 +44,6 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-const PRODUCTS: &str = "/api/v1/products";
-const PRICES: &str = "/api/v1/prices";
-const OFFERS: &str = "/api/v1/offers";
-const CONFIGS: &str = "/api/v1/checkout-configs";
-const SESSIONS: &str = "/api/v1/checkout-sessions";
 const ORDERS: &str = "/api/v1/orders";
 const ENTITLEMENTS: &str = "/api/v1/entitlements";
 const REFUNDS: &str = "/api/v1/refunds";
@@ -58,7 +51,6 @@ const DISPUTES: &str = "/api/v1/disputes";
 const PAYOUTS: &str = "/api/v1/payouts";
 const PARTICIPATIONS: &str = "/api/v1/participations";
 const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
-const OK_URL: &str = "https://example.com/ok";
 
 /// The upstream reason of the dispute: markup and a control character,
 /// which only its safe form (`reason_safe`) may carry, cleaned.
@@ -152,68 +144,7 @@ async fn retrieve(app: &TestApp, base: &str, reference: &str) -> Value {
     r.data().clone()
 }
 
-async fn list(app: &TestApp, path: &str) -> Vec<Value> {
-    let sep = if path.contains('?') { '&' } else { '?' };
-    let r = app.get(&format!("{path}{sep}limit=100")).send().await;
-    r.expect(200);
-    r.data()["items"].as_array().expect("items").clone()
-}
-
-/// Runs the timed work (settlement, scheduled starts) for the rest of the
-/// test, as the dispatcher role would.
-fn timed_work(app: &TestApp) {
-    tokio::spawn(control_api::jobs::run(
-        app.store.clone(),
-        std::future::pending(),
-    ));
-}
-
 // ---- paying and refunding ---------------------------------------------------------
-
-/// A published config selling one of each of `amounts` (EUR, one-time),
-/// each of its own product.
-async fn config_of(app: &TestApp, amounts: &[&str]) -> String {
-    let mut line_items = Vec::new();
-    for amount in amounts {
-        let r = app.post(PRODUCTS, json!({"name": "Product"})).send().await;
-        r.expect(201);
-        let product = text(&r.data()["product_ref"]);
-        app.post(&at(PRODUCTS, &product, "/publish"), json!({}))
-            .send()
-            .await
-            .expect(200);
-        let r = app
-            .post(
-                PRICES,
-                json!({"product_ref": product, "amount": eur(amount), "type": "one_time"}),
-            )
-            .send()
-            .await;
-        r.expect(201);
-        let price = text(&r.data()["price_ref"]);
-        app.post(&at(PRICES, &price, "/publish"), json!({}))
-            .send()
-            .await
-            .expect(200);
-        let offers = list(app, &format!("{OFFERS}?product_ref={product}")).await;
-        assert_eq!(offers.len(), 1, "one offer per product: {offers:?}");
-        line_items.push(json!({"offer_ref": offers[0]["offer_ref"], "quantity": 1}));
-    }
-    let r = app
-        .post(
-            CONFIGS,
-            json!({"name": "Checkout", "line_items": line_items, "success_url": OK_URL}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let config = text(&r.data()["config_ref"]);
-    app.post(&at(CONFIGS, &config, "/publish"), json!({}))
-        .send()
-        .await
-        .expect(200);
-    config
-}
 
 /// A succeeded payment, its buyer and order.
 struct Paid {
@@ -224,26 +155,7 @@ struct Paid {
 
 /// Pays a new session of `config` with `pm` for a buyer of its own.
 async fn paid(app: &TestApp, config: &str, pm: &str) -> Paid {
-    let email = format!("{}@example.com", unique_key());
-    let r = app
-        .post(
-            SESSIONS,
-            json!({"config_ref": config, "buyer": {"email": email, "name": "Ada Lovelace"}}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let session = text(&r.data()["checkout_session_ref"]);
-    let r = app
-        .post(
-            &at(SESSIONS, &session, "/pay"),
-            json!({"payment_method": pm}),
-        )
-        .send()
-        .await;
-    r.expect(200);
-    let p = r.data()["payment"].clone();
-    assert_eq!(p["status"], "succeeded", "{p}");
+    let p = paid_payment(app, config, pm).await;
     let payment = text(&p["payment_intent_ref"]);
     let buyer = text(&p["buyer_ref"]);
     let orders = list(app, &format!("{ORDERS}?buyer_ref={buyer}")).await;
@@ -635,7 +547,7 @@ async fn refund_dispute_payout_and_participation_events_arrive_once_signed(app: 
 /// carrying their events; then every check.
 async fn scenario(app: &TestApp, pipeline: Pipeline) {
     timed_work(app);
-    let config = config_of(app, &["1999", "500"]).await;
+    let config = one_time_config(app, &["1999", "500"]).await;
     let e = endpoint(app).await;
     let mut expected: Expected = BTreeMap::new();
     // Snapshots of resources at their events' time, by (type, reference).
