@@ -4,6 +4,7 @@
 //! exhaustion fails; redrive delivers generation 2; pause holds and resume
 //! releases; the receiver's misbehaviour never harms the dispatcher.
 
+use billing_tests::kit::{attempts, newest_delivery, set_paused, settled};
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, unique_key, verifier, TestApp};
 use serde_json::{json, Value};
@@ -11,35 +12,6 @@ use std::time::Duration;
 
 fn payment() -> Value {
     domain::webhook::catalogue::example("payment.succeeded", 2).expect("example")
-}
-
-async fn delivery_of(app: &TestApp, endpoint: &str) -> Value {
-    let list = app
-        .get(&format!("/api/v1/webhook_endpoints/{endpoint}/deliveries"))
-        .send()
-        .await;
-    list.expect(200);
-    list.data()["items"][0].clone()
-}
-
-/// Waits until the endpoint's newest delivery has `status`.
-async fn settled(app: &TestApp, endpoint: &str, status: &str) -> Value {
-    app.eventually(20, || async {
-        let d = delivery_of(app, endpoint).await;
-        (d["status"] == status).then_some(d)
-    })
-    .await
-}
-
-async fn attempts(app: &TestApp, delivery: &str) -> Vec<Value> {
-    let r = app
-        .get(&format!(
-            "/api/v1/webhook_deliveries/{delivery}/attempts?limit=100"
-        ))
-        .send()
-        .await;
-    r.expect(200);
-    r.data()["items"].as_array().unwrap().clone()
 }
 
 async fn delivered_signed_and_recorded(app: TestApp) {
@@ -439,17 +411,6 @@ async fn redrive_delivers_generation_two(app: TestApp) {
     assert_eq!(got[0].header("webhook-id"), got[1].header("webhook-id"));
 }
 
-/// Pauses or resumes the endpoint (`action`: `pause` or `resume`).
-async fn set_paused(app: &TestApp, endpoint: &str, action: &str) {
-    app.action(
-        &format!("/api/v1/webhook_endpoints/{endpoint}/{action}"),
-        "*",
-    )
-    .send()
-    .await
-    .expect(200);
-}
-
 async fn pause_holds_and_resume_releases(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(200)).await;
     let (endpoint, _) = app
@@ -528,7 +489,7 @@ async fn retry_after_is_honoured(app: TestApp) {
     app.publish("payout.paid", example("payout.paid")).await;
     let d = app
         .eventually(10, || async {
-            let d = delivery_of(&app, &endpoint).await;
+            let d = newest_delivery(&app, &endpoint).await;
             (d["attempt_count"] == 1).then_some(d)
         })
         .await;

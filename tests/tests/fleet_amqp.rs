@@ -10,6 +10,7 @@
 //! its own by `event_ref` or body; events of another test's environment
 //! match no subscription here.
 
+use billing_tests::kit::settled;
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{fleet_enabled, verifier, Backend, TestApp};
 use dispatcher::amqp::{self, AmqpSettings};
@@ -166,25 +167,6 @@ impl Fleet {
         }
         let _ = self.connection.close(200, "test done").await;
     }
-}
-
-/// The newest delivery of `endpoint`.
-async fn delivery_of(app: &TestApp, endpoint: &str) -> Value {
-    let list = app
-        .get(&format!("/api/v1/webhook_endpoints/{endpoint}/deliveries"))
-        .send()
-        .await;
-    list.expect(200);
-    list.data()["items"][0].clone()
-}
-
-/// Waits until the endpoint's newest delivery has `status`.
-async fn settled(app: &TestApp, endpoint: &str, status: &str) -> Value {
-    app.eventually(20, || async {
-        let d = delivery_of(app, endpoint).await;
-        (d["status"] == status).then_some(d)
-    })
-    .await
 }
 
 /// How many requests `receiver` got for `event_ref`.
