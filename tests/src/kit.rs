@@ -218,13 +218,65 @@ pub fn timed_work(app: &TestApp) {
     ));
 }
 
-// ---- the catalogue and paying ------------------------------------------------------
+/// The API's collections, well-formed references that name nothing, and
+/// the fields of resources more than one module reads. Modules take them
+/// with `use billing_tests::kit::api::*;`.
+pub mod api {
+    pub const PRODUCTS: &str = "/api/v1/products";
+    pub const PRICES: &str = "/api/v1/prices";
+    pub const OFFERS: &str = "/api/v1/offers";
+    pub const PLAN: &str = "/api/v1/promotions/plan";
+    pub const APPLY: &str = "/api/v1/promotions/apply";
+    pub const CONFIGS: &str = "/api/v1/checkout-configs";
+    pub const SESSIONS: &str = "/api/v1/checkout-sessions";
+    pub const PAYMENTS: &str = "/api/v1/payments";
+    pub const CAPTURES: &str = "/api/v1/captures";
+    pub const ORDERS: &str = "/api/v1/orders";
+    pub const INVOICES: &str = "/api/v1/invoices";
+    pub const ENTITLEMENTS: &str = "/api/v1/entitlements";
+    pub const BUYERS: &str = "/api/v1/buyers";
+    pub const METHODS: &str = "/api/v1/payment_methods";
+    pub const SUBSCRIPTIONS: &str = "/api/v1/subscriptions";
+    pub const CHANGES: &str = "/api/v1/subscription-changes";
+    pub const JOURNEYS: &str = "/api/v1/journeys";
+    pub const REFUNDS: &str = "/api/v1/refunds";
+    pub const DISPUTES: &str = "/api/v1/disputes";
+    pub const PAYOUTS: &str = "/api/v1/payouts";
+    pub const PARTICIPATIONS: &str = "/api/v1/participations";
+    pub const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
+    /// A checkout config's success URL.
+    pub const OK_URL: &str = "https://example.com/ok";
 
-const PRODUCTS: &str = "/api/v1/products";
-const PRICES: &str = "/api/v1/prices";
-const OFFERS: &str = "/api/v1/offers";
-const CONFIGS: &str = "/api/v1/checkout-configs";
-const SESSIONS: &str = "/api/v1/checkout-sessions";
+    // Well-formed references that name nothing.
+    pub const NO_PRODUCT: &str = "prd_N5xP3cV8bT1m";
+    pub const NO_PRICE: &str = "pri_N5xP3cV8bT1m";
+    pub const NO_OFFER: &str = "ofr_N5xP3cV8bT1m";
+    pub const NO_CONFIG: &str = "cco_N5xP3cV8bT1m";
+    pub const NO_SESSION: &str = "cs_N5xP3cV8bT1m";
+    pub const NO_METHOD: &str = "spm_N5xP3cV8bT1m";
+    pub const NO_BUYER: &str = "buy_N5xP3cV8bT1m";
+    pub const NO_PAYMENT: &str = "pay_N5xP3cV8bT1m";
+    pub const NO_REFUND: &str = "ref_N5xP3cV8bT1m";
+    pub const NO_DISPUTE: &str = "dsp_N5xP3cV8bT1m";
+
+    /// A dispute's fields (contract 10.1).
+    pub const DISPUTE_FIELDS: &[&str] = &[
+        "dispute_ref",
+        "payment_intent_ref",
+        "amount",
+        "kind",
+        "status",
+        "reason_safe",
+        "opened_at",
+        "evidence_due_at",
+        "resolved_at",
+        "etag",
+    ];
+}
+
+use api::*;
+
+// ---- the catalogue and paying ------------------------------------------------------
 
 /// Creates from `body` at `path` (201) with the credential `secret`;
 /// returns the new resource's `ref_field`.
@@ -314,8 +366,7 @@ pub async fn one_time_config(app: &TestApp, amounts: &[&str]) -> String {
     }
     published_config(
         app,
-        json!({"name": "Checkout", "line_items": line_items,
-            "success_url": "https://example.com/ok"}),
+        json!({"name": "Checkout", "line_items": line_items, "success_url": OK_URL}),
     )
     .await
 }
@@ -357,8 +408,6 @@ pub async fn paid_payment(app: &TestApp, config: &str, pm: &str) -> Value {
 }
 
 // ---- webhooks ----------------------------------------------------------------------
-
-const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
 
 /// Creates an endpoint for `url` in the sandbox; its reference and the
 /// response.

@@ -84,6 +84,79 @@ pub fn fleet_enabled() -> bool {
     std::env::var("BILLING_TEST_FLEET").is_ok_and(|v| v == "1")
 }
 
+/// Whether the fleet tests run (`BILLING_TEST_FLEET=1`); when they do
+/// not, says once per `notice` that those needing `services` were not run.
+pub fn fleet_or_say(notice: &Once, services: &str) -> bool {
+    if fleet_enabled() {
+        return true;
+    }
+    notice.call_once(|| {
+        // Written to the stream itself: libtest captures `eprintln!`.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "fleet tests ({services}) not run: set BILLING_TEST_FLEET=1 to run them"
+        );
+    });
+    false
+}
+
+/// The RabbitMQ broker of the fleet tests.
+pub const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// A fleet test's own queues on `billing.events` and a broker connection
+/// to inspect them. Every queue bound to `billing.events` with `#` sees
+/// every test's events; those of other tests' environments match no
+/// subscription of this test.
+pub struct TestQueues {
+    pub settings: dispatcher::amqp::AmqpSettings,
+    pub connection: lapin::Connection,
+    pub channel: lapin::Channel,
+}
+
+impl TestQueues {
+    /// Declares a new test's queues, before any consumer runs, as a
+    /// previous run of the service would have: nothing published from now
+    /// on is lost. A broker that cannot be reached is a failure.
+    pub async fn declare() -> TestQueues {
+        use dispatcher::amqp::{self, AmqpSettings};
+        let id = format!("{:016x}", rand::random::<u64>());
+        let connection = amqp::connect(BROKER, &format!("billing-test-client-{id}"))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("BILLING_TEST_FLEET=1 but RabbitMQ is not reachable at {BROKER}: {e}")
+            });
+        let channel = connection.create_channel().await.expect("a channel");
+        let settings = AmqpSettings {
+            queue: format!("billing.events.test-{id}"),
+            dead_queue: format!("billing.events.dead.test-{id}"),
+            // Left-overs of a test that failed half-way go away by themselves.
+            queue_expires: Some(std::time::Duration::from_secs(300)),
+            connection_name: format!("billing-test-intake-{id}"),
+            ..AmqpSettings::new(BROKER)
+        };
+        amqp::declare(&channel, &settings)
+            .await
+            .expect("the topology is declared");
+        TestQueues {
+            settings,
+            connection,
+            channel,
+        }
+    }
+
+    /// Deletes the test's queues and closes the connection.
+    pub async fn cleanup(self) {
+        for q in [&self.settings.queue, &self.settings.dead_queue] {
+            let _ = self
+                .channel
+                .queue_delete(q, lapin::options::QueueDeleteOptions::default())
+                .await;
+        }
+        let _ = self.connection.close(200, "test done").await;
+    }
+}
+
 impl TestApp {
     pub async fn spawn(backend: Backend) -> TestApp {
         TestApp::spawn_with(backend, |_| {}).await
@@ -154,15 +227,7 @@ impl TestApp {
     /// after saying once that they were not run.
     pub async fn spawn_fleet() -> Option<TestApp> {
         static NOTICE: Once = Once::new();
-        if !fleet_enabled() {
-            NOTICE.call_once(|| {
-                // Written to the stream itself: libtest captures `eprintln!`.
-                use std::io::Write;
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "fleet tests (PostgreSQL) not run: set BILLING_TEST_FLEET=1 to run them"
-                );
-            });
+        if !fleet_or_say(&NOTICE, "PostgreSQL") {
             return None;
         }
         Some(TestApp::spawn(Backend::Postgres).await)

@@ -15,30 +15,19 @@
 //! in the fleet variant (only with `BILLING_TEST_FLEET=1`; then a missing
 //! broker or PostgreSQL is a failure, never a skip).
 
-use billing_tests::kit::{eur, is_ref, text};
+use billing_tests::kit::api::*;
+use billing_tests::kit::{eur, get, is_ref, sellable, text};
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
-use billing_tests::{backend_tests, fleet_enabled, verifier, Backend, DispatcherHandle, TestApp};
+use billing_tests::{
+    backend_tests, fleet_or_say, verifier, Backend, DispatcherHandle, TestApp, TestQueues, BROKER,
+};
 use dispatcher::amqp::{self, AmqpSettings};
 use dispatcher::outbox::Target;
-use lapin::options::QueueDeleteOptions;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Once;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-const PRODUCTS: &str = "/api/v1/products";
-const PRICES: &str = "/api/v1/prices";
-const OFFERS: &str = "/api/v1/offers";
-const CONFIGS: &str = "/api/v1/checkout-configs";
-const SESSIONS: &str = "/api/v1/checkout-sessions";
-const PAYMENTS: &str = "/api/v1/payments";
-const ORDERS: &str = "/api/v1/orders";
-const INVOICES: &str = "/api/v1/invoices";
-const ENTITLEMENTS: &str = "/api/v1/entitlements";
-const SUBSCRIPTIONS: &str = "/api/v1/subscriptions";
-const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
 
 /// The buyers of the two sessions, and the custom field values of the
 /// first: personal data that must not reach an endpoint whose grant does
@@ -121,35 +110,8 @@ async fn offer(
     amount: Value,
     interval: Option<&str>,
 ) -> (String, String) {
-    let r = app.post(PRODUCTS, json!({"name": name})).send().await;
-    r.expect(201);
-    let product = text(&r.data()["product_ref"]);
-    app.post(&format!("{PRODUCTS}/{product}/publish"), json!({}))
-        .send()
-        .await
-        .expect(200);
-    let body = match interval {
-        Some(i) => {
-            json!({"product_ref": product, "amount": amount, "type": "recurring", "interval": i})
-        }
-        None => json!({"product_ref": product, "amount": amount, "type": "one_time"}),
-    };
-    let r = app.post(PRICES, body).send().await;
-    r.expect(201);
-    let price = text(&r.data()["price_ref"]);
-    app.post(&format!("{PRICES}/{price}/publish"), json!({}))
-        .send()
-        .await
-        .expect(200);
-    let r = app
-        .get(&format!("{OFFERS}?product_ref={product}"))
-        .send()
-        .await;
-    r.expect(200);
-    let offers = r.data()["items"].as_array().expect("items").clone();
-    assert_eq!(offers.len(), 1, "one offer per product: {}", r.text);
-    let offer = text(&offers[0]["offer_ref"]);
-    (product, offer)
+    let s = sellable(app, name, amount, interval).await;
+    (s.product, s.offer)
 }
 
 /// Creates and publishes a checkout config from `body`; its reference and
@@ -899,11 +861,7 @@ fn delivery_of(e: &Endpoint, event_type: &str, version: u32, reference: &str) ->
 }
 
 async fn body_status(app: &TestApp, delivery: &str) -> Value {
-    let r = app
-        .get(&format!("/api/v1/webhook_deliveries/{delivery}/body"))
-        .send()
-        .await;
-    r.expect(200);
+    let r = get(app, &format!("/api/v1/webhook_deliveries/{delivery}/body")).await;
     r.data()["body_status"].clone()
 }
 
@@ -1023,35 +981,11 @@ backend_tests!(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fleet_events_cross_rabbitmq_to_two_dispatchers_once() {
     static NOTICE: Once = Once::new();
-    if !fleet_enabled() {
-        NOTICE.call_once(|| {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "fleet tests (RabbitMQ, PostgreSQL) not run: set BILLING_TEST_FLEET=1 to run them"
-            );
-        });
+    if !fleet_or_say(&NOTICE, "RabbitMQ, PostgreSQL") {
         return;
     }
-    let id = format!("{:016x}", rand::random::<u64>());
-    let connection = amqp::connect(BROKER, &format!("billing-test-client-{id}"))
-        .await
-        .unwrap_or_else(|e| {
-            panic!("BILLING_TEST_FLEET=1 but RabbitMQ is not reachable at {BROKER}: {e}")
-        });
-    let channel = connection.create_channel().await.expect("a channel");
-    // Every queue bound to `billing.events` with `#` sees every test's
-    // events; those of other tests' environments match no subscription here.
-    let settings = AmqpSettings {
-        queue: format!("billing.events.test-{id}"),
-        dead_queue: format!("billing.events.dead.test-{id}"),
-        queue_expires: Some(Duration::from_secs(300)),
-        connection_name: format!("billing-test-intake-{id}"),
-        ..AmqpSettings::new(BROKER)
-    };
-    amqp::declare(&channel, &settings)
-        .await
-        .expect("the topology is declared");
+    let queues = TestQueues::declare().await;
+    let settings = &queues.settings;
     let app = TestApp::spawn(Backend::Postgres).await;
     let c = catalogue(&app).await;
     let a = endpoint(&app, &c, false, &[]).await;
@@ -1065,7 +999,7 @@ async fn fleet_events_cross_rabbitmq_to_two_dispatchers_once() {
     ))];
     for n in 1..=2 {
         let consumer = AmqpSettings {
-            connection_name: format!("billing-test-intake-{id}-{n}"),
+            connection_name: format!("{}-{n}", settings.connection_name),
             ..settings.clone()
         };
         tasks.push(tokio::spawn(amqp::consume(
@@ -1091,9 +1025,5 @@ async fn fleet_events_cross_rabbitmq_to_two_dispatchers_once() {
     assert_eq!(seen_by_a, seen_by_b, "both endpoints got the same events");
     pipeline.shutdown().await;
     assert!(app.store.outbox_batch(10).await.unwrap().is_empty());
-
-    for q in [&settings.queue, &settings.dead_queue] {
-        let _ = channel.queue_delete(q, QueueDeleteOptions::default()).await;
-    }
-    let _ = connection.close(200, "test done").await;
+    queues.cleanup().await;
 }

@@ -12,12 +12,11 @@
 //!   parameter has its reference shape, and every error response refers to
 //!   the one error body of contract 2.
 
+use billing_tests::kit::api::*;
 use billing_tests::kit::{create_endpoint, eur, get, pay, sellable, text};
 use billing_tests::{backend_tests, Resp, TestApp};
 use control_api::operations::{Method, OPERATIONS};
 use serde_json::{json, Value};
-
-const OK_URL: &str = "https://example.com/ok";
 
 async fn document(app: &TestApp) -> Value {
     let doc = app.anon("GET", "/api/v1/openapi.json").send().await;

@@ -13,6 +13,7 @@
 //! intake (`dispatcher::intake::accept`), which asks the projector the
 //! harness registered.
 
+use billing_tests::kit::api::*;
 use billing_tests::kit::{
     self, create_endpoint, deliveries, eur, items, list, one_time_config, paid_payment, text,
 };
@@ -22,29 +23,10 @@ use dispatcher::intake::Accepted;
 use domain::{Prefix, Ref, Timestamp};
 use serde_json::{json, Value};
 
-const REFUNDS: &str = "/api/v1/refunds";
-const DISPUTES: &str = "/api/v1/disputes";
-const PAYOUTS: &str = "/api/v1/payouts";
-const PARTICIPATIONS: &str = "/api/v1/participations";
-const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
-
 /// A well-formed payment reference that names nothing.
-const NO_PAYMENT: &str = "pay_N5xP3cV8bT1m";
 
 const DAY: i64 = 86_400;
 
-const DISPUTE_FIELDS: &[&str] = &[
-    "dispute_ref",
-    "payment_intent_ref",
-    "amount",
-    "kind",
-    "status",
-    "reason_safe",
-    "opened_at",
-    "evidence_due_at",
-    "resolved_at",
-    "etag",
-];
 const PAYOUT_FIELDS: &[&str] = &[
     "payout_ref",
     "beneficiary_business_ref",

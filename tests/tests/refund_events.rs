@@ -30,27 +30,20 @@
 //! events enter through the intake (`dispatcher::intake::accept`), which
 //! projects them before they are fanned out.
 
+use billing_tests::kit::api::*;
 use billing_tests::kit::{at, eur, is_ref, list, one_time_config, paid_payment, text, timed_work};
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
-use billing_tests::{backend_tests, fleet_enabled, verifier, Backend, DispatcherHandle, TestApp};
+use billing_tests::{
+    backend_tests, fleet_or_say, verifier, Backend, DispatcherHandle, TestApp, TestQueues, BROKER,
+};
 use dispatcher::amqp::{self, AmqpSettings};
 use dispatcher::outbox::Target;
 use domain::{Prefix, Ref, Timestamp};
-use lapin::options::QueueDeleteOptions;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Once;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-const ORDERS: &str = "/api/v1/orders";
-const ENTITLEMENTS: &str = "/api/v1/entitlements";
-const REFUNDS: &str = "/api/v1/refunds";
-const DISPUTES: &str = "/api/v1/disputes";
-const PAYOUTS: &str = "/api/v1/payouts";
-const PARTICIPATIONS: &str = "/api/v1/participations";
-const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
 
 /// The upstream reason of the dispute: markup and a control character,
 /// which only its safe form (`reason_safe`) may carry, cleaned.
@@ -724,38 +717,12 @@ backend_tests!(refund_dispute_payout_and_participation_events_arrive_once_signed
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fleet_refund_events_cross_rabbitmq_to_two_dispatchers_once() {
     static NOTICE: Once = Once::new();
-    if !fleet_enabled() {
-        NOTICE.call_once(|| {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "fleet tests (RabbitMQ, PostgreSQL) not run: set BILLING_TEST_FLEET=1 to run them"
-            );
-        });
+    if !fleet_or_say(&NOTICE, "RabbitMQ, PostgreSQL") {
         return;
     }
-    let id = format!("{:016x}", rand::random::<u64>());
-    let connection = amqp::connect(BROKER, &format!("billing-test-client-{id}"))
-        .await
-        .unwrap_or_else(|e| {
-            panic!("BILLING_TEST_FLEET=1 but RabbitMQ is not reachable at {BROKER}: {e}")
-        });
-    let channel = connection.create_channel().await.expect("a channel");
-    let settings = AmqpSettings {
-        queue: format!("billing.events.test-{id}"),
-        dead_queue: format!("billing.events.dead.test-{id}"),
-        queue_expires: Some(Duration::from_secs(300)),
-        connection_name: format!("billing-test-intake-{id}"),
-        ..AmqpSettings::new(BROKER)
-    };
-    amqp::declare(&channel, &settings)
-        .await
-        .expect("the topology is declared");
+    let queues = TestQueues::declare().await;
     let app = TestApp::spawn(Backend::Postgres).await;
-    let pipeline = Pipeline::fleet(&app, &settings);
+    let pipeline = Pipeline::fleet(&app, &queues.settings);
     scenario(&app, pipeline).await;
-    for q in [&settings.queue, &settings.dead_queue] {
-        let _ = channel.queue_delete(q, QueueDeleteOptions::default()).await;
-    }
-    let _ = connection.close(200, "test done").await;
+    queues.cleanup().await;
 }

@@ -9,6 +9,7 @@
 //! The test harness starts no dispatcher, so each test runs the timed work
 //! (`control_api::jobs::run`) itself.
 
+use billing_tests::kit::api::*;
 use billing_tests::kit::{
     at, eur, has_fields, invalid, is_ref, items, list, money, new_session, one_time_config,
     paid_payment, pay, text, timed_work,
@@ -16,18 +17,6 @@ use billing_tests::kit::{
 use billing_tests::{backend_tests, unique_key, Resp, TestApp};
 use domain::Timestamp;
 use serde_json::{json, Value};
-
-const PAYMENTS: &str = "/api/v1/payments";
-const CAPTURES: &str = "/api/v1/captures";
-const ORDERS: &str = "/api/v1/orders";
-const ENTITLEMENTS: &str = "/api/v1/entitlements";
-const REFUNDS: &str = "/api/v1/refunds";
-const DISPUTES: &str = "/api/v1/disputes";
-
-/// Well-formed references that name nothing.
-const NO_PAYMENT: &str = "pay_N5xP3cV8bT1m";
-const NO_REFUND: &str = "ref_N5xP3cV8bT1m";
-const NO_DISPUTE: &str = "dsp_N5xP3cV8bT1m";
 
 const REFUND_FIELDS: &[&str] = &[
     "refund_ref",
@@ -45,18 +34,6 @@ const REFUND_FIELDS: &[&str] = &[
     "canceled_at",
     "created_at",
     "updated_at",
-    "etag",
-];
-const DISPUTE_FIELDS: &[&str] = &[
-    "dispute_ref",
-    "payment_intent_ref",
-    "amount",
-    "kind",
-    "status",
-    "reason_safe",
-    "opened_at",
-    "evidence_due_at",
-    "resolved_at",
     "etag",
 ];
 

@@ -8,6 +8,7 @@
 //! (`standardwebhooks` from PyPI, run with python3 and installed on first
 //! use) over headers computed from the secrets the store keeps encrypted.
 
+use billing_tests::kit::api::*;
 use billing_tests::kit::{
     etag_matches, get, invalid, is_ref, is_ts, items, newest_first, text, walk, walk_from,
 };
@@ -21,7 +22,6 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
-const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
 const BATCH: &str = "/api/v1/webhook_deliveries/redrive";
 const URL: &str = "https://example.com/hooks";
 /// The custom field the catalogue's examples carry.
