@@ -157,6 +157,79 @@ impl TestQueues {
     }
 }
 
+/// The background work that carries the service's own events to
+/// receivers: the outbox relay, RabbitMQ consumers (in fleet mode) and
+/// dispatchers.
+pub struct EventPipeline {
+    stop: tokio_util::sync::CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    dispatchers: Vec<DispatcherHandle>,
+}
+
+impl EventPipeline {
+    /// Embedded mode: the relay moves events into the store's queue; one
+    /// dispatcher fans them out and delivers.
+    pub fn embedded(app: &TestApp) -> EventPipeline {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let relay = tokio::spawn(dispatcher::outbox::relay(
+            app.store.clone(),
+            dispatcher::outbox::Target::Queue(app.queue.clone()),
+            stop.clone(),
+        ));
+        EventPipeline {
+            stop,
+            tasks: vec![relay],
+            dispatchers: vec![app.start_dispatcher(app.dispatch_settings("0s,1s"))],
+        }
+    }
+
+    /// Fleet mode: the relay publishes to RabbitMQ, two consumers of the
+    /// test's own queue (`settings`) accept into the store, two dispatchers
+    /// deliver.
+    pub fn fleet(app: &TestApp, settings: &dispatcher::amqp::AmqpSettings) -> EventPipeline {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let mut tasks = vec![tokio::spawn(dispatcher::outbox::relay(
+            app.store.clone(),
+            dispatcher::outbox::Target::Amqp(BROKER.to_owned()),
+            stop.clone(),
+        ))];
+        for n in 1..=2 {
+            let consumer = dispatcher::amqp::AmqpSettings {
+                connection_name: format!("{}-{n}", settings.connection_name),
+                ..settings.clone()
+            };
+            tasks.push(tokio::spawn(dispatcher::amqp::consume(
+                app.queue.clone(),
+                consumer,
+                stop.clone(),
+            )));
+        }
+        let dispatchers = (0..2)
+            .map(|_| app.start_dispatcher(app.dispatch_settings("0s,1s")))
+            .collect();
+        EventPipeline {
+            stop,
+            tasks,
+            dispatchers,
+        }
+    }
+
+    /// Stops the relay and consumers (promptly, without a panic), then the
+    /// dispatchers.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        for t in self.tasks {
+            tokio::time::timeout(std::time::Duration::from_secs(15), t)
+                .await
+                .expect("the relay and consumers stop promptly")
+                .expect("the relay and consumers do not panic");
+        }
+        for d in self.dispatchers {
+            d.shutdown().await;
+        }
+    }
+}
+
 impl TestApp {
     pub async fn spawn(backend: Backend) -> TestApp {
         TestApp::spawn_with(backend, |_| {}).await
@@ -422,6 +495,28 @@ impl TestApp {
         sqlx::AnyPool::connect(&self.database_url)
             .await
             .expect("database")
+    }
+
+    /// Waits (at most `secs` seconds) until `receiver` got `n` distinct
+    /// deliveries, then a little longer, so that a duplicate would have
+    /// arrived too, and shuts `dispatchers` down; every `webhook-id`
+    /// received, duplicates included.
+    pub async fn all_received(
+        &self,
+        receiver: &receiver::TestReceiver,
+        n: usize,
+        secs: u64,
+        dispatchers: Vec<DispatcherHandle>,
+    ) -> Vec<String> {
+        self.eventually(secs, || async {
+            (receiver.distinct_deliveries() >= n).then_some(())
+        })
+        .await;
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        for d in dispatchers {
+            d.shutdown().await;
+        }
+        receiver.webhook_ids()
     }
 
     /// Polls `f` until it returns `Some`, for at most `secs` seconds.

@@ -99,6 +99,21 @@ impl TestReceiver {
     pub fn count(&self) -> usize {
         self.shared.received.lock().expect("lock").len()
     }
+
+    /// The `webhook-id` of every request received, in order: a delivery
+    /// attempted twice is there twice.
+    pub fn webhook_ids(&self) -> Vec<String> {
+        self.received()
+            .iter()
+            .map(|r| r.header("webhook-id").to_owned())
+            .collect()
+    }
+
+    /// How many distinct deliveries (`webhook-id`s) arrived.
+    pub fn distinct_deliveries(&self) -> usize {
+        let ids = self.webhook_ids();
+        ids.iter().collect::<std::collections::HashSet<_>>().len()
+    }
 }
 
 async fn answer(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {

@@ -16,18 +16,15 @@
 //! broker or PostgreSQL is a failure, never a skip).
 
 use billing_tests::kit::api::*;
-use billing_tests::kit::{eur, get, is_ref, sellable, text};
+use billing_tests::kit::{deliveries, eur, get, is_ref, sellable, text};
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
 use billing_tests::{
-    backend_tests, fleet_or_say, verifier, Backend, DispatcherHandle, TestApp, TestQueues, BROKER,
+    backend_tests, fleet_or_say, verifier, Backend, EventPipeline as Pipeline, TestApp, TestQueues,
 };
-use dispatcher::amqp::{self, AmqpSettings};
-use dispatcher::outbox::Target;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Once;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// The buyers of the two sessions, and the custom field values of the
 /// first: personal data that must not reach an endpoint whose grant does
@@ -341,14 +338,7 @@ async fn all_delivered(app: &TestApp, endpoints: &[&Endpoint]) {
         app.eventually(30, || async { (e.receiver.count() >= total).then_some(()) })
             .await;
         app.eventually(15, || async {
-            let r = app
-                .get(&format!(
-                    "{ENDPOINTS}/{}/deliveries?limit=100",
-                    e.endpoint_ref
-                ))
-                .send()
-                .await;
-            let items = r.data()["items"].as_array()?.clone();
+            let items = deliveries(app, &e.endpoint_ref).await;
             (items.len() >= total && items.iter().all(|d| d["status"] == "succeeded")).then_some(())
         })
         .await;
@@ -705,14 +695,11 @@ async fn check_endpoint(app: &TestApp, e: &Endpoint, expected: &Resources) -> BT
         } else {
             vec![reason("environment", &json!(app.sandbox.environment_ref))]
         };
-        let view = app
-            .get(&format!(
-                "/api/v1/webhook_deliveries/{}/body",
-                r.header("webhook-id")
-            ))
-            .send()
-            .await;
-        view.expect(200);
+        let view = get(
+            app,
+            &format!("/api/v1/webhook_deliveries/{}/body", r.header("webhook-id")),
+        )
+        .await;
         let view = view.data();
         assert_eq!(view["body_status"], "available", "{view}");
         assert_eq!(view["payload"], body, "{who}: the body view");
@@ -727,17 +714,8 @@ async fn check_endpoint(app: &TestApp, e: &Endpoint, expected: &Resources) -> BT
     }
 
     // The endpoint's deliveries are exactly the requests received.
-    let r = app
-        .get(&format!(
-            "{ENDPOINTS}/{}/deliveries?limit=100",
-            e.endpoint_ref
-        ))
-        .send()
-        .await;
-    r.expect(200);
-    let listed: HashSet<String> = r.data()["items"]
-        .as_array()
-        .expect("items")
+    let listed: HashSet<String> = deliveries(app, &e.endpoint_ref)
+        .await
         .iter()
         .map(|d| {
             assert_eq!(d["status"], "succeeded", "{d}");
@@ -748,47 +726,6 @@ async fn check_endpoint(app: &TestApp, e: &Endpoint, expected: &Resources) -> BT
     assert_eq!(listed, received, "{who}: deliveries listed vs received");
 
     per_event.into_keys().collect()
-}
-
-// ---- the pipeline ---------------------------------------------------------------
-
-/// The background work of a test: the outbox relay, RabbitMQ consumers (in
-/// the fleet variant) and dispatchers.
-struct Pipeline {
-    stop: CancellationToken,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    dispatchers: Vec<DispatcherHandle>,
-}
-
-impl Pipeline {
-    /// Embedded mode: the relay moves events into the store's queue; one
-    /// dispatcher fans them out and delivers.
-    fn embedded(app: &TestApp) -> Pipeline {
-        let stop = CancellationToken::new();
-        let relay = tokio::spawn(dispatcher::outbox::relay(
-            app.store.clone(),
-            Target::Queue(app.queue.clone()),
-            stop.clone(),
-        ));
-        Pipeline {
-            stop,
-            tasks: vec![relay],
-            dispatchers: vec![app.start_dispatcher(app.dispatch_settings("0s,1s"))],
-        }
-    }
-
-    async fn shutdown(self) {
-        self.stop.cancel();
-        for t in self.tasks {
-            tokio::time::timeout(Duration::from_secs(15), t)
-                .await
-                .expect("the relay and consumers stop promptly")
-                .expect("the relay and consumers do not panic");
-        }
-        for d in self.dispatchers {
-            d.shutdown().await;
-        }
-    }
 }
 
 // ---- tests --------------------------------------------------------------------
@@ -991,31 +928,7 @@ async fn fleet_events_cross_rabbitmq_to_two_dispatchers_once() {
     let a = endpoint(&app, &c, false, &[]).await;
     let b = endpoint(&app, &c, true, &["po_number"]).await;
 
-    let stop = CancellationToken::new();
-    let mut tasks = vec![tokio::spawn(dispatcher::outbox::relay(
-        app.store.clone(),
-        Target::Amqp(BROKER.to_owned()),
-        stop.clone(),
-    ))];
-    for n in 1..=2 {
-        let consumer = AmqpSettings {
-            connection_name: format!("{}-{n}", settings.connection_name),
-            ..settings.clone()
-        };
-        tasks.push(tokio::spawn(amqp::consume(
-            app.queue.clone(),
-            consumer,
-            stop.clone(),
-        )));
-    }
-    let dispatchers = (0..2)
-        .map(|_| app.start_dispatcher(app.dispatch_settings("0s,1s")))
-        .collect();
-    let pipeline = Pipeline {
-        stop,
-        tasks,
-        dispatchers,
-    };
+    let pipeline = Pipeline::fleet(&app, settings);
 
     let purchases = make_purchases(&app, &c).await;
     all_delivered(&app, &[&a, &b]).await;

@@ -4,7 +4,7 @@
 //! exhaustion fails; redrive delivers generation 2; pause holds and resume
 //! releases; the receiver's misbehaviour never harms the dispatcher.
 
-use billing_tests::kit::{attempts, newest_delivery, set_paused, settled};
+use billing_tests::kit::{attempts, deliveries, newest_delivery, set_paused, settled};
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, unique_key, verifier, TestApp};
 use serde_json::{json, Value};
@@ -608,31 +608,15 @@ async fn two_dispatchers_never_attempt_one_delivery_twice(app: TestApp) {
     }
     let a = app.start_dispatcher(app.dispatch_settings("0s"));
     let b = app.start_dispatcher(app.dispatch_settings("0s"));
-    app.eventually(60, || async { (receiver.count() >= 300).then_some(()) })
-        .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    a.shutdown().await;
-    b.shutdown().await;
-    let ids: Vec<String> = receiver
-        .received()
-        .iter()
-        .map(|r| r.header("webhook-id").to_owned())
-        .collect();
+    let ids = app.all_received(&receiver, 300, 60, vec![a, b]).await;
     let unique: std::collections::HashSet<_> = ids.iter().collect();
     assert_eq!(
         (ids.len(), unique.len()),
         (300, 300),
         "every delivery exactly once"
     );
-    let list = app
-        .get(&format!(
-            "/api/v1/webhook_endpoints/{endpoint}/deliveries?limit=100"
-        ))
-        .send()
-        .await;
-    assert!(list.data()["items"]
-        .as_array()
-        .unwrap()
+    assert!(deliveries(&app, &endpoint)
+        .await
         .iter()
         .all(|d| d["status"] == "succeeded"));
 }

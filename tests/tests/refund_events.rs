@@ -31,19 +31,18 @@
 //! projects them before they are fanned out.
 
 use billing_tests::kit::api::*;
-use billing_tests::kit::{at, eur, is_ref, list, one_time_config, paid_payment, text, timed_work};
+use billing_tests::kit::{
+    at, deliveries, eur, is_ref, list, one_time_config, paid_payment, text, timed_work,
+};
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
 use billing_tests::{
-    backend_tests, fleet_or_say, verifier, Backend, DispatcherHandle, TestApp, TestQueues, BROKER,
+    backend_tests, fleet_or_say, verifier, Backend, EventPipeline as Pipeline, TestApp, TestQueues,
 };
-use dispatcher::amqp::{self, AmqpSettings};
-use dispatcher::outbox::Target;
 use domain::{Prefix, Ref, Timestamp};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Once;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 /// The upstream reason of the dispute: markup and a control character,
 /// which only its safe form (`reason_safe`) may carry, cleaned.
@@ -276,86 +275,11 @@ async fn all_delivered(app: &TestApp, e: &Endpoint) {
     app.eventually(30, || async { (e.receiver.count() >= total).then_some(()) })
         .await;
     app.eventually(15, || async {
-        let r = app
-            .get(&at(ENDPOINTS, &e.endpoint_ref, "/deliveries?limit=100"))
-            .send()
-            .await;
-        let items = r.data()["items"].as_array()?.clone();
+        let items = deliveries(app, &e.endpoint_ref).await;
         (items.len() >= total && items.iter().all(|d| d["status"] == "succeeded")).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(700)).await;
-}
-
-// ---- the pipeline ---------------------------------------------------------------
-
-/// The background work of a test: the outbox relay, RabbitMQ consumers (in
-/// the fleet variant) and dispatchers.
-struct Pipeline {
-    stop: CancellationToken,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    dispatchers: Vec<DispatcherHandle>,
-}
-
-impl Pipeline {
-    /// Embedded mode: the relay moves events into the store's queue; one
-    /// dispatcher fans them out and delivers.
-    fn embedded(app: &TestApp) -> Pipeline {
-        let stop = CancellationToken::new();
-        let relay = tokio::spawn(dispatcher::outbox::relay(
-            app.store.clone(),
-            Target::Queue(app.queue.clone()),
-            stop.clone(),
-        ));
-        Pipeline {
-            stop,
-            tasks: vec![relay],
-            dispatchers: vec![app.start_dispatcher(app.dispatch_settings("0s,1s"))],
-        }
-    }
-
-    /// Fleet mode: the relay publishes to RabbitMQ, two consumers of the
-    /// test's own queue accept into the store, two dispatchers deliver.
-    fn fleet(app: &TestApp, settings: &AmqpSettings) -> Pipeline {
-        let stop = CancellationToken::new();
-        let mut tasks = vec![tokio::spawn(dispatcher::outbox::relay(
-            app.store.clone(),
-            Target::Amqp(BROKER.to_owned()),
-            stop.clone(),
-        ))];
-        for n in 1..=2 {
-            let consumer = AmqpSettings {
-                connection_name: format!("{}-{n}", settings.connection_name),
-                ..settings.clone()
-            };
-            tasks.push(tokio::spawn(amqp::consume(
-                app.queue.clone(),
-                consumer,
-                stop.clone(),
-            )));
-        }
-        let dispatchers = (0..2)
-            .map(|_| app.start_dispatcher(app.dispatch_settings("0s,1s")))
-            .collect();
-        Pipeline {
-            stop,
-            tasks,
-            dispatchers,
-        }
-    }
-
-    async fn shutdown(self) {
-        self.stop.cancel();
-        for t in self.tasks {
-            tokio::time::timeout(Duration::from_secs(15), t)
-                .await
-                .expect("the relay and consumers stop promptly")
-                .expect("the relay and consumers do not panic");
-        }
-        for d in self.dispatchers {
-            d.shutdown().await;
-        }
-    }
 }
 
 // ---- what is expected -------------------------------------------------------------
