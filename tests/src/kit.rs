@@ -453,3 +453,28 @@ pub async fn attempts(app: &TestApp, delivery: &str) -> Vec<Value> {
     )
     .await
 }
+
+/// Sends the same POST twice under one key (with `If-Match: tag` when
+/// given); the second must be a replay: the same status, marked
+/// `Idempotent-Replayed: true`, the first not marked.
+pub async fn twice(app: &TestApp, path: &str, tag: Option<&str>, body: Value) -> (Resp, Resp) {
+    let key = crate::unique_key();
+    let call = || {
+        let c = app.req("POST", path).idem(&key).json(&body);
+        match tag {
+            Some(t) => c.if_match(t),
+            None => c,
+        }
+    };
+    let first = call().send().await;
+    let again = call().send().await;
+    assert_eq!(again.status, first.status, "{}", again.text);
+    assert_eq!(
+        again.header("idempotent-replayed"),
+        Some("true"),
+        "{}",
+        again.text
+    );
+    assert_eq!(first.header("idempotent-replayed"), None);
+    (first, again)
+}

@@ -39,6 +39,18 @@ fn ensure_installed() {
     });
 }
 
+/// True when the official verifier accepts the received request `r`
+/// (its `webhook-*` headers and body) for `secret`.
+pub fn verifies_request(secret: &str, r: &crate::receiver::Received) -> bool {
+    verifies(
+        secret,
+        r.header("webhook-id"),
+        r.header("webhook-timestamp"),
+        r.header("webhook-signature"),
+        &r.body,
+    )
+}
+
 /// True when the official verifier accepts the request for `secret`.
 pub fn verifies(secret: &str, id: &str, timestamp: &str, signature: &str, body: &[u8]) -> bool {
     ensure_installed();

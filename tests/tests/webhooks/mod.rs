@@ -10,7 +10,8 @@
 
 use billing_tests::kit::api::*;
 use billing_tests::kit::{
-    etag_matches, get, invalid, is_ref, is_ts, items, newest_first, text, walk, walk_from,
+    create_endpoint, etag_matches, get, invalid, is_ref, is_ts, items, newest_first, text, twice,
+    walk, walk_from,
 };
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, unique_key, verifier, Resp, TestApp};
@@ -47,13 +48,6 @@ fn is_secret(s: &str) {
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '/'));
     assert!(SigningSecret::parse(s).is_some(), "{s}");
-}
-
-/// Creates an endpoint in the sandbox; returns its reference and the response.
-async fn create_endpoint(app: &TestApp, url: &str) -> (String, Resp) {
-    let r = app.post(ENDPOINTS, json!({ "url": url })).send().await;
-    r.expect(201);
-    (text(&r.data()["endpoint_ref"]), r)
 }
 
 async fn endpoint(app: &TestApp) -> String {
@@ -101,29 +95,6 @@ async fn health(app: &TestApp, endpoint: &str) -> (String, Value) {
         text(&h.data()["health"]),
         h.data()["last_delivery_status"].clone(),
     )
-}
-
-/// Sends the same POST twice under one key; the second must be a replay.
-async fn twice(app: &TestApp, path: &str, tag: Option<&str>, body: Value) -> (Resp, Resp) {
-    let key = unique_key();
-    let call = || {
-        let c = app.req("POST", path).idem(&key).json(&body);
-        match tag {
-            Some(t) => c.if_match(t),
-            None => c,
-        }
-    };
-    let first = call().send().await;
-    let again = call().send().await;
-    assert_eq!(again.status, first.status, "{}", again.text);
-    assert_eq!(
-        again.header("idempotent-replayed"),
-        Some("true"),
-        "{}",
-        again.text
-    );
-    assert_eq!(first.header("idempotent-replayed"), None);
-    (first, again)
 }
 
 /// An endpoint's wire form with every revealed secret removed.
