@@ -519,6 +519,16 @@ impl TestApp {
         receiver.webhook_ids()
     }
 
+    /// How many deliveries are due within the next hour (none, once a
+    /// run has delivered all).
+    pub async fn due_within_an_hour(&self) -> i64 {
+        self.store
+            .dispatch()
+            .due_backlog(domain::Timestamp::now().plus_seconds(3600))
+            .await
+            .expect("the backlog reads")
+    }
+
     /// Polls `f` until it returns `Some`, for at most `secs` seconds.
     pub async fn eventually<T, F, Fut>(&self, secs: u64, mut f: F) -> T
     where

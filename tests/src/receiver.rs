@@ -109,6 +109,18 @@ impl TestReceiver {
             .collect()
     }
 
+    /// The one request received: that of `delivery`, signed with `secret`
+    /// so that the official verifier accepts it.
+    #[track_caller]
+    pub fn the_one_signed(&self, delivery: &serde_json::Value, secret: &str) -> Received {
+        let got = self.received();
+        assert_eq!(got.len(), 1);
+        let req = got[0].clone();
+        assert_eq!(req.header("webhook-id"), delivery["delivery_ref"]);
+        assert!(crate::verifier::verifies_request(secret, &req));
+        req
+    }
+
     /// How many distinct deliveries (`webhook-id`s) arrived.
     pub fn distinct_deliveries(&self) -> usize {
         let ids = self.webhook_ids();

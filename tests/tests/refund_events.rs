@@ -337,19 +337,12 @@ async fn check_deliveries(app: &TestApp, e: &Endpoint, expected: &Expected) {
     );
     assert!(got.iter().all(Received::succeeded));
 
-    let ids: HashSet<&str> = got.iter().map(|r| r.header("webhook-id")).collect();
-    assert_eq!(ids.len(), got.len(), "a webhook-id arrived twice");
+    verifier::each_signed_once(&got, &e.secret, "");
     let mut event_refs: HashSet<String> = HashSet::new();
     let mut delivered: Expected = BTreeMap::new();
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for r in &got {
         let id = r.header("webhook-id");
-        is_ref(&json!(id), "whd_");
-        assert!(
-            verifier::verifies_request(&e.secret, r),
-            "the official verifier refuses {id}: {}",
-            String::from_utf8_lossy(&r.body)
-        );
         let body = r.json();
         is_ref(&body["event_ref"], "evt_");
         assert!(
@@ -442,7 +435,10 @@ async fn check_deliveries(app: &TestApp, e: &Endpoint, expected: &Expected) {
             text(&d["delivery_ref"])
         })
         .collect();
-    let received: HashSet<String> = ids.iter().map(|s| (*s).to_owned()).collect();
+    let received: HashSet<String> = got
+        .iter()
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
     assert_eq!(listed, received, "deliveries listed vs received");
 }
 
