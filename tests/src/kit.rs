@@ -478,3 +478,26 @@ pub async fn twice(app: &TestApp, path: &str, tag: Option<&str>, body: Value) ->
     assert_eq!(first.header("idempotent-replayed"), None);
     (first, again)
 }
+
+/// Asserts that the deliveries `endpoint` lists are exactly the requests
+/// in `got`, all succeeded; `who` starts the message.
+pub async fn listed_as_received(
+    app: &TestApp,
+    endpoint: &str,
+    got: &[crate::receiver::Received],
+    who: &str,
+) {
+    let listed: std::collections::HashSet<String> = deliveries(app, endpoint)
+        .await
+        .iter()
+        .map(|d| {
+            assert_eq!(d["status"], "succeeded", "{d}");
+            text(&d["delivery_ref"])
+        })
+        .collect();
+    let received: std::collections::HashSet<String> = got
+        .iter()
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
+    assert_eq!(listed, received, "{who}deliveries listed vs received");
+}

@@ -519,6 +519,26 @@ impl TestApp {
         receiver.webhook_ids()
     }
 
+    /// Publishes `total` events of `event_type` with `data`, evenly at
+    /// `per_second`; when each was published, by `event_ref`.
+    pub async fn publish_at_rate(
+        &self,
+        event_type: &str,
+        data: &Value,
+        total: usize,
+        per_second: u64,
+    ) -> std::collections::HashMap<String, std::time::Instant> {
+        let mut published = std::collections::HashMap::with_capacity(total);
+        let mut interval =
+            tokio::time::interval(std::time::Duration::from_micros(1_000_000 / per_second));
+        for _ in 0..total {
+            interval.tick().await;
+            let at = std::time::Instant::now();
+            published.insert(self.publish(event_type, data.clone()).await, at);
+        }
+        published
+    }
+
     /// How many deliveries are due within the next hour (none, once a
     /// run has delivered all).
     pub async fn due_within_an_hour(&self) -> i64 {

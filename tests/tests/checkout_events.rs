@@ -16,13 +16,13 @@
 //! broker or PostgreSQL is a failure, never a skip).
 
 use billing_tests::kit::api::*;
-use billing_tests::kit::{deliveries, eur, get, is_ref, sellable, text};
+use billing_tests::kit::{deliveries, eur, get, is_ref, listed_as_received, sellable, text};
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
 use billing_tests::{
     backend_tests, fleet_or_say, verifier, Backend, EventPipeline as Pipeline, TestApp, TestQueues,
 };
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Once;
 use std::time::Duration;
 
@@ -700,19 +700,7 @@ async fn check_endpoint(app: &TestApp, e: &Endpoint, expected: &Resources) -> BT
     }
 
     // The endpoint's deliveries are exactly the requests received.
-    let listed: HashSet<String> = deliveries(app, &e.endpoint_ref)
-        .await
-        .iter()
-        .map(|d| {
-            assert_eq!(d["status"], "succeeded", "{d}");
-            text(&d["delivery_ref"])
-        })
-        .collect();
-    let received: HashSet<String> = got
-        .iter()
-        .map(|r| r.header("webhook-id").to_owned())
-        .collect();
-    assert_eq!(listed, received, "{who}: deliveries listed vs received");
+    listed_as_received(app, &e.endpoint_ref, &got, &format!("{who}: ")).await;
 
     per_event.into_keys().collect()
 }

@@ -391,8 +391,7 @@ mod slow_endpoints {
     use billing_tests::receiver::{Behaviour, TestReceiver};
     use billing_tests::{Backend, TestApp};
     use futures::StreamExt;
-    use std::collections::HashMap;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     const SLOW_ENDPOINTS: usize = 300;
     /// Events to every slow endpoint: 900 deliveries of 1.5 s each over
@@ -420,14 +419,9 @@ mod slow_endpoints {
     async fn healthy_latencies(app: &TestApp, healthy: &TestReceiver) -> Vec<Duration> {
         let before = healthy.count();
         let total = (RATE * SECONDS) as usize;
-        let data = payment();
-        let mut published: HashMap<String, Instant> = HashMap::with_capacity(total);
-        let mut interval = tokio::time::interval(Duration::from_micros(1_000_000 / RATE));
-        for _ in 0..total {
-            interval.tick().await;
-            let at = Instant::now();
-            published.insert(app.publish(EVENT_TYPE, data.clone()).await, at);
-        }
+        let published = app
+            .publish_at_rate(EVENT_TYPE, &payment(), total, RATE)
+            .await;
         app.eventually(15, || async {
             (healthy.count() >= before + total).then_some(())
         })

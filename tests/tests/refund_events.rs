@@ -32,7 +32,8 @@
 
 use billing_tests::kit::api::*;
 use billing_tests::kit::{
-    at, deliveries, eur, is_ref, list, one_time_config, paid_payment, text, timed_work,
+    at, deliveries, eur, is_ref, list, listed_as_received, one_time_config, paid_payment, text,
+    timed_work,
 };
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
 use billing_tests::{
@@ -421,25 +422,7 @@ async fn check_deliveries(app: &TestApp, e: &Endpoint, expected: &Expected) {
     }
 
     // The endpoint's deliveries are exactly the requests received.
-    let r = app
-        .get(&at(ENDPOINTS, &e.endpoint_ref, "/deliveries?limit=100"))
-        .send()
-        .await;
-    r.expect(200);
-    let listed: HashSet<String> = r.data()["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|d| {
-            assert_eq!(d["status"], "succeeded", "{d}");
-            text(&d["delivery_ref"])
-        })
-        .collect();
-    let received: HashSet<String> = got
-        .iter()
-        .map(|r| r.header("webhook-id").to_owned())
-        .collect();
-    assert_eq!(listed, received, "deliveries listed vs received");
+    listed_as_received(app, &e.endpoint_ref, &got, "").await;
 }
 
 // ---- the test -------------------------------------------------------------------

@@ -63,6 +63,24 @@ async fn post_if(app: &TestApp, path: &str, tag: &str, body: Value) -> Resp {
     app.post(path, body).if_match(tag).send().await
 }
 
+/// A state-changing POST to `path` with a reason (`r`), whatever the
+/// resource's version.
+async fn act(app: &TestApp, path: &str) -> Resp {
+    post_if(app, path, "*", json!({"reason": "r"})).await
+}
+
+/// `path` takes a reasoned action only with a current `If-Match`: 428
+/// without one, 412 with `stale`.
+async fn wants_current_tag(app: &TestApp, path: &str, stale: &str) {
+    app.post(path, json!({"reason": "r"}))
+        .send()
+        .await
+        .expect_error(428, "precondition_required");
+    post_if(app, path, stale, json!({"reason": "r"}))
+        .await
+        .expect_error(412, "precondition_failed");
+}
+
 /// Sends a test of `event_type`; returns the delivery.
 async fn test_send(app: &TestApp, endpoint: &str, event_type: &str) -> Value {
     let r = app
