@@ -501,3 +501,33 @@ pub async fn listed_as_received(
         .collect();
     assert_eq!(listed, received, "{who}deliveries listed vs received");
 }
+
+/// Waits until `receiver` got `total` requests and `endpoint` lists
+/// `total` deliveries, all succeeded.
+pub async fn all_succeeded(
+    app: &TestApp,
+    receiver: &crate::receiver::TestReceiver,
+    endpoint: &str,
+    total: usize,
+) {
+    app.eventually(30, || async { (receiver.count() >= total).then_some(()) })
+        .await;
+    app.eventually(15, || async {
+        let items = deliveries(app, endpoint).await;
+        (items.len() >= total && items.iter().all(|d| d["status"] == "succeeded")).then_some(())
+    })
+    .await;
+}
+
+/// The `custom_field_ref` of each custom field of a config answer, by key.
+pub fn field_refs(config: &Value) -> std::collections::BTreeMap<String, String> {
+    config["custom_fields"]
+        .as_array()
+        .expect("custom_fields")
+        .iter()
+        .map(|f| {
+            is_ref(&f["custom_field_ref"], "cf_");
+            (text(&f["key"]), text(&f["custom_field_ref"]))
+        })
+        .collect()
+}

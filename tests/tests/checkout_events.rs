@@ -16,7 +16,9 @@
 //! broker or PostgreSQL is a failure, never a skip).
 
 use billing_tests::kit::api::*;
-use billing_tests::kit::{deliveries, eur, get, is_ref, listed_as_received, sellable, text};
+use billing_tests::kit::{
+    self, all_succeeded, eur, get, is_ref, listed_as_received, sellable, text,
+};
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
 use billing_tests::{
     backend_tests, fleet_or_say, verifier, Backend, EventPipeline as Pipeline, TestApp, TestQueues,
@@ -117,15 +119,7 @@ async fn published_config(app: &TestApp, body: Value) -> (String, BTreeMap<Strin
     let r = app.post(CONFIGS, body).send().await;
     r.expect(201);
     let config = text(&r.data()["config_ref"]);
-    let fields = r.data()["custom_fields"]
-        .as_array()
-        .expect("custom_fields")
-        .iter()
-        .map(|f| {
-            is_ref(&f["custom_field_ref"], "cf_");
-            (text(&f["key"]), text(&f["custom_field_ref"]))
-        })
-        .collect();
+    let fields = kit::field_refs(r.data());
     let created = r.data()["custom_fields"].clone();
     let r = app
         .post(&format!("{CONFIGS}/{config}/publish"), json!({}))
@@ -335,13 +329,7 @@ async fn grant(app: &TestApp, endpoint_ref: &str, classes: &[&str], field_refs: 
 async fn all_delivered(app: &TestApp, endpoints: &[&Endpoint]) {
     let total = total_deliveries();
     for e in endpoints {
-        app.eventually(30, || async { (e.receiver.count() >= total).then_some(()) })
-            .await;
-        app.eventually(15, || async {
-            let items = deliveries(app, &e.endpoint_ref).await;
-            (items.len() >= total && items.iter().all(|d| d["status"] == "succeeded")).then_some(())
-        })
-        .await;
+        all_succeeded(app, &e.receiver, &e.endpoint_ref, total).await;
     }
     tokio::time::sleep(Duration::from_millis(700)).await;
 }

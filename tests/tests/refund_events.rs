@@ -32,7 +32,7 @@
 
 use billing_tests::kit::api::*;
 use billing_tests::kit::{
-    at, deliveries, eur, is_ref, list, listed_as_received, one_time_config, paid_payment, text,
+    all_succeeded, at, eur, is_ref, list, listed_as_received, one_time_config, paid_payment, text,
     timed_work,
 };
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
@@ -273,13 +273,7 @@ async fn endpoint(app: &TestApp) -> Endpoint {
 /// arrived too.
 async fn all_delivered(app: &TestApp, e: &Endpoint) {
     let total = total_deliveries();
-    app.eventually(30, || async { (e.receiver.count() >= total).then_some(()) })
-        .await;
-    app.eventually(15, || async {
-        let items = deliveries(app, &e.endpoint_ref).await;
-        (items.len() >= total && items.iter().all(|d| d["status"] == "succeeded")).then_some(())
-    })
-    .await;
+    all_succeeded(app, &e.receiver, &e.endpoint_ref, total).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
 }
 

@@ -8,13 +8,13 @@
 
 use billing_tests::kit::api::*;
 use billing_tests::kit::{
-    self, at, etag_matches, eur, get, has_fields, invalid, invalid_under, is_ref, is_ts, items,
-    later, money, newest_first, refs, refused, text, ts_of, walk,
+    self, at, etag_matches, eur, field_refs, get, has_fields, invalid, invalid_under, is_ref,
+    is_ts, items, later, money, newest_first, refs, refused, text, ts_of, walk,
 };
 use billing_tests::{backend_tests, unique_key, Resp, TestApp};
 use domain::Timestamp;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 
 const PRODUCT_FIELDS: &[&str] = &[
     "product_ref",

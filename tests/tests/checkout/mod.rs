@@ -284,6 +284,17 @@ async fn records(app: &TestApp, kind: &Kind, query: &str) -> Vec<Value> {
     listed
 }
 
+/// `m` is `buyer`'s stored payment method `spm`: an active visa card
+/// ending 4242.
+#[track_caller]
+fn is_stored_visa(m: &Value, spm: &str, buyer: &str) {
+    assert_eq!(m["stored_payment_method_ref"], spm);
+    assert_eq!(m["buyer_ref"], buyer);
+    assert_eq!(m["brand"], "visa");
+    assert_eq!(m["last4"], "4242");
+    assert_eq!(m["status"], "active");
+}
+
 /// The one item of `kind`'s list under `query`.
 async fn the_one(app: &TestApp, kind: &Kind, query: &str) -> Value {
     let listed = records(app, kind, query).await;
