@@ -407,6 +407,19 @@ pub async fn paid_payment(app: &TestApp, config: &str, pm: &str) -> Value {
     p
 }
 
+/// The one order of `payment`'s buyer (a buyer of its own), which is
+/// `payment`'s.
+pub async fn order_of(app: &TestApp, payment: &Value) -> Value {
+    let buyer = text(&payment["buyer_ref"]);
+    let orders = list(app, &format!("{ORDERS}?buyer_ref={buyer}")).await;
+    assert_eq!(orders.len(), 1, "{orders:?}");
+    assert_eq!(
+        orders[0]["payment_intent_ref"],
+        payment["payment_intent_ref"]
+    );
+    orders[0].clone()
+}
+
 // ---- webhooks ----------------------------------------------------------------------
 
 /// Creates an endpoint for `url` in the sandbox; its reference and the
@@ -530,4 +543,17 @@ pub fn field_refs(config: &Value) -> std::collections::BTreeMap<String, String> 
             (text(&f["key"]), text(&f["custom_field_ref"]))
         })
         .collect()
+}
+
+/// A retrieve of `{base}/{reference}`: 200, its ETag header the body's
+/// `etag`; the resource.
+pub async fn retrieve(app: &TestApp, base: &str, reference: &str) -> Value {
+    let r = get(app, &at(base, reference, "")).await;
+    assert_eq!(
+        r.header("etag"),
+        r.data()["etag"].as_str(),
+        "the ETag header is the resource's etag: {}",
+        r.text
+    );
+    r.data().clone()
 }

@@ -17,7 +17,7 @@
 
 use billing_tests::kit::api::*;
 use billing_tests::kit::{
-    self, all_succeeded, eur, get, is_ref, listed_as_received, sellable, text,
+    self, all_succeeded, eur, get, is_ref, listed_as_received, retrieve, sellable, text,
 };
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
 use billing_tests::{
@@ -76,18 +76,6 @@ fn total_deliveries() -> usize {
 }
 
 // ---- helpers --------------------------------------------------------------------
-
-async fn retrieve(app: &TestApp, base: &str, reference: &str) -> Value {
-    let r = app.get(&format!("{base}/{reference}")).send().await;
-    r.expect(200);
-    assert_eq!(
-        r.header("etag"),
-        r.data()["etag"].as_str(),
-        "the ETag header is the resource's etag: {}",
-        r.text
-    );
-    r.data().clone()
-}
 
 /// Every item of the list at `base` (this test's environment holds only
 /// the two payments' records), each as its retrieve answers it.

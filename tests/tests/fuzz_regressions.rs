@@ -122,6 +122,19 @@ async fn offer(app: &TestApp, interval: Option<&str>) -> String {
     sellable(app, "Fuzz", eur("999"), interval).await.offer
 }
 
+/// A session of `config` (201) for `fuzz@example.com`.
+async fn session_of(app: &TestApp, config: &str) -> Resp {
+    let r = app
+        .post(
+            "/api/v1/checkout-sessions",
+            json!({"config_ref": config, "buyer": {"email": "fuzz@example.com"}}),
+        )
+        .send()
+        .await;
+    r.expect(201);
+    r
+}
+
 /// A checkout config of one `offer`, created and published; returns the
 /// create's and the publish's responses.
 async fn config(app: &TestApp, offer: &str) -> (Resp, Resp) {
@@ -179,14 +192,7 @@ async fn checkout_config_line_items_conform(app: TestApp) {
     version.expect(201);
     assert_conforms(&doc, "post", &format!("{path}/versions"), &version);
     // A session's line items keep their own, fuller schema.
-    let session = app
-        .post(
-            "/api/v1/checkout-sessions",
-            json!({"config_ref": config, "buyer": {"email": "fuzz@example.com"}}),
-        )
-        .send()
-        .await;
-    session.expect(201);
+    let session = session_of(&app, &config).await;
     assert_conforms(&doc, "post", "/api/v1/checkout-sessions", &session);
 }
 
@@ -200,14 +206,7 @@ async fn billing_and_webhook_subscriptions_conform(app: TestApp) {
     let offer = offer(&app, Some("month")).await;
     let (created, _) = config(&app, &offer).await;
     let config = text(&created.data()["config_ref"]);
-    let session = app
-        .post(
-            "/api/v1/checkout-sessions",
-            json!({"config_ref": config, "buyer": {"email": "fuzz@example.com"}}),
-        )
-        .send()
-        .await;
-    session.expect(201);
+    let session = session_of(&app, &config).await;
     let session = text(&session.data()["checkout_session_ref"]);
     let paid = pay(&app, &session, "pm_card_visa").await;
     assert_eq!(

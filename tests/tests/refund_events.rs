@@ -32,8 +32,8 @@
 
 use billing_tests::kit::api::*;
 use billing_tests::kit::{
-    all_succeeded, at, eur, is_ref, list, listed_as_received, one_time_config, paid_payment, text,
-    timed_work,
+    all_succeeded, at, eur, is_ref, list, listed_as_received, one_time_config, order_of,
+    paid_payment, retrieve, text, timed_work,
 };
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
 use billing_tests::{
@@ -124,19 +124,6 @@ fn status_fields(event_type: &str) -> &'static [&'static str] {
 
 // ---- helpers --------------------------------------------------------------------
 
-/// A retrieve: 200, its ETag header the body's `etag`; the resource.
-async fn retrieve(app: &TestApp, base: &str, reference: &str) -> Value {
-    let r = app.get(&at(base, reference, "")).send().await;
-    r.expect(200);
-    assert_eq!(
-        r.header("etag"),
-        r.data()["etag"].as_str(),
-        "the ETag header is the resource's etag: {}",
-        r.text
-    );
-    r.data().clone()
-}
-
 // ---- paying and refunding ---------------------------------------------------------
 
 /// A succeeded payment, its buyer and order.
@@ -151,13 +138,11 @@ async fn paid(app: &TestApp, config: &str, pm: &str) -> Paid {
     let p = paid_payment(app, config, pm).await;
     let payment = text(&p["payment_intent_ref"]);
     let buyer = text(&p["buyer_ref"]);
-    let orders = list(app, &format!("{ORDERS}?buyer_ref={buyer}")).await;
-    assert_eq!(orders.len(), 1, "{orders:?}");
-    assert_eq!(orders[0]["payment_intent_ref"], payment.as_str());
+    let order = order_of(app, &p).await;
     Paid {
         payment,
         buyer,
-        order: text(&orders[0]["order_ref"]),
+        order: text(&order["order_ref"]),
     }
 }
 

@@ -12,7 +12,7 @@
 use billing_tests::kit::api::*;
 use billing_tests::kit::{
     at, eur, has_fields, invalid, is_ref, items, list, money, new_session, one_time_config,
-    paid_payment, pay, text, timed_work,
+    order_of, paid_payment, pay, text, timed_work,
 };
 use billing_tests::{backend_tests, unique_key, Resp, TestApp};
 use domain::Timestamp;
@@ -111,13 +111,11 @@ async fn paid(app: &TestApp, config: &str, pm: &str) -> Paid {
     let buyer = text(&p["buyer_ref"]);
     let captures = list(app, &format!("{CAPTURES}?payment_intent_ref={payment}")).await;
     assert_eq!(captures.len(), 1, "{captures:?}");
-    let orders = list(app, &format!("{ORDERS}?buyer_ref={buyer}")).await;
-    assert_eq!(orders.len(), 1, "{orders:?}");
-    assert_eq!(orders[0]["payment_intent_ref"], payment.as_str());
+    let order = order_of(app, &p).await;
     Paid {
         payment,
         capture: text(&captures[0]["capture_ref"]),
-        order: text(&orders[0]["order_ref"]),
+        order: text(&order["order_ref"]),
         buyer,
         captured_at: ts_of(&p["captured_at"]),
     }
