@@ -23,8 +23,6 @@ use dispatcher::intake::Accepted;
 use domain::{Prefix, Ref, Timestamp};
 use serde_json::{json, Value};
 
-/// A well-formed payment reference that names nothing.
-
 const DAY: i64 = 86_400;
 
 const PAYOUT_FIELDS: &[&str] = &[
