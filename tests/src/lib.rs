@@ -84,6 +84,152 @@ pub fn fleet_enabled() -> bool {
     std::env::var("BILLING_TEST_FLEET").is_ok_and(|v| v == "1")
 }
 
+/// Whether the fleet tests run (`BILLING_TEST_FLEET=1`); when they do
+/// not, says once per `notice` that those needing `services` were not run.
+pub fn fleet_or_say(notice: &Once, services: &str) -> bool {
+    if fleet_enabled() {
+        return true;
+    }
+    notice.call_once(|| {
+        // Written to the stream itself: libtest captures `eprintln!`.
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "fleet tests ({services}) not run: set BILLING_TEST_FLEET=1 to run them"
+        );
+    });
+    false
+}
+
+/// The RabbitMQ broker of the fleet tests.
+pub const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// A fleet test's own queues on `billing.events` and a broker connection
+/// to inspect them. Every queue bound to `billing.events` with `#` sees
+/// every test's events; those of other tests' environments match no
+/// subscription of this test.
+pub struct TestQueues {
+    pub settings: dispatcher::amqp::AmqpSettings,
+    pub connection: lapin::Connection,
+    pub channel: lapin::Channel,
+}
+
+impl TestQueues {
+    /// Declares a new test's queues, before any consumer runs, as a
+    /// previous run of the service would have: nothing published from now
+    /// on is lost. A broker that cannot be reached is a failure.
+    pub async fn declare() -> TestQueues {
+        use dispatcher::amqp::{self, AmqpSettings};
+        let id = format!("{:016x}", rand::random::<u64>());
+        let connection = amqp::connect(BROKER, &format!("billing-test-client-{id}"))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("BILLING_TEST_FLEET=1 but RabbitMQ is not reachable at {BROKER}: {e}")
+            });
+        let channel = connection.create_channel().await.expect("a channel");
+        let settings = AmqpSettings {
+            queue: format!("billing.events.test-{id}"),
+            dead_queue: format!("billing.events.dead.test-{id}"),
+            // Left-overs of a test that failed half-way go away by themselves.
+            queue_expires: Some(std::time::Duration::from_secs(300)),
+            connection_name: format!("billing-test-intake-{id}"),
+            ..AmqpSettings::new(BROKER)
+        };
+        amqp::declare(&channel, &settings)
+            .await
+            .expect("the topology is declared");
+        TestQueues {
+            settings,
+            connection,
+            channel,
+        }
+    }
+
+    /// Deletes the test's queues and closes the connection.
+    pub async fn cleanup(self) {
+        for q in [&self.settings.queue, &self.settings.dead_queue] {
+            let _ = self
+                .channel
+                .queue_delete(q, lapin::options::QueueDeleteOptions::default())
+                .await;
+        }
+        let _ = self.connection.close(200, "test done").await;
+    }
+}
+
+/// The background work that carries the service's own events to
+/// receivers: the outbox relay, RabbitMQ consumers (in fleet mode) and
+/// dispatchers.
+pub struct EventPipeline {
+    stop: tokio_util::sync::CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    dispatchers: Vec<DispatcherHandle>,
+}
+
+impl EventPipeline {
+    /// Embedded mode: the relay moves events into the store's queue; one
+    /// dispatcher fans them out and delivers.
+    pub fn embedded(app: &TestApp) -> EventPipeline {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let relay = tokio::spawn(dispatcher::outbox::relay(
+            app.store.clone(),
+            dispatcher::outbox::Target::Queue(app.queue.clone()),
+            stop.clone(),
+        ));
+        EventPipeline {
+            stop,
+            tasks: vec![relay],
+            dispatchers: vec![app.start_dispatcher(app.dispatch_settings("0s,1s"))],
+        }
+    }
+
+    /// Fleet mode: the relay publishes to RabbitMQ, two consumers of the
+    /// test's own queue (`settings`) accept into the store, two dispatchers
+    /// deliver.
+    pub fn fleet(app: &TestApp, settings: &dispatcher::amqp::AmqpSettings) -> EventPipeline {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let mut tasks = vec![tokio::spawn(dispatcher::outbox::relay(
+            app.store.clone(),
+            dispatcher::outbox::Target::Amqp(BROKER.to_owned()),
+            stop.clone(),
+        ))];
+        for n in 1..=2 {
+            let consumer = dispatcher::amqp::AmqpSettings {
+                connection_name: format!("{}-{n}", settings.connection_name),
+                ..settings.clone()
+            };
+            tasks.push(tokio::spawn(dispatcher::amqp::consume(
+                app.queue.clone(),
+                consumer,
+                stop.clone(),
+            )));
+        }
+        let dispatchers = (0..2)
+            .map(|_| app.start_dispatcher(app.dispatch_settings("0s,1s")))
+            .collect();
+        EventPipeline {
+            stop,
+            tasks,
+            dispatchers,
+        }
+    }
+
+    /// Stops the relay and consumers (promptly, without a panic), then the
+    /// dispatchers.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        for t in self.tasks {
+            tokio::time::timeout(std::time::Duration::from_secs(15), t)
+                .await
+                .expect("the relay and consumers stop promptly")
+                .expect("the relay and consumers do not panic");
+        }
+        for d in self.dispatchers {
+            d.shutdown().await;
+        }
+    }
+}
+
 impl TestApp {
     pub async fn spawn(backend: Backend) -> TestApp {
         TestApp::spawn_with(backend, |_| {}).await
@@ -154,15 +300,7 @@ impl TestApp {
     /// after saying once that they were not run.
     pub async fn spawn_fleet() -> Option<TestApp> {
         static NOTICE: Once = Once::new();
-        if !fleet_enabled() {
-            NOTICE.call_once(|| {
-                // Written to the stream itself: libtest captures `eprintln!`.
-                use std::io::Write;
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "fleet tests (PostgreSQL) not run: set BILLING_TEST_FLEET=1 to run them"
-                );
-            });
+        if !fleet_or_say(&NOTICE, "PostgreSQL") {
             return None;
         }
         Some(TestApp::spawn(Backend::Postgres).await)
@@ -357,6 +495,58 @@ impl TestApp {
         sqlx::AnyPool::connect(&self.database_url)
             .await
             .expect("database")
+    }
+
+    /// Waits (at most `secs` seconds) until `receiver` got `n` distinct
+    /// deliveries, then a little longer, so that a duplicate would have
+    /// arrived too, and shuts `dispatchers` down; every `webhook-id`
+    /// received, duplicates included.
+    pub async fn all_received(
+        &self,
+        receiver: &receiver::TestReceiver,
+        n: usize,
+        secs: u64,
+        dispatchers: Vec<DispatcherHandle>,
+    ) -> Vec<String> {
+        self.eventually(secs, || async {
+            (receiver.distinct_deliveries() >= n).then_some(())
+        })
+        .await;
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        for d in dispatchers {
+            d.shutdown().await;
+        }
+        receiver.webhook_ids()
+    }
+
+    /// Publishes `total` events of `event_type` with `data`, evenly at
+    /// `per_second`; when each was published, by `event_ref`.
+    pub async fn publish_at_rate(
+        &self,
+        event_type: &str,
+        data: &Value,
+        total: usize,
+        per_second: u64,
+    ) -> std::collections::HashMap<String, std::time::Instant> {
+        let mut published = std::collections::HashMap::with_capacity(total);
+        let mut interval =
+            tokio::time::interval(std::time::Duration::from_micros(1_000_000 / per_second));
+        for _ in 0..total {
+            interval.tick().await;
+            let at = std::time::Instant::now();
+            published.insert(self.publish(event_type, data.clone()).await, at);
+        }
+        published
+    }
+
+    /// How many deliveries are due within the next hour (none, once a
+    /// run has delivered all).
+    pub async fn due_within_an_hour(&self) -> i64 {
+        self.store
+            .dispatch()
+            .due_backlog(domain::Timestamp::now().plus_seconds(3600))
+            .await
+            .expect("the backlog reads")
     }
 
     /// Polls `f` until it returns `Some`, for at most `secs` seconds.

@@ -99,6 +99,33 @@ impl TestReceiver {
     pub fn count(&self) -> usize {
         self.shared.received.lock().expect("lock").len()
     }
+
+    /// The `webhook-id` of every request received, in order: a delivery
+    /// attempted twice is there twice.
+    pub fn webhook_ids(&self) -> Vec<String> {
+        self.received()
+            .iter()
+            .map(|r| r.header("webhook-id").to_owned())
+            .collect()
+    }
+
+    /// The one request received: that of `delivery`, signed with `secret`
+    /// so that the official verifier accepts it.
+    #[track_caller]
+    pub fn the_one_signed(&self, delivery: &serde_json::Value, secret: &str) -> Received {
+        let got = self.received();
+        assert_eq!(got.len(), 1);
+        let req = got[0].clone();
+        assert_eq!(req.header("webhook-id"), delivery["delivery_ref"]);
+        assert!(crate::verifier::verifies_request(secret, &req));
+        req
+    }
+
+    /// How many distinct deliveries (`webhook-id`s) arrived.
+    pub fn distinct_deliveries(&self) -> usize {
+        let ids = self.webhook_ids();
+        ids.iter().collect::<std::collections::HashSet<_>>().len()
+    }
 }
 
 async fn answer(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {

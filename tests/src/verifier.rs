@@ -39,6 +39,36 @@ fn ensure_installed() {
     });
 }
 
+/// Asserts that each request in `got` is a delivery of its own (a
+/// `whd_` `webhook-id` no other request has), signed with `secret` so
+/// that the official verifier accepts it; `who` starts the messages.
+#[track_caller]
+pub fn each_signed_once(got: &[crate::receiver::Received], secret: &str, who: &str) {
+    let ids: std::collections::HashSet<&str> = got.iter().map(|r| r.header("webhook-id")).collect();
+    assert_eq!(ids.len(), got.len(), "{who}a webhook-id arrived twice");
+    for r in got {
+        let id = r.header("webhook-id");
+        crate::kit::is_ref(&serde_json::json!(id), "whd_");
+        assert!(
+            verifies_request(secret, r),
+            "{who}the official verifier refuses {id}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
+    }
+}
+
+/// True when the official verifier accepts the received request `r`
+/// (its `webhook-*` headers and body) for `secret`.
+pub fn verifies_request(secret: &str, r: &crate::receiver::Received) -> bool {
+    verifies(
+        secret,
+        r.header("webhook-id"),
+        r.header("webhook-timestamp"),
+        r.header("webhook-signature"),
+        &r.body,
+    )
+}
+
 /// True when the official verifier accepts the request for `secret`.
 pub fn verifies(secret: &str, id: &str, timestamp: &str, signature: &str, body: &[u8]) -> bool {
     ensure_installed();

@@ -2,7 +2,7 @@
 //! environments, service accounts, their credentials and grants, request
 //! logs and bootstrap. Every test runs on SQLite and PostgreSQL.
 
-use billing_tests::kit::is_ref;
+use billing_tests::kit::{get, is_ref};
 use billing_tests::{backend_tests, unique_key, Call, Resp, TestApp};
 use domain::Timestamp;
 use serde_json::{json, Value};
@@ -1043,12 +1043,7 @@ fn find_log<'a>(logs: &'a Resp, request_id: &str) -> &'a Value {
 }
 
 async fn logs(app: &TestApp, query: &str) -> Resp {
-    let r = app
-        .get(&format!("/api/v1/request_logs?limit=100{query}"))
-        .send()
-        .await;
-    r.expect(200);
-    r
+    get(app, &format!("/api/v1/request_logs?limit=100{query}")).await
 }
 
 async fn request_logs_record_each_request(app: TestApp) {

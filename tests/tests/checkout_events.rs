@@ -15,30 +15,18 @@
 //! in the fleet variant (only with `BILLING_TEST_FLEET=1`; then a missing
 //! broker or PostgreSQL is a failure, never a skip).
 
-use billing_tests::kit::{eur, is_ref, text};
+use billing_tests::kit::api::*;
+use billing_tests::kit::{
+    self, all_succeeded, eur, get, is_ref, listed_as_received, retrieve, sellable, text,
+};
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
-use billing_tests::{backend_tests, fleet_enabled, verifier, Backend, DispatcherHandle, TestApp};
-use dispatcher::amqp::{self, AmqpSettings};
-use dispatcher::outbox::Target;
-use lapin::options::QueueDeleteOptions;
+use billing_tests::{
+    backend_tests, fleet_or_say, verifier, Backend, EventPipeline as Pipeline, TestApp, TestQueues,
+};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Once;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
-
-const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-const PRODUCTS: &str = "/api/v1/products";
-const PRICES: &str = "/api/v1/prices";
-const OFFERS: &str = "/api/v1/offers";
-const CONFIGS: &str = "/api/v1/checkout-configs";
-const SESSIONS: &str = "/api/v1/checkout-sessions";
-const PAYMENTS: &str = "/api/v1/payments";
-const ORDERS: &str = "/api/v1/orders";
-const INVOICES: &str = "/api/v1/invoices";
-const ENTITLEMENTS: &str = "/api/v1/entitlements";
-const SUBSCRIPTIONS: &str = "/api/v1/subscriptions";
-const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
 
 /// The buyers of the two sessions, and the custom field values of the
 /// first: personal data that must not reach an endpoint whose grant does
@@ -89,18 +77,6 @@ fn total_deliveries() -> usize {
 
 // ---- helpers --------------------------------------------------------------------
 
-async fn retrieve(app: &TestApp, base: &str, reference: &str) -> Value {
-    let r = app.get(&format!("{base}/{reference}")).send().await;
-    r.expect(200);
-    assert_eq!(
-        r.header("etag"),
-        r.data()["etag"].as_str(),
-        "the ETag header is the resource's etag: {}",
-        r.text
-    );
-    r.data().clone()
-}
-
 /// Every item of the list at `base` (this test's environment holds only
 /// the two payments' records), each as its retrieve answers it.
 async fn retrieve_all(app: &TestApp, base: &str, ref_field: &str) -> Vec<Value> {
@@ -121,35 +97,8 @@ async fn offer(
     amount: Value,
     interval: Option<&str>,
 ) -> (String, String) {
-    let r = app.post(PRODUCTS, json!({"name": name})).send().await;
-    r.expect(201);
-    let product = text(&r.data()["product_ref"]);
-    app.post(&format!("{PRODUCTS}/{product}/publish"), json!({}))
-        .send()
-        .await
-        .expect(200);
-    let body = match interval {
-        Some(i) => {
-            json!({"product_ref": product, "amount": amount, "type": "recurring", "interval": i})
-        }
-        None => json!({"product_ref": product, "amount": amount, "type": "one_time"}),
-    };
-    let r = app.post(PRICES, body).send().await;
-    r.expect(201);
-    let price = text(&r.data()["price_ref"]);
-    app.post(&format!("{PRICES}/{price}/publish"), json!({}))
-        .send()
-        .await
-        .expect(200);
-    let r = app
-        .get(&format!("{OFFERS}?product_ref={product}"))
-        .send()
-        .await;
-    r.expect(200);
-    let offers = r.data()["items"].as_array().expect("items").clone();
-    assert_eq!(offers.len(), 1, "one offer per product: {}", r.text);
-    let offer = text(&offers[0]["offer_ref"]);
-    (product, offer)
+    let s = sellable(app, name, amount, interval).await;
+    (s.product, s.offer)
 }
 
 /// Creates and publishes a checkout config from `body`; its reference and
@@ -158,15 +107,7 @@ async fn published_config(app: &TestApp, body: Value) -> (String, BTreeMap<Strin
     let r = app.post(CONFIGS, body).send().await;
     r.expect(201);
     let config = text(&r.data()["config_ref"]);
-    let fields = r.data()["custom_fields"]
-        .as_array()
-        .expect("custom_fields")
-        .iter()
-        .map(|f| {
-            is_ref(&f["custom_field_ref"], "cf_");
-            (text(&f["key"]), text(&f["custom_field_ref"]))
-        })
-        .collect();
+    let fields = kit::field_refs(r.data());
     let created = r.data()["custom_fields"].clone();
     let r = app
         .post(&format!("{CONFIGS}/{config}/publish"), json!({}))
@@ -376,20 +317,7 @@ async fn grant(app: &TestApp, endpoint_ref: &str, classes: &[&str], field_refs: 
 async fn all_delivered(app: &TestApp, endpoints: &[&Endpoint]) {
     let total = total_deliveries();
     for e in endpoints {
-        app.eventually(30, || async { (e.receiver.count() >= total).then_some(()) })
-            .await;
-        app.eventually(15, || async {
-            let r = app
-                .get(&format!(
-                    "{ENDPOINTS}/{}/deliveries?limit=100",
-                    e.endpoint_ref
-                ))
-                .send()
-                .await;
-            let items = r.data()["items"].as_array()?.clone();
-            (items.len() >= total && items.iter().all(|d| d["status"] == "succeeded")).then_some(())
-        })
-        .await;
+        all_succeeded(app, &e.receiver, &e.endpoint_ref, total).await;
     }
     tokio::time::sleep(Duration::from_millis(700)).await;
 }
@@ -549,24 +477,10 @@ async fn check_endpoint(app: &TestApp, e: &Endpoint, expected: &Resources) -> BT
     assert!(got.iter().all(Received::succeeded));
 
     // One request per delivery, one delivery per (event, dto_version).
-    let ids: HashSet<&str> = got.iter().map(|r| r.header("webhook-id")).collect();
-    assert_eq!(ids.len(), got.len(), "{who}: a webhook-id arrived twice");
+    verifier::each_signed_once(&got, &e.secret, &format!("{who}: "));
     let mut per_event: BTreeMap<String, Vec<(String, u32)>> = BTreeMap::new();
     let mut by_kind: BTreeMap<(String, u32), BTreeMap<String, Value>> = BTreeMap::new();
     for r in &got {
-        let id = r.header("webhook-id");
-        is_ref(&json!(id), "whd_");
-        assert!(
-            verifier::verifies(
-                &e.secret,
-                id,
-                r.header("webhook-timestamp"),
-                r.header("webhook-signature"),
-                &r.body
-            ),
-            "{who}: the official verifier refuses {id}: {}",
-            String::from_utf8_lossy(&r.body)
-        );
         let body = r.json();
         is_ref(&body["event_ref"], "evt_");
         assert_eq!(body["environment_ref"], app.sandbox.environment_ref);
@@ -743,14 +657,11 @@ async fn check_endpoint(app: &TestApp, e: &Endpoint, expected: &Resources) -> BT
         } else {
             vec![reason("environment", &json!(app.sandbox.environment_ref))]
         };
-        let view = app
-            .get(&format!(
-                "/api/v1/webhook_deliveries/{}/body",
-                r.header("webhook-id")
-            ))
-            .send()
-            .await;
-        view.expect(200);
+        let view = get(
+            app,
+            &format!("/api/v1/webhook_deliveries/{}/body", r.header("webhook-id")),
+        )
+        .await;
         let view = view.data();
         assert_eq!(view["body_status"], "available", "{view}");
         assert_eq!(view["payload"], body, "{who}: the body view");
@@ -765,68 +676,9 @@ async fn check_endpoint(app: &TestApp, e: &Endpoint, expected: &Resources) -> BT
     }
 
     // The endpoint's deliveries are exactly the requests received.
-    let r = app
-        .get(&format!(
-            "{ENDPOINTS}/{}/deliveries?limit=100",
-            e.endpoint_ref
-        ))
-        .send()
-        .await;
-    r.expect(200);
-    let listed: HashSet<String> = r.data()["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|d| {
-            assert_eq!(d["status"], "succeeded", "{d}");
-            text(&d["delivery_ref"])
-        })
-        .collect();
-    let received: HashSet<String> = ids.iter().map(|s| (*s).to_owned()).collect();
-    assert_eq!(listed, received, "{who}: deliveries listed vs received");
+    listed_as_received(app, &e.endpoint_ref, &got, &format!("{who}: ")).await;
 
     per_event.into_keys().collect()
-}
-
-// ---- the pipeline ---------------------------------------------------------------
-
-/// The background work of a test: the outbox relay, RabbitMQ consumers (in
-/// the fleet variant) and dispatchers.
-struct Pipeline {
-    stop: CancellationToken,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    dispatchers: Vec<DispatcherHandle>,
-}
-
-impl Pipeline {
-    /// Embedded mode: the relay moves events into the store's queue; one
-    /// dispatcher fans them out and delivers.
-    fn embedded(app: &TestApp) -> Pipeline {
-        let stop = CancellationToken::new();
-        let relay = tokio::spawn(dispatcher::outbox::relay(
-            app.store.clone(),
-            Target::Queue(app.queue.clone()),
-            stop.clone(),
-        ));
-        Pipeline {
-            stop,
-            tasks: vec![relay],
-            dispatchers: vec![app.start_dispatcher(app.dispatch_settings("0s,1s"))],
-        }
-    }
-
-    async fn shutdown(self) {
-        self.stop.cancel();
-        for t in self.tasks {
-            tokio::time::timeout(Duration::from_secs(15), t)
-                .await
-                .expect("the relay and consumers stop promptly")
-                .expect("the relay and consumers do not panic");
-        }
-        for d in self.dispatchers {
-            d.shutdown().await;
-        }
-    }
 }
 
 // ---- tests --------------------------------------------------------------------
@@ -899,11 +751,7 @@ fn delivery_of(e: &Endpoint, event_type: &str, version: u32, reference: &str) ->
 }
 
 async fn body_status(app: &TestApp, delivery: &str) -> Value {
-    let r = app
-        .get(&format!("/api/v1/webhook_deliveries/{delivery}/body"))
-        .send()
-        .await;
-    r.expect(200);
+    let r = get(app, &format!("/api/v1/webhook_deliveries/{delivery}/body")).await;
     r.data()["body_status"].clone()
 }
 
@@ -1023,65 +871,17 @@ backend_tests!(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fleet_events_cross_rabbitmq_to_two_dispatchers_once() {
     static NOTICE: Once = Once::new();
-    if !fleet_enabled() {
-        NOTICE.call_once(|| {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "fleet tests (RabbitMQ, PostgreSQL) not run: set BILLING_TEST_FLEET=1 to run them"
-            );
-        });
+    if !fleet_or_say(&NOTICE, "RabbitMQ, PostgreSQL") {
         return;
     }
-    let id = format!("{:016x}", rand::random::<u64>());
-    let connection = amqp::connect(BROKER, &format!("billing-test-client-{id}"))
-        .await
-        .unwrap_or_else(|e| {
-            panic!("BILLING_TEST_FLEET=1 but RabbitMQ is not reachable at {BROKER}: {e}")
-        });
-    let channel = connection.create_channel().await.expect("a channel");
-    // Every queue bound to `billing.events` with `#` sees every test's
-    // events; those of other tests' environments match no subscription here.
-    let settings = AmqpSettings {
-        queue: format!("billing.events.test-{id}"),
-        dead_queue: format!("billing.events.dead.test-{id}"),
-        queue_expires: Some(Duration::from_secs(300)),
-        connection_name: format!("billing-test-intake-{id}"),
-        ..AmqpSettings::new(BROKER)
-    };
-    amqp::declare(&channel, &settings)
-        .await
-        .expect("the topology is declared");
+    let queues = TestQueues::declare().await;
+    let settings = &queues.settings;
     let app = TestApp::spawn(Backend::Postgres).await;
     let c = catalogue(&app).await;
     let a = endpoint(&app, &c, false, &[]).await;
     let b = endpoint(&app, &c, true, &["po_number"]).await;
 
-    let stop = CancellationToken::new();
-    let mut tasks = vec![tokio::spawn(dispatcher::outbox::relay(
-        app.store.clone(),
-        Target::Amqp(BROKER.to_owned()),
-        stop.clone(),
-    ))];
-    for n in 1..=2 {
-        let consumer = AmqpSettings {
-            connection_name: format!("billing-test-intake-{id}-{n}"),
-            ..settings.clone()
-        };
-        tasks.push(tokio::spawn(amqp::consume(
-            app.queue.clone(),
-            consumer,
-            stop.clone(),
-        )));
-    }
-    let dispatchers = (0..2)
-        .map(|_| app.start_dispatcher(app.dispatch_settings("0s,1s")))
-        .collect();
-    let pipeline = Pipeline {
-        stop,
-        tasks,
-        dispatchers,
-    };
+    let pipeline = Pipeline::fleet(&app, settings);
 
     let purchases = make_purchases(&app, &c).await;
     all_delivered(&app, &[&a, &b]).await;
@@ -1091,9 +891,5 @@ async fn fleet_events_cross_rabbitmq_to_two_dispatchers_once() {
     assert_eq!(seen_by_a, seen_by_b, "both endpoints got the same events");
     pipeline.shutdown().await;
     assert!(app.store.outbox_batch(10).await.unwrap().is_empty());
-
-    for q in [&settings.queue, &settings.dead_queue] {
-        let _ = channel.queue_delete(q, QueueDeleteOptions::default()).await;
-    }
-    let _ = connection.close(200, "test done").await;
+    queues.cleanup().await;
 }

@@ -4,6 +4,7 @@
 //! exhaustion fails; redrive delivers generation 2; pause holds and resume
 //! releases; the receiver's misbehaviour never harms the dispatcher.
 
+use billing_tests::kit::{attempts, deliveries, newest_delivery, set_paused, settled};
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, unique_key, verifier, TestApp};
 use serde_json::{json, Value};
@@ -11,35 +12,6 @@ use std::time::Duration;
 
 fn payment() -> Value {
     domain::webhook::catalogue::example("payment.succeeded", 2).expect("example")
-}
-
-async fn delivery_of(app: &TestApp, endpoint: &str) -> Value {
-    let list = app
-        .get(&format!("/api/v1/webhook_endpoints/{endpoint}/deliveries"))
-        .send()
-        .await;
-    list.expect(200);
-    list.data()["items"][0].clone()
-}
-
-/// Waits until the endpoint's newest delivery has `status`.
-async fn settled(app: &TestApp, endpoint: &str, status: &str) -> Value {
-    app.eventually(20, || async {
-        let d = delivery_of(app, endpoint).await;
-        (d["status"] == status).then_some(d)
-    })
-    .await
-}
-
-async fn attempts(app: &TestApp, delivery: &str) -> Vec<Value> {
-    let r = app
-        .get(&format!(
-            "/api/v1/webhook_deliveries/{delivery}/attempts?limit=100"
-        ))
-        .send()
-        .await;
-    r.expect(200);
-    r.data()["items"].as_array().unwrap().clone()
 }
 
 async fn delivered_signed_and_recorded(app: TestApp) {
@@ -52,23 +24,10 @@ async fn delivered_signed_and_recorded(app: TestApp) {
     let d = settled(&app, &endpoint, "succeeded").await;
     dispatcher.shutdown().await;
 
-    let got = receiver.received();
-    assert_eq!(got.len(), 1);
-    let req = &got[0];
-    assert_eq!(req.header("webhook-id"), d["delivery_ref"]);
-    assert!(verifier::verifies(
-        &secret,
-        req.header("webhook-id"),
-        req.header("webhook-timestamp"),
-        req.header("webhook-signature"),
-        &req.body
-    ));
-    assert!(!verifier::verifies(
+    let req = &receiver.the_one_signed(&d, &secret);
+    assert!(!verifier::verifies_request(
         "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
-        req.header("webhook-id"),
-        req.header("webhook-timestamp"),
-        req.header("webhook-signature"),
-        &req.body
+        req
     ));
     let body = req.json();
     assert_eq!(body["event_ref"], event_ref);
@@ -439,17 +398,6 @@ async fn redrive_delivers_generation_two(app: TestApp) {
     assert_eq!(got[0].header("webhook-id"), got[1].header("webhook-id"));
 }
 
-/// Pauses or resumes the endpoint (`action`: `pause` or `resume`).
-async fn set_paused(app: &TestApp, endpoint: &str, action: &str) {
-    app.action(
-        &format!("/api/v1/webhook_endpoints/{endpoint}/{action}"),
-        "*",
-    )
-    .send()
-    .await
-    .expect(200);
-}
-
 async fn pause_holds_and_resume_releases(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(200)).await;
     let (endpoint, _) = app
@@ -510,13 +458,7 @@ async fn test_send_goes_out(app: TestApp) {
     dispatcher.shutdown().await;
     let req = &receiver.received()[0];
     assert_eq!(req.json()["public_event_type"], "webhook.test");
-    assert!(verifier::verifies(
-        &secret,
-        req.header("webhook-id"),
-        req.header("webhook-timestamp"),
-        req.header("webhook-signature"),
-        &req.body
-    ));
+    assert!(verifier::verifies_request(&secret, req));
 }
 
 async fn retry_after_is_honoured(app: TestApp) {
@@ -528,7 +470,7 @@ async fn retry_after_is_honoured(app: TestApp) {
     app.publish("payout.paid", example("payout.paid")).await;
     let d = app
         .eventually(10, || async {
-            let d = delivery_of(&app, &endpoint).await;
+            let d = newest_delivery(&app, &endpoint).await;
             (d["attempt_count"] == 1).then_some(d)
         })
         .await;
@@ -647,31 +589,15 @@ async fn two_dispatchers_never_attempt_one_delivery_twice(app: TestApp) {
     }
     let a = app.start_dispatcher(app.dispatch_settings("0s"));
     let b = app.start_dispatcher(app.dispatch_settings("0s"));
-    app.eventually(60, || async { (receiver.count() >= 300).then_some(()) })
-        .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    a.shutdown().await;
-    b.shutdown().await;
-    let ids: Vec<String> = receiver
-        .received()
-        .iter()
-        .map(|r| r.header("webhook-id").to_owned())
-        .collect();
+    let ids = app.all_received(&receiver, 300, 60, vec![a, b]).await;
     let unique: std::collections::HashSet<_> = ids.iter().collect();
     assert_eq!(
         (ids.len(), unique.len()),
         (300, 300),
         "every delivery exactly once"
     );
-    let list = app
-        .get(&format!(
-            "/api/v1/webhook_endpoints/{endpoint}/deliveries?limit=100"
-        ))
-        .send()
-        .await;
-    assert!(list.data()["items"]
-        .as_array()
-        .unwrap()
+    assert!(deliveries(&app, &endpoint)
+        .await
         .iter()
         .all(|d| d["status"] == "succeeded"));
 }

@@ -10,24 +10,21 @@
 //! its own by `event_ref` or body; events of another test's environment
 //! match no subscription here.
 
+use billing_tests::kit::settled;
 use billing_tests::receiver::{Behaviour, TestReceiver};
-use billing_tests::{fleet_enabled, verifier, Backend, TestApp};
-use dispatcher::amqp::{self, AmqpSettings};
-use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeleteOptions};
+use billing_tests::{fleet_enabled, fleet_or_say, Backend, TestApp, TestQueues, BROKER};
+use dispatcher::amqp;
+use lapin::options::{BasicAckOptions, BasicGetOptions};
 use lapin::types::AMQPValue;
 use serde_json::{json, Value};
 use std::sync::Once;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-
 /// A test's app, its own queues, and a broker connection to inspect them.
 struct Fleet {
     app: TestApp,
-    settings: AmqpSettings,
-    connection: lapin::Connection,
-    channel: lapin::Channel,
+    queues: TestQueues,
 }
 
 /// The running consumer of a test.
@@ -50,44 +47,12 @@ impl Intake {
 /// `BILLING_TEST_FLEET=1`.
 async fn fleet() -> Option<Fleet> {
     static NOTICE: Once = Once::new();
-    if !fleet_enabled() {
-        NOTICE.call_once(|| {
-            // Written to the stream itself: libtest captures `eprintln!`.
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "fleet tests (RabbitMQ) not run: set BILLING_TEST_FLEET=1 to run them"
-            );
-        });
+    if !fleet_or_say(&NOTICE, "RabbitMQ") {
         return None;
     }
-    let id = format!("{:016x}", rand::random::<u64>());
-    let connection = amqp::connect(BROKER, &format!("billing-test-client-{id}"))
-        .await
-        .unwrap_or_else(|e| {
-            panic!("BILLING_TEST_FLEET=1 but RabbitMQ is not reachable at {BROKER}: {e}")
-        });
-    let channel = connection.create_channel().await.expect("a channel");
-    let settings = AmqpSettings {
-        queue: format!("billing.events.test-{id}"),
-        dead_queue: format!("billing.events.dead.test-{id}"),
-        // Left-overs of a test that failed half-way go away by themselves.
-        queue_expires: Some(Duration::from_secs(300)),
-        connection_name: format!("billing-test-intake-{id}"),
-        ..AmqpSettings::new(BROKER)
-    };
-    // Declared before any consumer runs, as a previous run of the service
-    // would have: nothing published from now on is lost.
-    amqp::declare(&channel, &settings)
-        .await
-        .expect("the topology is declared");
+    let queues = TestQueues::declare().await;
     let app = TestApp::spawn(Backend::Postgres).await;
-    Some(Fleet {
-        app,
-        settings,
-        connection,
-        channel,
-    })
+    Some(Fleet { app, queues })
 }
 
 impl Fleet {
@@ -95,7 +60,7 @@ impl Fleet {
         let stop = CancellationToken::new();
         let task = tokio::spawn(amqp::consume(
             self.app.queue.clone(),
-            self.settings.clone(),
+            self.queues.settings.clone(),
             stop.clone(),
         ));
         Intake { stop, task }
@@ -128,8 +93,9 @@ impl Fleet {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         loop {
             let got = self
+                .queues
                 .channel
-                .basic_get(&self.settings.dead_queue, BasicGetOptions::default())
+                .basic_get(&self.queues.settings.dead_queue, BasicGetOptions::default())
                 .await
                 .expect("basic.get");
             match got {
@@ -148,7 +114,7 @@ impl Fleet {
                     assert!(
                         std::time::Instant::now() < deadline,
                         "the message did not reach {}",
-                        self.settings.dead_queue
+                        self.queues.settings.dead_queue
                     );
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
@@ -158,33 +124,8 @@ impl Fleet {
 
     /// Deletes this test's queues.
     async fn cleanup(self) {
-        for q in [&self.settings.queue, &self.settings.dead_queue] {
-            let _ = self
-                .channel
-                .queue_delete(q, QueueDeleteOptions::default())
-                .await;
-        }
-        let _ = self.connection.close(200, "test done").await;
+        self.queues.cleanup().await;
     }
-}
-
-/// The newest delivery of `endpoint`.
-async fn delivery_of(app: &TestApp, endpoint: &str) -> Value {
-    let list = app
-        .get(&format!("/api/v1/webhook_endpoints/{endpoint}/deliveries"))
-        .send()
-        .await;
-    list.expect(200);
-    list.data()["items"][0].clone()
-}
-
-/// Waits until the endpoint's newest delivery has `status`.
-async fn settled(app: &TestApp, endpoint: &str, status: &str) -> Value {
-    app.eventually(20, || async {
-        let d = delivery_of(app, endpoint).await;
-        (d["status"] == status).then_some(d)
-    })
-    .await
 }
 
 /// How many requests `receiver` got for `event_ref`.
@@ -228,17 +169,7 @@ async fn a_published_event_is_delivered_signed() {
     intake.shutdown().await;
     dispatcher.shutdown().await;
 
-    let got = receiver.received();
-    assert_eq!(got.len(), 1);
-    let req = &got[0];
-    assert_eq!(req.header("webhook-id"), d["delivery_ref"]);
-    assert!(verifier::verifies(
-        &secret,
-        req.header("webhook-id"),
-        req.header("webhook-timestamp"),
-        req.header("webhook-signature"),
-        &req.body
-    ));
+    let req = &receiver.the_one_signed(&d, &secret);
     let delivered = req.json();
     assert_eq!(delivered["event_ref"], event_ref);
     assert_eq!(delivered["public_event_type"], "payment.succeeded");
@@ -408,7 +339,7 @@ async fn the_consumer_reconnects_after_the_broker_closes_its_connection() {
     all_received(app, &receiver, &[&first]).await;
 
     // Only this test's consumer connection is closed, from the server side.
-    let name = fleet.settings.connection_name.clone();
+    let name = fleet.queues.settings.connection_name.clone();
     let pid = app
         .eventually(10, || {
             let name = name.clone();

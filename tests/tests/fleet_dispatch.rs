@@ -6,7 +6,6 @@ use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::TestApp;
 use serde_json::json;
 use std::collections::HashSet;
-use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_dispatchers_over_redis_survive_losing_its_data() {
@@ -29,33 +28,10 @@ async fn two_dispatchers_over_redis_survive_losing_its_data() {
     for _ in 0..N / 2 {
         app.publish("order.created", json!({})).await;
     }
-    app.eventually(60, || async {
-        let unique: HashSet<String> = receiver
-            .received()
-            .iter()
-            .map(|r| r.header("webhook-id").to_owned())
-            .collect();
-        (unique.len() >= N).then_some(())
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    a.shutdown().await;
-    b.shutdown().await;
-    let ids: Vec<String> = receiver
-        .received()
-        .iter()
-        .map(|r| r.header("webhook-id").to_owned())
-        .collect();
+    let ids = app.all_received(&receiver, N, 60, vec![a, b]).await;
     let unique: HashSet<&String> = ids.iter().collect();
     assert_eq!(unique.len(), N, "every event delivered");
     assert_eq!(ids.len(), N, "no delivery attempted twice");
-    assert_eq!(
-        app.store
-            .dispatch()
-            .due_backlog(domain::Timestamp::now().plus_seconds(3600))
-            .await
-            .unwrap(),
-        0
-    );
+    assert_eq!(app.due_within_an_hour().await, 0);
     billing_tests::redis::delete_prefix(&prefix).await;
 }

@@ -140,23 +140,7 @@ async fn a_redis_restarted_without_its_data_loses_no_delivery() {
     }
 
     let total = BEFORE + AFTER;
-    app.eventually(90, || async {
-        let unique: HashSet<String> = receiver
-            .received()
-            .iter()
-            .map(|r| r.header("webhook-id").to_owned())
-            .collect();
-        (unique.len() >= total).then_some(())
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    a.shutdown().await;
-    b.shutdown().await;
-    let ids: Vec<String> = receiver
-        .received()
-        .iter()
-        .map(|r| r.header("webhook-id").to_owned())
-        .collect();
+    let ids = app.all_received(&receiver, total, 90, vec![a, b]).await;
     let unique: HashSet<&String> = ids.iter().collect();
     eprintln!(
         "redis outage: {at_outage} received before it, {} deliveries in all, {} requests",
@@ -168,13 +152,5 @@ async fn a_redis_restarted_without_its_data_loses_no_delivery() {
         "the outage fell in the middle of the run"
     );
     assert_eq!(unique.len(), total, "every event delivered");
-    assert_eq!(
-        app.store
-            .dispatch()
-            .due_backlog(domain::Timestamp::now().plus_seconds(3600))
-            .await
-            .unwrap(),
-        0,
-        "nothing left to deliver"
-    );
+    assert_eq!(app.due_within_an_hour().await, 0, "nothing left to deliver");
 }

@@ -12,12 +12,11 @@
 //!   parameter has its reference shape, and every error response refers to
 //!   the one error body of contract 2.
 
-use billing_tests::kit::{eur, text};
+use billing_tests::kit::api::*;
+use billing_tests::kit::{create_endpoint, eur, get, pay, sellable, text};
 use billing_tests::{backend_tests, Resp, TestApp};
 use control_api::operations::{Method, OPERATIONS};
 use serde_json::{json, Value};
-
-const OK_URL: &str = "https://example.com/ok";
 
 async fn document(app: &TestApp) -> Value {
     let doc = app.anon("GET", "/api/v1/openapi.json").send().await;
@@ -120,34 +119,20 @@ fn assert_conforms(doc: &Value, method: &str, path: &str, response: &Resp) {
 
 /// A published product with a published price; returns its offer.
 async fn offer(app: &TestApp, interval: Option<&str>) -> String {
+    sellable(app, "Fuzz", eur("999"), interval).await.offer
+}
+
+/// A session of `config` (201) for `fuzz@example.com`.
+async fn session_of(app: &TestApp, config: &str) -> Resp {
     let r = app
-        .post("/api/v1/products", json!({"name": "Fuzz"}))
+        .post(
+            "/api/v1/checkout-sessions",
+            json!({"config_ref": config, "buyer": {"email": "fuzz@example.com"}}),
+        )
         .send()
         .await;
     r.expect(201);
-    let product = text(&r.data()["product_ref"]);
-    app.post(&format!("/api/v1/products/{product}/publish"), json!({}))
-        .send()
-        .await
-        .expect(200);
-    let mut body = json!({"product_ref": product, "amount": eur("999"), "type": "one_time"});
-    if let Some(i) = interval {
-        body["type"] = json!("recurring");
-        body["interval"] = json!(i);
-    }
-    let r = app.post("/api/v1/prices", body).send().await;
-    r.expect(201);
-    let price = text(&r.data()["price_ref"]);
-    app.post(&format!("/api/v1/prices/{price}/publish"), json!({}))
-        .send()
-        .await
-        .expect(200);
-    let offers = app
-        .get(&format!("/api/v1/offers?product_ref={product}"))
-        .send()
-        .await;
-    offers.expect(200);
-    text(&offers.data()["items"][0]["offer_ref"])
+    r
 }
 
 /// A checkout config of one `offer`, created and published; returns the
@@ -207,14 +192,7 @@ async fn checkout_config_line_items_conform(app: TestApp) {
     version.expect(201);
     assert_conforms(&doc, "post", &format!("{path}/versions"), &version);
     // A session's line items keep their own, fuller schema.
-    let session = app
-        .post(
-            "/api/v1/checkout-sessions",
-            json!({"config_ref": config, "buyer": {"email": "fuzz@example.com"}}),
-        )
-        .send()
-        .await;
-    session.expect(201);
+    let session = session_of(&app, &config).await;
     assert_conforms(&doc, "post", "/api/v1/checkout-sessions", &session);
 }
 
@@ -228,23 +206,9 @@ async fn billing_and_webhook_subscriptions_conform(app: TestApp) {
     let offer = offer(&app, Some("month")).await;
     let (created, _) = config(&app, &offer).await;
     let config = text(&created.data()["config_ref"]);
-    let session = app
-        .post(
-            "/api/v1/checkout-sessions",
-            json!({"config_ref": config, "buyer": {"email": "fuzz@example.com"}}),
-        )
-        .send()
-        .await;
-    session.expect(201);
+    let session = session_of(&app, &config).await;
     let session = text(&session.data()["checkout_session_ref"]);
-    let paid = app
-        .post(
-            &format!("/api/v1/checkout-sessions/{session}/pay"),
-            json!({"payment_method": "pm_card_visa"}),
-        )
-        .send()
-        .await;
-    paid.expect(200);
+    let paid = pay(&app, &session, "pm_card_visa").await;
     assert_eq!(
         paid.data()["result"],
         "subscription_started",
@@ -274,15 +238,7 @@ async fn billing_and_webhook_subscriptions_conform(app: TestApp) {
     assert_conforms(&doc, "get", "/api/v1/subscription-changes", &changes);
 
     // The webhook subscription keeps its own schema.
-    let endpoint = app
-        .post(
-            "/api/v1/webhook_endpoints",
-            json!({"url": "https://example.com/hook"}),
-        )
-        .send()
-        .await;
-    endpoint.expect(201);
-    let endpoint = text(&endpoint.data()["endpoint_ref"]);
+    let (endpoint, _) = create_endpoint(&app, "https://example.com/hook").await;
     let path = "/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions";
     let created = app
         .post(
@@ -294,13 +250,11 @@ async fn billing_and_webhook_subscriptions_conform(app: TestApp) {
         .await;
     created.expect(201);
     assert_conforms(&doc, "post", path, &created);
-    let listed = app
-        .get(&format!(
-            "/api/v1/webhook_endpoints/{endpoint}/subscriptions"
-        ))
-        .send()
-        .await;
-    listed.expect(200);
+    let listed = get(
+        &app,
+        &format!("/api/v1/webhook_endpoints/{endpoint}/subscriptions"),
+    )
+    .await;
     assert_conforms(&doc, "get", path, &listed);
     // And a promotion plan its own changes.
     let plan = app

@@ -20,9 +20,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 // ---- harness --------------------------------------------------------------
 
-/// Serves `app`'s store on a new listener within `limits` and points the
-/// app's requests (`app.base`) at it.
-async fn serving(mut app: TestApp, limits: ServeLimits) -> TestApp {
+/// A new listener, its address, and a state over `app`'s store (the
+/// default settings, loopback destinations allowed) to serve on it.
+async fn own_server(app: &TestApp) -> (TcpListener, std::net::SocketAddr, AppState) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let webhooks = WebhookSettings {
@@ -30,6 +30,13 @@ async fn serving(mut app: TestApp, limits: ServeLimits) -> TestApp {
         ..WebhookSettings::with_cipher(app.cipher.clone())
     };
     let state = AppState::new(app.store.clone(), ApiSettings::new(webhooks));
+    (listener, addr, state)
+}
+
+/// Serves `app`'s store on a new listener within `limits` and points the
+/// app's requests (`app.base`) at it.
+async fn serving(mut app: TestApp, limits: ServeLimits) -> TestApp {
+    let (listener, addr, state) = own_server(&app).await;
     tokio::spawn(control_api::run_with(
         state,
         listener,
@@ -576,13 +583,7 @@ async fn a_body_of_one_mib_and_one_byte_is_413(app: TestApp) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_accepting_and_finishes_requests_in_flight() {
     let app = TestApp::spawn(Backend::Sqlite).await;
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let webhooks = WebhookSettings {
-        allow_private_networks: true,
-        ..WebhookSettings::with_cipher(app.cipher.clone())
-    };
-    let state = AppState::new(app.store.clone(), ApiSettings::new(webhooks));
+    let (listener, addr, state) = own_server(&app).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(control_api::run_with(
         state,

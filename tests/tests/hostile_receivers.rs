@@ -17,6 +17,7 @@
 //! Many slow endpoints beside a healthy one: see `slow_endpoints` below
 //! (SQLite only, like `isolation.rs`) and `benches/slow_receivers.rs`.
 
+use billing_tests::kit::{attempts, deliveries, newest_delivery, text};
 use billing_tests::receiver::{Behaviour, Script, ScriptedReceiver, TestReceiver};
 use billing_tests::{backend_tests, TestApp};
 use dispatcher::sending::Lookup;
@@ -102,41 +103,13 @@ async fn on_one_port(public: Script, private: Script) -> (ScriptedReceiver, Scri
     panic!("no port free on both 127.0.0.2 and 127.0.0.1");
 }
 
-async fn newest_delivery(app: &TestApp, endpoint: &str) -> Value {
-    let list = app
-        .get(&format!("/api/v1/webhook_endpoints/{endpoint}/deliveries"))
-        .send()
-        .await;
-    list.expect(200);
-    list.data()["items"][0].clone()
-}
-
 /// Waits until the endpoint has `count` deliveries, all with `status`.
 async fn settled_all(app: &TestApp, endpoint: &str, count: usize, status: &str) -> Vec<Value> {
     app.eventually(20, || async {
-        let list = app
-            .get(&format!(
-                "/api/v1/webhook_endpoints/{endpoint}/deliveries?limit=100"
-            ))
-            .send()
-            .await;
-        list.expect(200);
-        let items = list.data()["items"].as_array().cloned().unwrap_or_default();
+        let items = deliveries(app, endpoint).await;
         (items.len() == count && items.iter().all(|d| d["status"] == status)).then_some(items)
     })
     .await
-}
-
-async fn attempts(app: &TestApp, delivery: &Value) -> Vec<Value> {
-    let delivery = delivery["delivery_ref"].as_str().expect("delivery_ref");
-    let r = app
-        .get(&format!(
-            "/api/v1/webhook_deliveries/{delivery}/attempts?limit=100"
-        ))
-        .send()
-        .await;
-    r.expect(200);
-    r.data()["items"].as_array().expect("items").clone()
 }
 
 fn error_of(attempt: &Value) -> &str {
@@ -155,7 +128,7 @@ async fn a_name_resolving_to_a_private_address_is_never_reached(app: TestApp) {
     let d = settled_all(&app, &endpoint, 1, "failed").await;
     dispatcher.shutdown().await;
 
-    let tried = attempts(&app, &d[0]).await;
+    let tried = attempts(&app, &text(&d[0]["delivery_ref"])).await;
     assert_eq!(tried.len(), 2, "{tried:?}");
     for a in &tried {
         assert_eq!(a["status"], "failed");
@@ -210,7 +183,7 @@ async fn a_name_rebound_to_a_private_address_is_refused_on_reconnect(app: TestAp
     dispatcher.shutdown().await;
 
     let second = newest_delivery(&app, &endpoint).await;
-    let tried = attempts(&app, &second).await;
+    let tried = attempts(&app, &text(&second["delivery_ref"])).await;
     assert_eq!(tried.len(), 1);
     assert_eq!(tried[0]["response_status"], Value::Null);
     assert!(
@@ -295,7 +268,7 @@ async fn a_body_that_never_ends_is_cut_at_the_time_out(app: TestApp) {
     dispatcher.shutdown().await;
 
     for d in &deliveries {
-        let tried = attempts(&app, d).await;
+        let tried = attempts(&app, &text(&d["delivery_ref"])).await;
         assert_eq!(tried.len(), 1);
         let a = &tried[0];
         assert_eq!(a["status"], "succeeded", "the status decides: {a}");
@@ -333,7 +306,7 @@ async fn an_endless_body_is_read_no_further_than_the_excerpt(app: TestApp) {
     let d = settled_all(&app, &endpoint, 1, "succeeded").await;
     dispatcher.shutdown().await;
 
-    let a = &attempts(&app, &d[0]).await[0];
+    let a = &attempts(&app, &text(&d[0]["delivery_ref"])).await[0];
     assert_eq!(a["response_status"], 200);
     assert_eq!(a["error"], Value::Null, "{a}");
     assert_eq!(
@@ -371,7 +344,7 @@ async fn a_stalled_tls_handshake_fails_within_the_time_out(app: TestApp) {
     let d = settled_all(&app, &endpoint, 1, "failed").await;
     dispatcher.shutdown().await;
 
-    let a = &attempts(&app, &d[0]).await[0];
+    let a = &attempts(&app, &text(&d[0]["delivery_ref"])).await[0];
     assert_eq!(a["response_status"], Value::Null);
     assert!(error_of(a).contains("TLS handshake"), "{a}");
     let took = Duration::from_millis(a["duration_ms"].as_u64().expect("duration"));
@@ -418,8 +391,7 @@ mod slow_endpoints {
     use billing_tests::receiver::{Behaviour, TestReceiver};
     use billing_tests::{Backend, TestApp};
     use futures::StreamExt;
-    use std::collections::HashMap;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     const SLOW_ENDPOINTS: usize = 300;
     /// Events to every slow endpoint: 900 deliveries of 1.5 s each over
@@ -447,14 +419,9 @@ mod slow_endpoints {
     async fn healthy_latencies(app: &TestApp, healthy: &TestReceiver) -> Vec<Duration> {
         let before = healthy.count();
         let total = (RATE * SECONDS) as usize;
-        let data = payment();
-        let mut published: HashMap<String, Instant> = HashMap::with_capacity(total);
-        let mut interval = tokio::time::interval(Duration::from_micros(1_000_000 / RATE));
-        for _ in 0..total {
-            interval.tick().await;
-            let at = Instant::now();
-            published.insert(app.publish(EVENT_TYPE, data.clone()).await, at);
-        }
+        let published = app
+            .publish_at_rate(EVENT_TYPE, &payment(), total, RATE)
+            .await;
         app.eventually(15, || async {
             (healthy.count() >= before + total).then_some(())
         })

@@ -11,8 +11,7 @@
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{Backend, TestApp};
 use serde_json::Value;
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Events per second published during a run.
 const RATE: u64 = 100;
@@ -55,14 +54,9 @@ async fn healthy_latencies(beside_hanging: bool) -> Vec<Duration> {
     let warm_up = healthy.count();
 
     let total = (RATE * SECONDS) as usize;
-    let data = payment();
-    let mut published: HashMap<String, Instant> = HashMap::with_capacity(total);
-    let mut interval = tokio::time::interval(Duration::from_micros(1_000_000 / RATE));
-    for _ in 0..total {
-        interval.tick().await;
-        let at = Instant::now();
-        published.insert(app.publish(EVENT_TYPE, data.clone()).await, at);
-    }
+    let published = app
+        .publish_at_rate(EVENT_TYPE, &payment(), total, RATE)
+        .await;
     app.eventually(15, || async {
         (healthy.count() >= warm_up + total).then_some(())
     })

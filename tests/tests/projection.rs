@@ -13,42 +13,18 @@
 //! intake (`dispatcher::intake::accept`), which asks the projector the
 //! harness registered.
 
-use billing_tests::kit::{eur, items, text};
+use billing_tests::kit::api::*;
+use billing_tests::kit::{
+    self, create_endpoint, deliveries, eur, items, list, one_time_config, paid_payment, text,
+};
 use billing_tests::receiver::{Behaviour, TestReceiver};
-use billing_tests::{backend_tests, unique_key, TestApp};
+use billing_tests::{backend_tests, TestApp};
 use dispatcher::intake::Accepted;
 use domain::{Prefix, Ref, Timestamp};
 use serde_json::{json, Value};
 
-const PRODUCTS: &str = "/api/v1/products";
-const PRICES: &str = "/api/v1/prices";
-const OFFERS: &str = "/api/v1/offers";
-const CONFIGS: &str = "/api/v1/checkout-configs";
-const SESSIONS: &str = "/api/v1/checkout-sessions";
-const REFUNDS: &str = "/api/v1/refunds";
-const DISPUTES: &str = "/api/v1/disputes";
-const PAYOUTS: &str = "/api/v1/payouts";
-const PARTICIPATIONS: &str = "/api/v1/participations";
-const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
-const OK_URL: &str = "https://example.com/ok";
-
-/// A well-formed payment reference that names nothing.
-const NO_PAYMENT: &str = "pay_N5xP3cV8bT1m";
-
 const DAY: i64 = 86_400;
 
-const DISPUTE_FIELDS: &[&str] = &[
-    "dispute_ref",
-    "payment_intent_ref",
-    "amount",
-    "kind",
-    "status",
-    "reason_safe",
-    "opened_at",
-    "evidence_due_at",
-    "resolved_at",
-    "etag",
-];
 const PAYOUT_FIELDS: &[&str] = &[
     "payout_ref",
     "beneficiary_business_ref",
@@ -120,11 +96,6 @@ async fn get(app: &TestApp, path: &str) -> Value {
 
 async fn absent(app: &TestApp, path: &str) {
     app.get(path).send().await.expect_error(404, "not_found");
-}
-
-async fn list(app: &TestApp, path: &str) -> Vec<Value> {
-    let sep = if path.contains('?') { '&' } else { '?' };
-    items(&app.get(&format!("{path}{sep}limit=100")).send().await)
 }
 
 /// An envelope (contract section 9) of `event_type` in `environment_ref`,
@@ -215,68 +186,13 @@ fn participation_data(event_type: &str, participation: &str) -> Value {
 
 /// A published config selling one EUR 19.99 product, one-time.
 async fn config_1999(app: &TestApp) -> String {
-    let r = app.post(PRODUCTS, json!({"name": "Product"})).send().await;
-    r.expect(201);
-    let product = text(&r.data()["product_ref"]);
-    app.post(&format!("{PRODUCTS}/{product}/publish"), json!({}))
-        .send()
-        .await
-        .expect(200);
-    let r = app
-        .post(
-            PRICES,
-            json!({"product_ref": product, "amount": eur("1999"), "type": "one_time"}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let price = text(&r.data()["price_ref"]);
-    app.post(&format!("{PRICES}/{price}/publish"), json!({}))
-        .send()
-        .await
-        .expect(200);
-    let offers = list(app, &format!("{OFFERS}?product_ref={product}")).await;
-    assert_eq!(offers.len(), 1, "one offer per product: {offers:?}");
-    let line = json!({"offer_ref": offers[0]["offer_ref"], "quantity": 1});
-    let r = app
-        .post(
-            CONFIGS,
-            json!({"name": "Checkout", "line_items": [line], "success_url": OK_URL}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let config = text(&r.data()["config_ref"]);
-    app.post(&format!("{CONFIGS}/{config}/publish"), json!({}))
-        .send()
-        .await
-        .expect(200);
-    config
+    one_time_config(app, &["1999"]).await
 }
 
 /// A succeeded sandbox payment of `config` (visa) for a buyer of its own:
 /// `(payment_intent_ref, buyer_ref)`.
 async fn paid(app: &TestApp, config: &str) -> (String, String) {
-    let email = format!("{}@example.com", unique_key());
-    let r = app
-        .post(
-            SESSIONS,
-            json!({"config_ref": config, "buyer": {"email": email, "name": "Ada Lovelace"}}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let session = text(&r.data()["checkout_session_ref"]);
-    let r = app
-        .post(
-            &format!("{SESSIONS}/{session}/pay"),
-            json!({"payment_method": "pm_card_visa"}),
-        )
-        .send()
-        .await;
-    r.expect(200);
-    let p = &r.data()["payment"];
-    assert_eq!(p["status"], "succeeded", "{p}");
+    let p = paid_payment(app, config, "pm_card_visa").await;
     (text(&p["payment_intent_ref"]), text(&p["buyer_ref"]))
 }
 
@@ -307,9 +223,7 @@ async fn endpoint_scoped(
     scope_type: &str,
     scope_ref: &str,
 ) -> String {
-    let r = app.post(ENDPOINTS, json!({"url": url})).send().await;
-    r.expect(201);
-    let endpoint = text(&r.data()["endpoint_ref"]);
+    let (endpoint, _) = create_endpoint(app, url).await;
     app.post(
         &format!("{ENDPOINTS}/{endpoint}/subscriptions"),
         json!({"public_event_type": event_type, "scope_type": scope_type,
@@ -325,7 +239,7 @@ async fn endpoint_scoped(
 /// (once attempted), newest first.
 async fn delivered_payloads(app: &TestApp, endpoint: &str) -> Vec<Value> {
     let mut out = Vec::new();
-    for d in list(app, &format!("{ENDPOINTS}/{endpoint}/deliveries")).await {
+    for d in deliveries(app, endpoint).await {
         let body = get_body(app, &text(&d["delivery_ref"])).await;
         out.push(body);
     }
@@ -333,11 +247,7 @@ async fn delivered_payloads(app: &TestApp, endpoint: &str) -> Vec<Value> {
 }
 
 async fn get_body(app: &TestApp, delivery: &str) -> Value {
-    let r = app
-        .get(&format!("/api/v1/webhook_deliveries/{delivery}/body"))
-        .send()
-        .await;
-    r.expect(200);
+    let r = kit::get(app, &format!("/api/v1/webhook_deliveries/{delivery}/body")).await;
     r.data()["payload"].clone()
 }
 

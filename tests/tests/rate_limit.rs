@@ -103,28 +103,21 @@ async fn refused_writes_change_nothing(backend: Backend) {
     // Spend the burst of 2.
     passes_until_refused(&app, &secret, 10).await;
     let key = billing_tests::unique_key();
-    let r = app
-        .post(
+    // The same request twice: refused, then run once the bucket refills.
+    let request = || {
+        app.post(
             "/api/v1/service_accounts",
             serde_json::json!({"name": "refused"}),
         )
         .auth(&secret)
         .idem(&key)
-        .send()
-        .await;
+    };
+    let r = request().send().await;
     assert_limited(&r);
     // The key was not taken: the same request runs once the bucket
     // refills, and makes the only such account.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let created = app
-        .post(
-            "/api/v1/service_accounts",
-            serde_json::json!({"name": "refused"}),
-        )
-        .auth(&secret)
-        .idem(&key)
-        .send()
-        .await;
+    let created = request().send().await;
     created.expect(201);
     assert!(created.header("idempotent-replayed").is_none());
     tokio::time::sleep(Duration::from_secs(1)).await;

@@ -30,35 +30,20 @@
 //! events enter through the intake (`dispatcher::intake::accept`), which
 //! projects them before they are fanned out.
 
-use billing_tests::kit::{at, eur, is_ref, text};
+use billing_tests::kit::api::*;
+use billing_tests::kit::{
+    all_succeeded, at, eur, is_ref, list, listed_as_received, one_time_config, order_of,
+    paid_payment, retrieve, text, timed_work,
+};
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
 use billing_tests::{
-    backend_tests, fleet_enabled, unique_key, verifier, Backend, DispatcherHandle, TestApp,
+    backend_tests, fleet_or_say, verifier, Backend, EventPipeline as Pipeline, TestApp, TestQueues,
 };
-use dispatcher::amqp::{self, AmqpSettings};
-use dispatcher::outbox::Target;
 use domain::{Prefix, Ref, Timestamp};
-use lapin::options::QueueDeleteOptions;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Once;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
-
-const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-const PRODUCTS: &str = "/api/v1/products";
-const PRICES: &str = "/api/v1/prices";
-const OFFERS: &str = "/api/v1/offers";
-const CONFIGS: &str = "/api/v1/checkout-configs";
-const SESSIONS: &str = "/api/v1/checkout-sessions";
-const ORDERS: &str = "/api/v1/orders";
-const ENTITLEMENTS: &str = "/api/v1/entitlements";
-const REFUNDS: &str = "/api/v1/refunds";
-const DISPUTES: &str = "/api/v1/disputes";
-const PAYOUTS: &str = "/api/v1/payouts";
-const PARTICIPATIONS: &str = "/api/v1/participations";
-const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
-const OK_URL: &str = "https://example.com/ok";
 
 /// The upstream reason of the dispute: markup and a control character,
 /// which only its safe form (`reason_safe`) may carry, cleaned.
@@ -139,81 +124,7 @@ fn status_fields(event_type: &str) -> &'static [&'static str] {
 
 // ---- helpers --------------------------------------------------------------------
 
-/// A retrieve: 200, its ETag header the body's `etag`; the resource.
-async fn retrieve(app: &TestApp, base: &str, reference: &str) -> Value {
-    let r = app.get(&at(base, reference, "")).send().await;
-    r.expect(200);
-    assert_eq!(
-        r.header("etag"),
-        r.data()["etag"].as_str(),
-        "the ETag header is the resource's etag: {}",
-        r.text
-    );
-    r.data().clone()
-}
-
-async fn list(app: &TestApp, path: &str) -> Vec<Value> {
-    let sep = if path.contains('?') { '&' } else { '?' };
-    let r = app.get(&format!("{path}{sep}limit=100")).send().await;
-    r.expect(200);
-    r.data()["items"].as_array().expect("items").clone()
-}
-
-/// Runs the timed work (settlement, scheduled starts) for the rest of the
-/// test, as the dispatcher role would.
-fn timed_work(app: &TestApp) {
-    tokio::spawn(control_api::jobs::run(
-        app.store.clone(),
-        std::future::pending(),
-    ));
-}
-
 // ---- paying and refunding ---------------------------------------------------------
-
-/// A published config selling one of each of `amounts` (EUR, one-time),
-/// each of its own product.
-async fn config_of(app: &TestApp, amounts: &[&str]) -> String {
-    let mut line_items = Vec::new();
-    for amount in amounts {
-        let r = app.post(PRODUCTS, json!({"name": "Product"})).send().await;
-        r.expect(201);
-        let product = text(&r.data()["product_ref"]);
-        app.post(&at(PRODUCTS, &product, "/publish"), json!({}))
-            .send()
-            .await
-            .expect(200);
-        let r = app
-            .post(
-                PRICES,
-                json!({"product_ref": product, "amount": eur(amount), "type": "one_time"}),
-            )
-            .send()
-            .await;
-        r.expect(201);
-        let price = text(&r.data()["price_ref"]);
-        app.post(&at(PRICES, &price, "/publish"), json!({}))
-            .send()
-            .await
-            .expect(200);
-        let offers = list(app, &format!("{OFFERS}?product_ref={product}")).await;
-        assert_eq!(offers.len(), 1, "one offer per product: {offers:?}");
-        line_items.push(json!({"offer_ref": offers[0]["offer_ref"], "quantity": 1}));
-    }
-    let r = app
-        .post(
-            CONFIGS,
-            json!({"name": "Checkout", "line_items": line_items, "success_url": OK_URL}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let config = text(&r.data()["config_ref"]);
-    app.post(&at(CONFIGS, &config, "/publish"), json!({}))
-        .send()
-        .await
-        .expect(200);
-    config
-}
 
 /// A succeeded payment, its buyer and order.
 struct Paid {
@@ -224,35 +135,14 @@ struct Paid {
 
 /// Pays a new session of `config` with `pm` for a buyer of its own.
 async fn paid(app: &TestApp, config: &str, pm: &str) -> Paid {
-    let email = format!("{}@example.com", unique_key());
-    let r = app
-        .post(
-            SESSIONS,
-            json!({"config_ref": config, "buyer": {"email": email, "name": "Ada Lovelace"}}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let session = text(&r.data()["checkout_session_ref"]);
-    let r = app
-        .post(
-            &at(SESSIONS, &session, "/pay"),
-            json!({"payment_method": pm}),
-        )
-        .send()
-        .await;
-    r.expect(200);
-    let p = r.data()["payment"].clone();
-    assert_eq!(p["status"], "succeeded", "{p}");
+    let p = paid_payment(app, config, pm).await;
     let payment = text(&p["payment_intent_ref"]);
     let buyer = text(&p["buyer_ref"]);
-    let orders = list(app, &format!("{ORDERS}?buyer_ref={buyer}")).await;
-    assert_eq!(orders.len(), 1, "{orders:?}");
-    assert_eq!(orders[0]["payment_intent_ref"], payment.as_str());
+    let order = order_of(app, &p).await;
     Paid {
         payment,
         buyer,
-        order: text(&orders[0]["order_ref"]),
+        order: text(&order["order_ref"]),
     }
 }
 
@@ -368,89 +258,8 @@ async fn endpoint(app: &TestApp) -> Endpoint {
 /// arrived too.
 async fn all_delivered(app: &TestApp, e: &Endpoint) {
     let total = total_deliveries();
-    app.eventually(30, || async { (e.receiver.count() >= total).then_some(()) })
-        .await;
-    app.eventually(15, || async {
-        let r = app
-            .get(&at(ENDPOINTS, &e.endpoint_ref, "/deliveries?limit=100"))
-            .send()
-            .await;
-        let items = r.data()["items"].as_array()?.clone();
-        (items.len() >= total && items.iter().all(|d| d["status"] == "succeeded")).then_some(())
-    })
-    .await;
+    all_succeeded(app, &e.receiver, &e.endpoint_ref, total).await;
     tokio::time::sleep(Duration::from_millis(700)).await;
-}
-
-// ---- the pipeline ---------------------------------------------------------------
-
-/// The background work of a test: the outbox relay, RabbitMQ consumers (in
-/// the fleet variant) and dispatchers.
-struct Pipeline {
-    stop: CancellationToken,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    dispatchers: Vec<DispatcherHandle>,
-}
-
-impl Pipeline {
-    /// Embedded mode: the relay moves events into the store's queue; one
-    /// dispatcher fans them out and delivers.
-    fn embedded(app: &TestApp) -> Pipeline {
-        let stop = CancellationToken::new();
-        let relay = tokio::spawn(dispatcher::outbox::relay(
-            app.store.clone(),
-            Target::Queue(app.queue.clone()),
-            stop.clone(),
-        ));
-        Pipeline {
-            stop,
-            tasks: vec![relay],
-            dispatchers: vec![app.start_dispatcher(app.dispatch_settings("0s,1s"))],
-        }
-    }
-
-    /// Fleet mode: the relay publishes to RabbitMQ, two consumers of the
-    /// test's own queue accept into the store, two dispatchers deliver.
-    fn fleet(app: &TestApp, settings: &AmqpSettings) -> Pipeline {
-        let stop = CancellationToken::new();
-        let mut tasks = vec![tokio::spawn(dispatcher::outbox::relay(
-            app.store.clone(),
-            Target::Amqp(BROKER.to_owned()),
-            stop.clone(),
-        ))];
-        for n in 1..=2 {
-            let consumer = AmqpSettings {
-                connection_name: format!("{}-{n}", settings.connection_name),
-                ..settings.clone()
-            };
-            tasks.push(tokio::spawn(amqp::consume(
-                app.queue.clone(),
-                consumer,
-                stop.clone(),
-            )));
-        }
-        let dispatchers = (0..2)
-            .map(|_| app.start_dispatcher(app.dispatch_settings("0s,1s")))
-            .collect();
-        Pipeline {
-            stop,
-            tasks,
-            dispatchers,
-        }
-    }
-
-    async fn shutdown(self) {
-        self.stop.cancel();
-        for t in self.tasks {
-            tokio::time::timeout(Duration::from_secs(15), t)
-                .await
-                .expect("the relay and consumers stop promptly")
-                .expect("the relay and consumers do not panic");
-        }
-        for d in self.dispatchers {
-            d.shutdown().await;
-        }
-    }
 }
 
 // ---- what is expected -------------------------------------------------------------
@@ -508,25 +317,12 @@ async fn check_deliveries(app: &TestApp, e: &Endpoint, expected: &Expected) {
     );
     assert!(got.iter().all(Received::succeeded));
 
-    let ids: HashSet<&str> = got.iter().map(|r| r.header("webhook-id")).collect();
-    assert_eq!(ids.len(), got.len(), "a webhook-id arrived twice");
+    verifier::each_signed_once(&got, &e.secret, "");
     let mut event_refs: HashSet<String> = HashSet::new();
     let mut delivered: Expected = BTreeMap::new();
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
     for r in &got {
         let id = r.header("webhook-id");
-        is_ref(&json!(id), "whd_");
-        assert!(
-            verifier::verifies(
-                &e.secret,
-                id,
-                r.header("webhook-timestamp"),
-                r.header("webhook-signature"),
-                &r.body
-            ),
-            "the official verifier refuses {id}: {}",
-            String::from_utf8_lossy(&r.body)
-        );
         let body = r.json();
         is_ref(&body["event_ref"], "evt_");
         assert!(
@@ -605,22 +401,7 @@ async fn check_deliveries(app: &TestApp, e: &Endpoint, expected: &Expected) {
     }
 
     // The endpoint's deliveries are exactly the requests received.
-    let r = app
-        .get(&at(ENDPOINTS, &e.endpoint_ref, "/deliveries?limit=100"))
-        .send()
-        .await;
-    r.expect(200);
-    let listed: HashSet<String> = r.data()["items"]
-        .as_array()
-        .expect("items")
-        .iter()
-        .map(|d| {
-            assert_eq!(d["status"], "succeeded", "{d}");
-            text(&d["delivery_ref"])
-        })
-        .collect();
-    let received: HashSet<String> = ids.iter().map(|s| (*s).to_owned()).collect();
-    assert_eq!(listed, received, "deliveries listed vs received");
+    listed_as_received(app, &e.endpoint_ref, &got, "").await;
 }
 
 // ---- the test -------------------------------------------------------------------
@@ -635,7 +416,7 @@ async fn refund_dispute_payout_and_participation_events_arrive_once_signed(app: 
 /// carrying their events; then every check.
 async fn scenario(app: &TestApp, pipeline: Pipeline) {
     timed_work(app);
-    let config = config_of(app, &["1999", "500"]).await;
+    let config = one_time_config(app, &["1999", "500"]).await;
     let e = endpoint(app).await;
     let mut expected: Expected = BTreeMap::new();
     // Snapshots of resources at their events' time, by (type, reference).
@@ -812,38 +593,12 @@ backend_tests!(refund_dispute_payout_and_participation_events_arrive_once_signed
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fleet_refund_events_cross_rabbitmq_to_two_dispatchers_once() {
     static NOTICE: Once = Once::new();
-    if !fleet_enabled() {
-        NOTICE.call_once(|| {
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "fleet tests (RabbitMQ, PostgreSQL) not run: set BILLING_TEST_FLEET=1 to run them"
-            );
-        });
+    if !fleet_or_say(&NOTICE, "RabbitMQ, PostgreSQL") {
         return;
     }
-    let id = format!("{:016x}", rand::random::<u64>());
-    let connection = amqp::connect(BROKER, &format!("billing-test-client-{id}"))
-        .await
-        .unwrap_or_else(|e| {
-            panic!("BILLING_TEST_FLEET=1 but RabbitMQ is not reachable at {BROKER}: {e}")
-        });
-    let channel = connection.create_channel().await.expect("a channel");
-    let settings = AmqpSettings {
-        queue: format!("billing.events.test-{id}"),
-        dead_queue: format!("billing.events.dead.test-{id}"),
-        queue_expires: Some(Duration::from_secs(300)),
-        connection_name: format!("billing-test-intake-{id}"),
-        ..AmqpSettings::new(BROKER)
-    };
-    amqp::declare(&channel, &settings)
-        .await
-        .expect("the topology is declared");
+    let queues = TestQueues::declare().await;
     let app = TestApp::spawn(Backend::Postgres).await;
-    let pipeline = Pipeline::fleet(&app, &settings);
+    let pipeline = Pipeline::fleet(&app, &queues.settings);
     scenario(&app, pipeline).await;
-    for q in [&settings.queue, &settings.dead_queue] {
-        let _ = channel.queue_delete(q, QueueDeleteOptions::default()).await;
-    }
-    let _ = connection.close(200, "test done").await;
+    queues.cleanup().await;
 }

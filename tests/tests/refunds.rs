@@ -9,28 +9,14 @@
 //! The test harness starts no dispatcher, so each test runs the timed work
 //! (`control_api::jobs::run`) itself.
 
-use billing_tests::kit::{at, eur, has_fields, invalid, is_ref, items, money, text};
+use billing_tests::kit::api::*;
+use billing_tests::kit::{
+    at, eur, has_fields, invalid, is_ref, items, list, money, new_session, one_time_config,
+    order_of, paid_payment, pay, text, timed_work,
+};
 use billing_tests::{backend_tests, unique_key, Resp, TestApp};
 use domain::Timestamp;
 use serde_json::{json, Value};
-
-const PRODUCTS: &str = "/api/v1/products";
-const PRICES: &str = "/api/v1/prices";
-const OFFERS: &str = "/api/v1/offers";
-const CONFIGS: &str = "/api/v1/checkout-configs";
-const SESSIONS: &str = "/api/v1/checkout-sessions";
-const PAYMENTS: &str = "/api/v1/payments";
-const CAPTURES: &str = "/api/v1/captures";
-const ORDERS: &str = "/api/v1/orders";
-const ENTITLEMENTS: &str = "/api/v1/entitlements";
-const REFUNDS: &str = "/api/v1/refunds";
-const DISPUTES: &str = "/api/v1/disputes";
-const OK_URL: &str = "https://example.com/ok";
-
-/// Well-formed references that name nothing.
-const NO_PAYMENT: &str = "pay_N5xP3cV8bT1m";
-const NO_REFUND: &str = "ref_N5xP3cV8bT1m";
-const NO_DISPUTE: &str = "dsp_N5xP3cV8bT1m";
 
 const REFUND_FIELDS: &[&str] = &[
     "refund_ref",
@@ -48,18 +34,6 @@ const REFUND_FIELDS: &[&str] = &[
     "canceled_at",
     "created_at",
     "updated_at",
-    "etag",
-];
-const DISPUTE_FIELDS: &[&str] = &[
-    "dispute_ref",
-    "payment_intent_ref",
-    "amount",
-    "kind",
-    "status",
-    "reason_safe",
-    "opened_at",
-    "evidence_due_at",
-    "resolved_at",
     "etag",
 ];
 
@@ -107,71 +81,11 @@ async fn get(app: &TestApp, path: &str) -> Value {
     r.data().clone()
 }
 
-/// Every item of a list (one page of the largest size).
-async fn list(app: &TestApp, path: &str) -> Vec<Value> {
-    let sep = if path.contains('?') { '&' } else { '?' };
-    items(&app.get(&format!("{path}{sep}limit=100")).send().await)
-}
-
-/// Runs the timed work (scheduled starts, settlement, sandbox disputes) as
-/// the dispatcher role would, for the rest of the test.
-fn timed_work(app: &TestApp) {
-    tokio::spawn(control_api::jobs::run(
-        app.store.clone(),
-        std::future::pending(),
-    ));
-}
-
 // ---- paying ---------------------------------------------------------------------
-
-/// A published config selling one of each of `amounts` (EUR, one-time),
-/// each of its own product.
-async fn config_of(app: &TestApp, amounts: &[&str]) -> String {
-    let mut line_items = Vec::new();
-    for amount in amounts {
-        let r = app.post(PRODUCTS, json!({"name": "Product"})).send().await;
-        r.expect(201);
-        let product = text(&r.data()["product_ref"]);
-        app.post(&at(PRODUCTS, &product, "/publish"), json!({}))
-            .send()
-            .await
-            .expect(200);
-        let r = app
-            .post(
-                PRICES,
-                json!({"product_ref": product, "amount": eur(amount), "type": "one_time"}),
-            )
-            .send()
-            .await;
-        r.expect(201);
-        let price = text(&r.data()["price_ref"]);
-        app.post(&at(PRICES, &price, "/publish"), json!({}))
-            .send()
-            .await
-            .expect(200);
-        let offers = list(app, &format!("{OFFERS}?product_ref={product}")).await;
-        assert_eq!(offers.len(), 1, "one offer per product: {offers:?}");
-        line_items.push(json!({"offer_ref": offers[0]["offer_ref"], "quantity": 1}));
-    }
-    let r = app
-        .post(
-            CONFIGS,
-            json!({"name": "Checkout", "line_items": line_items, "success_url": OK_URL}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let config = text(&r.data()["config_ref"]);
-    app.post(&at(CONFIGS, &config, "/publish"), json!({}))
-        .send()
-        .await
-        .expect(200);
-    config
-}
 
 /// A published config of one EUR 19.99 item.
 async fn config_1999(app: &TestApp) -> String {
-    config_of(app, &["1999"]).await
+    one_time_config(app, &["1999"]).await
 }
 
 /// A succeeded payment and the records it made.
@@ -186,42 +100,22 @@ struct Paid {
 
 /// Pays a new session of `config` with `pm` for a buyer of its own.
 async fn pay_raw(app: &TestApp, config: &str, pm: &str) -> Value {
-    let email = format!("{}@example.com", unique_key());
-    let r = app
-        .post(
-            SESSIONS,
-            json!({"config_ref": config, "buyer": {"email": email, "name": "Ada Lovelace"}}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let session = text(&r.data()["checkout_session_ref"]);
-    let r = app
-        .post(
-            &at(SESSIONS, &session, "/pay"),
-            json!({"payment_method": pm}),
-        )
-        .send()
-        .await;
-    r.expect(200);
-    r.data()["payment"].clone()
+    let session = new_session(app, config).await;
+    pay(app, &session, pm).await.data()["payment"].clone()
 }
 
 /// A payment of `config` with `pm` that succeeded, with its capture and order.
 async fn paid(app: &TestApp, config: &str, pm: &str) -> Paid {
-    let p = pay_raw(app, config, pm).await;
-    assert_eq!(p["status"], "succeeded", "{p}");
+    let p = paid_payment(app, config, pm).await;
     let payment = text(&p["payment_intent_ref"]);
     let buyer = text(&p["buyer_ref"]);
     let captures = list(app, &format!("{CAPTURES}?payment_intent_ref={payment}")).await;
     assert_eq!(captures.len(), 1, "{captures:?}");
-    let orders = list(app, &format!("{ORDERS}?buyer_ref={buyer}")).await;
-    assert_eq!(orders.len(), 1, "{orders:?}");
-    assert_eq!(orders[0]["payment_intent_ref"], payment.as_str());
+    let order = order_of(app, &p).await;
     Paid {
         payment,
         capture: text(&captures[0]["capture_ref"]),
-        order: text(&orders[0]["order_ref"]),
+        order: text(&order["order_ref"]),
         buyer,
         captured_at: ts_of(&p["captured_at"]),
     }
@@ -681,7 +575,7 @@ async fn scheduled_work_runs_when_the_clock_says(app: TestApp) {
 
 async fn failed_refunds_give_their_amount_back(app: TestApp) {
     timed_work(&app);
-    let config = config_of(&app, &["1999", "500"]).await;
+    let config = one_time_config(&app, &["1999", "500"]).await;
     let p = paid(&app, &config, "pm_card_refund_fails").await;
     let mut b = body(&p.payment, None);
     b["access_effect"] = json!("revoke");
@@ -719,7 +613,7 @@ async fn failed_refunds_give_their_amount_back(app: TestApp) {
 
 async fn revoke_and_retain(app: TestApp) {
     timed_work(&app);
-    let config = config_of(&app, &["1999", "500"]).await;
+    let config = one_time_config(&app, &["1999", "500"]).await;
 
     let revoked = paid(&app, &config, "pm_card_visa").await;
     let kept = paid(&app, &config, "pm_card_visa").await;

@@ -399,19 +399,6 @@ pub(super) async fn checkout_config_versions(app: TestApp) {
     assert_eq!(r.data()["mode"], "subscription");
 }
 
-/// The `custom_field_ref` of each field of a config answer, by key.
-pub(super) fn field_refs(config: &Value) -> BTreeMap<String, String> {
-    config["custom_fields"]
-        .as_array()
-        .expect("custom_fields")
-        .iter()
-        .map(|f| {
-            is_ref(&f["custom_field_ref"], "cf_");
-            (text(&f["key"]), text(&f["custom_field_ref"]))
-        })
-        .collect()
-}
-
 /// A field's reference is kept across the config's versions for the same
 /// key (also when a version drops the key and a later one brings it back);
 /// a new key gets a new one; another config's field of the same key has

@@ -2,6 +2,20 @@
 
 use super::*;
 
+/// `r` either won (200) or lost to a concurrent change (409
+/// `version_conflict`).
+#[track_caller]
+fn won_or_conflicted(r: &Resp, round: usize) {
+    assert!(
+        r.status == 200 || r.status == 409,
+        "round {round}: {}",
+        r.text
+    );
+    if r.status == 409 {
+        r.expect_error(409, "version_conflict");
+    }
+}
+
 pub(super) async fn concurrent_price_publishes(app: TestApp) {
     for round in 0..5 {
         let product = published_product(&app).await;
@@ -11,14 +25,7 @@ pub(super) async fn concurrent_price_publishes(app: TestApp) {
         let path2 = at(PRICES, &p2, "/publish");
         let (r1, r2) = tokio::join!(publish(&app, &path1), publish(&app, &path2));
         for r in [&r1, &r2] {
-            assert!(
-                r.status == 200 || r.status == 409,
-                "round {round}: {}",
-                r.text
-            );
-            if r.status == 409 {
-                r.expect_error(409, "version_conflict");
-            }
+            won_or_conflicted(r, round);
         }
         assert!(r1.status == 200 || r2.status == 200, "one at least wins");
         let o = offer_of(&app, &product).await;
@@ -122,14 +129,7 @@ pub(super) async fn concurrent_reprice_and_publish(app: TestApp) {
                 .send()
         );
         for r in [&rp, &rr] {
-            assert!(
-                r.status == 200 || r.status == 409,
-                "round {round}: {}",
-                r.text
-            );
-            if r.status == 409 {
-                r.expect_error(409, "version_conflict");
-            }
+            won_or_conflicted(r, round);
         }
         let o = offer_of(&app, &s.product).await;
         let published = list(

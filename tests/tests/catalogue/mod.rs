@@ -6,29 +6,15 @@
 //! between environments, lists, and the product scope of webhook
 //! subscriptions.
 
+use billing_tests::kit::api::*;
 use billing_tests::kit::{
-    at, etag_matches, eur, get, has_fields, invalid, invalid_under, is_ref, is_ts, items, later,
-    money, newest_first, refs, refused, text, ts_of, walk,
+    self, at, etag_matches, eur, field_refs, get, has_fields, invalid, invalid_under, is_ref,
+    is_ts, items, later, money, newest_first, refs, refused, text, ts_of, walk,
 };
 use billing_tests::{backend_tests, unique_key, Resp, TestApp};
 use domain::Timestamp;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, HashSet};
-
-const PRODUCTS: &str = "/api/v1/products";
-const PRICES: &str = "/api/v1/prices";
-const OFFERS: &str = "/api/v1/offers";
-const PLAN: &str = "/api/v1/promotions/plan";
-const APPLY: &str = "/api/v1/promotions/apply";
-const CONFIGS: &str = "/api/v1/checkout-configs";
-const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
-const OK_URL: &str = "https://example.com/ok";
-
-/// Well-formed references that name nothing.
-const NO_PRODUCT: &str = "prd_N5xP3cV8bT1m";
-const NO_PRICE: &str = "pri_N5xP3cV8bT1m";
-const NO_OFFER: &str = "ofr_N5xP3cV8bT1m";
-const NO_CONFIG: &str = "cco_N5xP3cV8bT1m";
+use std::collections::HashSet;
 
 const PRODUCT_FIELDS: &[&str] = &[
     "product_ref",

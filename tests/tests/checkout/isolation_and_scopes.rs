@@ -54,12 +54,7 @@ pub(super) async fn environments_are_isolated(app: TestApp) {
 }
 
 pub(super) async fn webhook_buyer_scopes_name_existing_buyers(app: TestApp) {
-    let r = app
-        .post(ENDPOINTS, json!({"url": "https://example.com/hooks"}))
-        .send()
-        .await;
-    r.expect(201);
-    let endpoint = text(&r.data()["endpoint_ref"]);
+    let (endpoint, _) = kit::create_endpoint(&app, "https://example.com/hooks").await;
     let path = format!("{ENDPOINTS}/{endpoint}/subscriptions");
     let sub = |scope_ref: &str| {
         json!({"public_event_type": "payment.succeeded", "scope_type": "buyer",

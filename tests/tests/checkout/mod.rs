@@ -7,40 +7,17 @@
 //! filters, isolation between environments and the buyer scope of webhook
 //! subscriptions.
 
+use billing_tests::kit::api::*;
 use billing_tests::kit::{
-    at, etag_matches, eur, has_fields, invalid, is_ref, is_ts, items, refs, refused, text, ts_of,
+    self, at, etag_matches, eur, get, has_fields, invalid, is_ref, is_ts, items, list, list_as,
+    refs, refused, text, ts_of, Sellable,
 };
 use billing_tests::{backend_tests, unique_key, Resp, TestApp};
 use domain::Timestamp;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
-const PRODUCTS: &str = "/api/v1/products";
-const PRICES: &str = "/api/v1/prices";
-const OFFERS: &str = "/api/v1/offers";
-const PLAN: &str = "/api/v1/promotions/plan";
-const APPLY: &str = "/api/v1/promotions/apply";
-const CONFIGS: &str = "/api/v1/checkout-configs";
-const SESSIONS: &str = "/api/v1/checkout-sessions";
-const PAYMENTS: &str = "/api/v1/payments";
-const CAPTURES: &str = "/api/v1/captures";
-const ORDERS: &str = "/api/v1/orders";
-const INVOICES: &str = "/api/v1/invoices";
-const ENTITLEMENTS: &str = "/api/v1/entitlements";
-const BUYERS: &str = "/api/v1/buyers";
-const METHODS: &str = "/api/v1/payment_methods";
-const SUBSCRIPTIONS: &str = "/api/v1/subscriptions";
-const CHANGES: &str = "/api/v1/subscription-changes";
-const JOURNEYS: &str = "/api/v1/journeys";
-const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
-const OK_URL: &str = "https://example.com/ok";
 const NAME: &str = "Ada Lovelace";
-
-/// Well-formed references that name nothing.
-const NO_CONFIG: &str = "cco_N5xP3cV8bT1m";
-const NO_SESSION: &str = "cs_N5xP3cV8bT1m";
-const NO_METHOD: &str = "spm_N5xP3cV8bT1m";
-const NO_BUYER: &str = "buy_N5xP3cV8bT1m";
 
 const SESSION_FIELDS: &[&str] = &[
     "checkout_session_ref",
@@ -281,29 +258,10 @@ fn set(list: &[String]) -> HashSet<String> {
     list.iter().cloned().collect()
 }
 
-/// `path` asking for the largest page.
-fn whole(path: &str) -> String {
-    let sep = if path.contains('?') { '&' } else { '?' };
-    format!("{path}{sep}limit=100")
-}
-
 async fn get_as(app: &TestApp, secret: &str, path: &str) -> Resp {
     let r = app.get(path).auth(secret).send().await;
     r.expect(200);
     r
-}
-
-async fn get(app: &TestApp, path: &str) -> Resp {
-    get_as(app, &app.sandbox.secret, path).await
-}
-
-/// Every item of a list (one page of the largest size).
-async fn list_as(app: &TestApp, secret: &str, path: &str) -> Vec<Value> {
-    items(&app.get(&whole(path)).auth(secret).send().await)
-}
-
-async fn list(app: &TestApp, path: &str) -> Vec<Value> {
-    list_as(app, &app.sandbox.secret, path).await
 }
 
 /// Every item of `kind`'s list under `query` (`""` for none), each checked
@@ -324,6 +282,17 @@ async fn records(app: &TestApp, kind: &Kind, query: &str) -> Vec<Value> {
         assert_eq!(r.data(), item, "the retrieve equals the listed item");
     }
     listed
+}
+
+/// `m` is `buyer`'s stored payment method `spm`: an active visa card
+/// ending 4242.
+#[track_caller]
+fn is_stored_visa(m: &Value, spm: &str, buyer: &str) {
+    assert_eq!(m["stored_payment_method_ref"], spm);
+    assert_eq!(m["buyer_ref"], buyer);
+    assert_eq!(m["brand"], "visa");
+    assert_eq!(m["last4"], "4242");
+    assert_eq!(m["status"], "active");
 }
 
 /// The one item of `kind`'s list under `query`.
@@ -413,52 +382,14 @@ fn one_month_after(start: &str) -> Timestamp {
 
 // ---- the catalogue ---------------------------------------------------------------
 
-/// A published product with a published price, and its offer.
-struct Sellable {
-    product: String,
-    price: String,
-    offer: String,
-}
-
+/// A published product (`Product`) with a published price, and its offer.
 async fn sellable_as(
     app: &TestApp,
     secret: &str,
     amount: Value,
     interval: Option<&str>,
 ) -> Sellable {
-    let r = app
-        .post(PRODUCTS, json!({"name": "Product"}))
-        .auth(secret)
-        .send()
-        .await;
-    r.expect(201);
-    let product = text(&r.data()["product_ref"]);
-    app.post(&at(PRODUCTS, &product, "/publish"), json!({}))
-        .auth(secret)
-        .send()
-        .await
-        .expect(200);
-    let body = match interval {
-        Some(i) => {
-            json!({"product_ref": product, "amount": amount, "type": "recurring", "interval": i})
-        }
-        None => json!({"product_ref": product, "amount": amount, "type": "one_time"}),
-    };
-    let r = app.post(PRICES, body).auth(secret).send().await;
-    r.expect(201);
-    let price = text(&r.data()["price_ref"]);
-    app.post(&at(PRICES, &price, "/publish"), json!({}))
-        .auth(secret)
-        .send()
-        .await
-        .expect(200);
-    let offers = list_as(app, secret, &format!("{OFFERS}?product_ref={product}")).await;
-    assert_eq!(offers.len(), 1, "one offer per product: {offers:?}");
-    Sellable {
-        product,
-        price,
-        offer: text(&offers[0]["offer_ref"]),
-    }
+    kit::sellable_as(app, secret, "Product", amount, interval).await
 }
 
 async fn sellable(app: &TestApp, amount: Value, interval: Option<&str>) -> Sellable {

@@ -15,11 +15,7 @@ pub(super) async fn saved_payment_methods(app: TestApp) {
     is_ref(&d["payment"]["stored_payment_method_ref"], "spm_");
     let spm = text(&d["payment"]["stored_payment_method_ref"]);
     let m = the_one(&app, &METHOD, "").await;
-    assert_eq!(m["stored_payment_method_ref"], spm.as_str());
-    assert_eq!(m["buyer_ref"], buyer.as_str());
-    assert_eq!(m["brand"], "visa");
-    assert_eq!(m["last4"], "4242");
-    assert_eq!(m["status"], "active");
+    is_stored_visa(&m, &spm, &buyer);
     expiry(&m);
     is_ts(&m["created_at"]);
     assert_eq!(

@@ -44,11 +44,7 @@ pub(super) async fn a_recurring_config_starts_a_subscription(app: TestApp) {
     let spm = text(&sub["stored_payment_method_ref"]);
     assert_eq!(p["stored_payment_method_ref"], spm.as_str());
     let m = the_one(&app, &METHOD, "").await;
-    assert_eq!(m["stored_payment_method_ref"], spm.as_str());
-    assert_eq!(m["buyer_ref"], buyer.as_str());
-    assert_eq!(m["brand"], "visa");
-    assert_eq!(m["last4"], "4242");
-    assert_eq!(m["status"], "active");
+    is_stored_visa(&m, &spm, &buyer);
 
     let cs = d["checkout_session"].clone();
     assert_eq!(cs["status"], "complete");

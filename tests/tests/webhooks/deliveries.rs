@@ -133,7 +133,7 @@ pub(super) async fn pause_holds_and_resume_releases(app: TestApp) {
     assert_eq!(d2["generation"], 1);
     let held = text(&d2["delivery_ref"]);
     assert_eq!(health(&app, &e).await, ("paused".to_owned(), json!("held")));
-    let r = post_if(&app, &dl(&held, "/redrive"), "*", json!({"reason": "r"})).await;
+    let r = act(&app, &dl(&held, "/redrive")).await;
     assert_eq!(r.data()["outcome"], "already_pending");
     assert_eq!(status_of(&app, &held).await["status"], "held");
 
@@ -218,13 +218,7 @@ pub(super) async fn redrive_single_and_batch(app: TestApp) {
     // Single redrive: the delivery's ETag.
     let path = dl(&ds[0], "/redrive");
     let old = text(&done[0]["etag"]);
-    app.post(&path, json!({"reason": "r"}))
-        .send()
-        .await
-        .expect_error(428, "precondition_required");
-    post_if(&app, &path, "\"stale\"", json!({"reason": "r"}))
-        .await
-        .expect_error(412, "precondition_failed");
+    wants_current_tag(&app, &path, "\"stale\"").await;
     for body in [
         json!({}),
         json!({"reason": ""}),

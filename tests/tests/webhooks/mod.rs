@@ -8,8 +8,10 @@
 //! (`standardwebhooks` from PyPI, run with python3 and installed on first
 //! use) over headers computed from the secrets the store keeps encrypted.
 
+use billing_tests::kit::api::*;
 use billing_tests::kit::{
-    etag_matches, get, invalid, is_ref, is_ts, items, newest_first, text, walk, walk_from,
+    create_endpoint, etag_matches, get, invalid, is_ref, is_ts, items, newest_first, text, twice,
+    walk, walk_from,
 };
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, unique_key, verifier, Resp, TestApp};
@@ -21,7 +23,6 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
-const ENDPOINTS: &str = "/api/v1/webhook_endpoints";
 const BATCH: &str = "/api/v1/webhook_deliveries/redrive";
 const URL: &str = "https://example.com/hooks";
 /// The custom field the catalogue's examples carry.
@@ -49,13 +50,6 @@ fn is_secret(s: &str) {
     assert!(SigningSecret::parse(s).is_some(), "{s}");
 }
 
-/// Creates an endpoint in the sandbox; returns its reference and the response.
-async fn create_endpoint(app: &TestApp, url: &str) -> (String, Resp) {
-    let r = app.post(ENDPOINTS, json!({ "url": url })).send().await;
-    r.expect(201);
-    (text(&r.data()["endpoint_ref"]), r)
-}
-
 async fn endpoint(app: &TestApp) -> String {
     create_endpoint(app, URL).await.0
 }
@@ -67,6 +61,24 @@ async fn etag_of(app: &TestApp, path: &str) -> String {
 /// A POST with a fresh idempotency key and `If-Match: tag`.
 async fn post_if(app: &TestApp, path: &str, tag: &str, body: Value) -> Resp {
     app.post(path, body).if_match(tag).send().await
+}
+
+/// A state-changing POST to `path` with a reason (`r`), whatever the
+/// resource's version.
+async fn act(app: &TestApp, path: &str) -> Resp {
+    post_if(app, path, "*", json!({"reason": "r"})).await
+}
+
+/// `path` takes a reasoned action only with a current `If-Match`: 428
+/// without one, 412 with `stale`.
+async fn wants_current_tag(app: &TestApp, path: &str, stale: &str) {
+    app.post(path, json!({"reason": "r"}))
+        .send()
+        .await
+        .expect_error(428, "precondition_required");
+    post_if(app, path, stale, json!({"reason": "r"}))
+        .await
+        .expect_error(412, "precondition_failed");
 }
 
 /// Sends a test of `event_type`; returns the delivery.
@@ -101,29 +113,6 @@ async fn health(app: &TestApp, endpoint: &str) -> (String, Value) {
         text(&h.data()["health"]),
         h.data()["last_delivery_status"].clone(),
     )
-}
-
-/// Sends the same POST twice under one key; the second must be a replay.
-async fn twice(app: &TestApp, path: &str, tag: Option<&str>, body: Value) -> (Resp, Resp) {
-    let key = unique_key();
-    let call = || {
-        let c = app.req("POST", path).idem(&key).json(&body);
-        match tag {
-            Some(t) => c.if_match(t),
-            None => c,
-        }
-    };
-    let first = call().send().await;
-    let again = call().send().await;
-    assert_eq!(again.status, first.status, "{}", again.text);
-    assert_eq!(
-        again.header("idempotent-replayed"),
-        Some("true"),
-        "{}",
-        again.text
-    );
-    assert_eq!(first.header("idempotent-replayed"), None);
-    (first, again)
 }
 
 /// An endpoint's wire form with every revealed secret removed.

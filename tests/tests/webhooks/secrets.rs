@@ -137,15 +137,9 @@ pub(super) async fn retiring_secret_expires_after_grace(app: TestApp) {
     .await;
     let (e, created) = create_endpoint(&app, URL).await;
     let s1 = revealed(&created, 1);
-    let rotated = post_if(&app, &ep(&e, "/secret/rotate"), "*", json!({"reason": "r"})).await;
+    let rotated = act(&app, &ep(&e, "/secret/rotate")).await;
     let s2 = revealed(&rotated, 2);
-    let confirmed = post_if(
-        &app,
-        &ep(&e, "/secret/confirm"),
-        "*",
-        json!({"reason": "r"}),
-    )
-    .await;
+    let confirmed = act(&app, &ep(&e, "/secret/confirm")).await;
     confirmed.expect(200);
     let expires = Timestamp::parse(&text(&confirmed.data()["secret_versions"][0]["expires_at"]))
         .expect("expires_at");
@@ -157,7 +151,7 @@ pub(super) async fn retiring_secret_expires_after_grace(app: TestApp) {
     assert_eq!(versions(got.data()), sv(&[(1, "expired"), (2, "active")]));
     check_signing(&app, &e, &[(&s1, false), (&s2, true)]).await;
     // An expired version is neither pending nor retiring.
-    post_if(&app, &ep(&e, "/secret/revoke"), "*", json!({"reason": "r"}))
+    act(&app, &ep(&e, "/secret/revoke"))
         .await
         .expect_error(422, "semantic_error");
 }
@@ -166,13 +160,7 @@ pub(super) async fn secret_operation_errors(app: TestApp) {
     let e = endpoint(&app).await;
     for op in ["rotate", "confirm", "revoke"] {
         let path = ep(&e, &format!("/secret/{op}"));
-        app.post(&path, json!({"reason": "r"}))
-            .send()
-            .await
-            .expect_error(428, "precondition_required");
-        post_if(&app, &path, "\"stale\"", json!({"reason": "r"}))
-            .await
-            .expect_error(412, "precondition_failed");
+        wants_current_tag(&app, &path, "\"stale\"").await;
         for body in [
             json!({}),
             json!({"reason": ""}),
@@ -188,14 +176,9 @@ pub(super) async fn secret_operation_errors(app: TestApp) {
     }
     // Nothing pending, nothing to revoke.
     for op in ["confirm", "revoke"] {
-        post_if(
-            &app,
-            &ep(&e, &format!("/secret/{op}")),
-            "*",
-            json!({"reason": "r"}),
-        )
-        .await
-        .expect_error(422, "semantic_error");
+        act(&app, &ep(&e, &format!("/secret/{op}")))
+            .await
+            .expect_error(422, "semantic_error");
     }
     // A 500-character reason is accepted.
     let r = post_if(
@@ -209,24 +192,15 @@ pub(super) async fn secret_operation_errors(app: TestApp) {
     assert_eq!(versions(r.data()), sv(&[(1, "active"), (2, "pending")]));
 
     // With a retiring and a pending version, revoke takes the pending one.
-    post_if(
-        &app,
-        &ep(&e, "/secret/confirm"),
-        "*",
-        json!({"reason": "r"}),
-    )
-    .await
-    .expect(200);
-    post_if(&app, &ep(&e, "/secret/rotate"), "*", json!({"reason": "r"}))
-        .await
-        .expect(200);
+    act(&app, &ep(&e, "/secret/confirm")).await.expect(200);
+    act(&app, &ep(&e, "/secret/rotate")).await.expect(200);
     let revoke = ep(&e, "/secret/revoke");
-    let r = post_if(&app, &revoke, "*", json!({"reason": "r"})).await;
+    let r = act(&app, &revoke).await;
     assert_eq!(
         versions(r.data()),
         sv(&[(1, "retiring"), (2, "active"), (3, "revoked")])
     );
-    let r = post_if(&app, &revoke, "*", json!({"reason": "r"})).await;
+    let r = act(&app, &revoke).await;
     assert_eq!(
         versions(r.data()),
         sv(&[(1, "revoked"), (2, "active"), (3, "revoked")])
