@@ -43,6 +43,11 @@ async fn failed(app: &TestApp, endpoint: &str) -> Vec<Value> {
     items(&r)
 }
 
+/// A job's body redriving `endpoint`'s failed deliveries.
+fn failed_of(endpoint: &str) -> Value {
+    json!({"reason": "r", "filter": {"status": "failed", "endpoint_ref": endpoint}})
+}
+
 async fn create(app: &TestApp, body: Value) -> Value {
     let r = app.post(JOBS, body).send().await;
     r.expect(202);
@@ -136,11 +141,7 @@ async fn a_dry_run_counts_and_a_job_redrives_each_once(app: TestApp) {
 async fn two_runners_and_a_crash_redrive_each_delivery_once(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(204)).await;
     let endpoint = failed_deliveries(&app, &receiver, 6).await;
-    let j = create(
-        &app,
-        json!({"reason": "r", "filter": {"status": "failed", "endpoint_ref": endpoint}}),
-    )
-    .await;
+    let j = create(&app, failed_of(&endpoint)).await;
     let now = Timestamp::now();
     // Runner A counts, then redrives one delivery per round (5/s), then
     // "crashes": it takes no more steps, its lease runs.
@@ -184,11 +185,7 @@ async fn two_runners_and_a_crash_redrive_each_delivery_once(app: TestApp) {
 async fn a_cancel_stops_an_open_job(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(204)).await;
     let endpoint = failed_deliveries(&app, &receiver, 2).await;
-    let j = create(
-        &app,
-        json!({"reason": "r", "filter": {"status": "failed", "endpoint_ref": endpoint}}),
-    )
-    .await;
+    let j = create(&app, failed_of(&endpoint)).await;
     let cancel = format!("{JOBS}/{}/cancel", j["redrive_job_ref"].as_str().unwrap());
     let r = app.post(&cancel, json!({})).send().await;
     r.expect(200);

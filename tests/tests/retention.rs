@@ -6,7 +6,7 @@
 //! each row once, and on PostgreSQL every scan is an index range at a
 //! million rows.
 
-use billing_tests::kit::{get, items};
+use billing_tests::kit::{deliveries, get, set_paused};
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, TestApp};
 use domain::retention::{RetentionKind, RetentionPolicy};
@@ -48,35 +48,15 @@ async fn count(app: &TestApp, sql: &str) -> i64 {
     n
 }
 
-async fn deliveries_of(app: &TestApp, endpoint: &str) -> Vec<Value> {
-    items(
-        &get(
-            app,
-            &format!("/api/v1/webhook_endpoints/{endpoint}/deliveries?limit=100"),
-        )
-        .await,
-    )
-}
-
 /// Waits until the endpoint has a delivery in `status`; returns it.
 async fn one_in(app: &TestApp, endpoint: &str, status: &str) -> Value {
     app.eventually(20, || async {
-        deliveries_of(app, endpoint)
+        deliveries(app, endpoint)
             .await
             .into_iter()
             .find(|d| d["status"] == status)
     })
     .await
-}
-
-async fn set_paused(app: &TestApp, endpoint: &str, action: &str) {
-    app.action(
-        &format!("/api/v1/webhook_endpoints/{endpoint}/{action}"),
-        "*",
-    )
-    .send()
-    .await
-    .expect(200);
 }
 
 async fn settled_deliveries_and_their_events_go_while_live_work_and_billing_stay(app: TestApp) {
@@ -144,14 +124,14 @@ async fn settled_deliveries_and_their_events_go_while_live_work_and_billing_stay
         let attempts = format!("SELECT COUNT(*) FROM webhook_attempts WHERE delivery_ref = '{d}'");
         assert_eq!(count(&app, &attempts).await, 0, "its attempts went with it");
     }
-    let listed: Vec<Value> = deliveries_of(&app, &ok_ep).await;
+    let listed: Vec<Value> = deliveries(&app, &ok_ep).await;
     assert_eq!(
         listed.len(),
         1,
         "only the pending delivery is listed: {listed:?}"
     );
     assert_eq!(listed[0]["delivery_ref"], pending["delivery_ref"]);
-    assert!(deliveries_of(&app, &failing_ep)
+    assert!(deliveries(&app, &failing_ep)
         .await
         .iter()
         .all(|d| d["status"] == "pending"));
@@ -360,11 +340,7 @@ async fn postgres_sweeps_scan_indexes_at_a_million_rows() {
             }
             _ => sql.replace("$1", &cutoff),
         };
-        let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {bound}"))
-            .fetch_all(&pool)
-            .await
-            .unwrap();
-        let plan = plan.join("\n");
+        let plan = plan_of(&pool, &bound).await;
         assert!(
             !plan.contains("Seq Scan"),
             "{kind:?} scans a table:\n{plan}"
@@ -377,14 +353,19 @@ async fn postgres_sweeps_scan_indexes_at_a_million_rows() {
     for (i, literal) in batch.iter().enumerate().rev() {
         sql = sql.replace(&format!("${}", i + 1), literal);
     }
-    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {sql}"))
-        .fetch_all(&pool)
-        .await
-        .unwrap();
-    let plan = plan.join("\n");
+    let plan = plan_of(&pool, &sql).await;
     assert!(
         !plan.contains("Seq Scan"),
         "the delivery check scans a table:\n{plan}"
     );
     pool.close().await;
+}
+
+/// PostgreSQL's plan of `sql`, as text.
+async fn plan_of(pool: &sqlx::AnyPool, sql: &str) -> String {
+    let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {sql}"))
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    plan.join("\n")
 }
