@@ -115,7 +115,7 @@ use billing_tests::{env_num, ms, percentile_ms};
 use fleet_run::{
     billing_command, build_billing, confirmed, envelope, flush_redis, free_port, pg_admin,
     pg_url_for, pick_redis_db, rabbitmqctl, remove_leftovers, url_encode, Fleet, Publisher,
-    AMQP_BASE, CLEANUP_FAILED, READY_LIMIT, REDIS_BASE,
+    AMQP_BASE, CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
 };
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -725,6 +725,10 @@ async fn run_case(
         ("BILLING_STORE__URL", pg_url_for(&name)),
         ("BILLING_QUEUE__URL", amqp_url.clone()),
         ("BILLING_SCHEDULER__URL", format!("{REDIS_BASE}/{redis_db}")),
+        // The run's vhost and Redis database are its own: the queue the
+        // publisher waits for keeps its fixed name (stores name theirs
+        // after their identity otherwise).
+        ("BILLING_QUEUE__NAME", QUEUE.to_owned()),
         ("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")),
         (
             "BILLING_METRICS__LISTEN",

@@ -21,6 +21,7 @@
 use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, WriteTx};
+use crate::webhooks::deliveries::SETTLED;
 use crate::{Backend, Store, StoreError};
 use domain::retention::RetentionKind;
 use domain::Timestamp;
@@ -43,9 +44,6 @@ impl Store {
         Retention(self)
     }
 }
-
-/// A settled delivery, as the sweep's statements write it.
-const SETTLED: &str = "status IN ('succeeded', 'failed')";
 
 impl Retention<'_> {
     /// Sweeps at most `limit` rows of `kind` older than `cutoff`.

@@ -132,8 +132,8 @@ const PINNED: &[(&str, &str, &str)] = &[
     ),
     (
         "0018_operator_api.sql",
-        "836868b25bade6d9bd2a2bf93053e7b23c007b372a323a2721eeab9142cc103af9dad18d08e0d48ce8c7a2b8757f5664",
-        "836868b25bade6d9bd2a2bf93053e7b23c007b372a323a2721eeab9142cc103af9dad18d08e0d48ce8c7a2b8757f5664",
+        "c79daec95acee62af7ef2d3c83f74527123dd42d85f85f9d82df840d29d05c69314ce98b092782e2cc14335a8607335a",
+        "c79daec95acee62af7ef2d3c83f74527123dd42d85f85f9d82df840d29d05c69314ce98b092782e2cc14335a8607335a",
     ),
     (
         "0019_redrive_jobs.sql",

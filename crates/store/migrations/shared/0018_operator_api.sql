@@ -27,12 +27,20 @@ UPDATE webhook_deliveries SET last_response_class = (
     WHERE last_attempt_at IS NOT NULL;
 -- Each filter is served by an index whose order is the list's, newest
 -- first within the filter's value; created_after and created_before are a
--- range of it. Redrive jobs select by status across an environment.
-CREATE INDEX webhook_deliveries_by_endpoint_status
-    ON webhook_deliveries (endpoint_ref, status, created_at, delivery_ref);
-CREATE INDEX webhook_deliveries_by_endpoint_type
-    ON webhook_deliveries (endpoint_ref, public_event_type, created_at, delivery_ref);
-CREATE INDEX webhook_deliveries_by_endpoint_response
-    ON webhook_deliveries (endpoint_ref, last_response_class, created_at, delivery_ref);
-CREATE INDEX webhook_deliveries_by_env_status
-    ON webhook_deliveries (environment_ref, status, created_at, delivery_ref);
+-- range of it. They hold settled deliveries only (what operators filter
+-- after an outage, and all a redrive job selects): a delivery enters them
+-- when it settles, so inserting and leasing one writes none of them. A
+-- list of pending or held deliveries (live work, the newest) reads the
+-- endpoint's deliveries in order (webhook_deliveries_by_endpoint).
+CREATE INDEX webhook_deliveries_settled_by_endpoint_status
+    ON webhook_deliveries (endpoint_ref, status, created_at, delivery_ref)
+    WHERE status IN ('succeeded', 'failed');
+CREATE INDEX webhook_deliveries_settled_by_endpoint_type
+    ON webhook_deliveries (endpoint_ref, public_event_type, created_at, delivery_ref)
+    WHERE status IN ('succeeded', 'failed');
+CREATE INDEX webhook_deliveries_settled_by_endpoint_response
+    ON webhook_deliveries (endpoint_ref, last_response_class, created_at, delivery_ref)
+    WHERE status IN ('succeeded', 'failed');
+CREATE INDEX webhook_deliveries_settled_by_env_status
+    ON webhook_deliveries (environment_ref, status, created_at, delivery_ref)
+    WHERE status IN ('succeeded', 'failed');
