@@ -220,7 +220,7 @@ async fn run() -> ExitCode {
             "   {t:>5.0}  {:>9.1}  {free:>10}  {deliveries:>10}  {attempts:>8}  {events:>6}  {:>10.0}  {:>9.0}  {:>6}  {:>6}",
             bytes as f64 / 1_048_576.0,
             (received - last_received) as f64 / sample as f64,
-            (deleted - last_deleted) as f64 / sample as f64,
+            deleted.saturating_sub(last_deleted) as f64 / sample as f64,
             ms(p50),
             ms(p99),
         );
