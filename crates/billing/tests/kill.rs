@@ -3,11 +3,10 @@
 //! reached the receiver at least once and every delivery is recorded as
 //! succeeded. The store is a SQLite file shared by the test and the process.
 
-use crate::common::{billing, embedded_subscribed, free_port, receiver, Process};
-use domain::{Prefix, Ref, Timestamp};
+use crate::common::{billing, embedded_subscribed, enqueue_orders, free_port, receiver, Process};
+use domain::Timestamp;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use store::{EventData, EventRecord};
 
 const EVENTS: usize = 10_000;
 
@@ -33,17 +32,7 @@ async fn sigkill_mid_run_loses_nothing() {
     let (seen, url) = receiver().await;
     let (store, env) = embedded_subscribed(dir.path(), &url, "order.created").await;
     let queue = dispatcher::EventQueue::new(store.clone());
-    for _ in 0..EVENTS {
-        let event = EventRecord {
-            event_ref: Ref::generate(Prefix::Event),
-            environment_ref: env.clone(),
-            public_event_type: "order.created".into(),
-            occurred_at: Timestamp::now(),
-            scope: Default::default(),
-            data: EventData::parse(r#"{"order_ref": "ord_AAAAAAAAAAAA"}"#.to_owned()).unwrap(),
-        };
-        assert!(queue.enqueue(&event).await.unwrap());
-    }
+    enqueue_orders(&queue, &env, EVENTS).await;
 
     let mut first = dispatcher(dir.path(), free_port());
     let started = Instant::now();

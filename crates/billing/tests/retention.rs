@@ -4,11 +4,10 @@
 //! the settled deliveries and their events within a few sweep intervals,
 //! and says so in its metrics.
 
-use crate::common::{billing, embedded_subscribed, free_port, receiver, Process};
-use domain::{Prefix, Ref, Timestamp};
+use crate::common::{billing, embedded_subscribed, enqueue_orders, free_port, receiver, Process};
+use domain::Timestamp;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-use store::{EventData, EventRecord};
 
 const EVENTS: usize = 20;
 
@@ -18,17 +17,7 @@ async fn an_idle_service_sweeps_on_time() {
     let (seen, url) = receiver().await;
     let (store, env) = embedded_subscribed(dir.path(), &url, "order.created").await;
     let queue = dispatcher::EventQueue::new(store.clone());
-    for _ in 0..EVENTS {
-        let event = EventRecord {
-            event_ref: Ref::generate(Prefix::Event),
-            environment_ref: env.clone(),
-            public_event_type: "order.created".into(),
-            occurred_at: Timestamp::now(),
-            scope: Default::default(),
-            data: EventData::parse(r#"{"order_ref": "ord_AAAAAAAAAAAA"}"#.to_owned()).unwrap(),
-        };
-        assert!(queue.enqueue(&event).await.unwrap());
-    }
+    enqueue_orders(&queue, &env, EVENTS).await;
     let metrics = free_port();
     let mut process = Process::spawn(
         billing(dir.path(), &[])

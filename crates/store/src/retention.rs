@@ -259,26 +259,10 @@ async fn sweep_events(
     cutoff: Timestamp,
     limit: u32,
 ) -> Result<Swept, StoreError> {
-    let from = mark(tx, RetentionKind::Events).await?;
-    let sql = candidates(RetentionKind::Events, tx.backend(), limit);
-    let rows = tx
-        .fetch(&sql, &[from.into(), cutoff.millis().into()])
-        .await?;
-    let full = rows.len() >= limit as usize;
-    let mut refs = Vec::with_capacity(rows.len());
-    let mut last = from;
-    for row in &rows {
-        refs.push(text(row, "event_ref")?);
-        last = last.max(int(row, "received_at")?);
-    }
+    let kind = RetentionKind::Events;
+    let (refs, reached, full) = scan_from_mark(tx, kind, cutoff, limit).await?;
     let deleted = delete_orphan_events(tx, &refs).await?;
-    // A short batch scanned all up to the cut-off.
-    advance(
-        tx,
-        RetentionKind::Events,
-        if full { last } else { cutoff.millis() },
-    )
-    .await?;
+    advance(tx, kind, reached).await?;
     Ok(Swept {
         deleted: vec![(RetentionKind::Events, deleted)],
         full,
@@ -293,18 +277,8 @@ async fn sweep_bodies(
     cutoff: Timestamp,
     limit: u32,
 ) -> Result<Swept, StoreError> {
-    let from = mark(tx, RetentionKind::Bodies).await?;
-    let sql = candidates(RetentionKind::Bodies, tx.backend(), limit);
-    let rows = tx
-        .fetch(&sql, &[from.into(), cutoff.millis().into()])
-        .await?;
-    let full = rows.len() >= limit as usize;
-    let mut refs = Vec::with_capacity(rows.len());
-    let mut last = from;
-    for row in &rows {
-        refs.push(text(row, "delivery_ref")?);
-        last = last.max(int(row, "updated_at")?);
-    }
+    let kind = RetentionKind::Bodies;
+    let (refs, reached, full) = scan_from_mark(tx, kind, cutoff, limit).await?;
     let emptied = if refs.is_empty() {
         0
     } else {
@@ -317,16 +291,40 @@ async fn sweep_bodies(
         let args: Vec<Arg> = refs.iter().map(|r| Arg::from(r.as_str())).collect();
         tx.execute(&sql, &args).await?
     };
-    advance(
-        tx,
-        RetentionKind::Bodies,
-        if full { last } else { cutoff.millis() },
-    )
-    .await?;
+    advance(tx, kind, reached).await?;
     Ok(Swept {
         deleted: vec![(RetentionKind::Bodies, emptied)],
         full,
     })
+}
+
+/// One batch of `kind`'s candidates from its mark (`Bodies` or `Events`):
+/// their references, how far the scan reached (the last candidate's time
+/// when the batch is full; the cut-off itself when it is short, having
+/// scanned all up to it), and whether it was full.
+async fn scan_from_mark(
+    tx: &mut WriteTx,
+    kind: RetentionKind,
+    cutoff: Timestamp,
+    limit: u32,
+) -> Result<(Vec<String>, i64, bool), StoreError> {
+    let (key, at) = match kind {
+        RetentionKind::Events => ("event_ref", "received_at"),
+        _ => ("delivery_ref", "updated_at"),
+    };
+    let from = mark(tx, kind).await?;
+    let sql = candidates(kind, tx.backend(), limit);
+    let rows = tx
+        .fetch(&sql, &[from.into(), cutoff.millis().into()])
+        .await?;
+    let full = rows.len() >= limit as usize;
+    let mut refs = Vec::with_capacity(rows.len());
+    let mut last = from;
+    for row in &rows {
+        refs.push(text(row, key)?);
+        last = last.max(int(row, at)?);
+    }
+    Ok((refs, if full { last } else { cutoff.millis() }, full))
 }
 
 /// Where the scan of `kind` starts.

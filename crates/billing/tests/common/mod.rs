@@ -533,3 +533,24 @@ pub async fn embedded_subscribed(
     tx.commit().await.unwrap();
     (store, env)
 }
+
+/// Accepts `n` `order.created` events of `environment_ref` into `queue`,
+/// each new.
+pub async fn enqueue_orders(
+    queue: &dispatcher::EventQueue,
+    environment_ref: &domain::Ref,
+    n: usize,
+) {
+    for _ in 0..n {
+        let event = store::EventRecord {
+            event_ref: domain::Ref::generate(domain::Prefix::Event),
+            environment_ref: environment_ref.clone(),
+            public_event_type: "order.created".into(),
+            occurred_at: domain::Timestamp::now(),
+            scope: Default::default(),
+            data: store::EventData::parse(r#"{"order_ref": "ord_AAAAAAAAAAAA"}"#.to_owned())
+                .unwrap(),
+        };
+        assert!(queue.enqueue(&event).await.unwrap());
+    }
+}
