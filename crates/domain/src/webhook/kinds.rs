@@ -105,6 +105,18 @@ wire_enum!(
     }
 );
 
+impl RedriveOutcome {
+    /// The status a redrive with this outcome starts the delivery's new
+    /// generation in; `None` when it starts none.
+    pub fn next_status(self) -> Option<DeliveryStatus> {
+        match self {
+            RedriveOutcome::Queued => Some(DeliveryStatus::Pending),
+            RedriveOutcome::Held => Some(DeliveryStatus::Held),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("cannot {action} an endpoint that is {from}")]
 pub struct EndpointTransitionError {

@@ -17,7 +17,7 @@ use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::{Store, StoreError};
 use domain::webhook::redrive_job::RedriveJobStatus;
-use domain::webhook::{DeliveryStatus, RedriveOutcome, ResponseClass};
+use domain::webhook::{DeliveryStatus, ResponseClass};
 use domain::{Prefix, Ref, Timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -391,13 +391,9 @@ impl Store {
                 skipped += 1;
                 continue;
             };
-            let next = match delivery.status.redrive(endpoint_status) {
-                RedriveOutcome::Queued => DeliveryStatus::Pending,
-                RedriveOutcome::Held => DeliveryStatus::Held,
-                _ => {
-                    skipped += 1;
-                    continue;
-                }
+            let Some(next) = delivery.status.redrive(endpoint_status).next_status() else {
+                skipped += 1;
+                continue;
             };
             start_generation(&mut tx, delivery, next).await?;
             redriven += 1;

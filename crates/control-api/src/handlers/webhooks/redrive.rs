@@ -9,7 +9,7 @@ use crate::error::{ApiError, Detail};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
-use domain::webhook::{DeliveryStatus, RedriveOutcome};
+use domain::webhook::RedriveOutcome;
 use domain::{Prefix, Ref};
 use serde::{Deserialize, Serialize};
 use store::webhooks::deliveries;
@@ -51,10 +51,8 @@ pub struct BatchRedriveDto {
 async fn redrive_one(ctx: &mut Ctx, delivery: &DeliveryRecord) -> Result<RedriveOutcome, ApiError> {
     let endpoint = endpoint_by_ref(ctx, &delivery.endpoint_ref).await?;
     let outcome = delivery.status.redrive(endpoint.status);
-    let next = match outcome {
-        RedriveOutcome::Queued => DeliveryStatus::Pending,
-        RedriveOutcome::Held => DeliveryStatus::Held,
-        other => return Ok(other),
+    let Some(next) = outcome.next_status() else {
+        return Ok(outcome);
     };
     deliveries::start_generation(ctx.tx().await?, delivery, next).await?;
     Ok(outcome)
