@@ -118,16 +118,22 @@ impl Dispatch<'_> {
                 .collect();
             let sql = format!(
                 "WITH r (delivery_ref, status, next_attempt_at) AS (VALUES {}) \
-                 UPDATE webhook_deliveries SET status = r.status, next_attempt_at = r.next_attempt_at, \
+                 UPDATE webhook_deliveries SET status = CASE WHEN r.status = 'held' AND EXISTS \
+                 (SELECT 1 FROM webhook_endpoints e WHERE e.endpoint_ref = webhook_deliveries.endpoint_ref \
+                 AND e.status = 'active') THEN 'pending' ELSE r.status END, \
+                 next_attempt_at = CASE WHEN r.status = 'held' AND EXISTS \
+                 (SELECT 1 FROM webhook_endpoints e WHERE e.endpoint_ref = webhook_deliveries.endpoint_ref \
+                 AND e.status = 'active') THEN {} ELSE r.next_attempt_at END, \
                  lease_owner = NULL, lease_until = NULL, \
                  version = webhook_deliveries.version + \
                  CASE WHEN webhook_deliveries.status = r.status THEN 0 ELSE 1 END \
                  FROM r WHERE webhook_deliveries.delivery_ref = r.delivery_ref \
                  AND webhook_deliveries.lease_owner = {}",
                 rows.join(", "),
+                marks.next(),
                 marks.next()
             );
-            let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 3 + 1);
+            let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 3 + 2);
             for (delivery_ref, due) in chunk {
                 let status = match due {
                     Some(_) => DeliveryStatus::Pending,
@@ -137,6 +143,9 @@ impl Dispatch<'_> {
                 args.push(status.as_str().into());
                 args.push(due.map(Timestamp::millis).into());
             }
+            // A hold decided before the endpoint was resumed would outlive
+            // the resume's release: held only while the endpoint is not active.
+            args.push(Timestamp::now().millis().into());
             args.push(owner.into());
             tx.execute(&sql, &args).await?;
         }
