@@ -214,6 +214,7 @@ pub async fn list_as(app: &TestApp, secret: &str, path: &str) -> Vec<Value> {
 pub fn timed_work(app: &TestApp) {
     tokio::spawn(control_api::jobs::run(
         app.store.clone(),
+        control_api::jobs::Rules::default(),
         std::future::pending(),
     ));
 }

@@ -149,6 +149,7 @@ fn prefix_of(param: &str) -> Prefix {
         "delivery_ref" => Prefix::WebhookDelivery,
         "endpoint_ref" => Prefix::WebhookEndpoint,
         "redrive_job_ref" => Prefix::RedriveJob,
+        "test_clock_ref" => Prefix::TestClock,
         other => panic!("no prefix known for {other}"),
     }
 }

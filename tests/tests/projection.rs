@@ -697,6 +697,7 @@ async fn markup_in_a_reason_never_reaches_anyone(app: TestApp) {
 async fn an_opened_dispute_cancels_scheduled_refunds(app: TestApp) {
     tokio::spawn(control_api::jobs::run(
         app.store.clone(),
+        control_api::jobs::Rules::default(),
         std::future::pending(),
     ));
     let stop = tokio_util::sync::CancellationToken::new();

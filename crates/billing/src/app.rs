@@ -216,8 +216,14 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             Ok("redrive jobs")
         });
         let (jobs_store, token) = (store.clone(), shutdown.clone());
+        let rules = control_api::jobs::Rules {
+            dunning: config
+                .dunning_schedule()
+                .context("invalid billing.dunning_schedule")?,
+        };
         tasks.spawn(async move {
-            control_api::jobs::run(jobs_store, async move { token.cancelled().await }).await;
+            control_api::jobs::run(jobs_store, rules, async move { token.cancelled().await })
+                .await;
             Ok("timed work")
         });
         let mut dispatcher = Dispatcher::new(queue.clone(), dispatch_settings(&config)?);

@@ -20,6 +20,7 @@ pub struct Config {
     pub idempotency: IdempotencyConfig,
     pub retention: RetentionConfig,
     pub redrive: RedriveConfig,
+    pub billing: BillingConfig,
     pub secrets: SecretsConfig,
     pub log: LogConfig,
 }
@@ -156,6 +157,16 @@ pub struct RedriveConfig {
     pub rate: u32,
 }
 
+/// Subscriptions over time (contract 12.4).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BillingConfig {
+    /// When a declined renewal is charged again, each delay counted from
+    /// the declined renewal: `1d,3d,5d` retries on days 1, 3 and 5, then
+    /// cancels the subscription for nonpayment.
+    pub dunning_schedule: String,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
@@ -209,6 +220,9 @@ impl Default for Config {
                 sweep_every: "1m".into(),
             },
             redrive: RedriveConfig { rate: 500 },
+            billing: BillingConfig {
+                dunning_schedule: domain::checkout::renewal::DEFAULT_DUNNING_SCHEDULE.into(),
+            },
             secrets: SecretsConfig {
                 key: String::new(),
                 key_file: "data/secret.key".into(),
@@ -288,6 +302,9 @@ impl Config {
         }
         if self.redrive.rate == 0 {
             return Err(invalid("redrive.rate", "must be at least 1"));
+        }
+        if let Err(e) = self.dunning_schedule() {
+            return Err(invalid("billing.dunning_schedule", &e.to_string()));
         }
         if self.idempotency_retention() < Duration::from_secs(3600) {
             return Err(invalid("idempotency.retention", "must be at least 1h"));
@@ -408,6 +425,14 @@ impl Config {
     }
 
     /// The retention policy of `retention.*` and `delivery.body_retention`.
+    /// `billing.dunning_schedule`, parsed.
+    pub fn dunning_schedule(
+        &self,
+    ) -> Result<domain::checkout::DunningSchedule, domain::checkout::renewal::DunningScheduleError>
+    {
+        domain::checkout::DunningSchedule::parse(&self.billing.dunning_schedule)
+    }
+
     pub fn retention_policy(
         &self,
     ) -> Result<domain::retention::RetentionPolicy, domain::retention::RetentionError> {

@@ -1,7 +1,8 @@
 //! Timed work of the billing surface, run by the dispatcher role: start a
 //! scheduled refund, settle a pending one (the sandbox processor answers
 //! within `SETTLE_AFTER_MS`), open the dispute of a `pm_card_dispute`
-//! payment. Each job runs in one unit of work that makes its effects, emits
+//! payment, and a subscription's life over time (`crate::renewals`:
+//! renewals, dunning retries, cancels at period end, test clock advances). Each job runs in one unit of work that makes its effects, emits
 //! its events and deletes the job (`store::billing::jobs`), under a lease,
 //! so it survives a restart and runs once with any number of runners.
 //!
@@ -15,6 +16,7 @@ use crate::handlers::money::outside::dispute_body;
 pub use crate::handlers::money::refunds::SETTLE_AFTER_MS;
 use crate::handlers::money::refunds::{payment_scope, SETTLE, START};
 use crate::handlers::reads::Served;
+use domain::checkout::renewal::DunningSchedule;
 use domain::checkout::sandbox::TestCard;
 use domain::outside::states::DisputeStatus;
 use domain::refunds::amounts::order_status_after;
@@ -38,11 +40,18 @@ const POLL: Duration = Duration::from_millis(250);
 /// crash, its jobs wait this long. A job takes milliseconds, and a runner
 /// whose lease ended finds its job gone at completion and rolls back, so a
 /// short lease never runs a job twice.
-const LEASE_SECONDS: i64 = 5;
+pub(crate) const LEASE_SECONDS: i64 = 5;
+
+/// The rules of timed work that configuration sets.
+#[derive(Debug, Clone, Default)]
+pub struct Rules {
+    /// When a declined renewal is charged again (`billing.dunning_schedule`).
+    pub dunning: DunningSchedule,
+}
 
 /// Runs due jobs until `shutdown` resolves: every [`POLL`], the jobs due
 /// by the wall clock (`run_due`).
-pub async fn run(store: Store, shutdown: impl Future<Output = ()>) {
+pub async fn run(store: Store, rules: Rules, shutdown: impl Future<Output = ()>) {
     let owner = format!("jobs-{}", Ref::generate(Prefix::Event));
     tokio::pin!(shutdown);
     loop {
@@ -50,12 +59,12 @@ pub async fn run(store: Store, shutdown: impl Future<Output = ()>) {
             () = &mut shutdown => return,
             () = tokio::time::sleep(POLL) => {}
         }
-        run_due(&store, &owner, Timestamp::now()).await;
+        run_due(&store, &rules, &owner, Timestamp::now()).await;
     }
 }
 
 /// Most jobs read per round of `run_due`.
-const BATCH: u32 = 32;
+pub(crate) const BATCH: u32 = 32;
 
 /// Runs every job due at `now` once, each under a lease to `owner`, and
 /// returns how many ran. The times a job decides (when a refund settles,
@@ -63,7 +72,7 @@ const BATCH: u32 = 32;
 /// the clock (a test) runs timed work at the time it names, whether the
 /// system is idle or busy. A job that fails stays leased past `now` and
 /// runs again after its lease.
-pub async fn run_due(store: &Store, owner: &str, now: Timestamp) -> usize {
+pub async fn run_due(store: &Store, rules: &Rules, owner: &str, now: Timestamp) -> usize {
     let mut ran = 0;
     loop {
         let due = match store.due_jobs(now, BATCH).await {
@@ -85,12 +94,15 @@ pub async fn run_due(store: &Store, owner: &str, now: Timestamp) -> usize {
                     continue;
                 }
             }
-            match run_one(store, &job, owner, now).await {
-                Ok(()) => ran += 1,
-                // The lease ends and the job runs again.
-                Err(e) => {
-                    tracing::warn!(kind = %job.kind, subject = %job.subject_ref, error = %e, "job failed")
+            if job.kind == crate::renewals::ADVANCE {
+                match crate::renewals::advance(store, rules, &job, owner).await {
+                    Ok(()) => ran += 1,
+                    Err(e) => {
+                        tracing::warn!(clock = %job.subject_ref, error = %e, "test clock advance failed")
+                    }
                 }
+            } else if run_leased(store, rules, &job, owner, now).await {
+                ran += 1;
             }
         }
         // A full batch may hide more due jobs; one whose every job was
@@ -101,15 +113,45 @@ pub async fn run_due(store: &Store, owner: &str, now: Timestamp) -> usize {
     }
 }
 
-async fn run_one(store: &Store, job: &Job, owner: &str, now: Timestamp) -> Result<(), ApiError> {
+/// Runs a job leased to `owner` at `now`; whether it ran. One that failed
+/// stays leased until its lease ends, then runs again.
+pub(crate) async fn run_leased(
+    store: &Store,
+    rules: &Rules,
+    job: &Job,
+    owner: &str,
+    now: Timestamp,
+) -> bool {
+    match run_one(store, rules, job, owner, now).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(kind = %job.kind, subject = %job.subject_ref, error = %e, "job failed");
+            false
+        }
+    }
+}
+
+async fn run_one(
+    store: &Store,
+    rules: &Rules,
+    job: &Job,
+    owner: &str,
+    now: Timestamp,
+) -> Result<(), ApiError> {
     let mut tx = store.begin().await?;
+    // The job goes first, so that one that schedules its own kind again for
+    // the same subject (a renewal's next period end) is not kept from it.
+    jobs::complete(&mut tx, job, owner).await?;
     match job.kind.as_str() {
         START => start_refund(&mut tx, job, now).await?,
         SETTLE => settle_refund(store, &mut tx, job, now).await?,
         OPEN_DISPUTE => open_dispute(store, &mut tx, job, now).await?,
+        crate::renewals::RENEW => {
+            crate::renewals::period_end(store, rules, &mut tx, job, now).await?
+        }
+        crate::renewals::RETRY => crate::renewals::retry(store, rules, &mut tx, job, now).await?,
         other => tracing::warn!(kind = other, "unknown job dropped"),
     }
-    jobs::complete(&mut tx, job, owner).await?;
     tx.commit().await?;
     Ok(())
 }

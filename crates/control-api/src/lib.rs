@@ -17,6 +17,7 @@ pub mod operations;
 pub mod pipeline;
 pub mod projection;
 pub mod rate_limit;
+pub mod renewals;
 pub mod reply;
 pub mod router;
 pub mod serve;

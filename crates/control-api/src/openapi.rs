@@ -238,6 +238,7 @@ pub fn reference_kind(name: &str) -> Option<Prefix> {
         "delivery_ref" => Prefix::WebhookDelivery,
         "redrive_job_ref" => Prefix::RedriveJob,
         "dead_letter_ref" => Prefix::DeadLetter,
+        "test_clock_ref" => Prefix::TestClock,
         _ => return None,
     })
 }

@@ -18,7 +18,9 @@ use crate::handlers::admin::{
 use crate::handlers::catalogue::{
     checkout_configs as cc, offers as of, prices as pr, products as pd, promotions as pm,
 };
-use crate::handlers::checkout::{pay, records as rec, sessions as cs};
+use crate::handlers::checkout::{
+    cancel as sc, pay, records as rec, sessions as cs, test_clocks as clk,
+};
 use crate::handlers::money::{outside as os, refunds as rf};
 use crate::handlers::reads as read;
 use crate::handlers::webhooks::{
@@ -37,6 +39,7 @@ use store::billing::outside::{DisputeRecord, ParticipationRecord, PayoutRecord};
 use store::billing::prices::PriceRecord;
 use store::billing::products::ProductRecord;
 use store::billing::refunds::RefundRecord;
+use store::billing::test_clocks::TestClockRecord;
 
 /// HTTP method of an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +56,9 @@ pub enum ErrorSet {
     E3,
     E4,
     E5,
+    /// Writes that start background work and take no key: E5 and
+    /// `version_conflict` (contract 12.4's `advanceTestClock`).
+    E6,
 }
 
 impl ErrorSet {
@@ -104,12 +110,22 @@ impl ErrorSet {
             "semantic_error",
             "validation_failed",
         ];
+        const E6: &[&str] = &[
+            "authentication_failed",
+            "dependency_unavailable",
+            "forbidden",
+            "not_found",
+            "semantic_error",
+            "validation_failed",
+            "version_conflict",
+        ];
         match self {
             ErrorSet::E1 => E1,
             ErrorSet::E2 => E2,
             ErrorSet::E3 => E3,
             ErrorSet::E4 => E4,
             ErrorSet::E5 => E5,
+            ErrorSet::E6 => E6,
         }
     }
 }
@@ -211,6 +227,9 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Get "/api/v1/refunds/{refund_ref}" "retrieveRefund" "refunds:read" false false false E1 => 200 bind!(read::retrieve::<RefundRecord>, resp: rf::RefundDto)),
     op!(Get "/api/v1/request_logs" "listPublicRequestLogs" "request_logs:read_list" false false true E1 => 200 bind!(rl::list, resp: rl::RequestLogDto, filters: rl::filters)),
     op!(Get "/api/v1/service_accounts" "listServiceAccounts" "service_accounts:read_list" false false false E1 => 200 bind!(sa::list, resp: sa::ServiceAccountDto)),
+    op!(Post "/api/v1/subscriptions/{subscription_ref}/cancel" "cancelSubscription" "subscriptions:manage_cancel" true true false E3 => 200 bind!(sc::cancel, req: sc::CancelSubscription, resp: rec::SubscriptionDto)),
+    op!(Post "/api/v1/test_clocks" "createTestClock" "test_clocks:manage" false false false E5 => 201 bind!(clk::create, req: clk::CreateTestClock, resp: clk::TestClockDto)),
+    op!(Post "/api/v1/test_clocks/{test_clock_ref}/advance" "advanceTestClock" "test_clocks:manage" false false false E6 => 202 bind!(clk::advance, req: clk::AdvanceTestClock, resp: clk::TestClockDto)),
     op!(Post "/api/v1/service_accounts" "createServiceAccount" "service_accounts:manage_create" true false false E4 => 201 bind!(sa::create, req: sa::CreateServiceAccount, resp: sa::ServiceAccountDto)),
     op!(Get "/api/v1/service_accounts/{principal_ref}" "retrieveServiceAccount" "service_accounts:read_retrieve" false false false E1 => 200 bind!(sa::retrieve, resp: sa::ServiceAccountDto)),
     op!(Get "/api/v1/service_accounts/{principal_ref}/credentials" "listServiceAccountCredentials" "credentials:read_list" false false false E1 => 200 bind!(cr::list, resp: cr::CredentialDto)),
@@ -223,6 +242,8 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Post "/api/v1/service_accounts/{principal_ref}/suspend" "suspendServiceAccount" "service_accounts:manage_suspend" true true false E4 => 200 bind!(sa::suspend, req: sa::ReasonBody, resp: sa::ServiceAccountDto)),
     op!(Get "/api/v1/subscription-changes" "listSubscriptionChanges" "subscription_changes:read_list" false false true E2 => 200 bind!(read::list::<ChangeRecord>, resp: rec::ChangeDto, filters: read::filters::<ChangeRecord>)),
     op!(Get "/api/v1/subscription-changes/{subscription_change_ref}" "retrieveSubscriptionChange" "subscription_changes:read_retrieve" false false false E2 => 200 bind!(read::retrieve::<ChangeRecord>, resp: rec::ChangeDto)),
+    op!(Get "/api/v1/test_clocks" "listTestClocks" "test_clocks:read" false false true E1 => 200 bind!(clk::list, resp: clk::TestClockDto, filters: read::filters::<TestClockRecord>)),
+    op!(Get "/api/v1/test_clocks/{test_clock_ref}" "retrieveTestClock" "test_clocks:read" false false false E1 => 200 bind!(clk::retrieve, resp: clk::TestClockDto)),
     op!(Get "/api/v1/subscriptions" "listSubscriptions" "subscriptions:read_list" false false true E2 => 200 bind!(read::list::<SubscriptionRecord>, resp: rec::SubscriptionDto, filters: read::filters::<SubscriptionRecord>)),
     op!(Get "/api/v1/subscriptions/{subscription_ref}" "retrieveSubscription" "subscriptions:read_retrieve" false false false E2 => 200 bind!(read::retrieve::<SubscriptionRecord>, resp: rec::SubscriptionDto)),
     op!(Get "/api/v1/webhook_deliveries/{delivery_ref}" "retrieveWebhookDelivery" "webhooks:read_retrieve_delivery" false false false E1 => 200 bind!(dl::retrieve, resp: dl::DeliveryDto)),
@@ -287,7 +308,7 @@ mod tests {
             );
             // Operations that create answer 201, those that start work in
             // the background 202 (contract 12.2), all others 200.
-            let accepts = o.id == "createWebhookRedriveJob";
+            let accepts = ["createWebhookRedriveJob", "advanceTestClock"].contains(&o.id);
             let creates = ["create", "issue", "grant"]
                 .iter()
                 .any(|p| o.id.starts_with(p))

@@ -62,7 +62,7 @@ prefixes! {
     Promotion => "prm", Refund => "ref", RequestLog => "req", ServiceAccount => "sa",
     StoredPaymentMethod => "spm", Subscription => "sub", SubscriptionChange => "sch",
     WebhookEndpoint => "whep", DeliveryAttempt => "wha", WebhookDelivery => "whd",
-    DeadLetter => "dlq", RedriveJob => "rdj",
+    DeadLetter => "dlq", RedriveJob => "rdj", TestClock => "clk",
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

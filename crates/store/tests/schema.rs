@@ -140,6 +140,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "77c5cf079dab7b57ec2344121e99b02ea7569424aa39f346d6c235d528553370a44ee66d69ecd3399fae25e73bc93ca8",
         "77c5cf079dab7b57ec2344121e99b02ea7569424aa39f346d6c235d528553370a44ee66d69ecd3399fae25e73bc93ca8",
     ),
+    (
+        "0020_subscriptions_over_time.sql",
+        "e3f6062d751ba8a7a3802b9c57b3b86e5c822ba525372a33d48c4b04171a701c7b29b03a2dfdfdbb92cbae5445210089",
+        "e3f6062d751ba8a7a3802b9c57b3b86e5c822ba525372a33d48c4b04171a701c7b29b03a2dfdfdbb92cbae5445210089",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

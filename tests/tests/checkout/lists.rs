@@ -138,7 +138,7 @@ pub(super) async fn list_filters(app: TestApp) {
             format!("{METHODS}?product_ref={}", a.product),
             "product_ref",
         ),
-        (format!("{SUBSCRIPTIONS}?status=past_due"), "status"),
+        (format!("{SUBSCRIPTIONS}?status=paused"), "status"),
         (format!("{CHANGES}?status=started"), "status"),
         (
             format!("{CHANGES}?subscription_ref=sch_N5xP3cV8bT1m"),

@@ -15,14 +15,16 @@
 pub mod buyer;
 pub mod invoice;
 pub mod period;
+pub mod renewal;
 pub mod sandbox;
 pub mod states;
 
 pub use buyer::{BuyerName, BuyerNameError, Email, EmailError};
 pub use invoice::{InvoiceNumber, InvoiceNumberError};
 pub use period::{add_periods, period_end};
+pub use renewal::{AtPeriodEnd, DunningSchedule, TestClockStatus};
 pub use sandbox::{Card, Outcome, TestCard};
 pub use states::{
-    ChangeKind, EntitlementStatus, FailureCode, InvoiceStatus, JourneyStatus, OrderStatus,
+    CancelReason, ChangeKind, EntitlementStatus, FailureCode, InvoiceStatus, JourneyStatus, OrderStatus,
     PayResult, PaymentStatus, SessionStatus, StepKind, StoredMethodStatus, SubscriptionStatus,
 };

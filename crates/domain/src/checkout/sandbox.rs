@@ -63,6 +63,7 @@ pub enum TestCard {
     RequiresAction,
     Dispute,
     RefundFails,
+    RenewalFails,
 }
 
 impl TestCard {
@@ -74,6 +75,7 @@ impl TestCard {
         TestCard::RequiresAction,
         TestCard::Dispute,
         TestCard::RefundFails,
+        TestCard::RenewalFails,
     ];
 
     /// `None` for anything else, including other `pm_…` values (see
@@ -91,6 +93,7 @@ impl TestCard {
             TestCard::RequiresAction => "pm_card_requires_action",
             TestCard::Dispute => "pm_card_dispute",
             TestCard::RefundFails => "pm_card_refund_fails",
+            TestCard::RenewalFails => "pm_card_renewal_fails",
         }
     }
 
@@ -103,6 +106,7 @@ impl TestCard {
             TestCard::RequiresAction => ("visa", "3184"),
             TestCard::Dispute => ("visa", "0259"),
             TestCard::RefundFails => ("visa", "5556"),
+            TestCard::RenewalFails => ("visa", "0341"),
         }
     }
 
@@ -121,12 +125,26 @@ impl TestCard {
 
     pub fn outcome(self) -> Outcome {
         match self {
-            TestCard::Visa | TestCard::Mastercard | TestCard::Dispute | TestCard::RefundFails => {
-                Outcome::Succeeded
-            }
+            TestCard::Visa
+            | TestCard::Mastercard
+            | TestCard::Dispute
+            | TestCard::RefundFails
+            | TestCard::RenewalFails => Outcome::Succeeded,
             TestCard::Declined => Outcome::Failed(FailureCode::CardDeclined),
             TestCard::InsufficientFunds => Outcome::Failed(FailureCode::InsufficientFunds),
             TestCard::RequiresAction => Outcome::RequiresAction,
+        }
+    }
+
+    /// What a renewal charged to a stored method of this card answers (no
+    /// buyer is present, so no authentication is asked for): a card that
+    /// paid its first period pays again, except `pm_card_renewal_fails`,
+    /// which declines every renewal.
+    pub fn renewal_outcome(self) -> Outcome {
+        match self {
+            TestCard::RenewalFails => Outcome::Failed(FailureCode::InsufficientFunds),
+            TestCard::RequiresAction => Outcome::Succeeded,
+            card => card.outcome(),
         }
     }
 
@@ -191,6 +209,7 @@ mod tests {
             (TestCard::RequiresAction, Outcome::RequiresAction),
             (TestCard::Dispute, Outcome::Succeeded),
             (TestCard::RefundFails, Outcome::Succeeded),
+            (TestCard::RenewalFails, Outcome::Succeeded),
         ];
         assert_eq!(table.len(), TestCard::ALL.len());
         for (card, outcome) in table {
@@ -211,6 +230,7 @@ mod tests {
             (TestCard::RequiresAction, "visa", "3184"),
             (TestCard::Dispute, "visa", "0259"),
             (TestCard::RefundFails, "visa", "5556"),
+            (TestCard::RenewalFails, "visa", "0341"),
         ];
         assert_eq!(table.len(), TestCard::ALL.len());
         for (card, brand, last4) in table {

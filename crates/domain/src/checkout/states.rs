@@ -43,9 +43,10 @@ wire_enum!(
 );
 
 wire_enum!(
-    /// Invoices are only written for successful payments, so `paid` is the
-    /// only state in this version.
-    InvoiceStatus { Paid => "paid" }
+    /// A first payment's invoice is written `paid`; a renewal's is `open`
+    /// while its charge is declined and dunning retries it, then `paid` or,
+    /// when the schedule runs out, `uncollectible` (contract 12.4).
+    InvoiceStatus { Open => "open", Paid => "paid", Uncollectible => "uncollectible" }
 );
 
 wire_enum!(EntitlementStatus { Active => "active", Revoked => "revoked" });
@@ -53,14 +54,31 @@ wire_enum!(EntitlementStatus { Active => "active", Revoked => "revoked" });
 wire_enum!(StoredMethodStatus { Active => "active", Detached => "detached" });
 
 wire_enum!(
-    /// `Incomplete` while its first payment waits for authentication.
-    SubscriptionStatus { Incomplete => "incomplete", Active => "active", Canceled => "canceled" }
+    /// `Incomplete` while its first payment waits for authentication;
+    /// `PastDue` while a declined renewal is retried (contract 12.4).
+    SubscriptionStatus {
+        Incomplete => "incomplete",
+        Active => "active",
+        PastDue => "past_due",
+        Canceled => "canceled",
+    }
 );
 
 wire_enum!(
     /// The kind of a subscription change; a subscription's first change is
     /// always `Started`.
-    ChangeKind { Started => "started", Repriced => "repriced", Canceled => "canceled" }
+    ChangeKind {
+        Started => "started",
+        Repriced => "repriced",
+        Renewal => "renewal",
+        Canceled => "canceled",
+    }
+);
+
+wire_enum!(
+    /// Why a subscription was canceled: asked for (`cancelSubscription`) or
+    /// its dunning schedule ran out.
+    CancelReason { Requested => "requested", Nonpayment => "nonpayment" }
 );
 
 wire_enum!(

@@ -10,8 +10,8 @@
 //! control API adds), every field present and null where empty, with its
 //! `etag`. References are `<prefix>_` + 12 characters, amounts Money
 //! objects, times RFC 3339 UTC. The exceptions, which carry no `etag`:
-//! `payment.succeeded` version 1 (below), `subscription.changed` and
-//! `subscription.canceled` (their earlier shapes), and `webhook.test`
+//! `payment.succeeded` version 1 (below), `subscription.changed` (its
+//! earlier shape), and `webhook.test`
 //! (`{message, sent_at}`, no resource).
 //!
 //! | type | `data` |
@@ -19,9 +19,9 @@
 //! | `payment.succeeded` (version 2), `payment.failed` | the payment (with `payment_ref` beside `payment_intent_ref`) |
 //! | `checkout_session.completed` | the checkout session |
 //! | `order.created` | the order (with `updated_at`) |
-//! | `invoice.paid` | the invoice |
+//! | `invoice.paid`, `invoice.payment_failed` | the invoice, `paid`, or `open` after a declined renewal |
 //! | `entitlement.granted`, `entitlement.revoked` | the entitlement, `active`, or `revoked` with `revoked_at` |
-//! | `subscription.started` | the subscription |
+//! | `subscription.started`, `subscription.renewed`, `subscription.past_due`, `subscription.canceled` | the subscription |
 //! | `refund.created`, `refund.succeeded`, `refund.failed`, `refund.canceled` | the refund |
 //! | `dispute.opened`, `dispute.closed` | the dispute |
 //! | `payout.paid`, `payout.failed` | the payout |
@@ -50,9 +50,8 @@
 //! (`terms_digest` the SHA-256, 64 lower-case hex digits, of the accepted
 //! terms; null, like `accepted_at`, while `invited`).
 //!
-//! `subscription.changed` and `subscription.canceled` keep their earlier
-//! shapes, with `product_refs` and `buyer: {buyer_ref, email, name}`
-//! (`contact`).
+//! `subscription.changed` keeps its earlier shape, with `product_refs` and
+//! `buyer: {buyer_ref, email, name}` (`contact`).
 //!
 //! Personal fields carry a data class, given as a dotted path within
 //! `data`; references, amounts and statuses are never classified:
@@ -64,8 +63,8 @@
 //! | `payment.succeeded` 1 | `buyer_email`, `buyer_name` | `contact` |
 //! | | `card_brand`, `card_last4` | `payment_instrument` |
 //! | `checkout_session.completed` 1 | `buyer.email`, `buyer.name` | `contact` |
-//! | `subscription.changed` 1, `subscription.canceled` 1 | `buyer.email`, `buyer.name` | `contact` |
-//! | orders, invoices, entitlements, `subscription.started` | none: they name the buyer by `buyer_ref` only | |
+//! | `subscription.changed` 1 | `buyer.email`, `buyer.name` | `contact` |
+//! | orders, invoices, entitlements, subscriptions | none: they name the buyer by `buyer_ref` only | |
 //! | refunds, disputes | none: they name the payment by `payment_intent_ref` only (no buyer, no card) | |
 //! | payouts, participations, `webhook.test` | none | |
 //!
@@ -179,6 +178,11 @@ static CATALOGUE: &[EventType] = &[
     business("payout.failed", "A payout failed.", &[Env, Biz]),
     business("invoice.paid", "An invoice was paid.", PRODUCT_BUYER),
     business(
+        "invoice.payment_failed",
+        "A renewal's charge was declined; its invoice stays open while it is retried.",
+        PRODUCT_BUYER,
+    ),
+    business(
         "order.created",
         "An order was created from a payment.",
         PRODUCT_BUYER,
@@ -186,6 +190,16 @@ static CATALOGUE: &[EventType] = &[
     business(
         "subscription.started",
         "A subscription started.",
+        PRODUCT_BUYER,
+    ),
+    business(
+        "subscription.renewed",
+        "A subscription was charged for its next period.",
+        PRODUCT_BUYER,
+    ),
+    business(
+        "subscription.past_due",
+        "A subscription's renewal was declined; it is retried on the dunning schedule.",
         PRODUCT_BUYER,
     ),
     business(
@@ -268,8 +282,8 @@ impl EventType {
 type Classes = &'static [(&'static str, DataClass)];
 
 /// The buyer's contact fields, nested: the checkout session resource
-/// (`buyer: {email, name}`) and the older shapes of `subscription.changed`
-/// and `subscription.canceled` (`buyer: {buyer_ref, email, name}`).
+/// (`buyer: {email, name}`) and the older shape of `subscription.changed`
+/// (`buyer: {buyer_ref, email, name}`).
 const BUYER_CONTACT: Classes = &[("buyer.email", Contact), ("buyer.name", Contact)];
 /// The payment resource: the buyer's contact fields and the card.
 const PAYMENT: Classes = &[
@@ -288,8 +302,7 @@ fn classes(name: &str, dto_version: u32) -> Classes {
         ],
         ("payment.succeeded", 2) | ("payment.failed", 1) => PAYMENT,
         ("checkout_session.completed", 1)
-        | ("subscription.changed", 1)
-        | ("subscription.canceled", 1) => BUYER_CONTACT,
+        | ("subscription.changed", 1) => BUYER_CONTACT,
         // The order, invoice, entitlement and subscription resources name
         // the buyer by reference only, refunds and disputes the payment;
         // payouts, participations and the test event hold no personal

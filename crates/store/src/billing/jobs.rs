@@ -5,6 +5,11 @@
 //! commit leaves the job to run again once its lease ends; another runner
 //! whose lease was lost finds nothing to delete and rolls back.
 //!
+//! A job of a subscription on a test clock carries the clock
+//! (`test_clock_ref`): its `due_at` is in the clock's time, and it runs when
+//! the clock advances past it (`due_on_clock`), never by the wall clock
+//! (`due_jobs`).
+//!
 //! It never decides what a job does; the runner does.
 
 use crate::db::read;
@@ -19,6 +24,7 @@ pub struct Job {
     pub subject_ref: Ref,
     pub environment_ref: Ref,
     pub due_at: Timestamp,
+    pub test_clock_ref: Option<Ref>,
 }
 
 fn decode(row: &dyn Columns) -> Result<Job, StoreError> {
@@ -27,11 +33,12 @@ fn decode(row: &dyn Columns) -> Result<Job, StoreError> {
         subject_ref: Ref::from_trusted(text(row, "subject_ref")?),
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
         due_at: Timestamp::from_millis(int(row, "due_at")?),
+        test_clock_ref: row.text("test_clock_ref")?.map(Ref::from_trusted),
     })
 }
 
-/// Schedules `kind` for `subject` at `due_at` (once: a job already there
-/// keeps its time).
+/// Schedules `kind` for `subject` at `due_at` by the wall clock (once: a
+/// job already there keeps its time).
 pub async fn schedule(
     tx: &mut WriteTx,
     kind: &str,
@@ -39,15 +46,29 @@ pub async fn schedule(
     environment_ref: &Ref,
     due_at: Timestamp,
 ) -> Result<(), StoreError> {
+    schedule_on(tx, kind, subject_ref, environment_ref, due_at, None).await
+}
+
+/// Schedules `kind` for `subject` at `due_at` on `clock` (the wall clock
+/// when `None`), once: a job already there keeps its time.
+pub async fn schedule_on(
+    tx: &mut WriteTx,
+    kind: &str,
+    subject_ref: &Ref,
+    environment_ref: &Ref,
+    due_at: Timestamp,
+    clock: Option<&Ref>,
+) -> Result<(), StoreError> {
     tx.execute(
-        "INSERT INTO jobs (kind, subject_ref, environment_ref, due_at, created_at) \
-         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (kind, subject_ref) DO NOTHING",
+        "INSERT INTO jobs (kind, subject_ref, environment_ref, due_at, created_at, \
+         test_clock_ref) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (kind, subject_ref) DO NOTHING",
         &[
             kind.into(),
             subject_ref.as_str().into(),
             environment_ref.as_str().into(),
             due_at.millis().into(),
             Timestamp::now().millis().into(),
+            clock.map(Ref::as_str).into(),
         ],
     )
     .await?;
@@ -85,18 +106,81 @@ pub async fn complete(tx: &mut WriteTx, job: &Job, owner: &str) -> Result<(), St
 }
 
 impl Store {
-    /// Up to `limit` jobs due at `now` whose lease is free, soonest first.
+    /// Up to `limit` wall-clock jobs due at `now` whose lease is free,
+    /// soonest first.
     pub async fn due_jobs(&self, now: Timestamp, limit: u32) -> Result<Vec<Job>, StoreError> {
         read::all(
             self.pool(),
             &format!(
-                "SELECT * FROM jobs WHERE due_at <= $1 \
+                "SELECT * FROM jobs WHERE due_at <= $1 AND test_clock_ref IS NULL \
                  AND (lease_until IS NULL OR lease_until < $1) ORDER BY due_at LIMIT {limit}"
             ),
             &[now.millis().into()],
             |row| decode(row),
         )
         .await
+    }
+
+    /// Up to `limit` jobs of `clock` due by its time `until` whose lease is
+    /// free at the wall time `now`, in time order.
+    pub async fn due_on_clock(
+        &self,
+        clock: &Ref,
+        until: Timestamp,
+        now: Timestamp,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
+        read::all(
+            self.pool(),
+            &format!(
+                "SELECT * FROM jobs WHERE test_clock_ref = $1 AND due_at <= $2 \
+                 AND (lease_until IS NULL OR lease_until < $3) \
+                 ORDER BY due_at, subject_ref LIMIT {limit}"
+            ),
+            &[
+                clock.as_str().into(),
+                until.millis().into(),
+                now.millis().into(),
+            ],
+            |row| decode(row),
+        )
+        .await
+    }
+
+    /// Whether `clock` still has a job due by `until` (leased or not).
+    pub async fn clock_has_due(&self, clock: &Ref, until: Timestamp) -> Result<bool, StoreError> {
+        let found = read::all(
+            self.pool(),
+            "SELECT kind FROM jobs WHERE test_clock_ref = $1 AND due_at <= $2 LIMIT 1",
+            &[clock.as_str().into(), until.millis().into()],
+            |row| text(row, "kind"),
+        )
+        .await?;
+        Ok(!found.is_empty())
+    }
+
+    /// Extends `owner`'s lease of a job to `until`; false when it lost it.
+    pub async fn extend_lease(
+        &self,
+        job: &Job,
+        owner: &str,
+        until: Timestamp,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let changed = tx
+            .execute(
+                "UPDATE jobs SET lease_until = $1 WHERE kind = $2 AND subject_ref = $3 \
+                 AND lease_owner = $4",
+                &[
+                    until.millis().into(),
+                    job.kind.as_str().into(),
+                    job.subject_ref.as_str().into(),
+                    owner.into(),
+                ],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(changed == 1)
     }
 
     /// Leases a due job to `owner` until `until`; false when another

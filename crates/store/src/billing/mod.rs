@@ -25,6 +25,7 @@ pub mod prices;
 pub mod products;
 pub mod promotions;
 pub mod refunds;
+pub mod test_clocks;
 
 use crate::db::page::{fetch_env_page, Clause, Page, PageRequest};
 use crate::db::read;

@@ -3,9 +3,13 @@
 //!
 //! The records are read-only on the wire: each is `Served`
 //! (`handlers::reads`) and listed and retrieved by the generic reads bound
-//! in the operation table. Writes happen in `sessions::create` and
-//! `pay::pay`, each one unit of work.
+//! in the operation table. Writes happen in `sessions::create`,
+//! `pay::pay`, `cancel::cancel` and the test clocks' operations, each one
+//! unit of work; a subscription's renewals are timed work
+//! (`crate::renewals`).
 
+pub mod cancel;
 pub mod pay;
 pub mod records;
 pub mod sessions;
+pub mod test_clocks;

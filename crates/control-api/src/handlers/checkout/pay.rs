@@ -35,7 +35,7 @@ use domain::principal::Mode;
 use domain::webhook::shaping::Scope;
 use domain::{Prefix, Ref, Timestamp};
 use serde::{Deserialize, Serialize};
-use store::billing::checkout::buyers::{self, BuyerRecord};
+use store::billing::checkout::buyers::{self, BuyerOf, BuyerRecord};
 use store::billing::checkout::entitlements;
 use store::billing::checkout::journeys::{self, Step};
 use store::billing::checkout::methods::{self, StoredMethodRecord};
@@ -183,11 +183,8 @@ pub async fn pay(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         return Err(ApiError::DependencyUnavailable);
     }
     let session = load::<SessionRecord>(ctx, &input).await?;
-    let now = Timestamp::now();
-    session
-        .effective_status(now)
-        .check_payable()
-        .map_err(refused)?;
+    let now = super::test_clocks::time_of(ctx, session.test_clock_ref.as_ref()).await?;
+    session.status_at(now).check_payable().map_err(refused)?;
     let email = Email::parse(&session.buyer_email)
         .map_err(|e| ApiError::Internal(format!("stored e-mail: {e}").into()))?;
     let env = ctx.env().clone();
@@ -363,6 +360,7 @@ impl Unit<'_> {
             action_expires_at: (status == PaymentStatus::RequiresAction)
                 .then(|| self.now.plus_seconds(ACTION_TTL_SECONDS)),
             captured_at: (status == PaymentStatus::Succeeded).then_some(self.now),
+            at: self.now,
         };
         Ok(payments::create(self.tx, self.env, new).await?)
     }
@@ -376,8 +374,12 @@ impl Unit<'_> {
         let buyer = buyers::find_or_create(
             self.tx,
             self.env,
-            self.email,
-            self.session.buyer_name.as_deref(),
+            BuyerOf {
+                email: self.email,
+                name: self.session.buyer_name.as_deref(),
+                test_clock_ref: self.session.test_clock_ref.as_ref(),
+                now,
+            },
         )
         .await?;
         let stored = match &charge.stored {
@@ -389,6 +391,7 @@ impl Unit<'_> {
                     &buyer.buyer_ref,
                     &charge.method,
                     &charge.details,
+                    now,
                 )
                 .await?
                 .stored_payment_method_ref,
@@ -403,6 +406,7 @@ impl Unit<'_> {
                     buyer_ref: Some(&buyer.buyer_ref),
                     stored_payment_method_ref: stored.as_ref(),
                     captured_at: Some(now),
+                    at: now,
                 };
                 payments::finish(self.tx, p, finish).await?
             }
@@ -421,7 +425,9 @@ impl Unit<'_> {
         if charge.card.opens_dispute() {
             let due = now.plus_seconds(crate::jobs::DISPUTE_AFTER_SECONDS);
             let job = crate::jobs::OPEN_DISPUTE;
-            jobs::schedule(self.tx, job, &payment.payment_intent_ref, self.env, due).await?;
+            let clock = self.session.test_clock_ref.as_ref();
+            jobs::schedule_on(self.tx, job, &payment.payment_intent_ref, self.env, due, clock)
+                .await?;
         }
         let subscriptions = self
             .start_subscriptions(&buyer.buyer_ref, stored.as_ref())
@@ -434,7 +440,7 @@ impl Unit<'_> {
                 subscription_ref: first.map(|s| &s.subscription_ref),
             }),
         };
-        let session = sessions::record_pay(self.tx, &self.session, attempt).await?;
+        let session = sessions::record_pay(self.tx, &self.session, attempt, now).await?;
         let order = orders::create(
             self.tx,
             self.env,
@@ -445,6 +451,7 @@ impl Unit<'_> {
                 line_items: &session.line_items,
                 amount_total: session.amount_total,
             },
+            now,
         )
         .await?;
         let invoice = orders::invoice(
@@ -525,7 +532,9 @@ impl Unit<'_> {
                 let interval = self.interval_of(&s.price_ref)?;
                 let period = (now, period_end(now, interval));
                 let spm = stored.ok_or_else(no_method)?;
-                started.push(subscriptions::activate(self.tx, s, buyer_ref, spm, period).await?);
+                started.push(
+                    subscriptions::activate(self.tx, s, buyer_ref, spm, period, now).await?,
+                );
             }
         } else {
             let spm = stored.ok_or_else(no_method)?;
@@ -535,6 +544,7 @@ impl Unit<'_> {
         }
         for s in &started {
             subscriptions::started(self.tx, s, now).await?;
+            crate::renewals::schedule_period_end(self.tx, s).await?;
         }
         Ok(started)
     }
@@ -560,6 +570,8 @@ impl Unit<'_> {
                 product_ref: &item.product_ref,
                 stored_payment_method_ref: stored,
                 period: buyer_ref.map(|_| (now, period_end(now, interval))),
+                test_clock_ref: self.session.test_clock_ref.as_ref(),
+                now,
             };
             made.push(subscriptions::create(self.tx, self.env, new).await?);
         }
@@ -593,6 +605,7 @@ impl Unit<'_> {
                     buyer_ref: buyer_ref.as_ref(),
                     stored_payment_method_ref: p.stored_payment_method_ref.as_ref(),
                     captured_at: None,
+                    at: self.now,
                 };
                 payments::finish(self.tx, p, finish).await?
             }
@@ -612,7 +625,7 @@ impl Unit<'_> {
             payment_intent_ref: &payment.payment_intent_ref,
             completed: None,
         };
-        let session = sessions::record_pay(self.tx, &self.session, attempt).await?;
+        let session = sessions::record_pay(self.tx, &self.session, attempt, self.now).await?;
         let kinds = match waiting {
             Some(_) => vec![StepKind::PaymentFailed],
             None => vec![StepKind::PaymentAttempted, StepKind::PaymentFailed],
@@ -645,7 +658,7 @@ impl Unit<'_> {
             payment_intent_ref: &payment.payment_intent_ref,
             completed: None,
         };
-        let session = sessions::record_pay(self.tx, &self.session, attempt).await?;
+        let session = sessions::record_pay(self.tx, &self.session, attempt, self.now).await?;
         let steps = self.steps(
             &[StepKind::PaymentAttempted, StepKind::ActionRequired],
             &payment.payment_intent_ref,

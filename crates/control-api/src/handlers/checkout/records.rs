@@ -261,10 +261,15 @@ pub struct InvoiceDto {
     pub buyer_ref: String,
     pub subscription_ref: Option<String>,
     pub amount_total: MoneyDto,
-    /// `paid`.
+    /// `paid`; a renewal's invoice is `open` while dunning retries its
+    /// charge, then `paid` or `uncollectible`.
     pub status: String,
     pub issued_at: String,
     pub paid_at: Option<String>,
+    /// The payment that paid it; null while unpaid.
+    pub payment_intent_ref: Option<String>,
+    /// How many times its charge was tried.
+    pub attempt_count: u32,
     pub created_at: String,
     pub etag: String,
 }
@@ -288,6 +293,8 @@ impl Served for InvoiceRecord {
             status: self.status.as_str().to_owned(),
             issued_at: ts(self.issued_at),
             paid_at: opt_ts(self.paid_at),
+            payment_intent_ref: opt_ref(&self.payment_intent_ref),
+            attempt_count: self.attempt_count,
             created_at: ts(self.created_at),
             etag: Served::etag(self),
         }
@@ -355,6 +362,8 @@ pub struct BuyerDto {
     pub buyer_ref: String,
     pub email: String,
     pub name: Option<String>,
+    /// The test clock the buyer lives on; null when none.
+    pub test_clock_ref: Option<String>,
     pub created_at: String,
     pub etag: String,
 }
@@ -372,6 +381,7 @@ impl Served for BuyerRecord {
             buyer_ref: self.buyer_ref.to_string(),
             email: self.email.clone(),
             name: self.name.clone(),
+            test_clock_ref: opt_ref(&self.test_clock_ref),
             created_at: ts(self.created_at),
             etag: Served::etag(self),
         }
@@ -437,13 +447,19 @@ pub struct SubscriptionDto {
     pub buyer_ref: Option<String>,
     pub price_ref: String,
     pub product_ref: String,
-    /// `incomplete`, `active` or `canceled`.
+    /// `incomplete`, `active`, `past_due` or `canceled`.
     pub status: String,
     pub current_period_start: Option<String>,
     pub current_period_end: Option<String>,
     pub stored_payment_method_ref: Option<String>,
     pub started_at: Option<String>,
     pub canceled_at: Option<String>,
+    /// Cancels at the end of the current period instead of renewing.
+    pub cancel_at_period_end: bool,
+    /// `requested` or `nonpayment`; null unless canceled.
+    pub cancel_reason: Option<String>,
+    /// The test clock it lives on; null when none.
+    pub test_clock_ref: Option<String>,
     pub created_at: String,
     pub etag: String,
 }
@@ -471,6 +487,9 @@ impl Served for SubscriptionRecord {
             stored_payment_method_ref: opt_ref(&self.stored_payment_method_ref),
             started_at: opt_ts(self.started_at),
             canceled_at: opt_ts(self.canceled_at),
+            cancel_at_period_end: self.cancel_at_period_end,
+            cancel_reason: self.cancel_reason.map(|r| r.as_str().to_owned()),
+            test_clock_ref: opt_ref(&self.test_clock_ref),
             created_at: ts(self.created_at),
             etag: Served::etag(self),
         }

@@ -46,6 +46,8 @@ pub struct SessionDto {
     pub cancel_url: Option<String>,
     pub expires_at: String,
     pub completed_at: Option<String>,
+    /// The test clock the session runs on; null when none.
+    pub test_clock_ref: Option<String>,
     pub created_at: String,
     pub etag: String,
 }
@@ -81,6 +83,7 @@ impl Served for SessionRecord {
             cancel_url: self.cancel_url.clone(),
             expires_at: ts(self.expires_at),
             completed_at: opt_ts(self.completed_at),
+            test_clock_ref: self.test_clock_ref.as_ref().map(Ref::to_string),
             created_at: ts(self.created_at),
             etag: Served::etag(self),
         }
@@ -119,6 +122,9 @@ pub struct CreateCheckoutSession {
     /// Values by custom field key, checked against the config.
     #[schema(value_type = Option<Object>)]
     pub custom_fields: Option<serde_json::Map<String, serde_json::Value>>,
+    /// A test clock of the sandbox (`clk_…`): the session, its buyer and
+    /// every subscription paid through it live on the clock's time.
+    pub test_clock_ref: Option<String>,
 }
 
 /// The steps' wire form of `kind` at `at`.
@@ -169,7 +175,13 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         let e = e.under("custom_fields");
         ApiError::validation(e.field, e.issue)
     })?;
-    let now = Timestamp::now();
+    let clock = body
+        .test_clock_ref
+        .as_deref()
+        .map(|c| Ref::parse(Prefix::TestClock, c))
+        .transpose()
+        .map_err(|e| ApiError::validation("test_clock_ref", e.to_string()))?;
+    let now = super::test_clocks::time_of(ctx, clock.as_ref()).await?;
     let refs: Vec<String> = content
         .line_items
         .iter()
@@ -224,6 +236,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         cancel_url: content.cancel_url.as_deref(),
         created_at: now,
         expires_at,
+        test_clock_ref: clock.as_ref(),
     };
     let tx = ctx.tx().await?;
     let session = sessions::create(tx, &env, new).await?;

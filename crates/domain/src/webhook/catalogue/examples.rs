@@ -49,6 +49,9 @@ const SESSION_EXPIRES: &str = "2026-11-23T10:01:12.345Z";
 const CREATED: &str = "2026-11-22T10:04:05.123Z";
 const CAPTURED: &str = "2026-11-22T10:04:07.456Z";
 const PERIOD_END: &str = "2026-12-22T10:04:07.456Z";
+/// The renewal a month later, and the period it starts.
+const NEXT_PERIOD_END: &str = "2027-01-22T10:04:07.456Z";
+const RENEWAL_INVOICE: &str = "inv_Q2wE4rT6yU8i";
 /// The refund: requested three days later, settled by the processor
 /// within two seconds; the scheduled variant would have run on
 /// `REFUND_SCHEDULED`, but the dispute opening canceled it.
@@ -74,8 +77,8 @@ fn buyer_contact() -> Value {
     json!({"email": "ada@example.com", "name": "Ada Lovelace"})
 }
 
-/// Contact fields with the reference inside, as the older shapes of
-/// `subscription.changed` and `subscription.canceled` carry them.
+/// Contact fields with the reference inside, as the older shape of
+/// `subscription.changed` carries them.
 fn buyer() -> Value {
     json!({"buyer_ref": BUYER, "email": "ada@example.com", "name": "Ada Lovelace"})
 }
@@ -214,6 +217,43 @@ fn entitlement(revoked: bool) -> Value {
     })
 }
 
+/// Where Ada's monthly subscription is in its life.
+enum Life {
+    Started,
+    /// Renewed a month later.
+    Renewed,
+    /// The renewal was declined.
+    PastDue,
+    /// She canceled it at once.
+    Canceled,
+}
+
+/// The subscription resource (`retrieveSubscription`) at each point of its
+/// life.
+fn subscription(life: Life) -> Value {
+    let (status, start, end, canceled_at, reason, version) = match life {
+        Life::Started => ("active", CAPTURED, PERIOD_END, Value::Null, Value::Null, 1),
+        Life::Renewed => ("active", PERIOD_END, NEXT_PERIOD_END, Value::Null, Value::Null, 2),
+        Life::PastDue => ("past_due", PERIOD_END, NEXT_PERIOD_END, Value::Null, Value::Null, 2),
+        Life::Canceled => (
+            "canceled",
+            CAPTURED,
+            PERIOD_END,
+            json!(REFUND_REQUESTED),
+            json!("requested"),
+            2,
+        ),
+    };
+    json!({
+        "subscription_ref": SUBSCRIPTION, "buyer_ref": BUYER, "price_ref": PRICE,
+        "product_ref": PRODUCT, "status": status, "current_period_start": start,
+        "current_period_end": end, "stored_payment_method_ref": STORED_METHOD,
+        "started_at": CAPTURED, "canceled_at": canceled_at, "cancel_at_period_end": false,
+        "cancel_reason": reason, "test_clock_ref": null, "created_at": CAPTURED,
+        "etag": etag(SUBSCRIPTION, version)
+    })
+}
+
 pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
     Some(match (name, dto_version) {
         ("checkout_session.completed", 1) => json!({
@@ -245,7 +285,15 @@ pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
             "invoice_ref": INVOICE, "number": "2026-000042", "order_ref": ORDER,
             "buyer_ref": BUYER, "subscription_ref": null, "amount_total": money("1999"),
             "status": "paid", "issued_at": CAPTURED, "paid_at": CAPTURED,
+            "payment_intent_ref": PAYMENT, "attempt_count": 1,
             "created_at": CAPTURED, "etag": etag(INVOICE, 1)
+        }),
+        ("invoice.payment_failed", 1) => json!({
+            "invoice_ref": RENEWAL_INVOICE, "number": "2026-000043", "order_ref": ORDER,
+            "buyer_ref": BUYER, "subscription_ref": SUBSCRIPTION, "amount_total": money("1999"),
+            "status": "open", "issued_at": PERIOD_END, "paid_at": null,
+            "payment_intent_ref": null, "attempt_count": 1,
+            "created_at": PERIOD_END, "etag": etag(RENEWAL_INVOICE, 1)
         }),
         ("order.created", 1) => json!({
             "order_ref": ORDER, "checkout_session_ref": SESSION, "buyer_ref": BUYER,
@@ -253,22 +301,14 @@ pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
             "amount_total": money("1999"), "status": "paid", "created_at": CAPTURED,
             "updated_at": CAPTURED, "etag": etag(ORDER, 1)
         }),
-        ("subscription.started", 1) => json!({
-            "subscription_ref": SUBSCRIPTION, "buyer_ref": BUYER, "price_ref": PRICE,
-            "product_ref": PRODUCT, "status": "active", "current_period_start": CAPTURED,
-            "current_period_end": PERIOD_END, "stored_payment_method_ref": STORED_METHOD,
-            "started_at": CAPTURED, "canceled_at": null, "created_at": CAPTURED,
-            "etag": etag(SUBSCRIPTION, 1)
-        }),
+        ("subscription.started", 1) => subscription(Life::Started),
+        ("subscription.renewed", 1) => subscription(Life::Renewed),
+        ("subscription.past_due", 1) => subscription(Life::PastDue),
+        ("subscription.canceled", 1) => subscription(Life::Canceled),
         ("subscription.changed", 1) => json!({
             "subscription_ref": SUBSCRIPTION, "subscription_change_ref": CHANGE,
             "status": "active", "previous_price_ref": PRICE, "price_ref": NEW_PRICE,
             "amount": money("1499"), "interval": "month", "changed_at": CAPTURED,
-            "product_refs": [PRODUCT], "buyer": buyer()
-        }),
-        ("subscription.canceled", 1) => json!({
-            "subscription_ref": SUBSCRIPTION, "status": "canceled",
-            "cancellation_reason": "requested_by_buyer", "canceled_at": CAPTURED,
             "product_refs": [PRODUCT], "buyer": buyer()
         }),
         ("entitlement.granted", 1) => entitlement(false),

@@ -14,6 +14,8 @@ pub struct BuyerRecord {
     pub environment_ref: Ref,
     pub email: String,
     pub name: Option<String>,
+    /// The test clock the buyer lives on (contract 12.4).
+    pub test_clock_ref: Option<Ref>,
     pub created_at: Timestamp,
     pub version: i64,
 }
@@ -29,6 +31,7 @@ impl Resource for BuyerRecord {
             environment_ref: reference(row, "environment_ref")?,
             email: text(row, "email")?,
             name: row.text("name")?,
+            test_clock_ref: super::opt_reference(row, "test_clock_ref")?,
             created_at: at(row, "created_at")?,
             version: int(row, "version")?,
         })
@@ -54,27 +57,38 @@ pub async fn find(
     Ok(found.into_iter().next())
 }
 
+/// Who a pay finds or makes as its buyer.
+pub struct BuyerOf<'a> {
+    pub email: &'a Email,
+    pub name: Option<&'a str>,
+    /// The session's test clock: a buyer found or made through it lives on
+    /// it from then on.
+    pub test_clock_ref: Option<&'a Ref>,
+    pub now: Timestamp,
+}
+
 /// The buyer of `email`, created with `name` if there is none. A buyer
 /// created concurrently by another unit of work is found, not duplicated
-/// (the no-op update returns the existing row and waits for its creator).
+/// (the update returns the existing row and waits for its creator).
 pub async fn find_or_create(
     tx: &mut WriteTx,
     environment_ref: &Ref,
-    email: &Email,
-    name: Option<&str>,
+    of: BuyerOf<'_>,
 ) -> Result<BuyerRecord, StoreError> {
     let rows = tx
         .fetch(
-            "INSERT INTO buyers (buyer_ref, environment_ref, email, email_key, name, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (environment_ref, email_key) \
-             DO UPDATE SET email_key = excluded.email_key RETURNING *",
+            "INSERT INTO buyers (buyer_ref, environment_ref, email, email_key, name, \
+             test_clock_ref, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (environment_ref, email_key) DO UPDATE SET email_key = excluded.email_key, \
+             test_clock_ref = COALESCE(excluded.test_clock_ref, buyers.test_clock_ref) RETURNING *",
             &[
                 Ref::generate(Prefix::Buyer).as_str().into(),
                 environment_ref.as_str().into(),
-                email.as_str().into(),
-                email.match_key().as_str().into(),
-                name.into(),
-                Timestamp::now().millis().into(),
+                of.email.as_str().into(),
+                of.email.match_key().as_str().into(),
+                of.name.into(),
+                of.test_clock_ref.map(Ref::as_str).into(),
+                of.now.millis().into(),
             ],
         )
         .await?;

@@ -73,3 +73,27 @@ pub async fn grant(
         .await?;
     EntitlementRecord::decode(single(&rows)?)
 }
+
+/// Revokes at `now` the active entitlements a subscription's order granted
+/// for its product; returns them as revoked.
+pub async fn revoke_of_subscription(
+    tx: &mut WriteTx,
+    order_ref: &Ref,
+    product_ref: &Ref,
+    now: Timestamp,
+) -> Result<Vec<EntitlementRecord>, StoreError> {
+    let rows = tx
+        .fetch(
+            "UPDATE entitlements SET status = $1, revoked_at = $2, version = version + 1 \
+             WHERE order_ref = $3 AND product_ref = $4 AND status = $5 RETURNING *",
+            &[
+                EntitlementStatus::Revoked.as_str().into(),
+                now.millis().into(),
+                order_ref.as_str().into(),
+                product_ref.as_str().into(),
+                EntitlementStatus::Active.as_str().into(),
+            ],
+        )
+        .await?;
+    rows.iter().map(|r| EntitlementRecord::decode(r)).collect()
+}

@@ -58,6 +58,7 @@ pub async fn store(
     buyer_ref: &Ref,
     method: &str,
     card: &Card,
+    now: Timestamp,
 ) -> Result<StoredMethodRecord, StoreError> {
     let rows = tx
         .fetch(
@@ -74,7 +75,7 @@ pub async fn store(
                 i64::from(card.exp_month).into(),
                 i64::from(card.exp_year).into(),
                 StoredMethodStatus::Active.as_str().into(),
-                Timestamp::now().millis().into(),
+                now.millis().into(),
             ],
         )
         .await?;

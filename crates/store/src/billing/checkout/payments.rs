@@ -90,6 +90,8 @@ pub struct NewPayment<'a> {
     pub product_refs: &'a [String],
     pub action_expires_at: Option<Timestamp>,
     pub captured_at: Option<Timestamp>,
+    /// When it is written: the wall clock, or its test clock's time.
+    pub at: Timestamp,
 }
 
 pub async fn create(
@@ -97,7 +99,7 @@ pub async fn create(
     environment_ref: &Ref,
     new: NewPayment<'_>,
 ) -> Result<PaymentRecord, StoreError> {
-    let now = Timestamp::now().millis();
+    let now = new.at.millis();
     let rows = tx
         .fetch(
             "INSERT INTO payments (payment_intent_ref, environment_ref, checkout_session_ref, \
@@ -137,6 +139,7 @@ pub struct Finish<'a> {
     pub buyer_ref: Option<&'a Ref>,
     pub stored_payment_method_ref: Option<&'a Ref>,
     pub captured_at: Option<Timestamp>,
+    pub at: Timestamp,
 }
 
 /// Finishes a `requires_action` payment still at its read version.
@@ -157,7 +160,7 @@ pub async fn finish(
                 finish.buyer_ref.map(Ref::as_str).into(),
                 finish.stored_payment_method_ref.map(Ref::as_str).into(),
                 finish.captured_at.map(Timestamp::millis).into(),
-                Timestamp::now().millis().into(),
+                finish.at.millis().into(),
                 current.payment_intent_ref.as_str().into(),
                 current.version.into(),
             ],

@@ -35,13 +35,28 @@ pub struct SessionRecord {
     pub cancel_url: Option<String>,
     pub expires_at: Timestamp,
     pub completed_at: Option<Timestamp>,
+    /// The test clock the session runs on (contract 12.4).
+    pub test_clock_ref: Option<Ref>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub version: i64,
 }
 
 impl SessionRecord {
+    /// The status a reader sees at the wall time `now`. A session on a test
+    /// clock expires by its clock's time, which moves only when the clock
+    /// advances: a read shows its stored status, and pay checks it with
+    /// [`SessionRecord::status_at`] at the clock's time.
     pub fn effective_status(&self, now: Timestamp) -> SessionStatus {
+        match self.test_clock_ref {
+            Some(_) => self.status,
+            None => self.status.effective(self.expires_at, now),
+        }
+    }
+
+    /// The status at `now` in the session's own time (its test clock's, or
+    /// the wall clock's).
+    pub fn status_at(&self, now: Timestamp) -> SessionStatus {
         self.status.effective(self.expires_at, now)
     }
 
@@ -92,6 +107,7 @@ impl Resource for SessionRecord {
             expires_at: at(row, "expires_at")?,
             completed_at: opt_ts(row, "completed_at")?,
             created_at: at(row, "created_at")?,
+            test_clock_ref: opt_reference(row, "test_clock_ref")?,
             updated_at: at(row, "updated_at")?,
             version: int(row, "version")?,
         })
@@ -113,6 +129,8 @@ pub struct NewSession<'a> {
     pub cancel_url: Option<&'a str>,
     pub created_at: Timestamp,
     pub expires_at: Timestamp,
+    /// The test clock whose time the session and what its pay makes carry.
+    pub test_clock_ref: Option<&'a Ref>,
 }
 
 pub async fn create(
@@ -125,8 +143,8 @@ pub async fn create(
             "INSERT INTO checkout_sessions (checkout_session_ref, environment_ref, config_ref, \
              config_version, status, mode, buyer_email, buyer_name, journey_ref, line_items, \
              currency, amount_total, custom_fields, success_url, cancel_url, expires_at, \
-             created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-             $13, $14, $15, $16, $17, $17) RETURNING *",
+             created_at, updated_at, test_clock_ref) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
+             $10, $11, $12, $13, $14, $15, $16, $17, $17, $18) RETURNING *",
             &[
                 Ref::generate(Prefix::CheckoutSession).as_str().into(),
                 environment_ref.as_str().into(),
@@ -145,6 +163,7 @@ pub async fn create(
                 new.cancel_url.into(),
                 new.expires_at.millis().into(),
                 new.created_at.millis().into(),
+                new.test_clock_ref.map(Ref::as_str).into(),
             ],
         )
         .await?;
@@ -190,8 +209,9 @@ pub async fn record_pay(
     tx: &mut WriteTx,
     current: &SessionRecord,
     attempt: Attempt<'_>,
+    now: Timestamp,
 ) -> Result<SessionRecord, StoreError> {
-    let now = Timestamp::now().millis();
+    let now = now.millis();
     let (status, buyer_ref, subscription_ref, completed_at) = match &attempt.completed {
         Some(c) => (
             SessionStatus::Complete,

@@ -1,12 +1,14 @@
 //! Subscriptions (one per recurring line item of a paid session) and their
-//! changes (`started` first).
+//! changes (`started` first). A subscription moves only through the writes
+//! here, each conditional on the version it was read at, so two units of
+//! work that read the same version cannot both move it (`Conflict`).
 
 use super::{at, opt_reference, reference, state};
 use crate::billing::Resource;
 use crate::db::codec::opt_ts;
 use crate::db::tx::{int, single, Columns, WriteTx};
 use crate::StoreError;
-use domain::checkout::states::{ChangeKind, SubscriptionStatus};
+use domain::checkout::states::{CancelReason, ChangeKind, SubscriptionStatus};
 use domain::{Prefix, Ref, Timestamp};
 
 #[derive(Debug, Clone)]
@@ -23,6 +25,9 @@ pub struct SubscriptionRecord {
     pub stored_payment_method_ref: Option<Ref>,
     pub started_at: Option<Timestamp>,
     pub canceled_at: Option<Timestamp>,
+    pub cancel_at_period_end: bool,
+    pub cancel_reason: Option<CancelReason>,
+    pub test_clock_ref: Option<Ref>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub version: i64,
@@ -51,6 +56,14 @@ impl Resource for SubscriptionRecord {
             stored_payment_method_ref: opt_reference(row, "stored_payment_method_ref")?,
             started_at: opt_ts(row, "started_at")?,
             canceled_at: opt_ts(row, "canceled_at")?,
+            cancel_at_period_end: int(row, "cancel_at_period_end")? != 0,
+            cancel_reason: match row.text("cancel_reason")? {
+                None => None,
+                Some(r) => Some(CancelReason::parse(&r).ok_or_else(|| {
+                    StoreError::Corrupt(format!("subscription cancel_reason {r}"))
+                })?),
+            },
+            test_clock_ref: opt_reference(row, "test_clock_ref")?,
             created_at: at(row, "created_at")?,
             updated_at: at(row, "updated_at")?,
             version: int(row, "version")?,
@@ -67,6 +80,8 @@ pub struct NewSubscription<'a> {
     pub product_ref: &'a str,
     pub stored_payment_method_ref: Option<&'a Ref>,
     pub period: Option<(Timestamp, Timestamp)>,
+    pub test_clock_ref: Option<&'a Ref>,
+    pub now: Timestamp,
 }
 
 pub async fn create(
@@ -74,7 +89,7 @@ pub async fn create(
     environment_ref: &Ref,
     new: NewSubscription<'_>,
 ) -> Result<SubscriptionRecord, StoreError> {
-    let now = Timestamp::now().millis();
+    let now = new.now.millis();
     let status = match new.period {
         Some(_) => SubscriptionStatus::Active,
         None => SubscriptionStatus::Incomplete,
@@ -83,8 +98,9 @@ pub async fn create(
         .fetch(
             "INSERT INTO subscriptions (subscription_ref, environment_ref, buyer_ref, price_ref, \
              product_ref, checkout_session_ref, status, current_period_start, \
-             current_period_end, stored_payment_method_ref, started_at, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $8, $11, $11) RETURNING *",
+             current_period_end, stored_payment_method_ref, started_at, created_at, updated_at, \
+             test_clock_ref) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $8, $11, $11, $12) \
+             RETURNING *",
             &[
                 Ref::generate(Prefix::Subscription).as_str().into(),
                 environment_ref.as_str().into(),
@@ -97,6 +113,7 @@ pub async fn create(
                 new.period.map(|p| p.1.millis()).into(),
                 new.stored_payment_method_ref.map(Ref::as_str).into(),
                 now.into(),
+                new.test_clock_ref.map(Ref::as_str).into(),
             ],
         )
         .await?;
@@ -128,6 +145,7 @@ pub async fn activate(
     buyer_ref: &Ref,
     stored_payment_method_ref: &Ref,
     period: (Timestamp, Timestamp),
+    now: Timestamp,
 ) -> Result<SubscriptionRecord, StoreError> {
     let rows = tx
         .fetch(
@@ -141,7 +159,7 @@ pub async fn activate(
                 stored_payment_method_ref.as_str().into(),
                 period.0.millis().into(),
                 period.1.millis().into(),
-                Timestamp::now().millis().into(),
+                now.millis().into(),
                 current.subscription_ref.as_str().into(),
                 current.version.into(),
             ],
@@ -190,6 +208,17 @@ pub async fn started(
     subscription: &SubscriptionRecord,
     effective_at: Timestamp,
 ) -> Result<ChangeRecord, StoreError> {
+    change(tx, subscription, ChangeKind::Started, effective_at).await
+}
+
+/// A change of `kind` to a subscription, effective at `effective_at`: the
+/// price stays the one it started on.
+pub async fn change(
+    tx: &mut WriteTx,
+    subscription: &SubscriptionRecord,
+    kind: ChangeKind,
+    effective_at: Timestamp,
+) -> Result<ChangeRecord, StoreError> {
     let rows = tx
         .fetch(
             "INSERT INTO subscription_changes (subscription_change_ref, environment_ref, \
@@ -199,11 +228,73 @@ pub async fn started(
                 Ref::generate(Prefix::SubscriptionChange).as_str().into(),
                 subscription.environment_ref.as_str().into(),
                 subscription.subscription_ref.as_str().into(),
-                ChangeKind::Started.as_str().into(),
+                kind.as_str().into(),
                 subscription.price_ref.as_str().into(),
                 effective_at.millis().into(),
             ],
         )
         .await?;
     ChangeRecord::decode(single(&rows)?)
+}
+
+/// A subscription read inside a unit of work that will move it.
+pub async fn lock(tx: &mut WriteTx, subscription_ref: &Ref) -> Result<SubscriptionRecord, StoreError> {
+    let rows = tx
+        .fetch(
+            "SELECT * FROM subscriptions WHERE subscription_ref = $1",
+            &[subscription_ref.as_str().into()],
+        )
+        .await?;
+    SubscriptionRecord::decode(rows.first().ok_or(StoreError::NotFound)?)
+}
+
+/// How a write moves a subscription; fields left `None` keep their value.
+#[derive(Default)]
+pub struct Move {
+    pub status: Option<SubscriptionStatus>,
+    pub period: Option<(Timestamp, Timestamp)>,
+    pub cancel_at_period_end: Option<bool>,
+    pub canceled: Option<CancelReason>,
+}
+
+/// Moves a subscription still at its read version, at `now`; `Conflict`
+/// when another unit of work moved it meanwhile.
+pub async fn update(
+    tx: &mut WriteTx,
+    current: &SubscriptionRecord,
+    to: Move,
+    now: Timestamp,
+) -> Result<SubscriptionRecord, StoreError> {
+    let status = to.status.unwrap_or(current.status);
+    let (start, end) = match to.period {
+        Some((s, e)) => (Some(s), Some(e)),
+        None => (current.current_period_start, current.current_period_end),
+    };
+    let cancel_at_period_end = to
+        .cancel_at_period_end
+        .unwrap_or(current.cancel_at_period_end);
+    let (reason, canceled_at) = match to.canceled {
+        Some(r) => (Some(r), Some(now)),
+        None => (current.cancel_reason, current.canceled_at),
+    };
+    let rows = tx
+        .fetch(
+            "UPDATE subscriptions SET status = $1, current_period_start = $2, \
+             current_period_end = $3, cancel_at_period_end = $4, cancel_reason = $5, \
+             canceled_at = $6, updated_at = $7, version = version + 1 \
+             WHERE subscription_ref = $8 AND version = $9 RETURNING *",
+            &[
+                status.as_str().into(),
+                start.map(Timestamp::millis).into(),
+                end.map(Timestamp::millis).into(),
+                i64::from(cancel_at_period_end).into(),
+                reason.map(CancelReason::as_str).into(),
+                canceled_at.map(Timestamp::millis).into(),
+                now.millis().into(),
+                current.subscription_ref.as_str().into(),
+                current.version.into(),
+            ],
+        )
+        .await?;
+    SubscriptionRecord::decode(rows.first().ok_or(StoreError::Conflict)?)
 }

@@ -1,0 +1,183 @@
+//! Test clocks (contract 12.4): create, list, retrieve and advance, in
+//! sandbox environments only (a live one answers `not_found`, as if clocks
+//! did not exist there). An advance is accepted (202, `advancing`) and run
+//! as timed work (`crate::renewals::advance`); the clock is `ready` again
+//! when every piece of its work up to the new time has run.
+//!
+//! `time_of` is the one place a record's time is read: the clock's
+//! `frozen_time` for a record on a clock, else the wall clock.
+
+use crate::error::ApiError;
+use crate::handlers::admin::{opt_ts, ts};
+use crate::handlers::catalogue::found;
+use crate::handlers::reads::{self, load, status_of, Served, StatusFilter};
+use crate::handlers::Ctx;
+use crate::input::Input;
+use crate::reply::Reply;
+use domain::checkout::renewal::{check_advance, TestClockStatus};
+use domain::etag::etag;
+use domain::principal::Mode;
+use domain::{Prefix, Ref, Timestamp};
+use serde::{Deserialize, Serialize};
+use store::billing::jobs;
+use store::billing::test_clocks::{self, TestClockRecord};
+use utoipa::ToSchema;
+
+/// Longest clock name.
+const MAX_NAME: usize = 200;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TestClockDto {
+    pub test_clock_ref: String,
+    pub name: Option<String>,
+    /// The clock's time (RFC 3339, UTC).
+    pub frozen_time: String,
+    /// `ready` or `advancing`.
+    pub status: String,
+    /// Where the running advance goes; null when ready.
+    pub advancing_to: Option<String>,
+    pub created_at: String,
+    pub etag: String,
+}
+
+impl Served for TestClockRecord {
+    type Dto = TestClockDto;
+    const PREFIX: Prefix = Prefix::TestClock;
+    const WHAT: &'static str = "test clock";
+    const PATH_PARAM: &'static str = "test_clock_ref";
+    const STATUS: Option<StatusFilter> = status_of!(TestClockStatus);
+    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[];
+
+    fn dto(&self, _now: Timestamp) -> TestClockDto {
+        TestClockDto {
+            test_clock_ref: self.test_clock_ref.to_string(),
+            name: self.name.clone(),
+            frozen_time: ts(self.frozen_time),
+            status: self.status.as_str().to_owned(),
+            advancing_to: opt_ts(self.advance_to),
+            created_at: ts(self.created_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.test_clock_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        (self.created_at.millis(), self.test_clock_ref.to_string())
+    }
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTestClock {
+    /// The clock's starting time (RFC 3339).
+    pub frozen_time: String,
+    /// 1 to 200 characters.
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdvanceTestClock {
+    /// The new time: later than the clock's, at most two years ahead.
+    pub frozen_time: String,
+}
+
+/// Clocks exist in sandboxes only: elsewhere every operation on them
+/// answers as if there were none.
+fn sandbox_only(ctx: &Ctx) -> Result<(), ApiError> {
+    match ctx.caller.mode {
+        Mode::Sandbox => Ok(()),
+        Mode::Live => Err(ApiError::not_found("test clock")),
+    }
+}
+
+fn time_field(field: &str, value: &str) -> Result<Timestamp, ApiError> {
+    Timestamp::parse(value)
+        .ok_or_else(|| ApiError::validation(field, "must be an RFC 3339 timestamp"))
+}
+
+/// The time of a record on `clock` (its `frozen_time`), or the wall clock's
+/// when it is on none; a clock the caller's environment does not have is
+/// `not_found`.
+pub(crate) async fn time_of(ctx: &Ctx, clock: Option<&Ref>) -> Result<Timestamp, ApiError> {
+    let Some(clock) = clock else {
+        return Ok(Timestamp::now());
+    };
+    sandbox_only(ctx)?;
+    let record = found(
+        ctx.store()
+            .billing()
+            .get::<TestClockRecord>(ctx.env(), clock)
+            .await,
+        "test clock",
+    )?;
+    Ok(record.frozen_time)
+}
+
+pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
+    sandbox_only(ctx)?;
+    let body: CreateTestClock = input.body()?;
+    let frozen_time = time_field("frozen_time", &body.frozen_time)?;
+    let name = body.name.as_deref().map(str::trim);
+    if let Some(n) = name {
+        if n.is_empty() || n.chars().count() > MAX_NAME {
+            return Err(ApiError::validation(
+                "name",
+                format!("must be 1 to {MAX_NAME} characters"),
+            ));
+        }
+    }
+    let env = ctx.env().clone();
+    let tx = ctx.tx().await?;
+    let clock = test_clocks::create(tx, &env, name, frozen_time, Timestamp::now()).await?;
+    Ok(reads::one(&clock))
+}
+
+pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
+    sandbox_only(ctx)?;
+    reads::list::<TestClockRecord>(ctx, input).await
+}
+
+pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
+    sandbox_only(ctx)?;
+    reads::retrieve::<TestClockRecord>(ctx, input).await
+}
+
+/// Accepts an advance: the clock is `advancing` and the advance is timed
+/// work due now, which any runner takes (`crate::renewals::advance`).
+pub async fn advance(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
+    sandbox_only(ctx)?;
+    let body: AdvanceTestClock = input.body()?;
+    let clock = load::<TestClockRecord>(ctx, &input).await?;
+    let to = time_field("frozen_time", &body.frozen_time)?;
+    if clock.status == TestClockStatus::Advancing {
+        return Err(ApiError::VersionConflict(
+            "the test clock is advancing; wait until it is ready",
+        ));
+    }
+    check_advance(clock.frozen_time, to)
+        .map_err(|e| ApiError::validation("frozen_time", e.to_string()))?;
+    let env = ctx.env().clone();
+    let now = Timestamp::now();
+    let tx = ctx.tx().await?;
+    let advancing = test_clocks::start_advance(tx, &clock, to, now)
+        .await
+        .map_err(|e| match e {
+            store::StoreError::Conflict => ApiError::VersionConflict(
+                "the test clock is advancing; wait until it is ready",
+            ),
+            e => e.into(),
+        })?;
+    jobs::schedule(
+        tx,
+        crate::renewals::ADVANCE,
+        &advancing.test_clock_ref,
+        &env,
+        now,
+    )
+    .await?;
+    Ok(reads::one(&advancing))
+}

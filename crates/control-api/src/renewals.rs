@@ -1,0 +1,425 @@
+//! Subscriptions over time (contract 12.4), as timed work run by
+//! `crate::jobs`: a subscription's period end (`RENEW`: renew it, or cancel
+//! it when it was set to cancel then), the retries of a declined renewal
+//! (`RETRY`, on `billing.dunning_schedule`), and the advance of a test clock
+//! (`ADVANCE`), which runs the clock's due work in time order at the
+//! clock's time.
+//!
+//! Each renewal, retry or cancel is one unit of work with its events,
+//! committed with the deletion of its job (`jobs::run_one`), so a crash
+//! leaves all of it or none of it and it runs once with any number of
+//! runners. The rules (which period comes next, what a card answers, when
+//! to retry) are `domain::checkout`'s; this module writes what they decide.
+
+use crate::error::ApiError;
+use crate::handlers::events::event;
+use crate::handlers::reads::Served;
+use crate::jobs::{Rules, LEASE_SECONDS};
+use domain::checkout::renewal::{next_period_end, AtPeriodEnd};
+use domain::checkout::sandbox::{Outcome, TestCard};
+use domain::checkout::states::{
+    CancelReason, ChangeKind, FailureCode, PaymentStatus, StoredMethodStatus, SubscriptionStatus,
+};
+use domain::webhook::shaping::Scope;
+use domain::{Money, Ref, Timestamp};
+use serde::Serialize;
+use std::time::Duration;
+use store::billing::checkout::entitlements;
+use store::billing::checkout::methods::StoredMethodRecord;
+use store::billing::checkout::orders::{self, InvoiceRecord, RenewalInvoice, Retried};
+use store::billing::checkout::payments::{self, NewPayment, PaymentRecord};
+use store::billing::checkout::sessions::SessionRecord;
+use store::billing::checkout::subscriptions::{self, Move, SubscriptionRecord};
+use store::billing::jobs::{self, Job};
+use store::billing::test_clocks::{self, TestClockRecord};
+use store::dispatch::outbox::Emit;
+use store::{EventRecord, Store, StoreError, WriteTx};
+
+/// The end of a subscription's current period.
+pub const RENEW: &str = "subscription.renew";
+/// The next try of a declined renewal's charge.
+pub const RETRY: &str = "subscription.retry";
+/// A test clock's accepted advance.
+pub const ADVANCE: &str = "test_clock.advance";
+
+/// Schedules what happens at the end of `s`'s current period, on its clock.
+pub(crate) async fn schedule_period_end(
+    tx: &mut WriteTx,
+    s: &SubscriptionRecord,
+) -> Result<(), StoreError> {
+    let Some(end) = s.current_period_end else {
+        return Ok(());
+    };
+    let clock = s.test_clock_ref.as_ref();
+    jobs::schedule_on(tx, RENEW, &s.subscription_ref, &s.environment_ref, end, clock).await
+}
+
+/// The events of one unit of work, at its time.
+struct Events {
+    env: Ref,
+    scope: Scope,
+    now: Timestamp,
+    list: Vec<EventRecord>,
+}
+
+impl Events {
+    fn of(s: &SubscriptionRecord, now: Timestamp) -> Events {
+        Events {
+            env: s.environment_ref.clone(),
+            scope: Scope {
+                product_refs: vec![s.product_ref.to_string()],
+                buyer_ref: s.buyer_ref.as_ref().map(Ref::to_string),
+                beneficiary_business_ref: None,
+            },
+            now,
+            list: Vec::new(),
+        }
+    }
+
+    fn add(&mut self, event_type: &str, data: &impl Serialize) -> Result<(), ApiError> {
+        self.list
+            .push(event(&self.env, event_type, &self.scope, data, self.now)?);
+        Ok(())
+    }
+
+    async fn flush(self, tx: &mut WriteTx) -> Result<(), ApiError> {
+        tx.emit_all(&self.list).await?;
+        Ok(())
+    }
+}
+
+/// A subscription's period end (`RENEW`), at `now`.
+pub(crate) async fn period_end(
+    store: &Store,
+    rules: &Rules,
+    tx: &mut WriteTx,
+    job: &Job,
+    now: Timestamp,
+) -> Result<(), ApiError> {
+    let sub = subscriptions::lock(tx, &job.subject_ref).await?;
+    // A job left from a period that is no longer the current one (its end
+    // moved on) has nothing to do.
+    if sub.current_period_end.is_none_or(|end| end > now) {
+        return Ok(());
+    }
+    let mut events = Events::of(&sub, now);
+    match sub.status.at_period_end(sub.cancel_at_period_end) {
+        None => return Ok(()),
+        Some(AtPeriodEnd::Cancel) => {
+            cancel(tx, &sub, CancelReason::Requested, &mut events).await?;
+        }
+        Some(AtPeriodEnd::Renew) => renew(store, rules, tx, &sub, &mut events).await?,
+    }
+    events.flush(tx).await
+}
+
+/// What a renewal charges: the subscription's line item as its session
+/// priced it (the price it started on, times its quantity), and the
+/// session for the buyer's contact.
+async fn charge_of(
+    store: &Store,
+    sub: &SubscriptionRecord,
+) -> Result<(SessionRecord, Money, domain::catalogue::Interval), ApiError> {
+    let session: SessionRecord = store
+        .billing()
+        .get(&sub.environment_ref, &sub.checkout_session_ref)
+        .await?;
+    let item = session
+        .line_items
+        .iter()
+        .find(|i| i.price_ref == sub.price_ref.as_str())
+        .ok_or_else(|| ApiError::Internal("a subscription of no line item".into()))?;
+    let interval = item
+        .recurrence()?
+        .interval()
+        .ok_or_else(|| ApiError::Internal("a subscription of a one-time item".into()))?;
+    let amount = Money::new(session.amount_total.currency(), item.amount)
+        .map_err(|e| ApiError::Internal(Box::new(e)))?;
+    Ok((session, amount, interval))
+}
+
+/// Charges the subscription's stored method through the sandbox processor
+/// at `events.now` and records the payment (captured when it succeeded).
+async fn charge(
+    store: &Store,
+    tx: &mut WriteTx,
+    sub: &SubscriptionRecord,
+    session: &SessionRecord,
+    amount: Money,
+    now: Timestamp,
+) -> Result<PaymentRecord, ApiError> {
+    let spm = sub
+        .stored_payment_method_ref
+        .as_ref()
+        .ok_or_else(|| ApiError::Internal("an active subscription without a method".into()))?;
+    let method: StoredMethodRecord = store.billing().get(&sub.environment_ref, spm).await?;
+    let outcome = match TestCard::parse(&method.method) {
+        Some(card) if method.status == StoredMethodStatus::Active => card.renewal_outcome(),
+        _ => Outcome::Failed(FailureCode::CardDeclined),
+    };
+    let succeeded = outcome.status() == PaymentStatus::Succeeded;
+    let product_refs = [sub.product_ref.to_string()];
+    let new = NewPayment {
+        checkout_session_ref: &sub.checkout_session_ref,
+        buyer_ref: sub.buyer_ref.as_ref(),
+        buyer_email: &session.buyer_email,
+        buyer_name: session.buyer_name.as_deref(),
+        amount,
+        status: outcome.status(),
+        failure_code: outcome.failure_code(),
+        method: &method.method,
+        card: &method.card,
+        save_method: true,
+        stored_payment_method_ref: Some(spm),
+        product_refs: &product_refs,
+        action_expires_at: None,
+        captured_at: succeeded.then_some(now),
+        at: now,
+    };
+    let payment = payments::create(tx, &sub.environment_ref, new).await?;
+    if succeeded {
+        payments::capture(tx, &payment, now).await?;
+    }
+    Ok(payment)
+}
+
+/// Renews an active subscription at its period's end: the charge, the
+/// invoice with the next number, the next period; a decline makes it
+/// `past_due` with an open invoice that dunning retries.
+async fn renew(
+    store: &Store,
+    rules: &Rules,
+    tx: &mut WriteTx,
+    sub: &SubscriptionRecord,
+    events: &mut Events,
+) -> Result<(), ApiError> {
+    let now = events.now;
+    let (session, amount, interval) = charge_of(store, sub).await?;
+    let current_end = sub
+        .current_period_end
+        .ok_or_else(|| ApiError::Internal("an active subscription without a period".into()))?;
+    let anchor = sub.started_at.unwrap_or(current_end);
+    let period = (current_end, next_period_end(anchor, interval, current_end));
+    let payment = charge(store, tx, sub, &session, amount, now).await?;
+    let order = orders::of_session(tx, &sub.checkout_session_ref).await?;
+    let paid = payment.status == PaymentStatus::Succeeded;
+    let invoice = orders::renewal_invoice(
+        tx,
+        RenewalInvoice {
+            order: &order,
+            subscription_ref: &sub.subscription_ref,
+            amount,
+            paid_by: paid.then_some(&payment.payment_intent_ref),
+            now,
+        },
+    )
+    .await?;
+    let status = if paid {
+        SubscriptionStatus::Active
+    } else {
+        SubscriptionStatus::PastDue
+    };
+    let moved = Move {
+        status: Some(status),
+        period: Some(period),
+        ..Move::default()
+    };
+    let renewed = subscriptions::update(tx, sub, moved, now).await?;
+    subscriptions::change(tx, &renewed, ChangeKind::Renewal, now).await?;
+    if paid {
+        schedule_period_end(tx, &renewed).await?;
+        events.add("payment.succeeded", &payment.dto(now))?;
+        events.add("invoice.paid", &invoice.dto(now))?;
+        events.add("subscription.renewed", &renewed.dto(now))?;
+        return Ok(());
+    }
+    events.add("payment.failed", &payment.dto(now))?;
+    events.add("subscription.past_due", &renewed.dto(now))?;
+    events.add("invoice.payment_failed", &invoice.dto(now))?;
+    match rules.dunning.retry_at(invoice.issued_at, invoice.attempt_count) {
+        Some(at) => schedule_retry(tx, &renewed, at).await?,
+        None => give_up(tx, &renewed, &invoice, events).await?,
+    }
+    Ok(())
+}
+
+async fn schedule_retry(
+    tx: &mut WriteTx,
+    s: &SubscriptionRecord,
+    at: Timestamp,
+) -> Result<(), StoreError> {
+    let clock = s.test_clock_ref.as_ref();
+    jobs::schedule_on(tx, RETRY, &s.subscription_ref, &s.environment_ref, at, clock).await
+}
+
+/// The dunning schedule ran out: the invoice is `uncollectible` and the
+/// subscription `canceled` for nonpayment.
+async fn give_up(
+    tx: &mut WriteTx,
+    sub: &SubscriptionRecord,
+    invoice: &InvoiceRecord,
+    events: &mut Events,
+) -> Result<(), ApiError> {
+    // The invoice was written by this unit of work: marking it does not
+    // count another try.
+    orders::uncollectible(tx, invoice).await?;
+    cancel(tx, sub, CancelReason::Nonpayment, events).await?;
+    Ok(())
+}
+
+/// A retry of a declined renewal (`RETRY`), at `now`.
+pub(crate) async fn retry(
+    store: &Store,
+    rules: &Rules,
+    tx: &mut WriteTx,
+    job: &Job,
+    now: Timestamp,
+) -> Result<(), ApiError> {
+    let sub = subscriptions::lock(tx, &job.subject_ref).await?;
+    if sub.status != SubscriptionStatus::PastDue {
+        return Ok(());
+    }
+    let Some(invoice) = orders::open_of_subscription(tx, &sub.subscription_ref).await? else {
+        return Ok(());
+    };
+    let mut events = Events::of(&sub, now);
+    let (session, _, _) = charge_of(store, &sub).await?;
+    let payment = charge(store, tx, &sub, &session, invoice.amount_total, now).await?;
+    if payment.status == PaymentStatus::Succeeded {
+        let paid = Retried::Paid(&payment.payment_intent_ref);
+        let invoice = orders::retried(tx, &invoice, paid, now).await?;
+        let moved = Move {
+            status: Some(SubscriptionStatus::Active),
+            ..Move::default()
+        };
+        let active = subscriptions::update(tx, &sub, moved, now).await?;
+        schedule_period_end(tx, &active).await?;
+        events.add("payment.succeeded", &payment.dto(now))?;
+        events.add("invoice.paid", &invoice.dto(now))?;
+        events.add("subscription.renewed", &active.dto(now))?;
+        return events.flush(tx).await;
+    }
+    events.add("payment.failed", &payment.dto(now))?;
+    let tried = invoice.attempt_count.saturating_add(1);
+    match rules.dunning.retry_at(invoice.issued_at, tried) {
+        Some(at) => {
+            let invoice = orders::retried(tx, &invoice, Retried::Declined, now).await?;
+            events.add("invoice.payment_failed", &invoice.dto(now))?;
+            schedule_retry(tx, &sub, at).await?;
+        }
+        None => {
+            let invoice = orders::retried(tx, &invoice, Retried::Uncollectible, now).await?;
+            events.add("invoice.payment_failed", &invoice.dto(now))?;
+            cancel(tx, &sub, CancelReason::Nonpayment, &mut events).await?;
+        }
+    }
+    events.flush(tx).await
+}
+
+/// Cancels a subscription at `events.now`: its `canceled` change, its
+/// entitlements revoked, its timed work dropped, an open invoice left
+/// `uncollectible`; events `subscription.canceled` and
+/// `entitlement.revoked`.
+async fn cancel(
+    tx: &mut WriteTx,
+    sub: &SubscriptionRecord,
+    reason: CancelReason,
+    events: &mut Events,
+) -> Result<SubscriptionRecord, ApiError> {
+    let now = events.now;
+    let moved = Move {
+        status: Some(SubscriptionStatus::Canceled),
+        canceled: Some(reason),
+        ..Move::default()
+    };
+    let canceled = subscriptions::update(tx, sub, moved, now).await?;
+    subscriptions::change(tx, &canceled, ChangeKind::Canceled, now).await?;
+    jobs::cancel(tx, RENEW, &sub.subscription_ref).await?;
+    jobs::cancel(tx, RETRY, &sub.subscription_ref).await?;
+    if let Some(open) = orders::open_of_subscription(tx, &sub.subscription_ref).await? {
+        orders::uncollectible(tx, &open).await?;
+    }
+    let revoked = match orders::of_session(tx, &sub.checkout_session_ref).await {
+        Ok(order) => {
+            entitlements::revoke_of_subscription(tx, &order.order_ref, &sub.product_ref, now)
+                .await?
+        }
+        // A subscription canceled before its first payment has no order.
+        Err(StoreError::NotFound) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    events.add("subscription.canceled", &canceled.dto(now))?;
+    for entitlement in &revoked {
+        events.add("entitlement.revoked", &entitlement.dto(now))?;
+    }
+    Ok(canceled)
+}
+
+/// Cancels a subscription now, for `cancelSubscription`, with its events.
+pub(crate) async fn cancel_now(
+    tx: &mut WriteTx,
+    sub: &SubscriptionRecord,
+    now: Timestamp,
+) -> Result<SubscriptionRecord, ApiError> {
+    let mut events = Events::of(sub, now);
+    let canceled = cancel(tx, sub, CancelReason::Requested, &mut events).await?;
+    events.flush(tx).await?;
+    Ok(canceled)
+}
+
+/// How long an advance waits for a job of its clock that another runner
+/// holds before looking again.
+const HELD_ELSEWHERE: Duration = Duration::from_millis(50);
+
+/// Runs a test clock's advance (`ADVANCE`, leased to `owner`): every job of
+/// the clock due up to its target, in time order, each at its own due time
+/// (the clock's time then), then the clock is `ready` at the target. Jobs a
+/// run makes that fall due before the target run too. The advance's lease
+/// is renewed as it goes; a runner that loses it stops, and the one that
+/// took it over finishes.
+pub(crate) async fn advance(
+    store: &Store,
+    rules: &Rules,
+    job: &Job,
+    owner: &str,
+) -> Result<(), ApiError> {
+    let clock_ref = &job.subject_ref;
+    let clock: TestClockRecord = store.billing().get(&job.environment_ref, clock_ref).await?;
+    if let Some(to) = clock.advance_to {
+        loop {
+            let wall = Timestamp::now();
+            if !store
+                .extend_lease(job, owner, wall.plus_seconds(LEASE_SECONDS))
+                .await?
+            {
+                return Ok(());
+            }
+            let due = store
+                .due_on_clock(clock_ref, to, wall, crate::jobs::BATCH)
+                .await?;
+            let Some(first) = due.first() else {
+                if store.clock_has_due(clock_ref, to).await? {
+                    tokio::time::sleep(HELD_ELSEWHERE).await;
+                    continue;
+                }
+                break;
+            };
+            // Work a job makes falls due after the job's own time, so the
+            // jobs that share the earliest time can all run before looking
+            // again, in time order.
+            let at = first.due_at;
+            for due in due.iter().take_while(|j| j.due_at == at) {
+                let until = wall.plus_seconds(LEASE_SECONDS);
+                if store.lease_job(due, owner, wall, until).await? {
+                    crate::jobs::run_leased(store, rules, due, owner, due.due_at).await;
+                }
+            }
+        }
+    }
+    let mut tx = store.begin().await?;
+    jobs::complete(&mut tx, job, owner).await?;
+    test_clocks::finish_advance(&mut tx, clock_ref, Timestamp::now()).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
