@@ -116,7 +116,10 @@ async fn the_readme_first_sale_delivers_a_signed_payment() {
             .arg("serve")
             .env("BILLING_DELIVERY__ALLOW_PRIVATE_NETWORKS", "true")
             .env("BILLING_API__LISTEN", &api["http://".len()..])
-            .env("BILLING_METRICS__LISTEN", format!("127.0.0.1:{}", free_port())),
+            .env(
+                "BILLING_METRICS__LISTEN",
+                format!("127.0.0.1:{}", free_port()),
+            ),
         dir.path().join("serve.log"),
     );
     let client = reqwest::Client::new();
@@ -128,6 +131,7 @@ async fn the_readme_first_sale_delivers_a_signed_payment() {
     std::fs::write(dir.path().join("walkthrough.sh"), script(&blocks)).unwrap();
     let log_path = dir.path().join("walkthrough.log");
     let log = std::fs::File::create(&log_path).unwrap();
+    let receiver_port = free_port();
     let mut bash = Command::new("bash");
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("BILLING")) {
         bash.env_remove(k);
@@ -136,7 +140,7 @@ async fn the_readme_first_sale_delivers_a_signed_payment() {
         .current_dir(dir.path())
         .env("PATH", path)
         .env("BILLING", &api)
-        .env("RECEIVER_PORT", free_port().to_string())
+        .env("RECEIVER_PORT", receiver_port.to_string())
         .process_group(0)
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
@@ -156,7 +160,11 @@ async fn the_readme_first_sale_delivers_a_signed_payment() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let said = || format!("walkthrough output:\n{}", read(&log_path));
-    assert!(status.success(), "the walkthrough failed ({status}); {}", said());
+    assert!(
+        status.success(),
+        "the walkthrough failed ({status}); {}",
+        said()
+    );
     let vars = read(&dir.path().join("walkthrough.vars"));
     let [key, webhook_secret, payment_ref] = vars.lines().collect::<Vec<_>>()[..] else {
         panic!("walkthrough.vars: {vars:?}; {}", said());
@@ -195,7 +203,25 @@ async fn the_readme_first_sale_delivers_a_signed_payment() {
         ),
         "the signature does not verify: {request}"
     );
-    assert_eq!(request["verified"], true, "the README's receiver refused it");
+    assert_eq!(
+        request["verified"], true,
+        "the README's receiver refused it"
+    );
+    // The README's check is no formality: the same headers over a body
+    // that says the payment failed are refused.
+    let original = request["body"].as_str().unwrap();
+    let forged = original.replacen(r#""succeeded""#, r#""failed""#, 1);
+    assert_ne!(forged, original);
+    let refused = client
+        .post(format!("http://127.0.0.1:{receiver_port}/webhooks"))
+        .header("webhook-id", &id)
+        .header("webhook-timestamp", &timestamp)
+        .header("webhook-signature", header("webhook-signature"))
+        .body(forged)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 400, "a forged body is refused");
 
     // Its data is the payment as the API shows it.
     assert_eq!(body["dto_version"], 2, "{body}");
