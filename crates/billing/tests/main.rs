@@ -11,6 +11,7 @@ mod common;
 mod outage;
 
 mod cli;
+mod first_sale;
 mod fleet_cli;
 mod fleet_two_stores;
 mod idempotency_crash;
