@@ -35,5 +35,6 @@ mod refunds;
 mod retention;
 mod smoke;
 mod sqlite_wal;
+mod subscriptions;
 mod unit_of_work;
 mod webhooks;

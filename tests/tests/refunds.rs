@@ -553,22 +553,43 @@ async fn scheduled_work_runs_when_the_clock_says(app: TestApp) {
     let r = created(&app, scheduled_body(&p.payment, 700, when)).await;
     let refund = refund_ref(&r);
     let status = |s: Value| text(&s["status"]);
-    assert_eq!(run_due(&app.store, &Rules::default(), "clock", now).await, 0);
-    assert_eq!(run_due(&app.store, &Rules::default(), "clock", when.plus_millis(-1)).await, 0);
+    assert_eq!(
+        run_due(&app.store, &Rules::default(), "clock", now).await,
+        0
+    );
+    assert_eq!(
+        run_due(&app.store, &Rules::default(), "clock", when.plus_millis(-1)).await,
+        0
+    );
     assert_eq!(status(refund_state(&app, &refund).await), "scheduled");
     // Its time: it starts, and its settlement is due a moment later.
-    assert_eq!(run_due(&app.store, &Rules::default(), "clock", when).await, 1);
+    assert_eq!(
+        run_due(&app.store, &Rules::default(), "clock", when).await,
+        1
+    );
     assert_eq!(status(refund_state(&app, &refund).await), "pending");
-    assert_eq!(run_due(&app.store, &Rules::default(), "clock", when).await, 0);
+    assert_eq!(
+        run_due(&app.store, &Rules::default(), "clock", when).await,
+        0
+    );
     let settle_at = when.plus_millis(SETTLE_AFTER_MS);
-    assert_eq!(run_due(&app.store, &Rules::default(), "clock", settle_at).await, 1);
+    assert_eq!(
+        run_due(&app.store, &Rules::default(), "clock", settle_at).await,
+        1
+    );
     let done = refund_state(&app, &refund).await;
     is_settled(&done, "succeeded");
     assert_eq!(ts_of(&done["scheduled_at"]), when);
     refunded_is(&app, &p, 700, "partially_refunded").await;
     // Nothing is left to run, however late the clock.
     assert_eq!(
-        run_due(&app.store, &Rules::default(), "clock", when.plus_seconds(86_400)).await,
+        run_due(
+            &app.store,
+            &Rules::default(),
+            "clock",
+            when.plus_seconds(86_400)
+        )
+        .await,
         0
     );
 }

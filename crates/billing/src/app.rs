@@ -222,8 +222,7 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
                 .context("invalid billing.dunning_schedule")?,
         };
         tasks.spawn(async move {
-            control_api::jobs::run(jobs_store, rules, async move { token.cancelled().await })
-                .await;
+            control_api::jobs::run(jobs_store, rules, async move { token.cancelled().await }).await;
             Ok("timed work")
         });
         let mut dispatcher = Dispatcher::new(queue.clone(), dispatch_settings(&config)?);

@@ -51,7 +51,15 @@ pub(crate) async fn schedule_period_end(
         return Ok(());
     };
     let clock = s.test_clock_ref.as_ref();
-    jobs::schedule_on(tx, RENEW, &s.subscription_ref, &s.environment_ref, end, clock).await
+    jobs::schedule_on(
+        tx,
+        RENEW,
+        &s.subscription_ref,
+        &s.environment_ref,
+        end,
+        clock,
+    )
+    .await
 }
 
 /// The events of one unit of work, at its time.
@@ -236,7 +244,10 @@ async fn renew(
     events.add("payment.failed", &payment.dto(now))?;
     events.add("subscription.past_due", &renewed.dto(now))?;
     events.add("invoice.payment_failed", &invoice.dto(now))?;
-    match rules.dunning.retry_at(invoice.issued_at, invoice.attempt_count) {
+    match rules
+        .dunning
+        .retry_at(invoice.issued_at, invoice.attempt_count)
+    {
         Some(at) => schedule_retry(tx, &renewed, at).await?,
         None => give_up(tx, &renewed, &invoice, events).await?,
     }
@@ -249,7 +260,15 @@ async fn schedule_retry(
     at: Timestamp,
 ) -> Result<(), StoreError> {
     let clock = s.test_clock_ref.as_ref();
-    jobs::schedule_on(tx, RETRY, &s.subscription_ref, &s.environment_ref, at, clock).await
+    jobs::schedule_on(
+        tx,
+        RETRY,
+        &s.subscription_ref,
+        &s.environment_ref,
+        at,
+        clock,
+    )
+    .await
 }
 
 /// The dunning schedule ran out: the invoice is `uncollectible` and the
@@ -422,4 +441,3 @@ pub(crate) async fn advance(
     tx.commit().await?;
     Ok(())
 }
-

@@ -25,6 +25,7 @@ pub use period::{add_periods, period_end};
 pub use renewal::{AtPeriodEnd, DunningSchedule, TestClockStatus};
 pub use sandbox::{Card, Outcome, TestCard};
 pub use states::{
-    CancelReason, ChangeKind, EntitlementStatus, FailureCode, InvoiceStatus, JourneyStatus, OrderStatus,
-    PayResult, PaymentStatus, SessionStatus, StepKind, StoredMethodStatus, SubscriptionStatus,
+    CancelReason, ChangeKind, EntitlementStatus, FailureCode, InvoiceStatus, JourneyStatus,
+    OrderStatus, PayResult, PaymentStatus, SessionStatus, StepKind, StoredMethodStatus,
+    SubscriptionStatus,
 };

@@ -120,7 +120,9 @@ impl DunningSchedule {
         let index = usize::try_from(attempts.checked_sub(1)?).ok()?;
         let delay = self.delays.get(index)?;
         let ms = i64::try_from(delay.as_millis()).unwrap_or(i64::MAX);
-        Some(Timestamp::from_millis(issued_at.millis().saturating_add(ms)))
+        Some(Timestamp::from_millis(
+            issued_at.millis().saturating_add(ms),
+        ))
     }
 
     pub fn len(&self) -> usize {
@@ -241,7 +243,10 @@ mod tests {
         let s = DunningSchedule::default();
         let issued = at("2026-03-01T00:00:00.000Z");
         assert_eq!(s.retry_at(issued, 0), None);
-        let days = |n: u32| s.retry_at(issued, n).map(|t| (t.millis() - issued.millis()) / 86_400_000);
+        let days = |n: u32| {
+            s.retry_at(issued, n)
+                .map(|t| (t.millis() - issued.millis()) / 86_400_000)
+        };
         assert_eq!(days(1), Some(1));
         assert_eq!(days(2), Some(3));
         assert_eq!(days(3), Some(5));

@@ -301,8 +301,7 @@ fn classes(name: &str, dto_version: u32) -> Classes {
             ("card_last4", PaymentInstrument),
         ],
         ("payment.succeeded", 2) | ("payment.failed", 1) => PAYMENT,
-        ("checkout_session.completed", 1)
-        | ("subscription.changed", 1) => BUYER_CONTACT,
+        ("checkout_session.completed", 1) | ("subscription.changed", 1) => BUYER_CONTACT,
         // The order, invoice, entitlement and subscription resources name
         // the buyer by reference only, refunds and disputes the payment;
         // payouts, participations and the test event hold no personal

@@ -132,4 +132,3 @@ pub async fn read(
         .await?;
     rows.first().map(|r| TestClockRecord::decode(r)).transpose()
 }
-

@@ -426,8 +426,15 @@ impl Unit<'_> {
             let due = now.plus_seconds(crate::jobs::DISPUTE_AFTER_SECONDS);
             let job = crate::jobs::OPEN_DISPUTE;
             let clock = self.session.test_clock_ref.as_ref();
-            jobs::schedule_on(self.tx, job, &payment.payment_intent_ref, self.env, due, clock)
-                .await?;
+            jobs::schedule_on(
+                self.tx,
+                job,
+                &payment.payment_intent_ref,
+                self.env,
+                due,
+                clock,
+            )
+            .await?;
         }
         let subscriptions = self
             .start_subscriptions(&buyer.buyer_ref, stored.as_ref())
@@ -532,9 +539,8 @@ impl Unit<'_> {
                 let interval = self.interval_of(&s.price_ref)?;
                 let period = (now, period_end(now, interval));
                 let spm = stored.ok_or_else(no_method)?;
-                started.push(
-                    subscriptions::activate(self.tx, s, buyer_ref, spm, period, now).await?,
-                );
+                started
+                    .push(subscriptions::activate(self.tx, s, buyer_ref, spm, period, now).await?);
             }
         } else {
             let spm = stored.ok_or_else(no_method)?;

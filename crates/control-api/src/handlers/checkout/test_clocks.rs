@@ -166,9 +166,9 @@ pub async fn advance(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let advancing = test_clocks::start_advance(tx, &clock, to, now)
         .await
         .map_err(|e| match e {
-            store::StoreError::Conflict => ApiError::VersionConflict(
-                "the test clock is advancing; wait until it is ready",
-            ),
+            store::StoreError::Conflict => {
+                ApiError::VersionConflict("the test clock is advancing; wait until it is ready")
+            }
             e => e.into(),
         })?;
     jobs::schedule(

@@ -233,8 +233,22 @@ enum Life {
 fn subscription(life: Life) -> Value {
     let (status, start, end, canceled_at, reason, version) = match life {
         Life::Started => ("active", CAPTURED, PERIOD_END, Value::Null, Value::Null, 1),
-        Life::Renewed => ("active", PERIOD_END, NEXT_PERIOD_END, Value::Null, Value::Null, 2),
-        Life::PastDue => ("past_due", PERIOD_END, NEXT_PERIOD_END, Value::Null, Value::Null, 2),
+        Life::Renewed => (
+            "active",
+            PERIOD_END,
+            NEXT_PERIOD_END,
+            Value::Null,
+            Value::Null,
+            2,
+        ),
+        Life::PastDue => (
+            "past_due",
+            PERIOD_END,
+            NEXT_PERIOD_END,
+            Value::Null,
+            Value::Null,
+            2,
+        ),
         Life::Canceled => (
             "canceled",
             CAPTURED,

@@ -238,7 +238,10 @@ pub async fn change(
 }
 
 /// A subscription read inside a unit of work that will move it.
-pub async fn lock(tx: &mut WriteTx, subscription_ref: &Ref) -> Result<SubscriptionRecord, StoreError> {
+pub async fn lock(
+    tx: &mut WriteTx,
+    subscription_ref: &Ref,
+) -> Result<SubscriptionRecord, StoreError> {
     let rows = tx
         .fetch(
             "SELECT * FROM subscriptions WHERE subscription_ref = $1",

@@ -1,0 +1,540 @@
+//! Subscriptions over time (contract 12.4) on every backend: renewals on a
+//! test clock, month-end periods, dunning of a card that declines every
+//! renewal, cancel now and at the period's end, concurrent advances and
+//! runners, live environments without clocks.
+//!
+//! Timed work is driven through its seam (`control_api::jobs::run_due` at
+//! the wall time), so an advance runs when the test says, with no sleep;
+//! one test runs the real background runner instead.
+
+use billing_tests::kit::api::{INVOICES, PAYMENTS, SESSIONS, SUBSCRIPTIONS};
+use billing_tests::kit::{at, eur, invalid, items, list, published_config, sellable, text};
+use billing_tests::receiver::{Behaviour, TestReceiver};
+use billing_tests::verifier::each_signed_once;
+use billing_tests::{backend_tests, EventPipeline, TestApp};
+use control_api::jobs::{run_due, Rules};
+use domain::Timestamp;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+const CLOCKS: &str = "/api/v1/test_clocks";
+
+/// Creates a test clock at `time`; its reference.
+async fn clock(app: &TestApp, time: &str) -> String {
+    let r = app
+        .post(CLOCKS, json!({"frozen_time": time, "name": "test"}))
+        .send()
+        .await;
+    r.expect(201);
+    assert_eq!(r.data()["status"], "ready");
+    assert_eq!(r.data()["frozen_time"], time);
+    text(&r.data()["test_clock_ref"])
+}
+
+/// A published config selling a subscription of `amount` EUR a month.
+async fn monthly_config(app: &TestApp, amount: &str) -> String {
+    let s = sellable(app, "Magazine", eur(amount), Some("month")).await;
+    published_config(
+        app,
+        json!({"name": "Subscribe", "success_url": "https://example.com/ok",
+            "line_items": [{"offer_ref": s.offer, "quantity": 1}]}),
+    )
+    .await
+}
+
+/// Pays a new session of `config` on `clock` with `pm`; the subscription.
+async fn subscribe(app: &TestApp, config: &str, clock: &str, pm: &str) -> Value {
+    let email = format!("{}@example.com", billing_tests::unique_key());
+    let r = app
+        .post(
+            SESSIONS,
+            json!({"config_ref": config, "buyer": {"email": email}, "test_clock_ref": clock}),
+        )
+        .send()
+        .await;
+    r.expect(201);
+    assert_eq!(r.data()["test_clock_ref"], clock);
+    let session = text(&r.data()["checkout_session_ref"]);
+    let r = app
+        .post(
+            &at(SESSIONS, &session, "/pay"),
+            json!({"payment_method": pm}),
+        )
+        .send()
+        .await;
+    r.expect(200);
+    let sub = r.data()["subscription"].clone();
+    assert_eq!(sub["status"], "active", "{sub}");
+    assert_eq!(sub["test_clock_ref"], clock);
+    sub
+}
+
+/// Asks `clock` to advance to `time` (202, `advancing`).
+async fn ask_advance(app: &TestApp, clock: &str, time: &str) {
+    let r = app
+        .post(&at(CLOCKS, clock, "/advance"), json!({"frozen_time": time}))
+        .send()
+        .await;
+    r.expect(202);
+    assert_eq!(r.data()["status"], "advancing");
+}
+
+/// Advances `clock` to `time` and runs its work through the seam; the
+/// clock, `ready` at `time`.
+async fn advance(app: &TestApp, clock: &str, time: &str) -> Value {
+    ask_advance(app, clock, time).await;
+    run_due(&app.store, &Rules::default(), "test", Timestamp::now()).await;
+    let c = get(app, &at(CLOCKS, clock, "")).await;
+    assert_eq!(c["status"], "ready", "{c}");
+    assert_eq!(c["frozen_time"], time);
+    c
+}
+
+async fn get(app: &TestApp, path: &str) -> Value {
+    let r = app.get(path).send().await;
+    r.expect(200);
+    r.data().clone()
+}
+
+async fn subscription(app: &TestApp, sub: &Value) -> Value {
+    get(app, &at(SUBSCRIPTIONS, &text(&sub["subscription_ref"]), "")).await
+}
+
+/// The buyer's payments and invoices, oldest first.
+async fn money_of(app: &TestApp, sub: &Value) -> (Vec<Value>, Vec<Value>) {
+    let buyer = text(&sub["buyer_ref"]);
+    let mut payments = list(app, &format!("{PAYMENTS}?buyer_ref={buyer}")).await;
+    let mut invoices = list(app, &format!("{INVOICES}?buyer_ref={buyer}")).await;
+    payments.sort_by_key(|p| text(&p["created_at"]));
+    invoices.sort_by_key(|i| text(&i["number"]));
+    (payments, invoices)
+}
+
+fn numbers(invoices: &[Value]) -> Vec<u32> {
+    invoices
+        .iter()
+        .map(|i| text(&i["number"])[5..].parse().unwrap())
+        .collect()
+}
+
+async fn entitlement_statuses(app: &TestApp, sub: &Value) -> Vec<String> {
+    let buyer = text(&sub["buyer_ref"]);
+    list(app, &format!("/api/v1/entitlements?buyer_ref={buyer}"))
+        .await
+        .iter()
+        .map(|e| text(&e["status"]))
+        .collect()
+}
+
+/// A monthly subscription on a clock advanced 12 months renews 12 times:
+/// 13 payments, 13 invoices with consecutive numbers, and an endpoint
+/// receives each renewal's events once, signed, each the resource.
+async fn a_year_on_a_clock_renews_twelve_times(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    let (endpoint, secret) = app
+        .subscribed_endpoint(&receiver.url(), "subscription.renewed", 1)
+        .await;
+    app.post(
+        &format!("/api/v1/webhook_endpoints/{endpoint}/subscriptions"),
+        json!({"public_event_type": "invoice.paid", "scope_type": "environment",
+            "scope_ref": app.sandbox.environment_ref, "dto_version": 1}),
+    )
+    .send()
+    .await
+    .expect(201);
+    let config = monthly_config(&app, "999").await;
+    let clock = clock(&app, "2026-01-15T10:00:00.000Z").await;
+    let sub = subscribe(&app, &config, &clock, "pm_card_visa").await;
+    assert_eq!(sub["current_period_start"], "2026-01-15T10:00:00.000Z");
+    assert_eq!(sub["current_period_end"], "2026-02-15T10:00:00.000Z");
+
+    let pipeline = EventPipeline::embedded(&app);
+    advance(&app, &clock, "2027-01-15T10:00:00.000Z").await;
+
+    let now = subscription(&app, &sub).await;
+    assert_eq!(now["status"], "active");
+    assert_eq!(now["current_period_start"], "2027-01-15T10:00:00.000Z");
+    assert_eq!(now["current_period_end"], "2027-02-15T10:00:00.000Z");
+    let (payments, invoices) = money_of(&app, &sub).await;
+    assert_eq!(payments.len(), 13, "{payments:#?}");
+    assert!(payments.iter().all(|p| p["status"] == "succeeded"));
+    assert!(payments.iter().all(|p| p["amount"] == eur("999")));
+    assert_eq!(invoices.len(), 13);
+    let n = numbers(&invoices);
+    // Each year numbers its invoices from 1; the renewal on 2027-01-15 is
+    // the first of 2027.
+    assert_eq!(n[..12], (1..=12).collect::<Vec<u32>>()[..], "{n:?}");
+    assert!(text(&invoices[12]["number"]).starts_with("2027-"));
+    for i in &invoices {
+        assert_eq!(i["status"], "paid");
+        assert!(i["payment_intent_ref"].is_string(), "{i}");
+    }
+    // Records carry clock time: the twelfth renewal's payment was made on
+    // 2027-01-15.
+    assert_eq!(payments[12]["created_at"], "2027-01-15T10:00:00.000Z");
+    let changes = list(
+        &app,
+        &format!(
+            "/api/v1/subscription-changes?subscription_ref={}",
+            text(&sub["subscription_ref"])
+        ),
+    )
+    .await;
+    let renewals = changes.iter().filter(|c| c["kind"] == "renewal").count();
+    assert_eq!(renewals, 12);
+
+    // Every renewal's events, once each, signed, each the resource.
+    app.eventually(30, || async {
+        (receiver.distinct_deliveries() >= 25).then_some(())
+    })
+    .await;
+    pipeline.shutdown().await;
+    let got = receiver.received();
+    each_signed_once(&got, &secret, "renewals");
+    let mut by_type: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for r in &got {
+        let body = r.json();
+        by_type
+            .entry(text(&body["public_event_type"]))
+            .or_default()
+            .push(body);
+    }
+    assert_eq!(by_type["subscription.renewed"].len(), 12);
+    // 13 invoices were paid: the first period's and 12 renewals'.
+    assert_eq!(by_type["invoice.paid"].len(), 13);
+    for body in &by_type["invoice.paid"] {
+        let retrieved = get(&app, &at(INVOICES, &text(&body["data"]["invoice_ref"]), "")).await;
+        assert_eq!(body["data"], retrieved);
+    }
+    let last = by_type["subscription.renewed"]
+        .iter()
+        .max_by_key(|b| text(&b["occurred_at"]))
+        .unwrap();
+    assert_eq!(last["occurred_at"], "2027-01-15T10:00:00.000Z");
+    assert_eq!(last["data"], now);
+}
+
+/// A Jan 31 start renews on Feb 28, then on Mar 31, then Apr 30.
+async fn a_month_end_start_keeps_its_day(app: TestApp) {
+    let config = monthly_config(&app, "500").await;
+    let clock = clock(&app, "2026-01-31T09:30:00.000Z").await;
+    let sub = subscribe(&app, &config, &clock, "pm_card_mastercard").await;
+    assert_eq!(sub["current_period_end"], "2026-02-28T09:30:00.000Z");
+    advance(&app, &clock, "2026-03-31T09:30:00.000Z").await;
+    let now = subscription(&app, &sub).await;
+    assert_eq!(now["current_period_start"], "2026-03-31T09:30:00.000Z");
+    assert_eq!(now["current_period_end"], "2026-04-30T09:30:00.000Z");
+    let (payments, _) = money_of(&app, &sub).await;
+    let made: Vec<String> = payments.iter().map(|p| text(&p["created_at"])).collect();
+    assert_eq!(
+        made,
+        [
+            "2026-01-31T09:30:00.000Z",
+            "2026-02-28T09:30:00.000Z",
+            "2026-03-31T09:30:00.000Z"
+        ]
+    );
+}
+
+/// `pm_card_renewal_fails` pays the first period, then its renewal is
+/// declined: `past_due` with an open invoice, retried on days 1, 3 and 5,
+/// then `canceled` for nonpayment with the invoice uncollectible and the
+/// entitlement revoked.
+async fn a_declined_renewal_is_dunned_then_canceled(app: TestApp) {
+    let config = monthly_config(&app, "100").await;
+    let clock = clock(&app, "2026-03-01T00:00:00.000Z").await;
+    let sub = subscribe(&app, &config, &clock, "pm_card_renewal_fails").await;
+    assert_eq!(entitlement_statuses(&app, &sub).await, ["active"]);
+
+    advance(&app, &clock, "2026-04-01T00:00:00.000Z").await;
+    let s = subscription(&app, &sub).await;
+    assert_eq!(s["status"], "past_due", "{s}");
+    let (payments, invoices) = money_of(&app, &sub).await;
+    assert_eq!(payments.len(), 2);
+    assert_eq!(payments[1]["status"], "failed");
+    assert_eq!(payments[1]["failure_code"], "insufficient_funds");
+    assert_eq!(invoices.len(), 2);
+    let open = &invoices[1];
+    assert_eq!(open["status"], "open");
+    assert_eq!(open["payment_intent_ref"], Value::Null);
+    assert_eq!(open["paid_at"], Value::Null);
+    assert_eq!(entitlement_statuses(&app, &sub).await, ["active"]);
+
+    // Day 1: the first retry, declined.
+    advance(&app, &clock, "2026-04-02T00:00:00.000Z").await;
+    let (payments, _) = money_of(&app, &sub).await;
+    assert_eq!(payments.len(), 3);
+    assert_eq!(subscription(&app, &sub).await["status"], "past_due");
+
+    // Days 3 and 5: the last two; then it is over.
+    advance(&app, &clock, "2026-04-10T00:00:00.000Z").await;
+    let (payments, invoices) = money_of(&app, &sub).await;
+    let tried: Vec<String> = payments[1..]
+        .iter()
+        .map(|p| text(&p["created_at"]))
+        .collect();
+    assert_eq!(
+        tried,
+        [
+            "2026-04-01T00:00:00.000Z",
+            "2026-04-02T00:00:00.000Z",
+            "2026-04-04T00:00:00.000Z",
+            "2026-04-06T00:00:00.000Z"
+        ]
+    );
+    assert!(payments[1..].iter().all(|p| p["status"] == "failed"));
+    assert_eq!(invoices[1]["status"], "uncollectible");
+    assert_eq!(invoices[1]["attempt_count"], 4);
+    let s = subscription(&app, &sub).await;
+    assert_eq!(s["status"], "canceled");
+    assert_eq!(s["cancel_reason"], "nonpayment");
+    assert_eq!(s["canceled_at"], "2026-04-06T00:00:00.000Z");
+    assert_eq!(entitlement_statuses(&app, &sub).await, ["revoked"]);
+    // Nothing is left to run: a later advance charges nothing more.
+    advance(&app, &clock, "2026-06-01T00:00:00.000Z").await;
+    assert_eq!(money_of(&app, &sub).await.0.len(), 5);
+}
+
+async fn cancel(app: &TestApp, sub: &Value, body: Value) -> billing_tests::Resp {
+    let current = subscription(app, sub).await;
+    app.post(
+        &at(SUBSCRIPTIONS, &text(&sub["subscription_ref"]), "/cancel"),
+        body,
+    )
+    .if_match(&text(&current["etag"]))
+    .send()
+    .await
+}
+
+/// Cancel now revokes at once; cancel at the period's end cancels instead
+/// of renewing. Both emit `subscription.canceled`; a canceled subscription
+/// cannot be canceled again.
+async fn cancel_now_and_at_the_period_end(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    let (_, secret) = app
+        .subscribed_endpoint(&receiver.url(), "subscription.canceled", 1)
+        .await;
+    let config = monthly_config(&app, "300").await;
+    let clock = clock(&app, "2026-05-10T12:00:00.000Z").await;
+    let now_sub = subscribe(&app, &config, &clock, "pm_card_visa").await;
+    let end_sub = subscribe(&app, &config, &clock, "pm_card_visa").await;
+
+    let r = cancel(
+        &app,
+        &now_sub,
+        json!({"at_period_end": false, "reason": "moving"}),
+    )
+    .await;
+    r.expect(200);
+    assert_eq!(r.data()["status"], "canceled");
+    assert_eq!(r.data()["cancel_reason"], "requested");
+    assert_eq!(r.data()["canceled_at"], "2026-05-10T12:00:00.000Z");
+    assert_eq!(entitlement_statuses(&app, &now_sub).await, ["revoked"]);
+    cancel(&app, &now_sub, json!({"at_period_end": true}))
+        .await
+        .expect_error(422, "semantic_error");
+
+    let r = cancel(&app, &end_sub, json!({"at_period_end": true})).await;
+    r.expect(200);
+    assert_eq!(r.data()["status"], "active");
+    assert_eq!(r.data()["cancel_at_period_end"], true);
+    assert_eq!(entitlement_statuses(&app, &end_sub).await, ["active"]);
+
+    let pipeline = EventPipeline::embedded(&app);
+    advance(&app, &clock, "2026-07-01T00:00:00.000Z").await;
+    let s = subscription(&app, &end_sub).await;
+    assert_eq!(s["status"], "canceled");
+    assert_eq!(s["cancel_reason"], "requested");
+    assert_eq!(s["canceled_at"], "2026-06-10T12:00:00.000Z");
+    assert_eq!(entitlement_statuses(&app, &end_sub).await, ["revoked"]);
+    // Neither renewed: one payment each.
+    assert_eq!(money_of(&app, &end_sub).await.0.len(), 1);
+    assert_eq!(money_of(&app, &now_sub).await.0.len(), 1);
+
+    app.eventually(20, || async {
+        (receiver.distinct_deliveries() >= 2).then_some(())
+    })
+    .await;
+    pipeline.shutdown().await;
+    let got = receiver.received();
+    each_signed_once(&got, &secret, "cancels");
+    let mut canceled: Vec<Value> = got.iter().map(|r| r.json()["data"].clone()).collect();
+    canceled.sort_by_key(|d| text(&d["canceled_at"]));
+    assert_eq!(canceled[0], subscription(&app, &now_sub).await);
+    assert_eq!(canceled[1], s);
+}
+
+/// Bad requests are refused by name, without a change.
+async fn bad_requests_are_refused(app: TestApp) {
+    let config = monthly_config(&app, "300").await;
+    let clock = clock(&app, "2026-05-10T12:00:00.000Z").await;
+    let sub = subscribe(&app, &config, &clock, "pm_card_visa").await;
+    let path = at(SUBSCRIPTIONS, &text(&sub["subscription_ref"]), "/cancel");
+    // No If-Match; a stale one; a body without at_period_end.
+    app.post(&path, json!({"at_period_end": false}))
+        .send()
+        .await
+        .expect_error(428, "precondition_required");
+    app.post(&path, json!({"at_period_end": false}))
+        .if_match("\"stale\"")
+        .send()
+        .await
+        .expect_error(412, "precondition_failed");
+    let r = cancel(&app, &sub, json!({})).await;
+    invalid(&r, "at_period_end");
+    assert_eq!(subscription(&app, &sub).await["status"], "active");
+
+    for (body, field) in [
+        (json!({"frozen_time": "yesterday"}), "frozen_time"),
+        (
+            json!({"frozen_time": "2026-05-10T12:00:00.000Z"}),
+            "frozen_time",
+        ),
+        (
+            json!({"frozen_time": "2026-05-01T00:00:00.000Z"}),
+            "frozen_time",
+        ),
+        (
+            json!({"frozen_time": "2028-05-10T12:00:00.001Z"}),
+            "frozen_time",
+        ),
+        (json!({}), "frozen_time"),
+    ] {
+        let r = app.post(&at(CLOCKS, &clock, "/advance"), body).send().await;
+        invalid(&r, field);
+    }
+    invalid(
+        &app.post(CLOCKS, json!({"frozen_time": "soon"}))
+            .send()
+            .await,
+        "frozen_time",
+    );
+    app.get(&at(CLOCKS, "clk_N5xP3cV8bT1m", ""))
+        .send()
+        .await
+        .expect_error(404, "not_found");
+    let r = app
+        .post(
+            SESSIONS,
+            json!({"config_ref": config, "buyer": {"email": "a@example.com"},
+                "test_clock_ref": "clk_N5xP3cV8bT1m"}),
+        )
+        .send()
+        .await;
+    r.expect_error(404, "not_found");
+    let listed = items(&app.get(CLOCKS).send().await);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["test_clock_ref"], clock);
+}
+
+/// An advance asked while one is running answers 409; the running one
+/// finishes at its own target.
+async fn an_advance_while_one_runs_is_a_conflict(app: TestApp) {
+    let clock = clock(&app, "2026-01-01T00:00:00.000Z").await;
+    ask_advance(&app, &clock, "2026-02-01T00:00:00.000Z").await;
+    app.post(
+        &at(CLOCKS, &clock, "/advance"),
+        json!({"frozen_time": "2026-03-01T00:00:00.000Z"}),
+    )
+    .send()
+    .await
+    .expect_error(409, "version_conflict");
+    run_due(&app.store, &Rules::default(), "test", Timestamp::now()).await;
+    let c = get(&app, &at(CLOCKS, &clock, "")).await;
+    assert_eq!(c["status"], "ready");
+    assert_eq!(c["frozen_time"], "2026-02-01T00:00:00.000Z");
+}
+
+/// Clocks exist in sandboxes only: a live environment answers `not_found`
+/// to every clock operation and to a session naming one.
+async fn live_environments_have_no_clocks(app: TestApp) {
+    let sandbox_clock = clock(&app, "2026-01-01T00:00:00.000Z").await;
+    let live = &app.live.secret;
+    app.post(CLOCKS, json!({"frozen_time": "2026-01-01T00:00:00.000Z"}))
+        .auth(live)
+        .send()
+        .await
+        .expect_error(404, "not_found");
+    app.get(CLOCKS)
+        .auth(live)
+        .send()
+        .await
+        .expect_error(404, "not_found");
+    app.get(&at(CLOCKS, &sandbox_clock, ""))
+        .auth(live)
+        .send()
+        .await
+        .expect_error(404, "not_found");
+    app.post(
+        &at(CLOCKS, &sandbox_clock, "/advance"),
+        json!({"frozen_time": "2026-02-01T00:00:00.000Z"}),
+    )
+    .auth(live)
+    .send()
+    .await
+    .expect_error(404, "not_found");
+}
+
+/// Two runners and one advance of many subscriptions: each renewal runs
+/// once, and no invoice number is skipped or shared.
+async fn two_runners_renew_each_subscription_once(app: TestApp) {
+    let config = monthly_config(&app, "100").await;
+    let clock = clock(&app, "2026-01-10T08:00:00.000Z").await;
+    let mut subs = Vec::new();
+    for _ in 0..8 {
+        subs.push(subscribe(&app, &config, &clock, "pm_card_visa").await);
+    }
+    ask_advance(&app, &clock, "2026-04-10T08:00:00.000Z").await;
+    let rules = Rules::default();
+    let now = Timestamp::now();
+    let (a, b) = tokio::join!(
+        run_due(&app.store, &rules, "runner-a", now),
+        run_due(&app.store, &rules, "runner-b", now),
+    );
+    // The advance is one job: one runner takes it, the other finds it
+    // leased (or done).
+    assert!(a + b >= 1);
+    // If a runner stopped before the clock was ready, the lease keeps the
+    // other away until it ends; run again until ready.
+    app.eventually(30, || async {
+        run_due(&app.store, &rules, "runner-c", Timestamp::now()).await;
+        (get(&app, &at(CLOCKS, &clock, "")).await["status"] == "ready").then_some(())
+    })
+    .await;
+    let mut all_numbers = Vec::new();
+    for sub in &subs {
+        let (payments, invoices) = money_of(&app, sub).await;
+        assert_eq!(payments.len(), 4, "{payments:#?}");
+        assert_eq!(invoices.len(), 4);
+        all_numbers.extend(numbers(&invoices));
+    }
+    all_numbers.sort_unstable();
+    assert_eq!(all_numbers, (1..=32).collect::<Vec<u32>>());
+}
+
+/// The service's own runner (not the seam) takes an advance in the
+/// background and the clock becomes ready.
+async fn the_background_runner_advances_a_clock(app: TestApp) {
+    billing_tests::kit::timed_work(&app);
+    let config = monthly_config(&app, "200").await;
+    let clock = clock(&app, "2026-02-01T00:00:00.000Z").await;
+    let sub = subscribe(&app, &config, &clock, "pm_card_visa").await;
+    ask_advance(&app, &clock, "2026-03-01T00:00:00.000Z").await;
+    app.eventually(20, || async {
+        (get(&app, &at(CLOCKS, &clock, "")).await["status"] == "ready").then_some(())
+    })
+    .await;
+    assert_eq!(money_of(&app, &sub).await.0.len(), 2);
+}
+
+backend_tests!(
+    a_year_on_a_clock_renews_twelve_times,
+    a_month_end_start_keeps_its_day,
+    a_declined_renewal_is_dunned_then_canceled,
+    cancel_now_and_at_the_period_end,
+    bad_requests_are_refused,
+    an_advance_while_one_runs_is_a_conflict,
+    live_environments_have_no_clocks,
+    two_runners_renew_each_subscription_once,
+    the_background_runner_advances_a_clock,
+);
