@@ -527,7 +527,38 @@ async fn the_background_runner_advances_a_clock(app: TestApp) {
     assert_eq!(money_of(&app, &sub).await.0.len(), 2);
 }
 
+/// Without a clock, a subscription renews by the wall clock: its job is
+/// due at the period's end and not a millisecond before, and the renewal
+/// is dated then (driven at the times the test names).
+async fn without_a_clock_the_wall_clock_renews(app: TestApp) {
+    let config = monthly_config(&app, "700").await;
+    let session = billing_tests::kit::new_session(&app, &config).await;
+    let r = billing_tests::kit::pay(&app, &session, "pm_card_visa").await;
+    let sub = r.data()["subscription"].clone();
+    assert_eq!(sub["test_clock_ref"], Value::Null);
+    let end = Timestamp::parse(&text(&sub["current_period_end"])).unwrap();
+    let rules = Rules::default();
+    assert_eq!(
+        run_due(&app.store, &rules, "wall", end.plus_millis(-1)).await,
+        0
+    );
+    assert_eq!(money_of(&app, &sub).await.0.len(), 1);
+    assert_eq!(run_due(&app.store, &rules, "wall", end).await, 1);
+    let (payments, invoices) = money_of(&app, &sub).await;
+    assert_eq!(payments.len(), 2);
+    assert_eq!(payments[1]["created_at"], sub["current_period_end"]);
+    assert_eq!(invoices[1]["status"], "paid");
+    let now = subscription(&app, &sub).await;
+    assert_eq!(now["current_period_start"], sub["current_period_end"]);
+    // Nothing else is due until the next period's end.
+    assert_eq!(
+        run_due(&app.store, &rules, "wall", end.plus_seconds(86_400)).await,
+        0
+    );
+}
+
 backend_tests!(
+    without_a_clock_the_wall_clock_renews,
     a_year_on_a_clock_renews_twelve_times,
     a_month_end_start_keeps_its_day,
     a_declined_renewal_is_dunned_then_canceled,
