@@ -149,17 +149,34 @@ wire_enum!(
 /// How far one advance may move a test clock: two years.
 pub const MAX_ADVANCE_YEARS: u32 = 2;
 
-/// Why an advance was refused.
+/// The times a test clock may show: from the Unix epoch to the start of
+/// the year 9000, so that every record made on it (an invoice numbered by
+/// its year, a period years later) stays within what the service writes.
+pub const CLOCK_TIMES: std::ops::Range<i64> = 0..221_845_392_000_000;
+
+/// Why a clock's time or an advance was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AdvanceError {
+    #[error("must be between 1970-01-01 and 9000-01-01")]
+    OutOfRange,
     #[error("must be later than the clock's frozen_time")]
     NotLater,
     #[error("must be at most two years after the clock's frozen_time")]
     TooFar,
 }
 
+/// Whether a clock may show `t` (`CLOCK_TIMES`).
+pub fn check_clock_time(t: Timestamp) -> Result<(), AdvanceError> {
+    if CLOCK_TIMES.contains(&t.millis()) {
+        Ok(())
+    } else {
+        Err(AdvanceError::OutOfRange)
+    }
+}
+
 /// Whether a clock at `current` may advance to `target`.
 pub fn check_advance(current: Timestamp, target: Timestamp) -> Result<(), AdvanceError> {
+    check_clock_time(target)?;
     if target <= current {
         return Err(AdvanceError::NotLater);
     }
@@ -263,6 +280,20 @@ mod tests {
         assert_eq!(
             DunningSchedule::parse("1d,x"),
             Err(DunningScheduleError::Malformed)
+        );
+    }
+
+    #[test]
+    fn clock_times_stay_within_what_records_hold() {
+        assert!(check_clock_time(at("1970-01-01T00:00:00.000Z")).is_ok());
+        assert!(check_clock_time(at("8999-12-31T23:59:59.999Z")).is_ok());
+        assert_eq!(
+            check_clock_time(at("9000-01-01T00:00:00.000Z")),
+            Err(AdvanceError::OutOfRange)
+        );
+        assert_eq!(
+            check_clock_time(Timestamp::from_millis(-1)),
+            Err(AdvanceError::OutOfRange)
         );
     }
 

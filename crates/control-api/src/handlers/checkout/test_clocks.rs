@@ -14,7 +14,7 @@ use crate::handlers::reads::{self, load, status_of, Served, StatusFilter};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
-use domain::checkout::renewal::{check_advance, TestClockStatus};
+use domain::checkout::renewal::{check_advance, check_clock_time, TestClockStatus};
 use domain::etag::etag;
 use domain::principal::Mode;
 use domain::{Prefix, Ref, Timestamp};
@@ -121,6 +121,8 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     sandbox_only(ctx)?;
     let body: CreateTestClock = input.body()?;
     let frozen_time = time_field("frozen_time", &body.frozen_time)?;
+    check_clock_time(frozen_time)
+        .map_err(|e| ApiError::validation("frozen_time", e.to_string()))?;
     let name = body.name.as_deref().map(str::trim);
     if let Some(n) = name {
         if n.is_empty() || n.chars().count() > MAX_NAME {
