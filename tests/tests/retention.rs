@@ -308,10 +308,14 @@ async fn postgres_sweeps_scan_indexes_at_a_million_rows() {
         format!(
             "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, event_ref, \
              public_event_type, dto_version, status, diagnostic, generation, attempt_count, \
-             occurred_at, event_data, match_reasons, body_status, payload, created_at, updated_at) \
-             SELECT 'whd_' || i, '{env}', '{endpoint}', 'evt_' || i, 'payment.succeeded', 2, \
-             CASE WHEN i % 10 = 0 THEN 'pending' ELSE 'succeeded' END, 0, 1, 1, {now} - i, '{{}}', \
-             '[]', 'available', '{{}}', {now} - i, {now} - i FROM generate_series(1, 1000000) AS i"
+             occurred_at, event_data, match_reasons, body_status, payload, created_at, updated_at, \
+             last_response_class) \
+             SELECT 'whd_' || i, '{env}', '{endpoint}', 'evt_' || i, \
+             CASE WHEN i % 4 = 0 THEN 'refund.created' ELSE 'payment.succeeded' END, 2, \
+             CASE WHEN i % 10 = 0 THEN 'pending' WHEN i % 3 = 0 THEN 'failed' ELSE 'succeeded' END, \
+             0, 1, 1, {now} - i, '{{}}', '[]', 'available', '{{}}', {now} - i, {now} - i, \
+             CASE WHEN i % 10 = 0 THEN NULL WHEN i % 3 = 0 THEN '5xx' ELSE '2xx' END \
+             FROM generate_series(1, 1000000) AS i"
         ),
         format!(
             "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, \
@@ -358,7 +362,81 @@ async fn postgres_sweeps_scan_indexes_at_a_million_rows() {
         !plan.contains("Seq Scan"),
         "the delivery check scans a table:\n{plan}"
     );
+    delivery_filters_read_an_index_in_order(&pool, env, &endpoint, now).await;
     pool.close().await;
+}
+
+/// Every filter of `listWebhookDeliveries` (contract 12.2), alone and
+/// combined, on the first page and a later one, reads an index in the
+/// list's order: no sequential scan and no sort of the matches, so a page
+/// costs the same at a million deliveries as at a hundred.
+async fn delivery_filters_read_an_index_in_order(
+    pool: &sqlx::AnyPool,
+    env: &str,
+    endpoint: &str,
+    now: i64,
+) {
+    use domain::webhook::{DeliveryStatus, ResponseClass};
+    use store::DeliveryFilter;
+    let hour_ago = Some(Timestamp::from_millis(now - 3_600_000));
+    let minute_ago = Some(Timestamp::from_millis(now - 60_000));
+    let event_type = Some("refund.created".to_owned());
+    let filters = [
+        DeliveryFilter::default(),
+        DeliveryFilter {
+            status: Some(DeliveryStatus::Failed),
+            ..DeliveryFilter::default()
+        },
+        DeliveryFilter {
+            status: Some(DeliveryStatus::Pending),
+            ..DeliveryFilter::default()
+        },
+        DeliveryFilter {
+            public_event_type: event_type.clone(),
+            ..DeliveryFilter::default()
+        },
+        DeliveryFilter {
+            last_response_class: Some(ResponseClass::ServerError),
+            ..DeliveryFilter::default()
+        },
+        DeliveryFilter {
+            created_after: hour_ago,
+            created_before: minute_ago,
+            ..DeliveryFilter::default()
+        },
+        DeliveryFilter {
+            status: Some(DeliveryStatus::Failed),
+            public_event_type: event_type,
+            created_after: hour_ago,
+            last_response_class: Some(ResponseClass::ServerError),
+            created_before: minute_ago,
+        },
+    ];
+    let pages = [
+        store::PageRequest {
+            limit: 50,
+            after: None,
+        },
+        store::PageRequest {
+            limit: 50,
+            after: Some((now - 500_000, format!("whd_{}", 500_000))),
+        },
+    ];
+    for filter in &filters {
+        for page in &pages {
+            let (mut sql, values) =
+                store::webhooks::deliveries::list_deliveries_sql(env, endpoint, filter, page);
+            for (i, value) in values.iter().enumerate().rev() {
+                sql = sql.replace(&format!("${}", i + 1), value);
+            }
+            let plan = plan_of(pool, &sql).await;
+            assert!(
+                !plan.contains("Seq Scan") && !plan.contains("Sort"),
+                "{filter:?} {page:?} reads no index in order:\n{plan}"
+            );
+            assert!(plan.contains("Index"), "{filter:?}: no index:\n{plan}");
+        }
+    }
 }
 
 /// PostgreSQL's plan of `sql`, as text.

@@ -40,21 +40,37 @@ pub async fn fetch_page<T>(
     page: &PageRequest,
     map: impl Fn(&dyn crate::tx::Columns) -> Result<T, crate::StoreError>,
 ) -> Result<Page<T>, crate::StoreError> {
-    let mut sql = format!("SELECT * FROM {table} WHERE {filter}");
+    let sql = page_sql(table, ref_column, filter, args.len(), page);
     let mut args = args.to_vec();
     if let Some((ms, r)) = &page.after {
-        let (a, b) = (args.len() + 1, args.len() + 2);
+        args.extend([Arg::from(*ms), Arg::from(r)]);
+    }
+    let items = read::all(pool, &sql, &args, map).await?;
+    Ok(Page::from_overfetch(items, page.limit))
+}
+
+/// The statement of `fetch_page`: `filter` uses `$1..$filter_args`, and a
+/// page that starts after an item binds its `(created_at, ref)` as the two
+/// marks that follow.
+pub fn page_sql(
+    table: &str,
+    ref_column: &str,
+    filter: &str,
+    filter_args: usize,
+    page: &PageRequest,
+) -> String {
+    let mut sql = format!("SELECT * FROM {table} WHERE {filter}");
+    if page.after.is_some() {
+        let (a, b) = (filter_args + 1, filter_args + 2);
         sql.push_str(&format!(
             " AND (created_at < ${a} OR (created_at = ${a} AND {ref_column} < ${b}))"
         ));
-        args.extend([Arg::from(*ms), Arg::from(r)]);
     }
     sql.push_str(&format!(
         " ORDER BY created_at DESC, {ref_column} DESC LIMIT {}",
         page.limit as u64 + 1
     ));
-    let items = read::all(pool, &sql, &args, map).await?;
-    Ok(Page::from_overfetch(items, page.limit))
+    sql
 }
 
 /// A condition of a list on one column.

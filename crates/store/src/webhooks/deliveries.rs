@@ -237,7 +237,8 @@ impl Webhooks<'_> {
         .await
     }
 
-    /// A page of an endpoint's deliveries that meet `filter`, newest first.
+    /// A page of an endpoint's deliveries that meet `filter`, newest first
+    /// (`list_deliveries_sql` is its statement).
     pub async fn list_deliveries(
         &self,
         environment_ref: &Ref,
@@ -437,6 +438,37 @@ const OUTCOME_ENDPOINTS: usize = 100;
 
 /// The newest `limit` attempts of each of `n` endpoints (`$3`…), each the
 /// merge of its newest succeeded (`$1`) and failed (`$2`) ones.
+/// The statement `Webhooks::list_deliveries` runs for `filter` and `page`,
+/// with the values its marks bind (the environment, the endpoint, the
+/// filter's values, then the cursor's), as text: for a check of its plan.
+pub fn list_deliveries_sql(
+    environment_ref: &str,
+    endpoint_ref: &str,
+    filter: &DeliveryFilter,
+    page: &crate::db::page::PageRequest,
+) -> (String, Vec<String>) {
+    let mut args: Vec<Arg> = vec![environment_ref.into(), endpoint_ref.into()];
+    let conditions = filter.conditions(&mut args);
+    let sql = crate::db::page::page_sql(
+        "webhook_deliveries",
+        "delivery_ref",
+        &format!("environment_ref = $1 AND endpoint_ref = $2{conditions}"),
+        args.len(),
+        page,
+    );
+    let mut values: Vec<String> = args
+        .iter()
+        .map(|a| match a {
+            Arg::Int(v) => v.map_or("NULL".to_owned(), |v| v.to_string()),
+            Arg::Text(v) => v.map_or("NULL".to_owned(), |v| format!("'{v}'")),
+        })
+        .collect();
+    if let Some((ms, r)) = &page.after {
+        values.extend([ms.to_string(), format!("'{r}'")]);
+    }
+    (sql, values)
+}
+
 pub fn recent_outcomes_sql(n: usize, limit: u32) -> String {
     let newest = |endpoint: usize, status: &str, alias: &str| {
         format!(
