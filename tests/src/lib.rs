@@ -446,6 +446,13 @@ impl TestApp {
             .as_str()
             .expect("secret")
             .to_owned();
+        self.subscribe(&endpoint, event_type, dto_version).await;
+        (endpoint, secret)
+    }
+
+    /// Subscribes `endpoint` to `event_type` (version `dto_version`) for
+    /// the whole sandbox.
+    pub async fn subscribe(&self, endpoint: &str, event_type: &str, dto_version: u32) {
         self.post(
             &format!("/api/v1/webhook_endpoints/{endpoint}/subscriptions"),
             serde_json::json!({"public_event_type": event_type, "scope_type": "environment",
@@ -454,7 +461,6 @@ impl TestApp {
         .send()
         .await
         .expect(201);
-        (endpoint, secret)
     }
 
     /// Publishes an event into the embedded queue, as another system

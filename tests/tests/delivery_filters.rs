@@ -39,14 +39,7 @@ async fn each_filter_and_their_combinations_select_what_they_name(app: TestApp) 
     let (endpoint, _) = app
         .subscribed_endpoint(&receiver.url(), "payment.succeeded", 1)
         .await;
-    app.post(
-        &format!("/api/v1/webhook_endpoints/{endpoint}/subscriptions"),
-        json!({"public_event_type": "invoice.paid", "scope_type": "environment",
-            "scope_ref": app.sandbox.environment_ref, "dto_version": 1}),
-    )
-    .send()
-    .await
-    .expect(201);
+    app.subscribe(&endpoint, "invoice.paid", 1).await;
     // One attempt each, and a short time-out for the unanswered one.
     let settings = dispatcher::DispatchSettings {
         timeout: Duration::from_millis(300),

@@ -134,14 +134,7 @@ async fn a_year_on_a_clock_renews_twelve_times(app: TestApp) {
     let (endpoint, secret) = app
         .subscribed_endpoint(&receiver.url(), "subscription.renewed", 1)
         .await;
-    app.post(
-        &format!("/api/v1/webhook_endpoints/{endpoint}/subscriptions"),
-        json!({"public_event_type": "invoice.paid", "scope_type": "environment",
-            "scope_ref": app.sandbox.environment_ref, "dto_version": 1}),
-    )
-    .send()
-    .await
-    .expect(201);
+    app.subscribe(&endpoint, "invoice.paid", 1).await;
     let config = monthly_config(&app, "999").await;
     let clock = clock(&app, "2026-01-15T10:00:00.000Z").await;
     let sub = subscribe(&app, &config, &clock, "pm_card_visa").await;
