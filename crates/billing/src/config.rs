@@ -20,8 +20,17 @@ pub struct Config {
     pub idempotency: IdempotencyConfig,
     pub retention: RetentionConfig,
     pub redrive: RedriveConfig,
+    pub console: ConsoleConfig,
     pub secrets: SecretsConfig,
     pub log: LogConfig,
+}
+
+/// The operator console (contract 12.3).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serve `/console` on the API listener.
+    pub enabled: bool,
 }
 
 /// The key that encrypts webhook signing secrets at rest.
@@ -209,6 +218,7 @@ impl Default for Config {
                 sweep_every: "1m".into(),
             },
             redrive: RedriveConfig { rate: 500 },
+            console: ConsoleConfig { enabled: true },
             secrets: SecretsConfig {
                 key: String::new(),
                 key_file: "data/secret.key".into(),
