@@ -12,6 +12,7 @@ mod catalogue;
 mod checkout;
 mod checkout_events;
 mod claim_plans;
+mod console;
 mod contract;
 mod dead_letters;
 mod delivery_filters;
