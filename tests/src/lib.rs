@@ -7,6 +7,7 @@
 //! PostgreSQL variants run when `BILLING_TEST_FLEET=1`; then a missing server
 //! is a failure, never a skip. Without the variable they say so once.
 
+pub mod browser;
 pub mod console_kit;
 pub mod kit;
 pub mod pg;

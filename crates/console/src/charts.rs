@@ -8,7 +8,7 @@ use domain::Timestamp;
 use maud::{html, Markup};
 use store::webhooks::activity::ActivityBucket;
 
-const WIDTH: f64 = 640.0;
+const WIDTH: f64 = 600.0;
 const HEIGHT: f64 = 150.0;
 const LEFT: f64 = 48.0;
 const RIGHT: f64 = 8.0;

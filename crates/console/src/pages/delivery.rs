@@ -96,7 +96,7 @@ pub async fn show(
                                     td.num { (text(&a["duration_ms"])) " ms" }
                                     td { (when(&a["started_at"])) }
                                     td { (s(&a["error"])) }
-                                    td { @if let Some(x) = a["response_body_excerpt"].as_str() { pre.excerpt { (x) } } }
+                                    td { @if let Some(x) = a["response_body_excerpt"].as_str().filter(|x| !x.is_empty()) { pre.excerpt { (x) } } }
                                 }
                             }
                         }
