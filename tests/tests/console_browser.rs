@@ -112,14 +112,15 @@ async fn walk(app: &TestApp, browser: &Browser) {
     assert!(browser.text("p.notice").await.contains("Redrive started"));
     browser
         .reload_until(20, "generation 2 succeeded", || async {
-            browser
-                .count("tr.attempt[data-generation='2'][data-status=succeeded]")
-                .await
-                == 1
+            // The page reads the delivery, then its attempts: both show it.
+            browser.text("#status").await == "succeeded"
+                && browser
+                    .count("tr.attempt[data-generation='2'][data-status=succeeded]")
+                    .await
+                    == 1
         })
         .await;
     assert_eq!(browser.text("#generation").await, "2");
-    assert_eq!(browser.text("#status").await, "succeeded");
     assert_eq!(count(app, &endpoint, "failed").await, 2);
 
     // A redrive job by filter: the dry run counts what the list shows.
