@@ -89,49 +89,13 @@ impl IntoResponse for PageError {
                 .into_response();
         }
         let status = self.status();
-        let (title, message, details, code, request_id) = match &self {
-            PageError::Csrf => (
-                "Refused",
-                "This form has no valid CSRF token: reload the page and try again.".to_owned(),
-                Vec::new(),
-                Some("csrf_failed".to_owned()),
-                None,
-            ),
-            PageError::Forbidden(permission) => (
-                "Forbidden",
-                format!("Your credential lacks the permission `{permission}`."),
-                Vec::new(),
-                Some("forbidden".to_owned()),
-                None,
-            ),
-            PageError::NotFound(what) => ("Not found", what.clone(), Vec::new(), None, None),
-            PageError::BadInput(what) => ("Invalid input", what.clone(), Vec::new(), None, None),
-            PageError::Api(f) => (
-                title_of(f.status),
-                f.message.clone(),
-                f.details.clone(),
-                Some(f.code.clone()),
-                f.request_id.clone(),
-            ),
-            PageError::Unavailable => (
-                "Unavailable",
-                "A backing service is unreachable; try again shortly.".to_owned(),
-                Vec::new(),
-                Some("dependency_unavailable".to_owned()),
-                None,
-            ),
-            PageError::Internal(source) => {
-                tracing::error!(error = %source, "console page failed");
-                (
-                    "Internal error",
-                    "Something went wrong on our side.".to_owned(),
-                    Vec::new(),
-                    Some("internal_error".to_owned()),
-                    None,
-                )
-            }
-            PageError::SignedOut => unreachable_signed_out(),
-        };
+        let Shown {
+            title,
+            message,
+            details,
+            code,
+            request_id,
+        } = self.shown();
         let body = html! {
             section.error {
                 h1 { (status.as_u16()) " " (title) }
@@ -156,15 +120,60 @@ impl IntoResponse for PageError {
     }
 }
 
-/// `SignedOut` is answered before the match that calls this.
-fn unreachable_signed_out() -> (
-    &'static str,
-    String,
-    Vec<(String, String)>,
-    Option<String>,
-    Option<String>,
-) {
-    ("Signed out", String::new(), Vec::new(), None, None)
+/// What an error page says.
+struct Shown {
+    title: &'static str,
+    message: String,
+    details: Vec<(String, String)>,
+    code: Option<String>,
+    request_id: Option<String>,
+}
+
+impl PageError {
+    fn shown(&self) -> Shown {
+        let plain = |title, message: String, code: Option<&str>| Shown {
+            title,
+            message,
+            details: Vec::new(),
+            code: code.map(str::to_owned),
+            request_id: None,
+        };
+        match self {
+            PageError::SignedOut => plain("Signed out", String::new(), None),
+            PageError::Csrf => plain(
+                "Refused",
+                "This form has no valid CSRF token: reload the page and try again.".into(),
+                Some("csrf_failed"),
+            ),
+            PageError::Forbidden(permission) => plain(
+                "Forbidden",
+                format!("Your credential lacks the permission `{permission}`."),
+                Some("forbidden"),
+            ),
+            PageError::NotFound(what) => plain("Not found", what.clone(), None),
+            PageError::BadInput(what) => plain("Invalid input", what.clone(), None),
+            PageError::Api(f) => Shown {
+                title: title_of(f.status),
+                message: f.message.clone(),
+                details: f.details.clone(),
+                code: Some(f.code.clone()),
+                request_id: f.request_id.clone(),
+            },
+            PageError::Unavailable => plain(
+                "Unavailable",
+                "A backing service is unreachable; try again shortly.".into(),
+                Some("dependency_unavailable"),
+            ),
+            PageError::Internal(source) => {
+                tracing::error!(error = %source, "console page failed");
+                plain(
+                    "Internal error",
+                    "Something went wrong on our side.".into(),
+                    Some("internal_error"),
+                )
+            }
+        }
+    }
 }
 
 fn title_of(status: u16) -> &'static str {

@@ -473,3 +473,20 @@ fn parse_query(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
     serde_urlencoded::from_str::<Vec<(String, String)>>(q)
         .map_err(|_| ApiError::validation("query", "malformed query string"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::template_params;
+
+    #[test]
+    fn a_template_names_the_parameters_of_a_concrete_path() {
+        assert_eq!(
+            template_params(
+                "/api/v1/webhook_endpoints/{endpoint_ref}/secret/rotate",
+                "/api/v1/webhook_endpoints/whep_abc/secret/rotate"
+            ),
+            vec![("endpoint_ref".to_owned(), "whep_abc".to_owned())]
+        );
+        assert!(template_params("/api/v1/dead_letters", "/api/v1/dead_letters").is_empty());
+    }
+}
