@@ -1,5 +1,5 @@
-//! Black-box test harness: `TestApp::spawn` starts the real router on a
-//! random port over a fresh store (a SQLite file in a temporary folder, or a
+//! Black-box test harness: `TestApp::spawn` starts the real router (the
+//! API's and the operator console's) on a random port over a fresh store (a SQLite file in a temporary folder, or a
 //! PostgreSQL database cloned from a migrated template), bootstraps both
 //! environments and hands out an HTTP client with request helpers.
 //!
@@ -7,6 +7,8 @@
 //! PostgreSQL variants run when `BILLING_TEST_FLEET=1`; then a missing server
 //! is a failure, never a skip. Without the variable they say so once.
 
+pub mod browser;
+pub mod console_kit;
 pub mod kit;
 pub mod pg;
 pub mod receiver;
@@ -280,7 +282,19 @@ impl TestApp {
         tweak(&mut settings);
         let cipher = (*settings.webhooks.cipher).clone();
         let state = control_api::AppState::new(store.clone(), settings);
-        tokio::spawn(control_api::run(state, listener, std::future::pending()));
+        // The listener serves the operator console too, as `serve` does.
+        let mut console_key = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut console_key);
+        let console = console::ConsoleSettings::new(&console_key, addr);
+        let router =
+            control_api::router(state.clone()).merge(console::router(state.clone(), console));
+        tokio::spawn(control_api::run_router(
+            router,
+            state,
+            listener,
+            control_api::ServeLimits::default(),
+            std::future::pending(),
+        ));
         TestApp {
             addr,
             base: format!("http://{addr}"),

@@ -12,6 +12,8 @@ mod catalogue;
 mod checkout;
 mod checkout_events;
 mod claim_plans;
+mod console;
+mod console_browser;
 mod contract;
 mod dead_letters;
 mod delivery_filters;

@@ -81,6 +81,21 @@ pub fn dispatch_settings(config: &Config) -> anyhow::Result<DispatchSettings> {
     })
 }
 
+/// The API listener's router: the API's (`control_api::router`) and, when
+/// `console.enabled`, the operator console's (`console::router`), whose
+/// sessions are keyed from the secrets key so that every API process of a
+/// fleet accepts them.
+pub fn api_router(config: &Config, state: &AppState) -> anyhow::Result<axum::Router> {
+    let router = control_api::router(state.clone());
+    if !config.console.enabled {
+        return Ok(router);
+    }
+    let key = crate::secret_key::load(&config.secrets)?;
+    let listen: std::net::SocketAddr = config.api.listen.parse()?;
+    let settings = console::ConsoleSettings::new(&key, listen);
+    Ok(router.merge(console::router(state.clone(), settings)))
+}
+
 /// Rate-limit buckets kept in the fleet's Redis.
 pub fn shared_buckets(schedule: Arc<RedisSchedule>) -> SharedBuckets {
     Arc::new(move |credential, rate| {
@@ -181,13 +196,14 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             read_timeout: Config::duration(&config.api.read_timeout),
             max_header_bytes: config.api.max_header_bytes as usize,
         };
+        let router = api_router(&config, &state)?;
+        if config.console.enabled {
+            println!("operator console at http://{addr}/console");
+        }
         tasks.spawn(async move {
-            control_api::run_with(
-                state,
-                listener,
-                limits,
-                async move { token.cancelled().await },
-            )
+            control_api::run_router(router, state, listener, limits, async move {
+                token.cancelled().await
+            })
             .await
             .context("API server failed")
             .map(|()| "api")

@@ -21,8 +21,17 @@ pub struct Config {
     pub retention: RetentionConfig,
     pub redrive: RedriveConfig,
     pub billing: BillingConfig,
+    pub console: ConsoleConfig,
     pub secrets: SecretsConfig,
     pub log: LogConfig,
+}
+
+/// The operator console (contract 12.3).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleConfig {
+    /// Serve `/console` on the API listener.
+    pub enabled: bool,
 }
 
 /// The key that encrypts webhook signing secrets at rest.
@@ -223,6 +232,7 @@ impl Default for Config {
             billing: BillingConfig {
                 dunning_schedule: domain::checkout::renewal::DEFAULT_DUNNING_SCHEDULE.into(),
             },
+            console: ConsoleConfig { enabled: true },
             secrets: SecretsConfig {
                 key: String::new(),
                 key_file: "data/secret.key".into(),

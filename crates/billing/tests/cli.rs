@@ -149,3 +149,91 @@ fn bootstrap_then_serve_then_sigterm() {
     let status = serve.terminate().expect("no exit within 30 s of SIGTERM");
     assert!(status.success(), "exit status {status:?}");
 }
+
+/// `serve` mounts the operator console on the API listener (its sign-in
+/// works with a bootstrap secret, its cookie is not `Secure` on loopback,
+/// its pages carry the policy), and `BILLING_CONSOLE__ENABLED=false` takes
+/// it away.
+#[test]
+fn serve_mounts_the_console_unless_disabled() {
+    let dir = tempfile::tempdir().unwrap();
+    let boot = bootstrap_json(dir.path(), &[]);
+    let secret = boot["environments"][0]["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for enabled in ["true", "false"] {
+        let port = free_port();
+        let mut serve = Process::spawn(
+            billing(dir.path(), &[])
+                .arg("serve")
+                .env("BILLING_API__LISTEN", format!("127.0.0.1:{port}"))
+                .env(
+                    "BILLING_METRICS__LISTEN",
+                    format!("127.0.0.1:{}", free_port()),
+                )
+                .env("BILLING_CONSOLE__ENABLED", enabled)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        let api = format!("http://127.0.0.1:{port}");
+        rt.block_on(async {
+            let client = reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap();
+            crate::common::wait_ready(&client, &api, || "serve".to_owned()).await;
+            let form = client
+                .get(format!("{api}/console/sign-in"))
+                .send()
+                .await
+                .unwrap();
+            if enabled == "false" {
+                assert_eq!(form.status(), 404);
+                return;
+            }
+            assert_eq!(form.status(), 200);
+            assert!(form.headers()["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .starts_with("default-src 'none'"));
+            let nonce = form.headers()["set-cookie"]
+                .to_str()
+                .unwrap()
+                .split(';')
+                .next()
+                .unwrap()
+                .to_owned();
+            let html = form.text().await.unwrap();
+            let marker = "name=\"csrf\" value=\"";
+            let start = html.find(marker).unwrap() + marker.len();
+            let csrf = &html[start..start + html[start..].find('"').unwrap()];
+            let signed = client
+                .post(format!("{api}/console/sign-in"))
+                .header("cookie", nonce)
+                .form(&[("csrf", csrf), ("secret", secret.as_str())])
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(signed.status(), 303);
+            let cookie = signed
+                .headers()
+                .get_all("set-cookie")
+                .iter()
+                .map(|v| v.to_str().unwrap().to_owned())
+                .find(|c| c.starts_with("billing_console="))
+                .expect("a session cookie");
+            assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+            assert!(!cookie.contains("Secure"), "loopback: {cookie}");
+            let page = client
+                .get(format!("{api}/console/endpoints"))
+                .header("cookie", cookie.split(';').next().unwrap())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(page.status(), 200);
+        });
+        assert!(serve.terminate_cleanly(), "{}", serve.log_tail());
+    }
+}

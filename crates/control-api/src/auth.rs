@@ -2,10 +2,11 @@
 
 use crate::error::ApiError;
 use axum::http::{header, HeaderMap};
+use domain::principal::GrantStatus;
 use domain::principal::{CredentialStatus, Mode, ServiceAccountStatus};
 use domain::secret::CredentialSecret;
 use domain::{Ref, Timestamp};
-use store::Store;
+use store::{Store, StoreError};
 
 /// How stale `last_used_at` may get before a request refreshes it; keeps
 /// reads from turning into a write each.
@@ -72,5 +73,64 @@ pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Caller, 
         environment_ref: record.environment_ref,
         mode: record.mode,
         permissions: record.permissions,
+    })
+}
+
+/// The caller a session names (the operator console's, `console`): the
+/// credential `credential_ref` of `environment_ref`, read afresh, with the
+/// same rules as a bearer secret: a revoked or expired credential, or a
+/// principal that is not active, is `authentication_failed`, so that a
+/// session ends the moment its credential does. Its permissions are the
+/// principal's active grants now.
+pub async fn caller_of_credential(
+    store: &Store,
+    environment_ref: &Ref,
+    credential_ref: &Ref,
+) -> Result<Caller, ApiError> {
+    let admin = store.admin();
+    let missing = |e: StoreError| match e {
+        StoreError::NotFound => ApiError::AuthenticationFailed,
+        e => e.into(),
+    };
+    let credential = admin
+        .credential(environment_ref, credential_ref)
+        .await
+        .map_err(missing)?;
+    if credential.status != CredentialStatus::Active {
+        return Err(ApiError::AuthenticationFailed);
+    }
+    let account = admin
+        .service_account(environment_ref, &credential.principal_ref)
+        .await
+        .map_err(missing)?;
+    if account.status != ServiceAccountStatus::Active {
+        return Err(ApiError::AuthenticationFailed);
+    }
+    let environment = admin.environment(environment_ref).await.map_err(missing)?;
+    let permissions = admin
+        .list_grants(environment_ref, &account.principal_ref)
+        .await?
+        .into_iter()
+        .filter(|g| g.status == GrantStatus::Active)
+        .map(|g| g.permission_action)
+        .collect();
+    let now = Timestamp::now();
+    let stale = credential
+        .last_used_at
+        .is_none_or(|t| t.millis() < now.millis() - LAST_USED_RESOLUTION_MS);
+    if stale {
+        if let Err(e) = admin
+            .touch_credential(&credential.credential_ref, now)
+            .await
+        {
+            tracing::warn!(error = %e, "could not record credential use");
+        }
+    }
+    Ok(Caller {
+        principal_ref: account.principal_ref,
+        credential_ref: credential.credential_ref,
+        environment_ref: environment.environment_ref,
+        mode: environment.mode,
+        permissions,
     })
 }

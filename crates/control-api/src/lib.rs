@@ -25,7 +25,7 @@ pub mod state;
 mod transport;
 
 pub use router::router;
-pub use serve::{run_with, ServeLimits};
+pub use serve::{run_router, run_with, ServeLimits};
 pub use state::{ApiSettings, AppState};
 
 use std::future::Future;

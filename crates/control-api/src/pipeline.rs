@@ -46,13 +46,46 @@ struct Trace {
     idempotency_key: Option<String>,
 }
 
+/// Who a request runs as.
+enum Auth {
+    /// Its `Authorization: Bearer` secret says (every API request).
+    Bearer,
+    /// A caller authenticated by other means (`run_as`).
+    As(Caller),
+}
+
 pub async fn run(op: &'static Operation, state: AppState, req: axum::extract::Request) -> Response {
+    serve(op, state, req, Auth::Bearer).await
+}
+
+/// Runs `op` as `caller`, who was authenticated by other means (the
+/// operator console's session, `caller_of_credential`): the request's
+/// `Authorization` header is not read, and every other step is `run`'s:
+/// rate limit, permission, headers, body, idempotency, the handler, the
+/// envelope and the request log. `req`'s path is the operation's concrete
+/// path (`/api/v1/webhook_endpoints/whep_…/pause`); its parameters are
+/// read from it by the row's template.
+pub async fn run_as(
+    op: &'static Operation,
+    state: AppState,
+    caller: Caller,
+    req: axum::extract::Request,
+) -> Response {
+    serve(op, state, req, Auth::As(caller)).await
+}
+
+async fn serve(
+    op: &'static Operation,
+    state: AppState,
+    req: axum::extract::Request,
+    auth: Auth,
+) -> Response {
     let started = Instant::now();
     let request_id = Ref::generate(Prefix::RequestLog);
     let method = req.method().to_string();
     let path = req.uri().path().to_owned();
     let mut trace = Trace::default();
-    let outcome = execute(op, &state, req, request_id.as_str(), &mut trace).await;
+    let outcome = execute(op, &state, req, auth, request_id.as_str(), &mut trace).await;
     let (response, status, error_code) = match outcome {
         Ok(served) => {
             let (status, code) = (served.status, served.error_code.clone());
@@ -145,11 +178,15 @@ async fn execute(
     op: &'static Operation,
     state: &AppState,
     req: axum::extract::Request,
+    auth: Auth,
     request_id: &str,
     trace: &mut Trace,
 ) -> Result<Served, ApiError> {
     let (mut parts, body) = req.into_parts();
-    let caller = authenticate(&state.store, &parts.headers).await?;
+    let caller = match auth {
+        Auth::Bearer => authenticate(&state.store, &parts.headers).await?,
+        Auth::As(caller) => caller,
+    };
     trace.caller = Some(caller.clone());
     state.limiter.check(&caller.credential_ref).await?;
     if !caller.holds(op.permission) {
@@ -169,7 +206,8 @@ async fn execute(
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect()
         })
-        .unwrap_or_default();
+        // Not routed (`run_as`): the row's template names them.
+        .unwrap_or_else(|_| template_params(op.path, parts.uri.path()));
     let query = parse_query(parts.uri.query())?;
     let fingerprint =
         domain::idempotency::fingerprint(parts.method.as_str(), parts.uri.path(), &body);
@@ -415,10 +453,40 @@ async fn drain(body: Body) {
     }
 }
 
+/// The parameters of `path` named by the braced segments of `template`
+/// (`/api/v1/webhook_deliveries/{delivery_ref}`), as they stand.
+fn template_params(template: &str, path: &str) -> Vec<(String, String)> {
+    template
+        .split('/')
+        .zip(path.split('/'))
+        .filter_map(|(t, p)| {
+            let name = t.strip_prefix('{')?.strip_suffix('}')?;
+            Some((name.to_owned(), p.to_owned()))
+        })
+        .collect()
+}
+
 fn parse_query(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
     let Some(q) = query.filter(|q| !q.is_empty()) else {
         return Ok(Vec::new());
     };
     serde_urlencoded::from_str::<Vec<(String, String)>>(q)
         .map_err(|_| ApiError::validation("query", "malformed query string"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::template_params;
+
+    #[test]
+    fn a_template_names_the_parameters_of_a_concrete_path() {
+        assert_eq!(
+            template_params(
+                "/api/v1/webhook_endpoints/{endpoint_ref}/secret/rotate",
+                "/api/v1/webhook_endpoints/whep_abc/secret/rotate"
+            ),
+            vec![("endpoint_ref".to_owned(), "whep_abc".to_owned())]
+        );
+        assert!(template_params("/api/v1/dead_letters", "/api/v1/dead_letters").is_empty());
+    }
 }

@@ -86,6 +86,18 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let router = crate::router(state.clone());
+    run_router(router, state, listener, limits, shutdown).await
+}
+
+/// `run_with` serving `router`: the API's (`crate::router`) merged with
+/// other routes of the same listener, such as the operator console's.
+pub async fn run_router(
+    router: Router,
+    state: AppState,
+    listener: TcpListener,
+    limits: ServeLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let head_bytes = limits.max_header_bytes.max(MIN_BUF_SIZE);
     let mut http = http1::Builder::new();

@@ -15,6 +15,7 @@
 //! (`crate::db::tx::Columns`, with the column codecs of `crate::db::codec`), and state values are bound from the
 //! domain's enums, not written into the SQL.
 
+pub mod activity;
 pub mod data_profiles;
 pub mod deliveries;
 pub mod endpoints;

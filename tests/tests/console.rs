@@ -1,0 +1,505 @@
+//! The operator console over HTTP (contract 12.3), on every backend: the
+//! sign-in exchanges a secret for a strict session cookie; every answer
+//! carries the security headers and no script; a state change without
+//! its CSRF token is refused; a read-only credential sees no action and
+//! its forged POST answers 403; a revoked credential's session ends at
+//! once; secrets appear only where the API answer that created them is
+//! shown; bad input is a page with its status, never a 500. The real
+//! browser's walk is `console_browser.rs`.
+
+use billing_tests::console_kit::{ConsoleVisitor, Page};
+use billing_tests::{backend_tests, TestApp};
+use serde_json::json;
+
+const POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self' data:; \
+                      form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// Asserts the headers every console answer carries, and that no page
+/// holds a script.
+#[track_caller]
+fn secured(p: &Page) {
+    let h = |n: &str| p.headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("");
+    assert_eq!(h("content-security-policy"), POLICY);
+    assert_eq!(h("x-content-type-options"), "nosniff");
+    assert_eq!(h("referrer-policy"), "no-referrer");
+    assert_eq!(h("cache-control"), "no-store");
+    assert_eq!(h("x-frame-options"), "DENY");
+    let lower = p.html.to_lowercase();
+    assert!(!lower.contains("<script"), "no script in a page");
+    assert!(
+        !lower.contains(" style="),
+        "no inline style (the policy forbids it)"
+    );
+    let handler = lower.match_indices(" on").any(|(i, _)| {
+        let rest = &lower[i + 3..];
+        let name_len = rest.find(|c: char| !c.is_ascii_lowercase()).unwrap_or(0);
+        name_len > 0 && rest[name_len..].starts_with('=')
+    });
+    assert!(!handler, "no inline event handler");
+}
+
+async fn signed_in(app: &TestApp, secret: &str) -> ConsoleVisitor {
+    let mut v = ConsoleVisitor::new(app);
+    let r = v.sign_in(secret).await;
+    assert_eq!(r.status, 303, "{}", r.html);
+    v
+}
+
+/// An endpoint (its ref, its first secret).
+async fn endpoint(app: &TestApp) -> (String, String) {
+    let r = app
+        .post(
+            "/api/v1/webhook_endpoints",
+            json!({"url": "http://127.0.0.1:9/hook"}),
+        )
+        .send()
+        .await;
+    r.expect(201);
+    (
+        r.data()["endpoint_ref"].as_str().unwrap().to_owned(),
+        r.data()["secret_versions"][0]["secret"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    )
+}
+
+async fn endpoint_status(app: &TestApp, endpoint: &str) -> String {
+    let r = app
+        .get(&format!("/api/v1/webhook_endpoints/{endpoint}"))
+        .send()
+        .await;
+    r.expect(200);
+    r.data()["status"].as_str().unwrap().to_owned()
+}
+
+async fn sign_in_exchanges_a_secret_for_a_strict_session_cookie(app: TestApp) {
+    let mut v = ConsoleVisitor::new(&app);
+    let form = v.get("/console/sign-in").await;
+    assert_eq!(form.status, 200);
+    secured(&form);
+    let answer = v.sign_in(&app.sandbox.secret).await;
+    assert_eq!(answer.status, 303);
+    secured(&answer);
+    let cookie = answer
+        .set_cookies()
+        .into_iter()
+        .find(|c| c.starts_with("billing_console="))
+        .expect("a session cookie");
+    for attribute in [
+        "HttpOnly",
+        "SameSite=Strict",
+        "Path=/console",
+        "Max-Age=43200",
+    ] {
+        assert!(cookie.contains(attribute), "{attribute} in {cookie}");
+    }
+    assert!(
+        !cookie.contains("Secure"),
+        "a loopback listener's cookie cannot be Secure: {cookie}"
+    );
+    assert!(
+        !cookie.contains(&app.sandbox.secret),
+        "the cookie never holds the secret"
+    );
+    let home = v.get("/console").await;
+    assert_eq!((home.status, home.location()), (303, "/console/deliveries"));
+    let page = v.get("/console/deliveries").await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    secured(&page);
+    assert!(page.html.contains(&app.sandbox.credential_ref));
+    assert!(!page.html.contains(&app.sandbox.secret));
+
+    // A wrong secret, a form without its token, no session at all.
+    let mut stranger = ConsoleVisitor::new(&app);
+    let wrong = stranger
+        .sign_in("sk_test_0000000000000000000000000000000A")
+        .await;
+    assert_eq!(wrong.status, 401);
+    assert!(stranger.session.is_none());
+    let forged = stranger
+        .post(
+            "/console/sign-in",
+            &[("secret", app.sandbox.secret.as_str())],
+        )
+        .await;
+    assert_eq!(forged.status, 403, "a sign-in without its form's token");
+    let away = stranger.get("/console/endpoints").await;
+    assert_eq!(away.status, 303);
+    assert!(away.location().starts_with("/console/sign-in"));
+    let css = stranger.get("/console/console.css").await;
+    assert_eq!(css.status, 200);
+    assert!(css.headers["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/css"));
+
+    // Signing out ends the session (the cookie is cleared).
+    let page = v.get("/console/deliveries").await;
+    let out = v
+        .post("/console/sign-out", &[("csrf", page.csrf().as_str())])
+        .await;
+    assert_eq!(out.status, 303);
+    assert!(out
+        .set_cookies()
+        .iter()
+        .any(|c| c.starts_with("billing_console=;") && c.contains("Max-Age=0")));
+}
+
+async fn a_change_without_its_csrf_token_is_refused(app: TestApp) {
+    let (endpoint, _) = endpoint(&app).await;
+    let v = signed_in(&app, &app.sandbox.secret).await;
+    let page = v.get(&format!("/console/endpoints/{endpoint}")).await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    secured(&page);
+    let etag = page
+        .hidden("etag")
+        .expect("the pause form carries the ETag");
+    let path = format!("/console/endpoints/{endpoint}/pause");
+    let missing = v.post(&path, &[("etag", etag.as_str())]).await;
+    assert_eq!(missing.status, 403);
+    secured(&missing);
+    let other = signed_in(&app, &app.sandbox.secret).await;
+    let foreign = other.get("/console/endpoints").await.csrf();
+    let wrong = v
+        .post(
+            &path,
+            &[("csrf", foreign.as_str()), ("etag", etag.as_str())],
+        )
+        .await;
+    assert_eq!(wrong.status, 403, "another session's token");
+    assert_eq!(endpoint_status(&app, &endpoint).await, "active");
+
+    let done = v
+        .post(
+            &path,
+            &[("csrf", page.csrf().as_str()), ("etag", etag.as_str())],
+        )
+        .await;
+    assert_eq!(done.status, 303, "{}", done.html);
+    assert_eq!(endpoint_status(&app, &endpoint).await, "paused");
+    // The stale ETag of the page is refused by the operation itself.
+    let stale = v
+        .post(
+            &format!("/console/endpoints/{endpoint}/resume"),
+            &[("csrf", page.csrf().as_str()), ("etag", etag.as_str())],
+        )
+        .await;
+    assert_eq!(stale.status, 412, "{}", stale.html);
+    // The action is the operation, logged under the session's credential.
+    let logs = app
+        .get("/api/v1/request_logs?operation_id=pauseWebhookEndpoint")
+        .send()
+        .await;
+    let logged = &logs.data()["items"][0];
+    assert_eq!(logged["status"], 200);
+    assert_eq!(
+        logged["credential_ref"],
+        app.sandbox.credential_ref.as_str()
+    );
+    assert_eq!(
+        logged["path"],
+        format!("/api/v1/webhook_endpoints/{endpoint}/pause")
+    );
+}
+
+async fn a_read_only_credential_sees_no_action_and_its_forged_post_is_forbidden(app: TestApp) {
+    let (endpoint, _) = endpoint(&app).await;
+    let (_, secret) = app
+        .principal_with(&[
+            "webhooks:read_list_endpoints",
+            "webhooks:read_retrieve_endpoint",
+            "webhooks:read_health",
+            "webhooks:read_list_subscriptions",
+            "webhooks:read_list_deliveries",
+            "webhooks:read_redrive_jobs",
+        ])
+        .await;
+    let v = signed_in(&app, &secret).await;
+    for path in [
+        format!("/console/endpoints/{endpoint}"),
+        "/console/endpoints".to_owned(),
+        "/console/redrive-jobs".to_owned(),
+        format!("/console/deliveries?endpoint_ref={endpoint}&status=failed"),
+    ] {
+        let page = v.get(&path).await;
+        assert_eq!(page.status, 200, "{path}: {}", page.html);
+        let posts = page.html.matches("method=\"post\"").count();
+        assert_eq!(posts, 1, "{path}: only the sign-out form");
+        assert!(!page.html.contains("Redrive every delivery"), "{path}");
+    }
+    // Pages it may not read are not in its navigation, and answer 403.
+    let page = v.get("/console/endpoints").await;
+    assert!(!page.html.contains("/console/request-logs"));
+    assert_eq!(v.get("/console/request-logs").await.status, 403);
+    assert_eq!(v.get("/console/dead-letters").await.status, 403);
+
+    // Its own session's token does not make a forged action pass.
+    let csrf = page.csrf();
+    for action in ["pause", "rotate", "test-send"] {
+        let forged = v
+            .post(
+                &format!("/console/endpoints/{endpoint}/{action}"),
+                &[
+                    ("csrf", csrf.as_str()),
+                    ("etag", "*"),
+                    ("reason", "forged"),
+                    ("public_event_type", "webhook.test"),
+                    ("idempotency_key", "forged-1"),
+                ],
+            )
+            .await;
+        assert_eq!(forged.status, 403, "{action}: {}", forged.html);
+        assert!(forged.html.contains("forbidden"));
+    }
+    let job = v
+        .post(
+            "/console/redrive-jobs",
+            &[
+                ("csrf", csrf.as_str()),
+                ("status", "failed"),
+                ("reason", "forged"),
+            ],
+        )
+        .await;
+    assert_eq!(job.status, 403);
+    assert_eq!(endpoint_status(&app, &endpoint).await, "active");
+    let r = app
+        .get(&format!("/api/v1/webhook_endpoints/{endpoint}"))
+        .send()
+        .await;
+    assert_eq!(r.data()["secret_versions"].as_array().unwrap().len(), 1);
+}
+
+async fn a_revoked_credentials_session_ends_at_once(app: TestApp) {
+    let issued = app
+        .post(
+            &format!(
+                "/api/v1/service_accounts/{}/credentials",
+                app.sandbox.principal_ref
+            ),
+            json!({}),
+        )
+        .send()
+        .await;
+    issued.expect(201);
+    let (credential, secret) = (
+        issued.data()["credential_ref"].as_str().unwrap().to_owned(),
+        issued.data()["secret"].as_str().unwrap().to_owned(),
+    );
+    let v = signed_in(&app, &secret).await;
+    assert_eq!(v.get("/console/endpoints").await.status, 200);
+    app.post(
+        &format!("/api/v1/credentials/{credential}/revoke"),
+        json!({"reason": "left the team"}),
+    )
+    .if_match("*")
+    .send()
+    .await
+    .expect(200);
+    let after = v.get("/console/endpoints").await;
+    assert_eq!(after.status, 303);
+    assert_eq!(after.location(), "/console/sign-in?ended=1");
+    let ended = v.get("/console/sign-in?ended=1").await;
+    assert!(ended.html.contains("Your session has ended"));
+    let post = v.post("/console/sign-out", &[("csrf", "x")]).await;
+    assert_eq!(
+        post.status, 303,
+        "a POST of an ended session changes nothing"
+    );
+    // Its secret no longer signs in either.
+    let mut again = ConsoleVisitor::new(&app);
+    assert_eq!(again.sign_in(&secret).await.status, 401);
+}
+
+async fn secrets_appear_only_in_the_answer_that_created_them(app: TestApp) {
+    let (endpoint, first) = endpoint(&app).await;
+    let v = signed_in(&app, &app.sandbox.secret).await;
+    let page = v.get(&format!("/console/endpoints/{endpoint}")).await;
+    assert!(
+        !page.html.contains(&first),
+        "an endpoint's secret is never shown again"
+    );
+    assert!(page.html.contains(&first[first.len() - 4..]), "its hint is");
+    let fields = [
+        ("csrf", page.csrf()),
+        ("etag", page.hidden("etag").unwrap()),
+        ("reason", "scheduled rotation".to_owned()),
+        ("idempotency_key", "rotate-once".to_owned()),
+    ];
+    let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let path = format!("/console/endpoints/{endpoint}/rotate");
+    let rotated = v.post(&path, &fields).await;
+    assert_eq!(rotated.status, 200, "{}", rotated.html);
+    secured(&rotated);
+    let shown: Vec<&str> = rotated
+        .html
+        .split(|c: char| !(c.is_ascii_alphanumeric() || "_+/=".contains(c)))
+        .filter(|w| w.starts_with("whsec_"))
+        .collect();
+    assert_eq!(shown.len(), 1, "the new secret, once: {}", rotated.html);
+    let new = shown[0].to_owned();
+    // Replaying the same form does not show it again; nor does any page.
+    let replay = v.post(&path, &fields).await;
+    assert_eq!(replay.status, 200);
+    assert!(!replay.html.contains(&new));
+    assert!(replay.html.contains("shown the first time only"));
+    for p in [
+        format!("/console/endpoints/{endpoint}"),
+        "/console/endpoints".to_owned(),
+        "/console/request-logs".to_owned(),
+    ] {
+        let html = v.get(&p).await.html;
+        assert!(!html.contains(&new) && !html.contains(&first), "{p}");
+        assert!(!html.contains(&app.sandbox.secret), "{p}");
+    }
+}
+
+async fn every_page_renders_and_bad_input_is_a_page_never_a_500(app: TestApp) {
+    let (endpoint, _) = endpoint(&app).await;
+    let v = signed_in(&app, &app.sandbox.secret).await;
+    for path in [
+        "/console/deliveries".to_owned(),
+        format!("/console/deliveries?endpoint_ref={endpoint}&status=failed&last_response_class=5xx&created_after=2026-01-01T00:00"),
+        "/console/redrive-jobs".to_owned(),
+        format!("/console/redrive-jobs?status=failed&endpoint_ref={endpoint}"),
+        "/console/endpoints".to_owned(),
+        "/console/endpoints?status=paused".to_owned(),
+        format!("/console/endpoints/{endpoint}"),
+        "/console/event-types".to_owned(),
+        "/console/dead-letters".to_owned(),
+        "/console/dead-letters?reason=anything".to_owned(),
+        "/console/request-logs".to_owned(),
+        "/console/request-logs?operation_id=listWebhookEndpoints&status=200".to_owned(),
+    ] {
+        let page = v.get(&path).await;
+        assert_eq!(page.status, 200, "{path}: {}", page.html);
+        secured(&page);
+    }
+    let endpoint_page = v.get(&format!("/console/endpoints/{endpoint}")).await;
+    assert_eq!(
+        endpoint_page.html.matches("<svg").count(),
+        4,
+        "two charts a window"
+    );
+    let catalogue = v.get("/console/event-types").await;
+    assert!(catalogue.html.contains("payment.succeeded"));
+    assert!(catalogue.html.contains("Example payload"));
+
+    let bad = [
+        ("/console/deliveries/not-a-ref", 400),
+        ("/console/deliveries/whd_AAAAAAAAAAAA", 404),
+        ("/console/deliveries?q=nonsense", 400),
+        ("/console/deliveries?q=evt_short", 400),
+        ("/console/deliveries?endpoint_ref=whep_AAAAAAAAAAAA", 404),
+        ("/console/deliveries?endpoint_ref=nope", 400),
+        (
+            "/console/deliveries?endpoint_ref=whep_AAAAAAAAAAAA&status=lost",
+            400,
+        ),
+        (
+            "/console/deliveries?endpoint_ref=whep_AAAAAAAAAAAA&created_after=yesterday",
+            400,
+        ),
+        (
+            "/console/deliveries?endpoint_ref=whep_AAAAAAAAAAAA&cursor=forged",
+            400,
+        ),
+        ("/console/redrive-jobs/rdj_AAAAAAAAAAAA", 404),
+        ("/console/redrive-jobs/%00", 400),
+        ("/console/endpoints/whep_AAAAAAAAAAAA", 404),
+        ("/console/request-logs?status=abc", 400),
+        ("/console/request-logs?operation_id=nothing", 400),
+        ("/console/no-such-page", 404),
+        ("/console/deliveries/whd_AAAAAAAAAAAA/more/segments", 404),
+    ];
+    for (path, status) in bad {
+        let page = v.get(path).await;
+        assert_eq!(page.status, status, "{path}: {}", page.html);
+        secured(&page);
+    }
+    let csrf = endpoint_page.csrf();
+    let posts = [
+        (format!("/console/endpoints/{endpoint}/explode"), 404),
+        ("/console/endpoints/whep_AAAAAAAAAAAA/pause".to_owned(), 428),
+        (
+            "/console/endpoints/whep_AAAAAAAAAAAA/test-send".to_owned(),
+            400,
+        ),
+        (format!("/console/endpoints/{endpoint}/rotate"), 428),
+        (format!("/console/endpoints/{endpoint}/test-send"), 400),
+        ("/console/redrive-jobs".to_owned(), 400),
+        (
+            "/console/redrive-jobs/rdj_AAAAAAAAAAAA/cancel".to_owned(),
+            404,
+        ),
+        (
+            "/console/deliveries/whd_AAAAAAAAAAAA/redrive".to_owned(),
+            428,
+        ),
+    ];
+    for (path, status) in posts {
+        let page = v
+            .post(&path, &[("csrf", csrf.as_str()), ("reason", "r")])
+            .await;
+        assert_eq!(page.status, status, "{path}: {}", page.html);
+        secured(&page);
+    }
+    let junk = v
+        .post(&format!("/console/endpoints/{endpoint}/pause"), &[])
+        .await;
+    assert_eq!(junk.status, 403, "no token: refused before anything");
+}
+
+async fn search_finds_a_delivery_and_an_events_deliveries(app: TestApp) {
+    let (endpoint, _) = endpoint(&app).await;
+    let sent = app
+        .post(
+            &format!("/api/v1/webhook_endpoints/{endpoint}/test_send"),
+            json!({"public_event_type": "webhook.test"}),
+        )
+        .send()
+        .await;
+    sent.expect(201);
+    let (delivery, event) = (
+        sent.data()["delivery_ref"].as_str().unwrap().to_owned(),
+        sent.data()["event_ref"].as_str().unwrap().to_owned(),
+    );
+    let v = signed_in(&app, &app.sandbox.secret).await;
+    let by_ref = v.get(&format!("/console/deliveries?q={delivery}")).await;
+    assert_eq!(
+        (by_ref.status, by_ref.location()),
+        (303, format!("/console/deliveries/{delivery}").as_str())
+    );
+    let page = v.get(&format!("/console/deliveries/{delivery}")).await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    assert!(
+        page.html.contains("test_send"),
+        "its body view: {}",
+        page.html
+    );
+    let by_event = v.get(&format!("/console/deliveries?q={event}")).await;
+    assert_eq!(by_event.status, 200, "{}", by_event.html);
+    assert!(by_event.html.contains(&delivery));
+    // Another environment's event finds nothing.
+    let live = signed_in(&app, &app.live.secret).await;
+    let elsewhere = live.get(&format!("/console/deliveries?q={event}")).await;
+    assert_eq!(elsewhere.status, 200);
+    assert!(!elsewhere.html.contains(&delivery));
+    assert_eq!(
+        live.get(&format!("/console/deliveries/{delivery}"))
+            .await
+            .status,
+        404
+    );
+}
+
+backend_tests!(
+    sign_in_exchanges_a_secret_for_a_strict_session_cookie,
+    a_change_without_its_csrf_token_is_refused,
+    a_read_only_credential_sees_no_action_and_its_forged_post_is_forbidden,
+    a_revoked_credentials_session_ends_at_once,
+    secrets_appear_only_in_the_answer_that_created_them,
+    every_page_renders_and_bad_input_is_a_page_never_a_500,
+    search_finds_a_delivery_and_an_events_deliveries,
+);
