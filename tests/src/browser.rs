@@ -135,7 +135,7 @@ impl Browser {
         let found = self
             .client
             .wait()
-            .at_most(Duration::from_secs(10))
+            .at_most(Duration::from_secs(30))
             .for_element(Locator::Css(css))
             .await;
         match found {
@@ -231,7 +231,7 @@ impl Browser {
 
     /// Waits until the page's address contains `part`.
     pub async fn at(&self, part: &str) {
-        self.until(10, &format!("at {part}"), || async {
+        self.until(30, &format!("at {part}"), || async {
             self.url().await.contains(part)
         })
         .await;

@@ -5,7 +5,7 @@
 //! its forged POST answers 403; a revoked credential's session ends at
 //! once; secrets appear only where the API answer that created them is
 //! shown; bad input is a page with its status, never a 500. The real
-//! browser's walk is `console_browser.rs`.
+//! browser's walk is `tests/browser/main.rs`.
 
 use billing_tests::console_kit::{ConsoleVisitor, Page};
 use billing_tests::{backend_tests, TestApp};

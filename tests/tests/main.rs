@@ -13,7 +13,6 @@ mod checkout;
 mod checkout_events;
 mod claim_plans;
 mod console;
-mod console_browser;
 mod contract;
 mod dead_letters;
 mod delivery_filters;

@@ -1,12 +1,15 @@
 //! The operator console in a real browser (headless Chromium over
-//! WebDriver, `billing_tests::browser`), on every backend, against the
-//! real router over a real store with the delivery pipeline and the
-//! redrive job runner running: sign in; filter the failed deliveries of
-//! one endpoint; open one and see its attempts; redrive it and see
-//! generation 2 succeed; create a redrive job by filter whose dry run
-//! counts what the list shows, run it and watch it finish; pause and
-//! resume the endpoint; rotate its secret. With `CONSOLE_SCREENSHOTS=1`
-//! the SQLite run saves each page to `docs/console/<page>.png`.
+//! WebDriver, `billing_tests::browser`), on every backend, in a test binary
+//! of its own (`cargo test -p billing-tests --test browser`): cargo runs
+//! binaries one at a time, so Chromium never competes with the suite's
+//! timing tests for the CPU. It runs against the real router over a real
+//! store with the delivery pipeline and the redrive job runner running:
+//! sign in; filter the failed deliveries of one endpoint; open one and see
+//! its attempts; redrive it and see generation 2 succeed; create a redrive
+//! job by filter whose dry run counts what the list shows, run it and watch
+//! it finish; pause and resume the endpoint; rotate its secret. With
+//! `CONSOLE_SCREENSHOTS=1` the SQLite run saves each page to
+//! `docs/console/<page>.png`.
 
 use billing_tests::browser::Browser;
 use billing_tests::receiver::{Behaviour, TestReceiver};
@@ -64,7 +67,7 @@ async fn walk(app: &TestApp, browser: &Browser) {
     }
     // A message the intake refuses, for the dead letters page.
     let _ = dispatcher::intake::accept(&app.queue, b"{\"not\": \"an event\"}", "test").await;
-    app.eventually(30, || async {
+    app.eventually(60, || async {
         (count(app, &endpoint, "failed").await == 3).then_some(())
     })
     .await;
@@ -89,7 +92,7 @@ async fn walk(app: &TestApp, browser: &Browser) {
     browser.click("form.filters button[type=submit]").await;
     browser.at("status=failed").await;
     browser
-        .reload_until(10, "three failed deliveries listed", || async {
+        .reload_until(60, "three failed deliveries listed", || async {
             browser.count("tr.delivery[data-status=failed]").await == 3
         })
         .await;
@@ -111,7 +114,7 @@ async fn walk(app: &TestApp, browser: &Browser) {
     browser.at("notice=queued").await;
     assert!(browser.text("p.notice").await.contains("Redrive started"));
     browser
-        .reload_until(20, "generation 2 succeeded", || async {
+        .reload_until(60, "generation 2 succeeded", || async {
             // The page reads the delivery, then its attempts: both show it.
             browser.text("#status").await == "succeeded"
                 && browser
@@ -138,7 +141,7 @@ async fn walk(app: &TestApp, browser: &Browser) {
     browser.click("#dry-run").await;
     browser.at("/console/redrive-jobs/rdj_").await;
     browser
-        .reload_until(20, "the dry run finished", || async {
+        .reload_until(60, "the dry run finished", || async {
             browser.attr("#job-status", "data-status").await == "succeeded"
         })
         .await;
@@ -150,20 +153,20 @@ async fn walk(app: &TestApp, browser: &Browser) {
     let dry_run = browser.url().await;
     browser.click("#run").await;
     browser
-        .until(10, "the job's page", || async {
+        .until(30, "the job's page", || async {
             let url = browser.url().await;
             url.contains("/console/redrive-jobs/rdj_") && url != dry_run
         })
         .await;
     browser
-        .reload_until(20, "the job finished", || async {
+        .reload_until(60, "the job finished", || async {
             browser.attr("#job-status", "data-status").await == "succeeded"
         })
         .await;
     assert_eq!(browser.text("#matched").await, "2");
     assert_eq!(browser.text("#redriven").await, "2");
     snap("redrive-job").await;
-    app.eventually(20, || async {
+    app.eventually(60, || async {
         (count(app, &endpoint, "succeeded").await == 3).then_some(())
     })
     .await;
