@@ -127,7 +127,7 @@ pub(super) async fn list_filters(app: TestApp) {
         (format!("{CAPTURES}?status=paid"), "status"),
         (format!("{CAPTURES}?buyer_ref={ada}"), "buyer_ref"),
         (format!("{ORDERS}?colour=blue"), "colour"),
-        (format!("{INVOICES}?status=open"), "status"),
+        (format!("{INVOICES}?status=void"), "status"),
         (
             format!("{ENTITLEMENTS}?payment_intent_ref={p1}"),
             "payment_intent_ref",
