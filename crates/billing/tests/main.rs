@@ -22,5 +22,6 @@ mod outage_rabbitmq;
 mod outage_redis;
 mod outage_sqlite_full;
 mod pay_crash;
+mod renewal_crash;
 mod retention;
 mod secrets_leak;
