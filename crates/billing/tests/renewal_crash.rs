@@ -64,7 +64,7 @@ const PAID_ON: [&str; MONTHS + 1] = [
 ];
 /// How long the advance may take to reach `KILL_FROM`, and the restarted
 /// server to finish it.
-const WITHIN: Duration = Duration::from_secs(30);
+const WITHIN: Duration = Duration::from_secs(90);
 
 /// `billing serve` with its stderr in `log_name` (in `dir`); killed
 /// (SIGKILL) if the test ends early.
