@@ -118,7 +118,10 @@ async fn post(app: &TestApp, path: &str, body: Value, expect: u16) -> Result<Val
     if r.status != expect {
         let mut t = r.text;
         t.truncate(300);
-        return Err(format!("POST {path}: {} (expected {expect}): {t}", r.status));
+        return Err(format!(
+            "POST {path}: {} (expected {expect}): {t}",
+            r.status
+        ));
     }
     Ok(r.data().clone())
 }
@@ -134,7 +137,13 @@ async fn get(app: &TestApp, path: &str) -> Result<Value, String> {
 /// A published monthly subscription (EUR 9.99) in a published config, and
 /// a test clock at `START`: the config and the clock.
 async fn shop(app: &TestApp) -> Result<(String, String), String> {
-    let product = post(app, "/api/v1/products", json!({"name": "Bench magazine"}), 201).await?;
+    let product = post(
+        app,
+        "/api/v1/products",
+        json!({"name": "Bench magazine"}),
+        201,
+    )
+    .await?;
     let product = text(&product["product_ref"])?;
     post(
         app,
