@@ -550,8 +550,82 @@ async fn without_a_clock_the_wall_clock_renews(app: TestApp) {
     );
 }
 
+/// Jobs due together run as one unit of work; one that fails (here a
+/// renewal of a subscription that does not exist) is run alone and left
+/// for after its lease, and holds back none of the others due with it.
+async fn a_failing_job_holds_back_none_due_with_it(app: TestApp) {
+    let config = monthly_config(&app, "300").await;
+    let mut subs = Vec::new();
+    for _ in 0..3 {
+        let session = billing_tests::kit::new_session(&app, &config).await;
+        let r = billing_tests::kit::pay(&app, &session, "pm_card_visa").await;
+        subs.push(r.data()["subscription"].clone());
+    }
+    let end = subs
+        .iter()
+        .map(|s| Timestamp::parse(&text(&s["current_period_end"])).unwrap())
+        .max()
+        .unwrap();
+    let mut tx = app.store.begin().await.unwrap();
+    store::billing::jobs::schedule(
+        &mut tx,
+        control_api::renewals::RENEW,
+        &domain::Ref::from_trusted("sub_nosuchsubscription".into()),
+        &domain::Ref::from_trusted(app.sandbox.environment_ref.clone()),
+        end,
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let rules = Rules::default();
+    assert_eq!(run_due(&app.store, &rules, "wall", end).await, 3);
+    for sub in &subs {
+        assert_eq!(money_of(&app, sub).await.0.len(), 2);
+    }
+    // The failed job stays leased until its lease ends, then fails again.
+    assert_eq!(run_due(&app.store, &rules, "wall", end).await, 0);
+    assert_eq!(
+        run_due(&app.store, &rules, "wall", end.plus_seconds(6)).await,
+        0
+    );
+}
+
+/// A renewal's payment refunded with `access_effect: revoke` revokes the
+/// subscription's entitlements: the renewal paid for them through the
+/// order that started the subscription.
+async fn a_refunded_renewal_revokes_its_access(app: TestApp) {
+    use control_api::jobs::SETTLE_AFTER_MS;
+    let config = monthly_config(&app, "800").await;
+    let session = billing_tests::kit::new_session(&app, &config).await;
+    let r = billing_tests::kit::pay(&app, &session, "pm_card_visa").await;
+    let sub = r.data()["subscription"].clone();
+    let end = Timestamp::parse(&text(&sub["current_period_end"])).unwrap();
+    let rules = Rules::default();
+    assert_eq!(run_due(&app.store, &rules, "wall", end).await, 1);
+    let (payments, _) = money_of(&app, &sub).await;
+    assert_eq!(payments.len(), 2);
+    assert_eq!(entitlement_statuses(&app, &sub).await, ["active"]);
+    let refund = app
+        .post(
+            "/api/v1/refunds",
+            json!({"payment_intent_ref": payments[1]["payment_intent_ref"],
+                "reason": "requested_by_customer", "access_effect": "revoke"}),
+        )
+        .send()
+        .await;
+    refund.expect(201);
+    let settle = Timestamp::now().plus_millis(SETTLE_AFTER_MS + 1_000);
+    assert_eq!(run_due(&app.store, &rules, "wall", settle).await, 1);
+    let refund_ref = text(&refund.data()["refund_ref"]);
+    let settled = get(&app, &format!("/api/v1/refunds/{refund_ref}")).await;
+    assert_eq!(settled["status"], "succeeded", "{settled}");
+    assert_eq!(entitlement_statuses(&app, &sub).await, ["revoked"]);
+}
+
 backend_tests!(
     without_a_clock_the_wall_clock_renews,
+    a_refunded_renewal_revokes_its_access,
+    a_failing_job_holds_back_none_due_with_it,
     a_year_on_a_clock_renews_twelve_times,
     a_month_end_start_keeps_its_day,
     a_declined_renewal_is_dunned_then_canceled,

@@ -63,7 +63,7 @@ pub async fn run(store: Store, rules: Rules, shutdown: impl Future<Output = ()>)
     }
 }
 
-/// Most jobs read per round of `run_due`.
+/// Most jobs read per round of `run_due`, and run in one unit of work.
 pub(crate) const BATCH: u32 = 32;
 
 /// Runs every job due at `now` once, each under a lease to `owner`, and
@@ -83,8 +83,11 @@ pub async fn run_due(store: &Store, rules: &Rules, owner: &str, now: Timestamp) 
             }
         };
         let full = due.len() >= BATCH as usize;
-        let mut taken = 0;
-        for job in due {
+        let (advances, group): (Vec<Job>, Vec<Job>) = due
+            .into_iter()
+            .partition(|job| job.kind == crate::renewals::ADVANCE);
+        let mut taken = run_group(store, rules, &group, owner, now, now).await;
+        for job in advances {
             let until = now.plus_seconds(LEASE_SECONDS);
             match store.lease_job(&job, owner, now, until).await {
                 Ok(true) => taken += 1,
@@ -94,23 +97,81 @@ pub async fn run_due(store: &Store, rules: &Rules, owner: &str, now: Timestamp) 
                     continue;
                 }
             }
-            if job.kind == crate::renewals::ADVANCE {
-                match crate::renewals::advance(store, rules, &job, owner).await {
-                    Ok(()) => ran += 1,
-                    Err(e) => {
-                        tracing::warn!(clock = %job.subject_ref, error = %e, "test clock advance failed")
-                    }
+            match crate::renewals::advance(store, rules, &job, owner).await {
+                Ok(()) => ran += 1,
+                Err(e) => {
+                    tracing::warn!(clock = %job.subject_ref, error = %e, "test clock advance failed")
                 }
-            } else if run_leased(store, rules, &job, owner, now).await {
-                ran += 1;
             }
         }
+        ran += taken;
         // A full batch may hide more due jobs; one whose every job was
         // taken by another runner has nothing left for this one.
         if !full || taken == 0 {
             return ran;
         }
     }
+}
+
+/// Runs `group`, jobs due by `now`, as one unit of work: each job leased
+/// to `owner` (its lease free at `lease_now`) inside the unit, with its
+/// effects, events and deletion, and one commit for all; how many ran.
+/// Jobs that fall due together (a month's renewals) so pay for one commit,
+/// not two each, and a crash leaves all of them or none. When any job of
+/// the group fails, the unit is rolled back and each job runs alone
+/// (`run_leased`), so one job's failure never holds back another's.
+pub(crate) async fn run_group(
+    store: &Store,
+    rules: &Rules,
+    group: &[Job],
+    owner: &str,
+    lease_now: Timestamp,
+    now: Timestamp,
+) -> usize {
+    if group.is_empty() {
+        return 0;
+    }
+    match try_group(store, rules, group, owner, lease_now, now).await {
+        Ok(ran) => return ran,
+        Err(e) => {
+            tracing::debug!(jobs = group.len(), error = %e, "a group of jobs failed; running each alone");
+        }
+    }
+    let mut ran = 0;
+    for job in group {
+        let until = lease_now.plus_seconds(LEASE_SECONDS);
+        match store.lease_job(job, owner, lease_now, until).await {
+            Ok(true) => {
+                if run_leased(store, rules, job, owner, now).await {
+                    ran += 1;
+                }
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot lease a job"),
+        }
+    }
+    ran
+}
+
+async fn try_group(
+    store: &Store,
+    rules: &Rules,
+    group: &[Job],
+    owner: &str,
+    lease_now: Timestamp,
+    now: Timestamp,
+) -> Result<usize, ApiError> {
+    let until = lease_now.plus_seconds(LEASE_SECONDS);
+    let mut tx = store.begin().await?;
+    let mut ran = 0;
+    for job in group {
+        if jobs::claim(&mut tx, job, owner, lease_now, until).await? {
+            run_in(store, rules, &mut tx, job, owner, now).await?;
+            ran += 1;
+        }
+    }
+    tx.commit().await?;
+    Ok(ran)
 }
 
 /// Runs a job leased to `owner` at `now`; whether it ran. One that failed
@@ -122,7 +183,13 @@ pub(crate) async fn run_leased(
     owner: &str,
     now: Timestamp,
 ) -> bool {
-    match run_one(store, rules, job, owner, now).await {
+    let run = async {
+        let mut tx = store.begin().await?;
+        run_in(store, rules, &mut tx, job, owner, now).await?;
+        tx.commit().await?;
+        Ok::<(), ApiError>(())
+    };
+    match run.await {
         Ok(()) => true,
         Err(e) => {
             tracing::warn!(kind = %job.kind, subject = %job.subject_ref, error = %e, "job failed");
@@ -131,28 +198,26 @@ pub(crate) async fn run_leased(
     }
 }
 
-async fn run_one(
+/// A job's effects, events and deletion in `tx`, at `now`.
+async fn run_in(
     store: &Store,
     rules: &Rules,
+    tx: &mut WriteTx,
     job: &Job,
     owner: &str,
     now: Timestamp,
 ) -> Result<(), ApiError> {
-    let mut tx = store.begin().await?;
     // The job goes first, so that one that schedules its own kind again for
     // the same subject (a renewal's next period end) is not kept from it.
-    jobs::complete(&mut tx, job, owner).await?;
+    jobs::complete(tx, job, owner).await?;
     match job.kind.as_str() {
-        START => start_refund(&mut tx, job, now).await?,
-        SETTLE => settle_refund(store, &mut tx, job, now).await?,
-        OPEN_DISPUTE => open_dispute(store, &mut tx, job, now).await?,
-        crate::renewals::RENEW => {
-            crate::renewals::period_end(store, rules, &mut tx, job, now).await?
-        }
-        crate::renewals::RETRY => crate::renewals::retry(store, rules, &mut tx, job, now).await?,
+        START => start_refund(tx, job, now).await?,
+        SETTLE => settle_refund(store, tx, job, now).await?,
+        OPEN_DISPUTE => open_dispute(store, tx, job, now).await?,
+        crate::renewals::RENEW => crate::renewals::period_end(store, rules, tx, job, now).await?,
+        crate::renewals::RETRY => crate::renewals::retry(store, rules, tx, job, now).await?,
         other => tracing::warn!(kind = other, "unknown job dropped"),
     }
-    tx.commit().await?;
     Ok(())
 }
 

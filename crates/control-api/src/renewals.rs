@@ -5,10 +5,10 @@
 //! (`ADVANCE`), which runs the clock's due work in time order at the
 //! clock's time.
 //!
-//! Each renewal, retry or cancel is one unit of work with its events,
-//! committed with the deletion of its job (`jobs::run_one`), so a crash
-//! leaves all of it or none of it and it runs once with any number of
-//! runners. The rules (which period comes next, what a card answers, when
+//! Each renewal, retry or cancel is written with its events and the
+//! deletion of its job in one unit of work (`jobs::run_in`; jobs due at the
+//! same time share one, `jobs::run_group`), so a crash leaves all of it or
+//! none of it and it runs once with any number of runners. The rules (which period comes next, what a card answers, when
 //! to retry) are `domain::checkout`'s; this module writes what they decide.
 
 use crate::error::ApiError;
@@ -425,14 +425,10 @@ pub(crate) async fn advance(
             };
             // Work a job makes falls due after the job's own time, so the
             // jobs that share the earliest time can all run before looking
-            // again, in time order.
+            // again, in time order, as one unit of work.
             let at = first.due_at;
-            for due in due.iter().take_while(|j| j.due_at == at) {
-                let until = wall.plus_seconds(LEASE_SECONDS);
-                if store.lease_job(due, owner, wall, until).await? {
-                    crate::jobs::run_leased(store, rules, due, owner, due.due_at).await;
-                }
-            }
+            let group: Vec<Job> = due.into_iter().take_while(|j| j.due_at == at).collect();
+            crate::jobs::run_group(store, rules, &group, owner, wall, at).await;
         }
     }
     let mut tx = store.begin().await?;

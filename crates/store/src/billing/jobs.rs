@@ -183,8 +183,8 @@ impl Store {
         Ok(changed == 1)
     }
 
-    /// Leases a due job to `owner` until `until`; false when another
-    /// runner holds it or it is gone.
+    /// Leases a due job to `owner` until `until`, in a unit of its own;
+    /// false when another runner holds it or it is gone.
     pub async fn lease_job(
         &self,
         job: &Job,
@@ -193,20 +193,36 @@ impl Store {
         until: Timestamp,
     ) -> Result<bool, StoreError> {
         let mut tx = self.begin().await?;
-        let changed = tx
-            .execute(
-                "UPDATE jobs SET lease_owner = $1, lease_until = $2 WHERE kind = $3 \
-                 AND subject_ref = $4 AND (lease_until IS NULL OR lease_until < $5)",
-                &[
-                    owner.into(),
-                    until.millis().into(),
-                    job.kind.as_str().into(),
-                    job.subject_ref.as_str().into(),
-                    now.millis().into(),
-                ],
-            )
-            .await?;
+        let leased = claim(&mut tx, job, owner, now, until).await?;
         tx.commit().await?;
-        Ok(changed == 1)
+        Ok(leased)
     }
+}
+
+/// Leases a due job to `owner` until `until` inside `tx`, the unit of work
+/// that runs it; false when another runner holds it or it is gone. On
+/// PostgreSQL a runner whose open unit holds the job makes this wait for
+/// that unit's end, and then find the job deleted or leased: a job runs
+/// once however many runners claim it.
+pub async fn claim(
+    tx: &mut WriteTx,
+    job: &Job,
+    owner: &str,
+    now: Timestamp,
+    until: Timestamp,
+) -> Result<bool, StoreError> {
+    let changed = tx
+        .execute(
+            "UPDATE jobs SET lease_owner = $1, lease_until = $2 WHERE kind = $3 \
+             AND subject_ref = $4 AND (lease_until IS NULL OR lease_until < $5)",
+            &[
+                owner.into(),
+                until.millis().into(),
+                job.kind.as_str().into(),
+                job.subject_ref.as_str().into(),
+                now.millis().into(),
+            ],
+        )
+        .await?;
+    Ok(changed == 1)
 }

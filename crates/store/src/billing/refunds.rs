@@ -204,8 +204,9 @@ pub async fn set_status(
 }
 
 /// Records a succeeded refund on its capture and payment, and sets the
-/// order's status from the payment's refunded total; returns the order's
-/// reference and the refunded total. `now` stamps the rows it changes.
+/// order's status from the payment's refunded total; returns the order the
+/// payment bought access through (for a renewal's payment, the order that
+/// started its subscription). `now` stamps the rows it changes.
 pub async fn apply_success(
     tx: &mut WriteTx,
     refund: &RefundRecord,
@@ -244,7 +245,20 @@ pub async fn apply_success(
             ],
         )
         .await?;
-    orders
+    if let Some(row) = orders.first() {
+        return text(row, "order_ref").map(|r| Some(Ref::from_trusted(r)));
+    }
+    // A renewal's payment is no order's own: it is billed under the order
+    // that started its subscription (its session's), whose status stays
+    // that of its first payment, and whose entitlements are what the
+    // renewal paid for.
+    let started = tx
+        .fetch(
+            "SELECT order_ref FROM orders WHERE checkout_session_ref = $1",
+            &[payment.checkout_session_ref.as_str().into()],
+        )
+        .await?;
+    started
         .first()
         .map(|r| text(r, "order_ref").map(Ref::from_trusted))
         .transpose()
