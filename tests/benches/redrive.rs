@@ -53,8 +53,8 @@
 //!    `BENCH_REDRIVE_LIMIT_SECONDS`, default 600, for each wait).
 //!
 //! Figures: the outage's time; the job's achieved rate before the kill
-//! (redriven ÷ time from `running` to the kill), after it (from the first
-//! progress after the kill to the end) and overall, against the configured
+//! (redriven ÷ time from `running` to the kill), after it (from the last
+//! read without progress after the kill to the end) and overall, against the configured
 //! rate; the kill's position and the pause it caused; the live p50/p99 of
 //! each window and the ratio of p99 during to p99 before. Checks: in the
 //! store, every failing endpoint's delivery is in generation 2,
@@ -804,6 +804,7 @@ async fn fleet_phase(
     let mut running_at: Option<Instant> = None;
     let mut kill: Option<(Instant, JobState)> = None;
     let mut resumed_at: Option<Instant> = None;
+    let mut stalled_at: Option<Instant> = None;
     let mut last_print = Instant::now();
     let final_state = loop {
         tokio::time::sleep(POLL).await;
@@ -831,8 +832,11 @@ async fn fleet_phase(
             last_print = Instant::now();
         }
         if let Some((_, at_kill)) = &kill {
+            // The last read before progress resumed (a conservative start).
             if resumed_at.is_none() && s.redriven > at_kill.redriven {
-                resumed_at = Some(s.at);
+                resumed_at = Some(stalled_at.unwrap_or(s.at));
+            } else if resumed_at.is_none() {
+                stalled_at = Some(s.at);
             }
         }
         if !s.status.is_empty() && s.status != "counting" && s.status != "running" {
@@ -969,21 +973,21 @@ async fn fleet_phase(
     let (d50, d99, dmax) = quantiles(&mut during);
     let (a50, a99, amax) = quantiles(&mut after);
     println!(
-        "   live before the job ({} deliveries): p50 {} ms, p99 {} ms, max {} ms",
+        "   live before the job ({} deliveries): p50 {}, p99 {}, max {}",
         before.len(),
         ms(b50),
         ms(b99),
         ms(bmax)
     );
     println!(
-        "   live during the job, until the kill ({} deliveries): p50 {} ms, p99 {} ms, max {} ms",
+        "   live during the job, until the kill ({} deliveries): p50 {}, p99 {}, max {}",
         during.len(),
         ms(d50),
         ms(d99),
         ms(dmax)
     );
     println!(
-        "   live from the kill to the job's end ({} deliveries, no goal): p50 {} ms, p99 {} ms, max {} ms",
+        "   live from the kill to the job's end ({} deliveries, no goal): p50 {}, p99 {}, max {}",
         after.len(),
         ms(a50),
         ms(a99),
@@ -1092,7 +1096,7 @@ async fn fleet_phase(
         }
     ));
     verdicts.push(format!(
-        "live p99 before {} ms, during {} ms, ratio {} (goal ≤ {GOAL_P99_RATIO}): {}",
+        "live p99 before {}, during {}, ratio {} (goal ≤ {GOAL_P99_RATIO}): {}",
         ms(b99),
         ms(d99),
         ratio.map_or("n/a".to_owned(), |r| format!("{r:.2}")),
