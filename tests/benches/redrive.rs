@@ -1076,7 +1076,8 @@ async fn fleet_phase(
     let once_each = beyond == 0 && second_ok == n as i64;
     verdicts.push(format!(
         "redrive, {} failed deliveries: each redriven once across a SIGKILL (all in generation 2, succeeded; \
-         {beyond} beyond) {}; {twice_or_more} received twice ({repeated_attempts} attempts repeated after the kill)",
+         {beyond} beyond) {}; {twice_or_more} received twice ({repeated_attempts} with two attempts of generation 2 in the store; \
+         any more received twice: sends whose results the SIGKILL lost)",
         thousands(n as u64),
         if once_each { "PASS" } else { "FAIL" }
     ));
