@@ -26,7 +26,9 @@
 //! ran twice after it.
 //!
 //! Embedded mode (a SQLite file) always runs; fleet mode (PostgreSQL, a fresh
-//! database per run) runs only with BILLING_TEST_FLEET=1.
+//! database per run) runs only with BILLING_TEST_FLEET=1. In fleet mode a
+//! `billing dispatcher` starts beside the new server, so two runners race
+//! for the advance and its renewals, and still each renewal runs once.
 
 use crate::common::{
     billing, bootstrap, free_port, on_embedded_store, on_fleet_store, rand_u32, say, wait_ready,
@@ -69,8 +71,13 @@ const WITHIN: Duration = Duration::from_secs(90);
 /// `billing serve` with its stderr in `log_name` (in `dir`); killed
 /// (SIGKILL) if the test ends early.
 fn serve(dir: &Path, envs: &[(&str, String)], log_name: &str) -> Process {
+    role(dir, envs, "serve", log_name)
+}
+
+/// `billing <command>` (`serve` or `dispatcher`), as `serve` above.
+fn role(dir: &Path, envs: &[(&str, String)], command: &str, log_name: &str) -> Process {
     Process::spawn_logged(
-        billing(dir, envs).arg("serve").env("RUST_LOG", "warn"),
+        billing(dir, envs).arg(command).env("RUST_LOG", "warn"),
         dir.join(log_name),
     )
 }
@@ -482,11 +489,15 @@ async fn check_renewed_once(api: &Api, subs: &[Value], problems: &mut Vec<String
 
 /// The scenario of the module docs against a store the environment
 /// variables `envs` name; `probe_url` reads that store beside the server.
+/// `second_runner`: after the kill, a `billing dispatcher` starts beside
+/// the new `billing serve` on the same store, so two runners race for the
+/// advance the killed one held (fleet mode).
 async fn crash_mid_advance(
     label: &str,
     dir: &Path,
     envs: Vec<(&'static str, String)>,
     probe_url: &str,
+    second_runner: bool,
 ) {
     let api_port = free_port();
     let with_ports = || {
@@ -546,8 +557,17 @@ async fn crash_mid_advance(
          a renewal was left half-done\n{log_1}"
     );
 
-    // 3. The same store, a new process, which finishes the advance.
+    // 3. The same store, a new process (and in a fleet a dispatcher beside
+    //    it, the two racing for the advance), which finishes the advance.
     let mut second = serve(dir, &with_ports(), "serve-2.log");
+    let mut runner = second_runner.then(|| {
+        let mut e = envs.clone();
+        e.push((
+            "BILLING_METRICS__LISTEN",
+            format!("127.0.0.1:{}", free_port()),
+        ));
+        role(dir, &e, "dispatcher", "dispatcher-2.log")
+    });
     wait_ready(&api.client, &api.url, || second.log_tail()).await;
     let restarted_after = killed.elapsed();
     let ready = loop {
@@ -568,8 +588,12 @@ async fn crash_mid_advance(
     // 4. Every renewal once.
     let mut problems = Vec::new();
     let counted = check_renewed_once(&api, &subs, &mut problems).await;
-    let log_2 = second.log_tail();
-    let clean_exit = second.terminate_cleanly();
+    let mut log_2 = second.log_tail();
+    let mut clean_exit = second.terminate_cleanly();
+    if let Some(runner) = runner.as_mut() {
+        log_2.push_str(&runner.log_tail());
+        clean_exit &= runner.terminate_cleanly();
+    }
 
     say(&format!(
         "renewal crash [{label}]: {SUBSCRIPTIONS} subscriptions paid on a clock after {} ms; advance of {MONTHS} months asked, \
@@ -598,7 +622,7 @@ async fn crash_mid_advance(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded_crash_mid_advance_renews_each_subscription_once() {
     on_embedded_store(|label, dir, envs, probe| async move {
-        crash_mid_advance(label, &dir, envs, &probe).await
+        crash_mid_advance(label, &dir, envs, &probe, false).await
     })
     .await;
 }
@@ -611,7 +635,7 @@ async fn fleet_crash_mid_advance_renews_each_subscription_once() {
         "billing_renewal",
         12,
         |label, dir, envs, store_url| async move {
-            crash_mid_advance(label, &dir, envs, &store_url).await
+            crash_mid_advance(label, &dir, envs, &store_url, true).await
         },
     )
     .await;
