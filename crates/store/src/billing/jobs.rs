@@ -107,13 +107,16 @@ pub async fn complete(tx: &mut WriteTx, job: &Job, owner: &str) -> Result<(), St
 
 impl Store {
     /// Up to `limit` wall-clock jobs due at `now` whose lease is free,
-    /// soonest first.
+    /// soonest first, then by kind and subject: runners that read the same
+    /// jobs claim them in the same order (`claim`), so two units of work
+    /// never wait on each other's claims in a cycle.
     pub async fn due_jobs(&self, now: Timestamp, limit: u32) -> Result<Vec<Job>, StoreError> {
         read::all(
             self.pool(),
             &format!(
                 "SELECT * FROM jobs WHERE due_at <= $1 AND test_clock_ref IS NULL \
-                 AND (lease_until IS NULL OR lease_until < $1) ORDER BY due_at LIMIT {limit}"
+                 AND (lease_until IS NULL OR lease_until < $1) \
+                 ORDER BY due_at, kind, subject_ref LIMIT {limit}"
             ),
             &[now.millis().into()],
             |row| decode(row),
