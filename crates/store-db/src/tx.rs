@@ -222,7 +222,9 @@ impl WriteTx {
     /// A transaction on `conn`. `signals` is whatever its owner wants the
     /// writes made in it to reach (`signals`), e.g. the `Notify`s a commit
     /// may wake; `None` when nobody is to be woken.
+    /// Its `BEGIN`, sent by the caller on `conn`, counts here (`count`).
     pub fn new(conn: Conn, backend: Backend, signals: Option<Arc<dyn Any + Send + Sync>>) -> Self {
+        crate::count::one();
         WriteTx {
             conn,
             backend,
@@ -269,6 +271,7 @@ impl WriteTx {
             _held,
             ..
         } = self;
+        crate::count::one();
         match conn {
             Conn::Sqlx(tx) => tx.commit().await?,
             // A failed COMMIT leaves the transaction open: the drop rolls
@@ -286,6 +289,7 @@ impl WriteTx {
     /// (row and advisory locks) outlives the drop for a moment; a caller
     /// that goes on to take the same locks rolls back first.
     pub async fn rollback(self) -> Result<(), StoreError> {
+        crate::count::one();
         match self.conn {
             Conn::Sqlx(tx) => tx.rollback().await?,
             Conn::Lite(tx) => tx.conn()?.execute_batch("ROLLBACK")?,
@@ -295,6 +299,7 @@ impl WriteTx {
 
     /// Runs `sql`; returns the number of rows it changed.
     pub async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+        crate::count::one();
         match &mut self.conn {
             Conn::Sqlx(tx) => Ok(sqlx_query(sql, args)
                 .execute(&mut **tx)
@@ -309,6 +314,7 @@ impl WriteTx {
 
     /// Runs `sql` and returns its rows.
     pub async fn fetch(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<CellRow>, StoreError> {
+        crate::count::one();
         match &mut self.conn {
             Conn::Sqlx(tx) => {
                 let rows = sqlx_query(sql, args).fetch_all(&mut **tx).await?;
