@@ -198,29 +198,23 @@ impl Admin<'_> {
     }
 
     /// Finds the credential whose current secret, or previous secret still
-    /// in its grace period, has `digest`, with its principal and permissions:
-    /// one statement, a row per active grant (one without a grant).
+    /// in its grace period, has `digest`, with its principal and permissions.
     pub async fn authenticate(
         &self,
         digest: &str,
         now: Timestamp,
     ) -> Result<Option<AuthRecord>, StoreError> {
-        let rows = read::all(
+        let found = read::optional(
             self.pool(),
             "SELECT c.credential_ref, c.principal_ref, c.environment_ref, c.status, c.expires_at, \
              c.last_used_at, c.secret_digest, c.previous_secret_digest, \
-             s.status AS principal_status, e.mode, g.permission_action \
+             s.status AS principal_status, e.mode \
              FROM credentials c \
              JOIN service_accounts s ON s.principal_ref = c.principal_ref \
              JOIN environments e ON e.environment_ref = c.environment_ref \
-             LEFT JOIN grants g ON g.principal_ref = c.principal_ref AND g.status = $1 \
-             WHERE c.secret_digest = $2 \
-                OR (c.previous_secret_digest = $2 AND c.previous_secret_expires_at > $3)",
-            &[
-                GrantStatus::Active.as_str().into(),
-                digest.into(),
-                now.millis().into(),
-            ],
+             WHERE c.secret_digest = $1 \
+                OR (c.previous_secret_digest = $1 AND c.previous_secret_expires_at > $2)",
+            &[digest.into(), now.millis().into()],
             |row| {
                 let current = text(row, "secret_digest")?;
                 let previous = row.text("previous_secret_digest")?;
@@ -229,7 +223,7 @@ impl Admin<'_> {
                 if !matches {
                     return Ok(None);
                 }
-                let record = AuthRecord {
+                Ok(Some(AuthRecord {
                     credential_ref: Ref::from_trusted(text(row, "credential_ref")?),
                     principal_ref: Ref::from_trusted(text(row, "principal_ref")?),
                     environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
@@ -238,24 +232,25 @@ impl Admin<'_> {
                     credential_status: state(row, "status", CredentialStatus::parse)?
                         .effective(opt_ts(row, "expires_at")?, now),
                     last_used_at: opt_ts(row, "last_used_at")?,
-                    // Gathered from the rows below.
+                    // Read below, once the secret matched.
                     permissions: Vec::new(),
-                };
-                Ok(Some((record, row.text("permission_action")?)))
+                }))
             },
         )
         .await?;
-        // The first matching credential, with the permissions of its rows.
-        let mut matched = rows.into_iter().flatten();
-        let Some((mut auth, first)) = matched.next() else {
+        let Some(mut auth) = found.flatten() else {
             return Ok(None);
         };
-        auth.permissions.extend(first);
-        for (other, permission) in matched {
-            if other.credential_ref == auth.credential_ref {
-                auth.permissions.extend(permission);
-            }
-        }
+        auth.permissions = read::all(
+            self.pool(),
+            "SELECT permission_action FROM grants WHERE principal_ref = $1 AND status = $2",
+            &[
+                auth.principal_ref.as_str().into(),
+                GrantStatus::Active.as_str().into(),
+            ],
+            |row| text(row, "permission_action"),
+        )
+        .await?;
         Ok(Some(auth))
     }
 
