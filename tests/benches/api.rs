@@ -36,8 +36,18 @@
 //! scenarios over a fresh PostgreSQL database on the harness's server,
 //! `BILLING_TEST_PG_URL`, with the events relayed to the store's own queue
 //! as on SQLite; the database is `ANALYZE`d after each untimed pass, since
-//! the machine's server runs without autovacuum). Command-line arguments
-//! (cargo passes `--bench`) are ignored.
+//! the machine's server runs without autovacuum), `BENCH_ONLY` (`pay`: only
+//! the pay rows, with the catalogue they need; unset or `all`: every
+//! scenario). Command-line arguments (cargo passes `--bench`) are ignored.
+//!
+//! Before the pay phases, with nothing else running in the process (no
+//! relay, no dispatcher yet), `COUNTED_PAYS` pays are sent one at a time
+//! and the statements the store sent meanwhile are counted
+//! (`store::db::count`): the statements of one pay request, everything
+//! from authentication to the request log. Then the relay and the
+//! dispatcher start, and the statements until those pays' webhooks are
+//! delivered and recorded (the process quiet again) count as the pay's
+//! events' share.
 //!
 //! Run with `cargo bench -p billing-tests --bench api`.
 
@@ -94,7 +104,15 @@ struct Config {
     concurrency: usize,
     measure: Duration,
     backend: Backend,
+    /// `BENCH_ONLY=pay`: only the pay scenarios.
+    only_pay: bool,
 }
+
+/// Pays sent one at a time to count their statements.
+const COUNTED_PAYS: usize = 100;
+/// How long the statement count must stand still for the process to
+/// count as quiet (every webhook delivered and recorded).
+const QUIET: Duration = Duration::from_millis(500);
 
 fn backend_name(backend: Backend) -> &'static str {
     match backend {
@@ -138,10 +156,19 @@ fn config() -> Result<Config, String> {
         },
         Err(_) => Backend::Sqlite,
     };
+    let only_pay = match std::env::var("BENCH_ONLY") {
+        Ok(v) => match v.trim() {
+            "pay" => true,
+            "all" | "" => false,
+            _ => return Err(format!("BENCH_ONLY must be pay or all, got {v:?}")),
+        },
+        Err(_) => false,
+    };
     Ok(Config {
         concurrency,
         measure: Duration::from_secs_f64(seconds),
         backend,
+        only_pay,
     })
 }
 
@@ -651,6 +678,23 @@ async fn await_deliveries(receiver: &TestReceiver, expected: usize) -> (usize, O
     }
 }
 
+/// The statement count once it has stood still for `QUIET` (at most
+/// `DELIVERY_WAIT`).
+async fn quiet() -> u64 {
+    let started = Instant::now();
+    let mut last = store::db::count::statements();
+    let mut still_since = Instant::now();
+    while still_since.elapsed() < QUIET && started.elapsed() < DELIVERY_WAIT {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = store::db::count::statements();
+        if now != last {
+            last = now;
+            still_since = Instant::now();
+        }
+    }
+    last
+}
+
 fn ms(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
 }
@@ -712,7 +756,12 @@ async fn bench(config: Config) -> ExitCode {
     // One key per client task, used once here (a creation, not a replay)
     // so that every measured request with it is a replay.
     let mut replay_keys = Vec::with_capacity(config.concurrency);
-    for _ in 0..config.concurrency {
+    let replays = if config.only_pay {
+        0
+    } else {
+        config.concurrency
+    };
+    for _ in 0..replays {
         let key = fresh_key();
         let request = client
             .post(&create_url)
@@ -840,22 +889,16 @@ async fn bench(config: Config) -> ExitCode {
     );
 
     let mut reports = Vec::new();
-    for scenario in &scenarios {
+    for scenario in scenarios.iter().filter(|_| !config.only_pay) {
         let report = measure(&client, scenario, &config).await;
         print_row(&report);
         reports.push(report);
     }
 
     // The pay path, with its webhooks going out as in production: the
-    // outbox relay and a dispatcher run from here on.
+    // outbox relay and a dispatcher run once the pays' statements are
+    // counted.
     let receiver = subscribe_receiver(&app).await;
-    let relay_stop = tokio_util::sync::CancellationToken::new();
-    let relay = tokio::spawn(dispatcher::outbox::relay(
-        app.store.clone(),
-        dispatcher::outbox::Target::Queue(app.queue.clone()),
-        relay_stop.clone(),
-    ));
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s,5s"));
     let config_ref = match seed_checkout(&client, &base, &secret, &catalogue.offer_ref).await {
         Ok(config_ref) => config_ref,
         Err(e) => {
@@ -908,6 +951,49 @@ async fn bench(config: Config) -> ExitCode {
     let mut setup_errors = Vec::new();
     // Successful pays, warm-ups included: each sends `PAY_EVENTS`.
     let mut paid = 0;
+
+    // Statements per pay: the requests alone, then their events' share
+    // (module docs).
+    let per_pay = |statements: u64, pays: usize| statements as f64 / pays.max(1) as f64;
+    let mut counted = None;
+    match checkout.fill(COUNTED_PAYS).await {
+        Ok(_) => {
+            let before = store::db::count::statements();
+            let mut ok = 0;
+            for _ in 0..COUNTED_PAYS {
+                match pay[0].build.as_ref()(&client, 0) {
+                    Some(request) => match pay[0].exchange(request).await {
+                        Ok(()) => ok += 1,
+                        Err(e) => setup_errors.push(format!("a counted pay failed: {e}")),
+                    },
+                    None => break,
+                }
+            }
+            counted = Some((ok, store::db::count::statements() - before));
+            paid += ok;
+        }
+        Err(e) => setup_errors.push(format!("making the counted pays' sessions failed: {e}")),
+    }
+    let before_events = store::db::count::statements();
+    let relay_stop = tokio_util::sync::CancellationToken::new();
+    let relay = tokio::spawn(dispatcher::outbox::relay(
+        app.store.clone(),
+        dispatcher::outbox::Target::Queue(app.queue.clone()),
+        relay_stop.clone(),
+    ));
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s,5s"));
+    if let Some((ok, statements)) = counted {
+        let (arrived, _) = await_deliveries(&receiver, ok * PAY_EVENTS.len()).await;
+        let events = quiet().await - before_events;
+        println!(
+            "statements per pay ({ok} pays, one at a time): {:.1} for the request; \
+             {:.1} more for its events ({arrived} webhooks: relay, intake, fan-out, \
+             delivery records)",
+            per_pay(statements, ok),
+            per_pay(events, ok),
+        );
+        println!();
+    }
     let mut pay_reports = Vec::new();
     for scenario in &pay {
         // Sessions made for this scenario, and the time that took.

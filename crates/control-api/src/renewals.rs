@@ -25,6 +25,7 @@ use domain::{Money, Ref, Timestamp};
 use serde::Serialize;
 use std::time::Duration;
 use store::billing::checkout::entitlements;
+use store::billing::checkout::invoice_numbers;
 use store::billing::checkout::methods::StoredMethodRecord;
 use store::billing::checkout::orders::{self, InvoiceRecord, RenewalInvoice, Retried};
 use store::billing::checkout::payments::{self, NewPayment, PaymentRecord};
@@ -192,7 +193,7 @@ async fn charge(
 }
 
 /// Renews an active subscription at its period's end: the charge, the
-/// invoice with the next number, the next period; a decline makes it
+/// invoice (its number taken at the commit), the next period; a decline makes it
 /// `past_due` with an open invoice that dunning retries.
 async fn renew(
     store: &Store,
@@ -239,11 +240,13 @@ async fn renew(
         events.add("payment.succeeded", &payment.dto(now))?;
         events.add("invoice.paid", &invoice.dto(now))?;
         events.add("subscription.renewed", &renewed.dto(now))?;
+        invoice_numbers::number_at_commit(tx, &invoice, &events.list);
         return Ok(());
     }
     events.add("payment.failed", &payment.dto(now))?;
     events.add("subscription.past_due", &renewed.dto(now))?;
     events.add("invoice.payment_failed", &invoice.dto(now))?;
+    invoice_numbers::number_at_commit(tx, &invoice, &events.list);
     match rules
         .dunning
         .retry_at(invoice.issued_at, invoice.attempt_count)

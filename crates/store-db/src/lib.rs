@@ -12,6 +12,7 @@
 //! - `lane` and `checkpoint`: SQLite's write lane and its WAL checkpoints,
 //!   with the connection set-up they share (`SQLITE_PRAGMAS`,
 //!   `Synchronous`, `BUSY_TIMEOUT`);
+//! - `count`: how many statements the process sent, for benchmarks;
 //! - `StoreError` (and `LaneError`), the error of every store operation.
 //!
 //! What it must never do: know a table, a column or a state of a domain
@@ -24,6 +25,7 @@
 
 pub mod checkpoint;
 pub mod codec;
+pub mod count;
 mod error;
 pub mod lane;
 pub mod marks;

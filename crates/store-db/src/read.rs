@@ -21,6 +21,7 @@ pub async fn all<'c, T>(
     args: &[Arg<'_>],
     decode: impl Fn(&dyn Columns) -> Result<T, StoreError>,
 ) -> Result<Vec<T>, StoreError> {
+    crate::count::one();
     let rows = sqlx_query(sql, args).fetch_all(exec).await?;
     rows.iter().map(|row| decode(row)).collect()
 }
@@ -32,6 +33,7 @@ pub async fn optional<'c, T>(
     args: &[Arg<'_>],
     decode: impl Fn(&dyn Columns) -> Result<T, StoreError>,
 ) -> Result<Option<T>, StoreError> {
+    crate::count::one();
     let row = sqlx_query(sql, args).fetch_optional(exec).await?;
     row.as_ref().map(|row| decode(row)).transpose()
 }
@@ -57,6 +59,7 @@ pub async fn scalar_int<'c>(
     args: &[Arg<'_>],
 ) -> Result<Option<i64>, StoreError> {
     use sqlx::Row;
+    crate::count::one();
     let row = sqlx_query(sql, args)
         .fetch_optional(exec)
         .await?

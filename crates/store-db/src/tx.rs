@@ -22,11 +22,18 @@
 //! What a commit announces in the process is the caller's: the owner of
 //! the transaction attaches its signals (`WriteTx::new`'s `signals`, opaque
 //! here) and a write asks for one to be woken (`wake_on_commit`).
+//!
+//! A write may also ask for statements to run last, right before the
+//! `COMMIT` (`at_commit`): a row that concurrent units of work queue on (a
+//! counter) is then locked for the commit alone, not for the rest of the
+//! unit of work. What they write is the caller's, as any statement's.
 
 use crate::error::LaneError;
 use crate::{Backend, StoreError};
 use sqlx::Row;
 use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
@@ -162,7 +169,15 @@ pub struct WriteTx {
     /// Released when the transaction ends, committed or not (an
     /// idempotency key's in-process claim).
     _held: Option<Box<dyn Send + Sync>>,
+    /// Run in order by `commit`, before its `COMMIT` (`at_commit`).
+    last: Vec<Last>,
 }
+
+/// What a function given to `at_commit` returns: its statements, run on
+/// the transaction it was given.
+pub type LastFuture<'t> = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send + 't>>;
+
+type Last = Box<dyn for<'t> FnOnce(&'t mut WriteTx) -> LastFuture<'t> + Send + Sync>;
 
 /// The connection a `WriteTx` runs on: a pooled sqlx transaction, or the
 /// write lane's (`crate::lane`).
@@ -222,14 +237,27 @@ impl WriteTx {
     /// A transaction on `conn`. `signals` is whatever its owner wants the
     /// writes made in it to reach (`signals`), e.g. the `Notify`s a commit
     /// may wake; `None` when nobody is to be woken.
+    /// Its `BEGIN`, sent by the caller on `conn`, counts here (`count`).
     pub fn new(conn: Conn, backend: Backend, signals: Option<Arc<dyn Any + Send + Sync>>) -> Self {
+        crate::count::one();
         WriteTx {
             conn,
             backend,
             signals,
             on_commit: Vec::new(),
             _held: None,
+            last: Vec::new(),
         }
+    }
+
+    /// Runs `last` when the transaction commits, after every statement
+    /// made through it and before the `COMMIT`, in the order asked; if it
+    /// fails, nothing commits. A rollback never runs it.
+    pub fn at_commit<F>(&mut self, last: F)
+    where
+        F: for<'t> FnOnce(&'t mut WriteTx) -> LastFuture<'t> + Send + Sync + 'static,
+    {
+        self.last.push(Box::new(last));
     }
 
     /// What the owner attached at `new`, if it is a `T`.
@@ -262,13 +290,19 @@ impl WriteTx {
     /// Commits, then wakes what the writes asked for (`wake_on_commit`):
     /// in the store, this process's relay and dispatcher for what the
     /// transaction emitted or made due.
-    pub async fn commit(self) -> Result<(), StoreError> {
+    /// What was asked to run last (`at_commit`) runs first; should it
+    /// fail, the transaction rolls back as it is dropped.
+    pub async fn commit(mut self) -> Result<(), StoreError> {
+        for last in std::mem::take(&mut self.last) {
+            last(&mut self).await?;
+        }
         let WriteTx {
             conn,
             on_commit,
             _held,
             ..
         } = self;
+        crate::count::one();
         match conn {
             Conn::Sqlx(tx) => tx.commit().await?,
             // A failed COMMIT leaves the transaction open: the drop rolls
@@ -286,6 +320,7 @@ impl WriteTx {
     /// (row and advisory locks) outlives the drop for a moment; a caller
     /// that goes on to take the same locks rolls back first.
     pub async fn rollback(self) -> Result<(), StoreError> {
+        crate::count::one();
         match self.conn {
             Conn::Sqlx(tx) => tx.rollback().await?,
             Conn::Lite(tx) => tx.conn()?.execute_batch("ROLLBACK")?,
@@ -295,6 +330,7 @@ impl WriteTx {
 
     /// Runs `sql`; returns the number of rows it changed.
     pub async fn execute(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<u64, StoreError> {
+        crate::count::one();
         match &mut self.conn {
             Conn::Sqlx(tx) => Ok(sqlx_query(sql, args)
                 .execute(&mut **tx)
@@ -309,6 +345,7 @@ impl WriteTx {
 
     /// Runs `sql` and returns its rows.
     pub async fn fetch(&mut self, sql: &str, args: &[Arg<'_>]) -> Result<Vec<CellRow>, StoreError> {
+        crate::count::one();
         match &mut self.conn {
             Conn::Sqlx(tx) => {
                 let rows = sqlx_query(sql, args).fetch_all(&mut **tx).await?;
@@ -555,6 +592,62 @@ mod tests {
         tokio::time::timeout(std::time::Duration::from_secs(1), woken)
             .await
             .expect("the commit wakes it");
+    }
+
+    /// What is asked to run last runs at the commit, after the statements
+    /// made meanwhile and in the order asked; a failing one commits
+    /// nothing, and a rollback runs none.
+    #[tokio::test]
+    async fn what_runs_last_runs_before_the_commit_or_not_at_all() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (k TEXT PRIMARY KEY, n BIGINT)")
+            .unwrap();
+        let home = Arc::new(Mutex::new(Some(conn)));
+        let begin = || {
+            WriteTx::new(
+                Conn::Lite(LiteTx::begin(home.clone(), None).unwrap()),
+                Backend::Sqlite,
+                None,
+            )
+        };
+        async fn append(tx: &mut WriteTx, n: i64) -> Result<(), StoreError> {
+            tx.execute("UPDATE t SET n = n * 10 + ? WHERE k = 'a'", &[n.into()])
+                .await?;
+            Ok(())
+        }
+        let mut tx = begin();
+        tx.at_commit(|tx| Box::pin(append(tx, 1)));
+        tx.at_commit(|tx| Box::pin(append(tx, 2)));
+        tx.execute("INSERT INTO t (k, n) VALUES ('a', 0)", &[])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let n = |home: &Arc<Mutex<Option<rusqlite::Connection>>>| -> i64 {
+            home.lock()
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .query_row("SELECT n FROM t WHERE k = 'a'", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(n(&home), 12, "after the insert, first 1 then 2");
+
+        let mut tx = begin();
+        tx.at_commit(|tx| Box::pin(append(tx, 3)));
+        tx.rollback().await.unwrap();
+        assert_eq!(n(&home), 12, "a rollback runs nothing");
+
+        let mut tx = begin();
+        tx.execute("UPDATE t SET n = 0", &[]).await.unwrap();
+        tx.at_commit(|tx| {
+            Box::pin(async move {
+                tx.execute("INSERT INTO t (k, n) VALUES ('a', 1)", &[])
+                    .await?;
+                Ok(())
+            })
+        });
+        assert!(matches!(tx.commit().await, Err(StoreError::Duplicate)));
+        assert_eq!(n(&home), 12, "a failing last statement commits nothing");
     }
 
     #[test]

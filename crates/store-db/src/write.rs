@@ -16,5 +16,6 @@ pub async fn autocommit<'c>(
     sql: &str,
     args: &[Arg<'_>],
 ) -> Result<u64, StoreError> {
+    crate::count::one();
     Ok(sqlx_query(sql, args).execute(exec).await?.rows_affected())
 }

@@ -55,6 +55,10 @@ pub(super) async fn pay_decided(app: &TestApp, session: &str, body: Value) -> Re
     panic!("the pay of {session} stayed in conflict");
 }
 
+/// 50 pays at once after a first one: the 51 invoices are numbered 1 to
+/// 51 of the year, each number once (the number is taken last, at each
+/// pay's commit: `store::billing::checkout::invoice_numbers`), and each
+/// `invoice.paid` event carries its invoice's number.
 pub(super) async fn concurrent_pays_number_invoices_consecutively(app: TestApp) {
     let (config, _) = one_time_config(&app).await;
     // One invoice first, to number from.
@@ -89,6 +93,33 @@ pub(super) async fn concurrent_pays_number_invoices_consecutively(app: TestApp) 
             "consecutive, without gaps: {numbers:?}"
         );
     }
+    let year = numbers[0].0;
+    let expected: Vec<(u32, u32)> = (1..=51).map(|n| (year, n)).collect();
+    assert_eq!(numbers, expected, "every number from 1 to 51, once each");
+    // No relay runs here: the events are still in the outbox.
+    let carried: Vec<(String, String)> = app
+        .store
+        .outbox_batch(10_000)
+        .await
+        .expect("the outbox reads")
+        .iter()
+        .filter(|e| e.public_event_type == "invoice.paid")
+        .map(|e| {
+            let data: Value = serde_json::from_str(e.data.as_str()).expect("event data");
+            (text(&data["invoice_ref"]), text(&data["number"]))
+        })
+        .collect();
+    let mut numbered: Vec<(String, String)> = invoices
+        .iter()
+        .map(|i| (text(&i["invoice_ref"]), text(&i["number"])))
+        .collect();
+    let mut carried = carried;
+    carried.sort_unstable();
+    numbered.sort_unstable();
+    assert_eq!(
+        carried, numbered,
+        "each invoice.paid carries its invoice's number"
+    );
     assert_eq!(list(&app, CAPTURES).await.len(), 51);
     assert_eq!(list(&app, BUYERS).await.len(), 51);
 }

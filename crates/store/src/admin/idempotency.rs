@@ -104,6 +104,10 @@ pub struct KeyClaim {
     fingerprint: String,
     now: Timestamp,
     retention_ms: i64,
+    /// Whether the claim's read found a row of the scope that decided
+    /// nothing the client may replay (past retention, or `in_flight`):
+    /// `begin` deletes it. Without one, `begin` has nothing to delete.
+    leftover: bool,
     guard: Arc<ClaimGuard>,
 }
 
@@ -136,43 +140,47 @@ impl Store {
             id,
         });
         let cutoff = now.millis() - retention_ms;
-        let [environment_ref, principal_ref, operation_id, key] = scope_args(scope);
-        let decided = read::optional(
+        // The scope's row, whatever it holds (one at most: the scope is the
+        // key), so that `begin` knows whether it has one to delete.
+        let found = read::optional(
             self.pool(),
             &format!(
-                "SELECT fingerprint, status_code, response_body, response_etag \
-                 FROM idempotency_keys WHERE {SCOPE} AND state = 'done' AND created_at >= $5"
+                "SELECT state, created_at, fingerprint, status_code, response_body, \
+                 response_etag FROM idempotency_keys WHERE {SCOPE}"
             ),
-            &[
-                environment_ref,
-                principal_ref,
-                operation_id,
-                key,
-                cutoff.into(),
-            ],
+            &scope_args(scope),
             |row| {
-                if text(row, "fingerprint")? != fingerprint {
-                    return Ok(Claim::Mismatch);
+                if text(row, "state")? != "done" || int(row, "created_at")? < cutoff {
+                    return Ok(None);
                 }
-                Ok(Claim::Replay(StoredResponse {
+                if text(row, "fingerprint")? != fingerprint {
+                    return Ok(Some(Claim::Mismatch));
+                }
+                Ok(Some(Claim::Replay(StoredResponse {
                     status: u16::try_from(int(row, "status_code")?)
                         .map_err(|_| StoreError::Corrupt("status_code out of range".into()))?,
                     body: text(row, "response_body")?,
                     etag: row.text("response_etag")?,
-                }))
+                })))
             },
         )
         .await?;
-        Ok(decided.unwrap_or_else(|| {
+        let owned = |leftover| {
             Claim::Owned(KeyClaim {
                 store: self.clone(),
                 scope: scope.clone(),
                 fingerprint: fingerprint.to_owned(),
                 now,
                 retention_ms,
+                leftover,
                 guard,
             })
-        }))
+        };
+        Ok(match found {
+            None => owned(false),
+            Some(None) => owned(true),
+            Some(Some(decided)) => decided,
+        })
     }
 }
 
@@ -215,17 +223,23 @@ impl KeyClaim {
         let cutoff = self.now.millis() - self.retention_ms;
         // `in_flight` rows are left by versions that reserved a key in a
         // transaction of its own; whether their operation committed cannot
-        // be known, and such a row was taken over once stale.
-        tx.execute(
-            &format!(
-                "DELETE FROM idempotency_keys WHERE {SCOPE} AND (created_at < $5 OR state <> 'done')"
-            ),
-            &[args[0], args[1], args[2], args[3], cutoff.into()],
-        )
-        .await?;
+        // be known, and such a row was taken over once stale. Only the
+        // claim's read can have found one: a row written since is seen by
+        // the check below (PostgreSQL), and with SQLite there is none.
+        if self.leftover {
+            tx.execute(
+                &format!(
+                    "DELETE FROM idempotency_keys WHERE {SCOPE} AND (created_at < $5 OR state <> 'done')"
+                ),
+                &[args[0], args[1], args[2], args[3], cutoff.into()],
+            )
+            .await?;
+        }
         // Another API process may have decided the key since the claim's
-        // check. With SQLite this process is the file's only writer, so
-        // that check, under its in-process claim, already holds.
+        // check (or left a row of an older version): either is a request
+        // still executing for this one. With SQLite this process is the
+        // file's only writer, so that check, under its in-process claim,
+        // already holds.
         if tx.backend() == Backend::Postgres {
             let decided = tx
                 .fetch(

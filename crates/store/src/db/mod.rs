@@ -8,7 +8,7 @@
 //! `store_db` knows no table of a domain; it only runs statements. What a
 //! write means (the outbox, the due signal) is `crate::dispatch`'s.
 
-pub use store_db::{checkpoint, codec, lane, marks, page, read, tx, write};
+pub use store_db::{checkpoint, codec, count, lane, marks, page, read, tx, write};
 pub use store_db::{
     Backend, LaneError, Page, PageRequest, StoreError, Synchronous, WriteTx, BUSY_TIMEOUT,
     SQLITE_PRAGMAS,

@@ -5,7 +5,8 @@
 //!
 //! - succeeded: buyer (found by e-mail or created), stored method when
 //!   kept, payment, capture, subscriptions with their first change, the
-//!   session completed, order, invoice (next number), entitlements, journey
+//!   session completed, order, invoice (its number taken last, at the
+//!   commit: `invoice_numbers`), entitlements, journey
 //!   steps; events `payment.succeeded`, `checkout_session.completed`,
 //!   `order.created`, `invoice.paid`, `entitlement.granted` and
 //!   `subscription.started`;
@@ -37,6 +38,7 @@ use domain::{Prefix, Ref, Timestamp};
 use serde::{Deserialize, Serialize};
 use store::billing::checkout::buyers::{self, BuyerOf, BuyerRecord};
 use store::billing::checkout::entitlements;
+use store::billing::checkout::invoice_numbers;
 use store::billing::checkout::journeys::{self, Step};
 use store::billing::checkout::methods::{self, StoredMethodRecord};
 use store::billing::checkout::orders::{self, NewInvoice, NewOrder};
@@ -509,6 +511,9 @@ impl Unit<'_> {
         for subscription in &subscriptions {
             self.emit("subscription.started", &scope, &subscription.dto(now))?;
         }
+        // The invoice's number is taken last, at the commit, and written
+        // into `invoice.paid` then.
+        invoice_numbers::number_at_commit(self.tx, &invoice, &self.events);
         self.flush().await?;
         let result = if subscriptions.is_empty() {
             PayResult::RetrievePaymentResponse

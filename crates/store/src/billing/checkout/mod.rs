@@ -9,6 +9,7 @@
 
 pub mod buyers;
 pub mod entitlements;
+pub mod invoice_numbers;
 pub mod journeys;
 pub mod methods;
 pub mod orders;

@@ -1,13 +1,15 @@
 //! Orders (one per completed session) and their invoices, numbered per
-//! environment and year without gaps (`invoice_counters`).
+//! environment and year without gaps: an invoice is written with a pending
+//! number, which its unit of work replaces last, at its commit
+//! (`invoice_numbers::number_at_commit`).
 
+use super::invoice_numbers::pending;
 use super::{at, opt_reference, reference, state, PricedItem};
 use crate::billing::{minor, money, Resource};
 use crate::db::codec::opt_ts;
 use crate::db::codec::{json_col, to_json};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
 use crate::StoreError;
-use domain::checkout::invoice::{year_of, InvoiceNumber};
 use domain::checkout::states::{InvoiceStatus, OrderStatus};
 use domain::{Money, Prefix, Ref, Timestamp};
 
@@ -89,6 +91,8 @@ pub async fn create(
 pub struct InvoiceRecord {
     pub invoice_ref: Ref,
     pub environment_ref: Ref,
+    /// `<year>-<6 digits>`; pending (`invoice_numbers`) in the unit of
+    /// work that writes the invoice, until its commit.
     pub number: String,
     pub order_ref: Ref,
     pub buyer_ref: Ref,
@@ -132,41 +136,18 @@ impl Resource for InvoiceRecord {
     }
 }
 
-/// The environment's next invoice number for the year of `now`. The
-/// counter row stays locked until the unit of work ends, so concurrent
-/// payments take consecutive numbers, and a rolled-back one gives its
-/// number back.
-async fn next_number(
-    tx: &mut WriteTx,
-    environment_ref: &Ref,
-    now: Timestamp,
-) -> Result<InvoiceNumber, StoreError> {
-    let year = year_of(now);
-    let rows = tx
-        .fetch(
-            "INSERT INTO invoice_counters (environment_ref, year, last_number) VALUES ($1, $2, 1) \
-             ON CONFLICT (environment_ref, year) DO UPDATE \
-             SET last_number = invoice_counters.last_number + 1 RETURNING last_number",
-            &[environment_ref.as_str().into(), i64::from(year).into()],
-        )
-        .await?;
-    let last = int(single(&rows)?, "last_number")?;
-    u32::try_from(last)
-        .ok()
-        .and_then(|seq| InvoiceNumber::new(year, seq).ok())
-        .ok_or_else(|| StoreError::Corrupt(format!("invoice number {year}-{last}")))
-}
-
 pub struct NewInvoice<'a> {
     pub order: &'a OrderRecord,
     pub subscription_ref: Option<&'a Ref>,
     pub paid_at: Timestamp,
 }
 
-/// A paid invoice for an order, with the next number.
+/// A paid invoice for an order, with its pending number: the caller gives
+/// it its number with `invoice_numbers::number_at_commit`.
 pub async fn invoice(tx: &mut WriteTx, new: NewInvoice<'_>) -> Result<InvoiceRecord, StoreError> {
     let order = new.order;
-    let number = next_number(tx, &order.environment_ref, new.paid_at).await?;
+    let invoice_ref = Ref::generate(Prefix::Invoice);
+    let number = pending(&invoice_ref);
     let rows = tx
         .fetch(
             "INSERT INTO invoices (invoice_ref, environment_ref, number, order_ref, buyer_ref, \
@@ -174,9 +155,9 @@ pub async fn invoice(tx: &mut WriteTx, new: NewInvoice<'_>) -> Result<InvoiceRec
              payment_intent_ref) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $10, $11) RETURNING *",
             &[
-                Ref::generate(Prefix::Invoice).as_str().into(),
+                invoice_ref.as_str().into(),
                 order.environment_ref.as_str().into(),
-                number.to_string().as_str().into(),
+                number.as_str().into(),
                 order.order_ref.as_str().into(),
                 order.buyer_ref.as_str().into(),
                 new.subscription_ref.map(Ref::as_str).into(),
@@ -217,8 +198,9 @@ pub struct RenewalInvoice<'a> {
     pub now: Timestamp,
 }
 
-/// Issues a renewal's invoice with the next number: `paid` when its
-/// payment succeeded, else `open`.
+/// Issues a renewal's invoice, `paid` when its payment succeeded, else
+/// `open`, with its pending number: the caller gives it its number with
+/// `invoice_numbers::number_at_commit`.
 pub async fn renewal_invoice(
     tx: &mut WriteTx,
     new: RenewalInvoice<'_>,
@@ -228,7 +210,8 @@ pub async fn renewal_invoice(
         Some(_) => InvoiceStatus::Paid,
         None => InvoiceStatus::Open,
     };
-    let number = next_number(tx, &order.environment_ref, new.now).await?;
+    let invoice_ref = Ref::generate(Prefix::Invoice);
+    let number = pending(&invoice_ref);
     let rows = tx
         .fetch(
             "INSERT INTO invoices (invoice_ref, environment_ref, number, order_ref, buyer_ref, \
@@ -236,9 +219,9 @@ pub async fn renewal_invoice(
              payment_intent_ref) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $10, $12) RETURNING *",
             &[
-                Ref::generate(Prefix::Invoice).as_str().into(),
+                invoice_ref.as_str().into(),
                 order.environment_ref.as_str().into(),
-                number.to_string().as_str().into(),
+                number.as_str().into(),
                 order.order_ref.as_str().into(),
                 order.buyer_ref.as_str().into(),
                 new.subscription_ref.as_str().into(),
