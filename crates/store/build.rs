@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 /// The `.sql` files of a folder, by version number.
 fn files(dir: &Path) -> BTreeMap<i64, PathBuf> {
     let mut out = BTreeMap::new();
+    // An engine folder holds only the versions that differ, and may be
+    // absent; `main` checks that `shared/` gave some.
     let Ok(entries) = std::fs::read_dir(dir) else {
         return out;
     };
@@ -39,9 +41,18 @@ fn files(dir: &Path) -> BTreeMap<i64, PathBuf> {
 }
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    // Read when the script runs, not when it was compiled: a build script
+    // compiled in another checkout (a copied target/) must still read this
+    // one's migrations.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR");
+    let root = Path::new(&manifest).join("migrations");
     println!("cargo:rerun-if-changed={}", root.display());
     let shared = files(&root.join("shared"));
+    assert!(
+        !shared.is_empty(),
+        "no migrations found in {}",
+        root.join("shared").display()
+    );
     let mut generated = String::new();
     for (engine, constant) in [("sqlite", "SQLITE"), ("postgres", "POSTGRES")] {
         println!("cargo:rerun-if-changed={}", root.join(engine).display());

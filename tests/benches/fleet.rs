@@ -113,9 +113,9 @@ use axum::serve::ListenerExt;
 use base64::Engine as _;
 use billing_tests::{env_num, ms, percentile_ms};
 use fleet_run::{
-    billing_command, build_billing, confirmed, envelope, flush_redis, free_port, pg_admin,
-    pg_url_for, pick_redis_db, rabbitmqctl, remove_leftovers, url_encode, Fleet, Publisher,
-    AMQP_BASE, CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
+    analyzer, billing_command, bootstrap_sandbox, build_billing, confirmed, envelope, flush_redis,
+    free_port, pg_admin, pg_url_for, pick_redis_db, rabbitmqctl, remove_leftovers, url_encode,
+    Fleet, Publisher, AMQP_BASE, CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
 };
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -543,29 +543,6 @@ async fn failed_deliveries(conn: &mut PgConnection) -> Result<usize, String> {
     Ok(n as usize)
 }
 
-/// `ANALYZE` every `ANALYZE_EVERY` from a connection of its own until
-/// `stop`; returns how many ran.
-async fn analyzer(db: String, stop: CancellationToken) -> usize {
-    let Ok(mut conn) = PgConnection::connect(&pg_url_for(&db)).await else {
-        return 0;
-    };
-    let mut runs = 0;
-    let mut tick =
-        tokio::time::interval_at(tokio::time::Instant::now() + ANALYZE_EVERY, ANALYZE_EVERY);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tick.tick() => {
-                if conn.execute("ANALYZE").await.is_ok() {
-                    runs += 1;
-                }
-            }
-        }
-    }
-    let _ = conn.close().await;
-    runs
-}
-
 // ------------------------------------------------------------- publishing
 
 /// What the publisher did: each event's send time.
@@ -786,30 +763,8 @@ async fn run_case(
     }
     let ready_after = started.elapsed();
 
-    let boot = tokio::process::Command::from(billing_command(bin, fleet.dir.path(), &envs))
-        .args(["admin", "bootstrap", "--json"])
-        .output()
-        .await
-        .map_err(|e| format!("billing admin bootstrap: {e}"))?;
-    if !boot.status.success() {
-        return Err(format!(
-            "billing admin bootstrap: {}: {}",
-            boot.status,
-            String::from_utf8_lossy(&boot.stderr).trim()
-        ));
-    }
-    let boot: serde_json::Value = serde_json::from_slice(&boot.stdout)
-        .map_err(|e| format!("billing admin bootstrap --json: {e}"))?;
-    let sandbox = boot["environments"]
-        .as_array()
-        .and_then(|envs| envs.iter().find(|e| e["mode"] == "sandbox"))
-        .ok_or("bootstrap printed no sandbox environment")?;
-    let (Some(secret), Some(env_ref)) = (
-        sandbox["secret"].as_str(),
-        sandbox["environment_ref"].as_str(),
-    ) else {
-        return Err(format!("bootstrap output without secret: {sandbox}"));
-    };
+    let (secret, env_ref) = bootstrap_sandbox(bin, fleet.dir.path(), &envs).await?;
+    let (secret, env_ref) = (secret.as_str(), env_ref.as_str());
 
     for i in 0..case.endpoints {
         let post = |path: String, body: serde_json::Value| {
@@ -887,7 +842,7 @@ async fn run_case(
         .await
         .map_err(|e| format!("ANALYZE: {e}"))?;
     let stop_analyzer = CancellationToken::new();
-    let analyzer_task = tokio::spawn(analyzer(name.clone(), stop_analyzer.clone()));
+    let analyzer_task = tokio::spawn(analyzer(name.clone(), ANALYZE_EVERY, stop_analyzer.clone()));
 
     // A quiet moment: the statistics of the setup reach pg_stat_database,
     // and the stack's idle CPU is measured.

@@ -111,9 +111,9 @@ use base64::Engine as _;
 use billing_tests::console_kit::ConsoleVisitor;
 use billing_tests::{bench_summary, env_num, ms, percentile_ms, Backend, TestApp};
 use fleet_run::{
-    billing_command, build_billing, confirmed, envelope, flush_redis, free_port, pg_admin,
-    pg_url_for, pick_redis_db, rabbitmqctl, remove_leftovers, url_encode, Fleet, Publisher,
-    AMQP_BASE, CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
+    analyzer, billing_command, bootstrap_sandbox, build_billing, confirmed, envelope, flush_redis,
+    free_port, pg_admin, pg_url_for, pick_redis_db, rabbitmqctl, remove_leftovers, url_encode,
+    Fleet, Publisher, AMQP_BASE, CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
 };
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -417,27 +417,6 @@ async fn job_holder(admin: &mut PgConnection, db: &str, pids: &[u32]) -> Option<
     None
 }
 
-async fn analyzer(db: String, stop: CancellationToken) -> usize {
-    let Ok(mut conn) = PgConnection::connect(&pg_url_for(&db)).await else {
-        return 0;
-    };
-    let mut runs = 0;
-    let mut tick =
-        tokio::time::interval_at(tokio::time::Instant::now() + ANALYZE_EVERY, ANALYZE_EVERY);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tick.tick() => {
-                if conn.execute("ANALYZE").await.is_ok() {
-                    runs += 1;
-                }
-            }
-        }
-    }
-    let _ = conn.close().await;
-    runs
-}
-
 // ------------------------------------------------------------------ API
 
 struct Api {
@@ -649,30 +628,8 @@ async fn fleet_phase(
         )?);
     }
 
-    let boot = tokio::process::Command::from(billing_command(bin, &dir, &envs))
-        .args(["admin", "bootstrap", "--json"])
-        .output()
-        .await
-        .map_err(|e| format!("billing admin bootstrap: {e}"))?;
-    if !boot.status.success() {
-        return Err(format!(
-            "billing admin bootstrap: {}: {}",
-            boot.status,
-            String::from_utf8_lossy(&boot.stderr).trim()
-        ));
-    }
-    let boot: Value = serde_json::from_slice(&boot.stdout)
-        .map_err(|e| format!("billing admin bootstrap --json: {e}"))?;
-    let sandbox = boot["environments"]
-        .as_array()
-        .and_then(|envs| envs.iter().find(|e| e["mode"] == "sandbox"))
-        .ok_or("bootstrap printed no sandbox environment")?;
-    let (Some(secret), Some(env_ref)) = (
-        sandbox["secret"].as_str(),
-        sandbox["environment_ref"].as_str(),
-    ) else {
-        return Err(format!("bootstrap output without secret: {sandbox}"));
-    };
+    let (secret, env_ref) = bootstrap_sandbox(bin, &dir, &envs).await?;
+    let (secret, env_ref) = (secret.as_str(), env_ref.as_str());
     let api = Api {
         base: base.clone(),
         secret: secret.to_owned(),
@@ -712,7 +669,7 @@ async fn fleet_phase(
     }
     let published_in = outage_started.elapsed();
     let stop_analyzer = CancellationToken::new();
-    let analyzer_task = tokio::spawn(analyzer(name.clone(), stop_analyzer.clone()));
+    let analyzer_task = tokio::spawn(analyzer(name.clone(), ANALYZE_EVERY, stop_analyzer.clone()));
     let failed_sql = "SELECT COUNT(*) FROM webhook_deliveries WHERE endpoint_ref = $1 \
                       AND status = 'failed'";
     loop {

@@ -160,9 +160,9 @@ use axum::serve::ListenerExt;
 use base64::Engine as _;
 use billing_tests::{env_num, ms, percentile_ms};
 use fleet_run::{
-    billing_command, build_billing, confirmed, envelope, flush_redis, free_port, pg_admin,
-    pg_url_for, pick_redis_db, rabbitmqctl, redis_conn, remove_leftovers, url_encode, Fleet,
-    Publisher, AMQP_BASE, CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
+    analyzer, billing_command, bootstrap_sandbox, build_billing, confirmed, envelope, flush_redis,
+    free_port, pg_admin, pg_url_for, pick_redis_db, rabbitmqctl, redis_conn, remove_leftovers,
+    url_encode, Fleet, Publisher, AMQP_BASE, CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
 };
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -1306,28 +1306,6 @@ impl Monitor {
     }
 }
 
-/// `ANALYZE` every `every` from a connection of its own until `stop`;
-/// returns how many ran.
-async fn analyzer(db: String, every: Duration, stop: CancellationToken) -> usize {
-    let Ok(mut conn) = PgConnection::connect(&pg_url_for(&db)).await else {
-        return 0;
-    };
-    let mut runs = 0;
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tick.tick() => {
-                if conn.execute("ANALYZE").await.is_ok() {
-                    runs += 1;
-                }
-            }
-        }
-    }
-    let _ = conn.close().await;
-    runs
-}
-
 /// A plain `VACUUM` of the whole database every `every`, from a connection
 /// of its own (a simple statement: `VACUUM` cannot run in a transaction),
 /// until `stop`, as autovacuum would (it is off on this machine); counts
@@ -2008,37 +1986,13 @@ async fn soak(
     }
     let ready_after = started.elapsed();
 
-    let boot = tokio::process::Command::from(billing_command(bin, fleet.dir.path(), &envs))
-        .args(["admin", "bootstrap", "--json"])
-        .output()
-        .await
-        .map_err(|e| format!("billing admin bootstrap: {e}"))?;
-    if !boot.status.success() {
-        return Err(format!(
-            "billing admin bootstrap: {}: {}",
-            boot.status,
-            String::from_utf8_lossy(&boot.stderr).trim()
-        ));
-    }
-    let boot: Value = serde_json::from_slice(&boot.stdout)
-        .map_err(|e| format!("billing admin bootstrap --json: {e}"))?;
-    let sandbox = boot["environments"]
-        .as_array()
-        .and_then(|envs| envs.iter().find(|e| e["mode"] == "sandbox"))
-        .ok_or("bootstrap printed no sandbox environment")?;
-    let (Some(secret), Some(env_ref)) = (
-        sandbox["secret"].as_str(),
-        sandbox["environment_ref"].as_str(),
-    ) else {
-        return Err(format!("bootstrap output without secret: {sandbox}"));
-    };
-    let env_ref = env_ref.to_owned();
+    let (secret, env_ref) = bootstrap_sandbox(bin, fleet.dir.path(), &envs).await?;
 
     let load = Arc::new(Load::default());
     let mut api = Api {
         client: client.clone(),
         base: base.clone(),
-        secret: secret.to_owned(),
+        secret: secret.clone(),
         stats: Mutex::default(),
         refs: Mutex::default(),
         paid: Mutex::default(),

@@ -1,4 +1,4 @@
-//! What the fleet benchmarks (`fleet.rs`, `soak.rs`) share to run
+//! What the fleet benchmarks (`fleet.rs`, `soak.rs`, `redrive.rs`) share to run
 //! `billing serve` from outside on resources of their own: the release
 //! binary, a PostgreSQL database, a RabbitMQ virtual host and an empty
 //! Redis logical database named for the run (`<prefix><pid>_<hex>`), the
@@ -112,6 +112,67 @@ pub fn billing_command(
         c.env(k, v);
     }
     c
+}
+
+/// `billing admin bootstrap --json` with `envs`: the sandbox environment's
+/// admin secret and its reference.
+pub async fn bootstrap_sandbox(
+    bin: &std::path::Path,
+    dir: &std::path::Path,
+    envs: &[(String, String)],
+) -> Result<(String, String), String> {
+    let boot = tokio::process::Command::from(billing_command(bin, dir, envs))
+        .args(["admin", "bootstrap", "--json"])
+        .output()
+        .await
+        .map_err(|e| format!("billing admin bootstrap: {e}"))?;
+    if !boot.status.success() {
+        return Err(format!(
+            "billing admin bootstrap: {}: {}",
+            boot.status,
+            String::from_utf8_lossy(&boot.stderr).trim()
+        ));
+    }
+    let boot: serde_json::Value = serde_json::from_slice(&boot.stdout)
+        .map_err(|e| format!("billing admin bootstrap --json: {e}"))?;
+    let sandbox = boot["environments"]
+        .as_array()
+        .and_then(|envs| envs.iter().find(|e| e["mode"] == "sandbox"))
+        .ok_or("bootstrap printed no sandbox environment")?;
+    let (Some(secret), Some(env_ref)) = (
+        sandbox["secret"].as_str(),
+        sandbox["environment_ref"].as_str(),
+    ) else {
+        return Err(format!("bootstrap output without secret: {sandbox}"));
+    };
+    Ok((secret.to_owned(), env_ref.to_owned()))
+}
+
+/// `ANALYZE` of database `db` every `every` from a connection of its own
+/// until `stop` (this machine's PostgreSQL runs without autovacuum);
+/// returns how many ran.
+pub async fn analyzer(
+    db: String,
+    every: Duration,
+    stop: tokio_util::sync::CancellationToken,
+) -> usize {
+    let Ok(mut conn) = PgConnection::connect(&pg_url_for(&db)).await else {
+        return 0;
+    };
+    let mut runs = 0;
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tick.tick() => {
+                if conn.execute("ANALYZE").await.is_ok() {
+                    runs += 1;
+                }
+            }
+        }
+    }
+    let _ = conn.close().await;
+    runs
 }
 
 pub fn free_port() -> Result<u16, String> {
