@@ -111,9 +111,9 @@ use base64::Engine as _;
 use billing_tests::console_kit::ConsoleVisitor;
 use billing_tests::{bench_summary, env_num, ms, percentile_ms, Backend, TestApp};
 use fleet_run::{
-    analyzer, billing_command, bootstrap_sandbox, build_billing, confirmed, envelope, flush_redis,
-    free_port, pg_admin, pg_url_for, pick_redis_db, rabbitmqctl, remove_leftovers, url_encode,
-    Fleet, Publisher, AMQP_BASE, CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
+    analyzer, billing_command, bootstrap_sandbox, build_billing, confirmed, envelope, free_port,
+    pg_admin, pg_url_for, remove_leftovers, url_encode, Fleet, Publisher, AMQP_BASE,
+    CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
 };
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -542,27 +542,7 @@ async fn fleet_phase(
     let mut dispatchers = Dispatchers::default();
     let name = fleet.name.clone();
     let mut admin = pg_admin().await?;
-    admin
-        .execute(format!("CREATE DATABASE \"{name}\"").as_str())
-        .await
-        .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
-    fleet.db_created = true;
-    rabbitmqctl(&["-q", "add_vhost", &name]).await?;
-    fleet.vhost_created = true;
-    rabbitmqctl(&[
-        "-q",
-        "set_permissions",
-        "-p",
-        &name,
-        "guest",
-        ".*",
-        ".*",
-        ".*",
-    ])
-    .await?;
-    let redis_db = pick_redis_db().await?;
-    fleet.redis_db = Some(redis_db);
-    flush_redis(redis_db).await?;
+    let redis_db = fleet.provision(&mut admin).await?;
 
     let sink = Arc::new(Sink::default());
     let hooks = start_receiver(sink.clone()).await?;

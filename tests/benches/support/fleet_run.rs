@@ -321,6 +321,36 @@ pub struct Fleet {
 }
 
 impl Fleet {
+    /// Makes the run's own resources, each recorded as made so that the
+    /// drop releases it: the database (through `admin`), the virtual host
+    /// with guest's permissions, and an empty Redis logical database,
+    /// whose number it returns.
+    pub async fn provision(&mut self, admin: &mut PgConnection) -> Result<u8, String> {
+        let name = self.name.clone();
+        admin
+            .execute(format!("CREATE DATABASE \"{name}\"").as_str())
+            .await
+            .map_err(|e| format!("CREATE DATABASE {name}: {e}"))?;
+        self.db_created = true;
+        rabbitmqctl(&["-q", "add_vhost", &name]).await?;
+        self.vhost_created = true;
+        rabbitmqctl(&[
+            "-q",
+            "set_permissions",
+            "-p",
+            &name,
+            "guest",
+            ".*",
+            ".*",
+            ".*",
+        ])
+        .await?;
+        let redis_db = pick_redis_db().await?;
+        self.redis_db = Some(redis_db);
+        flush_redis(redis_db).await?;
+        Ok(redis_db)
+    }
+
     /// Resources named `<prefix><pid>_<hex>`, none made yet.
     pub fn new(prefix: &str) -> Result<Fleet, String> {
         let name = format!(
