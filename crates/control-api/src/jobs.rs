@@ -86,7 +86,9 @@ pub async fn run_due(store: &Store, rules: &Rules, owner: &str, now: Timestamp) 
         let (advances, group): (Vec<Job>, Vec<Job>) = due
             .into_iter()
             .partition(|job| job.kind == crate::renewals::ADVANCE);
-        let mut taken = run_group(store, rules, &group, owner, now, now).await;
+        let grouped = run_group(store, rules, &group, owner, now, now).await;
+        ran += grouped;
+        let mut taken = grouped;
         for job in advances {
             let until = now.plus_seconds(LEASE_SECONDS);
             match store.lease_job(&job, owner, now, until).await {
@@ -104,7 +106,6 @@ pub async fn run_due(store: &Store, rules: &Rules, owner: &str, now: Timestamp) 
                 }
             }
         }
-        ran += taken;
         // A full batch may hide more due jobs; one whose every job was
         // taken by another runner has nothing left for this one.
         if !full || taken == 0 {
