@@ -115,7 +115,7 @@ use billing_tests::{env_num, ms, percentile_ms};
 use fleet_run::{
     analyzer, billing_command, bootstrap_sandbox, build_billing, confirmed, envelope, free_port,
     pg_admin, pg_url_for, remove_leftovers, url_encode, Fleet, Publisher, AMQP_BASE,
-    CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
+    CLEANUP_FAILED, QUEUE, REDIS_BASE,
 };
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -123,7 +123,7 @@ use sqlx::{Connection, Executor, PgConnection};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Child, ExitCode, Stdio};
+use std::process::{ExitCode, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -723,25 +723,7 @@ async fn run_case(
 
     let api = format!("http://127.0.0.1:{api_port}");
     let client = reqwest::Client::new();
-    let started = Instant::now();
-    loop {
-        if let Some(Ok(Some(status))) = fleet.child.as_mut().map(Child::try_wait) {
-            return Err(format!("billing serve exited during start-up: {status}"));
-        }
-        if let Ok(r) = client.get(format!("{api}/readyz")).send().await {
-            if r.status() == 200 {
-                break;
-            }
-        }
-        if started.elapsed() > READY_LIMIT {
-            return Err(format!(
-                "GET /readyz did not answer 200 within {} s",
-                READY_LIMIT.as_secs()
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let ready_after = started.elapsed();
+    let ready_after = fleet.await_ready(&client, &api, "serve").await?;
 
     let (secret, env_ref) = bootstrap_sandbox(bin, fleet.dir.path(), &envs).await?;
     let (secret, env_ref) = (secret.as_str(), env_ref.as_str());

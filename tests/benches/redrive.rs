@@ -113,7 +113,7 @@ use billing_tests::{bench_summary, env_num, ms, percentile_ms, Backend, TestApp}
 use fleet_run::{
     analyzer, billing_command, bootstrap_sandbox, build_billing, confirmed, envelope, free_port,
     pg_admin, pg_url_for, remove_leftovers, url_encode, Fleet, Publisher, AMQP_BASE,
-    CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
+    CLEANUP_FAILED, QUEUE, REDIS_BASE,
 };
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -583,21 +583,7 @@ async fn fleet_phase(
     fleet.child = Some(api_child);
     let base = format!("http://127.0.0.1:{api_port}");
     let client = reqwest::Client::new();
-    let started = Instant::now();
-    loop {
-        if let Some(status) = fleet.child_exited() {
-            return Err(format!("billing api exited during start-up: {status}"));
-        }
-        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
-            if r.status() == 200 {
-                break;
-            }
-        }
-        if started.elapsed() > READY_LIMIT {
-            return Err("billing api: /readyz never answered 200".to_owned());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    fleet.await_ready(&client, &base, "api").await?;
     for i in 0..2 {
         dispatchers.children.push(spawn_billing(
             bin,

@@ -162,7 +162,7 @@ use billing_tests::{env_num, ms, percentile_ms};
 use fleet_run::{
     analyzer, billing_command, bootstrap_sandbox, build_billing, confirmed, envelope, free_port,
     pg_admin, pg_url_for, redis_conn, remove_leftovers, url_encode, Fleet, Publisher, AMQP_BASE,
-    CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
+    CLEANUP_FAILED, QUEUE, REDIS_BASE,
 };
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
@@ -1946,25 +1946,7 @@ async fn soak(
         .pool_max_idle_per_host(256)
         .build()
         .map_err(|e| e.to_string())?;
-    let started = Instant::now();
-    loop {
-        if let Some(status) = fleet.child_exited() {
-            return Err(format!("billing serve exited during start-up: {status}"));
-        }
-        if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
-            if r.status() == 200 {
-                break;
-            }
-        }
-        if started.elapsed() > READY_LIMIT {
-            return Err(format!(
-                "GET /readyz did not answer 200 within {} s",
-                READY_LIMIT.as_secs()
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let ready_after = started.elapsed();
+    let ready_after = fleet.await_ready(&client, &base, "serve").await?;
 
     let (secret, env_ref) = bootstrap_sandbox(bin, fleet.dir.path(), &envs).await?;
 

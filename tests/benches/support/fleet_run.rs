@@ -382,6 +382,37 @@ impl Fleet {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
+    /// Waits until `GET {base}/readyz` answers 200, at most
+    /// [`READY_LIMIT`]; how long that took. An error when the child
+    /// (`billing <command>`) exits first, or when time runs out.
+    pub async fn await_ready(
+        &mut self,
+        client: &reqwest::Client,
+        base: &str,
+        command: &str,
+    ) -> Result<Duration, String> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child_exited() {
+                return Err(format!(
+                    "billing {command} exited during start-up: {status}"
+                ));
+            }
+            if let Ok(r) = client.get(format!("{base}/readyz")).send().await {
+                if r.status() == 200 {
+                    return Ok(started.elapsed());
+                }
+            }
+            if started.elapsed() > READY_LIMIT {
+                return Err(format!(
+                    "GET /readyz did not answer 200 within {} s",
+                    READY_LIMIT.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// SIGTERM to the child, by its PID; waits for it to exit.
     pub fn stop_child(&mut self) -> Option<ExitStatus> {
         let mut child = self.child.take()?;
