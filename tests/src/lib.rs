@@ -436,6 +436,26 @@ impl TestApp {
         self.start_dispatcher_on(d)
     }
 
+    /// Attempts and records every delivery due now, and the `0s` retries
+    /// they lead to, with no dispatcher running (`dispatcher::drive`): the
+    /// receiver has had each request and the store holds each attempt when
+    /// it returns.
+    pub async fn dispatch_due(&self, schedule: &str) -> dispatcher::drive::Round {
+        self.dispatch_due_with(self.dispatch_settings(schedule))
+            .await
+    }
+
+    /// `dispatch_due` with other settings (a shorter time-out, say).
+    pub async fn dispatch_due_with(
+        &self,
+        settings: dispatcher::DispatchSettings,
+    ) -> dispatcher::drive::Round {
+        dispatcher::drive::Driven::new(self.store.clone(), settings)
+            .run_until_idle()
+            .await
+            .expect("the store is reachable")
+    }
+
     fn start_dispatcher_on(&self, d: dispatcher::Dispatcher) -> DispatcherHandle {
         let stop = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(d.run(stop.clone()));

@@ -25,13 +25,18 @@ async fn listed(app: &TestApp, endpoint: &str, query: &str) -> Vec<Value> {
 
 /// Publishes one event and waits until the endpoint's newest delivery
 /// settles in `status`; returns its reference.
+/// Publishes an event, attempts its delivery once (`TestApp::dispatch_due`
+/// with a short time-out) and checks it is `status`; its reference.
 async fn settle(app: &TestApp, endpoint: &str, event_type: &str, status: &str) -> String {
     app.publish(event_type, json!({})).await;
-    app.eventually(20, || async {
-        let newest = listed(app, endpoint, "").await.into_iter().next()?;
-        (newest["status"] == status).then(|| newest["delivery_ref"].as_str().unwrap().to_owned())
-    })
-    .await
+    let settings = dispatcher::DispatchSettings {
+        timeout: Duration::from_millis(300),
+        ..app.dispatch_settings("0s")
+    };
+    assert_eq!(app.dispatch_due_with(settings).await.attempted, 1);
+    let newest = listed(app, endpoint, "").await.remove(0);
+    assert_eq!(newest["status"], status, "{newest}");
+    newest["delivery_ref"].as_str().unwrap().to_owned()
 }
 
 async fn each_filter_and_their_combinations_select_what_they_name(app: TestApp) {
@@ -40,12 +45,6 @@ async fn each_filter_and_their_combinations_select_what_they_name(app: TestApp) 
         .subscribed_endpoint(&receiver.url(), "payment.succeeded", 1)
         .await;
     app.subscribe(&endpoint, "invoice.paid", 1).await;
-    // One attempt each, and a short time-out for the unanswered one.
-    let settings = dispatcher::DispatchSettings {
-        timeout: Duration::from_millis(300),
-        ..app.dispatch_settings("0s")
-    };
-    let dispatcher = app.start_dispatcher(settings);
     let ok = settle(&app, &endpoint, "payment.succeeded", "succeeded").await;
     receiver.set(Behaviour::Status(404));
     let client_error = settle(&app, &endpoint, "invoice.paid", "failed").await;
@@ -55,7 +54,6 @@ async fn each_filter_and_their_combinations_select_what_they_name(app: TestApp) 
     let server_error = settle(&app, &endpoint, "payment.succeeded", "failed").await;
     receiver.set(Behaviour::Hang(Duration::from_secs(2)));
     let unanswered = settle(&app, &endpoint, "payment.succeeded", "failed").await;
-    dispatcher.shutdown().await;
 
     let select = |query: &'static str| {
         let (app, endpoint) = (&app, &endpoint);

@@ -474,11 +474,7 @@ async fn an_older_event_never_overwrites_a_newer_one(app: TestApp) {
     let d = get(&app, &at(DISPUTES, &dispute)).await;
     assert_eq!(d, won, "the newer state stays, same version");
     // It is still delivered.
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s"));
-    app.eventually(20, || async { (receiver.count() >= 1).then_some(()) })
-        .await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    dispatcher.shutdown().await;
+    app.dispatch_due("0s,1s").await;
     let got = receiver.received();
     assert_eq!(got.len(), 1, "delivered once");
     let body = got[0].json();

@@ -19,15 +19,11 @@ async fn failed_deliveries(app: &TestApp, receiver: &TestReceiver, n: usize) -> 
         .subscribed_endpoint(&receiver.url(), "payment.succeeded", 1)
         .await;
     receiver.set(Behaviour::Status(500));
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
     for _ in 0..n {
         app.publish("payment.succeeded", json!({})).await;
     }
-    app.eventually(20, || async {
-        (failed(app, &endpoint).await.len() == n).then_some(())
-    })
-    .await;
-    dispatcher.shutdown().await;
+    assert_eq!(app.dispatch_due("0s").await.attempted, n);
+    assert_eq!(failed(app, &endpoint).await.len(), n);
     receiver.set(Behaviour::Status(204));
     endpoint
 }
@@ -113,12 +109,8 @@ async fn a_dry_run_counts_and_a_job_redrives_each_once(app: TestApp) {
     );
     assert!(failed(&app, &endpoint).await.is_empty());
     // Generation 2 of each goes out once.
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
-    app.eventually(20, || async {
-        (receiver.count() == sent_before + 5).then_some(())
-    })
-    .await;
-    dispatcher.shutdown().await;
+    assert_eq!(app.dispatch_due("0s").await.attempted, 5);
+    assert_eq!(receiver.count(), sent_before + 5);
     let r = app
         .get(&format!(
             "/api/v1/webhook_endpoints/{endpoint}/deliveries?limit=100"

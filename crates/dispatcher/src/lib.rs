@@ -20,6 +20,7 @@
 pub mod amqp;
 pub mod attempt;
 pub mod breaker;
+pub mod drive;
 pub mod endpoints;
 pub mod error;
 pub mod failing;

@@ -30,9 +30,12 @@ use crate::{attempt, recorder, DispatchError};
 use domain::webhook::EndpointStatus;
 use domain::Timestamp;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use store::{DeliveryRecord, Store};
 use tokio::sync::{mpsc, Notify};
+// The loop's windows are measured on tokio's clock, which a test can pause
+// and advance; the breakers take its readings as `std` instants.
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 mod carry;
@@ -292,7 +295,7 @@ impl Dispatcher {
                     continue;
                 }
                 // Turned away by an open circuit: parked (`Breakers::park_for`).
-                let now = Instant::now();
+                let now = Instant::now().into_std();
                 let parked = match slots.breakers.lock() {
                     Ok(mut b) => match b.gate(delivery.endpoint_ref.as_str(), now) {
                         Gate::Closed => None,
@@ -464,7 +467,7 @@ impl Dispatcher {
                 b.record(
                     delivery.endpoint_ref.as_str(),
                     Outcome::of(result.response_status),
-                    Instant::now(),
+                    Instant::now().into_std(),
                 );
             }
             // The permits are released only once the result is queued for

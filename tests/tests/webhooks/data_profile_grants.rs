@@ -265,9 +265,7 @@ pub(super) async fn grants_apply_at_the_time_of_the_attempt(app: TestApp) {
     act(&app, &ep(&e, "/data_profile_grants/revoke"))
         .await
         .expect(200);
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
-    settled(&app, &text(&d["delivery_ref"]), "succeeded").await;
-    dispatcher.shutdown().await;
+    dispatched(&app, &text(&d["delivery_ref"]), "succeeded").await;
     let sent = receiver.received()[0].json();
     assert_eq!(sent["event_ref"], d["event_ref"]);
     for (path, _) in catalogue::data_classes("payment.succeeded", 2) {

@@ -169,32 +169,32 @@ pub(super) async fn a_paused_endpoint_receives_nothing(app: TestApp) {
     post_if(&app, &ep(&e, "/pause"), "*", json!({}))
         .await
         .expect(200);
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
-    settled(&app, &d, "held").await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(app.dispatch_due("0s").await.attempted, 0);
+    assert_eq!(status_of(&app, &d).await["status"], "held");
     assert_eq!(receiver.count(), 0);
     post_if(&app, &ep(&e, "/resume"), "*", json!({}))
         .await
         .expect(200);
-    settled(&app, &d, "succeeded").await;
-    dispatcher.shutdown().await;
+    assert_eq!(app.dispatch_due("0s").await.attempted, 1);
+    assert_eq!(status_of(&app, &d).await["status"], "succeeded");
     assert_eq!(receiver.count(), 1);
 }
 
 pub(super) async fn redrive_single_and_batch(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(200)).await;
     let (e, _) = create_endpoint(&app, &receiver.url()).await;
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
     let mut ds = Vec::new();
     for _ in 0..3 {
         let d = test_send(&app, &e, "refund.created").await;
         ds.push(text(&d["delivery_ref"]));
     }
+    assert_eq!(app.dispatch_due("0s").await.attempted, 3);
     let mut done = Vec::new();
     for d in &ds {
-        done.push(settled(&app, d, "succeeded").await);
+        let d = status_of(&app, d).await;
+        assert_eq!(d["status"], "succeeded");
+        done.push(d);
     }
-    dispatcher.shutdown().await;
 
     // Attempts of a delivered one.
     let a = items(&get(&app, &dl(&ds[0], "/attempts")).await);
@@ -302,12 +302,14 @@ pub(super) async fn redrive_single_and_batch(app: TestApp) {
     );
 
     // Generation 2 goes out; attempts page newest first.
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
+    assert_eq!(app.dispatch_due("0s").await.attempted, 3);
     for d in &ds {
-        let s = settled(&app, d, "succeeded").await;
-        assert_eq!(s["generation"], 2);
+        let s = status_of(&app, d).await;
+        assert_eq!(
+            (s["status"].as_str(), s["generation"].as_u64()),
+            (Some("succeeded"), Some(2))
+        );
     }
-    dispatcher.shutdown().await;
     let a = walk(&app, &dl(&ds[0], "/attempts"), 1).await;
     let gens: Vec<(u64, u64)> = a
         .iter()

@@ -6,13 +6,12 @@ pub(super) async fn health_follows_attempts(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(204)).await;
     let (e, _) = create_endpoint(&app, &receiver.url()).await;
     assert_eq!(health(&app, &e).await, ("unknown".to_owned(), Value::Null));
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
     let send = |status: &'static str| {
         let app = &app;
         let e = &e;
         async move {
             let d = test_send(app, e, "invoice.paid").await;
-            settled(app, &text(&d["delivery_ref"]), status).await
+            dispatched(app, &text(&d["delivery_ref"]), status).await
         }
     };
     send("succeeded").await;
@@ -34,7 +33,6 @@ pub(super) async fn health_follows_attempts(app: TestApp) {
         health(&app, &e).await,
         ("failing".to_owned(), json!("failed"))
     );
-    dispatcher.shutdown().await;
     let a = items(&get(&app, &dl(&text(&failed["delivery_ref"]), "/attempts")).await);
     assert_eq!(a.len(), 1);
     assert_eq!(
@@ -58,9 +56,8 @@ pub(super) async fn health_follows_attempts(app: TestApp) {
 pub(super) async fn a_disabled_endpoint_holds_until_resumed(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(410)).await;
     let (e, _) = create_endpoint(&app, &receiver.url()).await;
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s"));
     let gone = test_send(&app, &e, "payout.paid").await;
-    settled(&app, &text(&gone["delivery_ref"]), "failed").await;
+    dispatched(&app, &text(&gone["delivery_ref"]), "failed").await;
     let disabled = get(&app, &ep(&e, "")).await;
     assert_eq!(disabled.data()["status"], "disabled", "410 Gone disables");
     assert_eq!(
@@ -74,15 +71,14 @@ pub(super) async fn a_disabled_endpoint_holds_until_resumed(app: TestApp) {
         .expect_error(422, "semantic_error");
     let held = test_send(&app, &e, "payout.paid").await;
     assert_eq!(held["status"], "held");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(app.dispatch_due("0s").await.attempted, 0);
     assert_eq!(receiver.count(), 1, "held deliveries are not sent");
 
     receiver.set(Behaviour::Status(200));
     let resumed = post_if(&app, &ep(&e, "/resume"), &disabled.etag(), json!({})).await;
     resumed.expect(200);
     assert_eq!(resumed.data()["status"], "active");
-    settled(&app, &text(&held["delivery_ref"]), "succeeded").await;
-    dispatcher.shutdown().await;
+    dispatched(&app, &text(&held["delivery_ref"]), "succeeded").await;
     assert_eq!(
         health(&app, &e).await,
         ("degraded".to_owned(), json!("succeeded"))

@@ -227,12 +227,13 @@ fn at<'a>(data: &'a Value, path: &str) -> Option<&'a Value> {
 }
 
 /// Waits until the delivery has `status`.
-async fn settled(app: &TestApp, delivery: &str, status: &str) -> Value {
-    app.eventually(20, || async {
-        let d = status_of(app, delivery).await;
-        (d["status"] == status).then_some(d)
-    })
-    .await
+/// Attempts every delivery due now (`TestApp::dispatch_due`, retries at
+/// once) and returns `delivery`'s view, which must be `status` after it.
+async fn dispatched(app: &TestApp, delivery: &str, status: &str) -> Value {
+    app.dispatch_due("0s").await;
+    let d = status_of(app, delivery).await;
+    assert_eq!(d["status"], status, "{delivery}: {d}");
+    d
 }
 
 mod endpoints;

@@ -1,9 +1,14 @@
 //! The claim loop's state: deliveries kept for their endpoint's next free
 //! slot (`Carried`) and the size of the next claim (`ClaimSize`).
+//!
+//! Its windows are measured on tokio's clock (`tokio::time::Instant`), as
+//! are the claim loop's, so a test that pauses or advances that clock
+//! moves them.
 
 use domain::webhook::EndpointStatus;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use store::{DeliveryRecord, Store};
+use tokio::time::Instant;
 
 /// Longest a claimed delivery waits here for its endpoint's next free slot
 /// (`Carried`) before it is given back: far inside its lease.
@@ -147,7 +152,6 @@ impl ClaimSize {
 
 #[cfg(test)]
 mod tests {
-    use super::ClaimSize;
 
     #[test]
     fn claims_shrink_while_most_go_back_and_grow_back() {
@@ -166,5 +170,71 @@ mod tests {
             size.after(size.get(), 0);
         }
         assert_eq!(size.get(), 256);
+    }
+
+    use super::*;
+    use domain::webhook::{BodyStatus, DeliveryStatus};
+    use domain::{Prefix, Ref, Timestamp};
+
+    fn delivery(endpoint_ref: &Ref) -> DeliveryRecord {
+        let now = Timestamp::now();
+        DeliveryRecord {
+            delivery_ref: Ref::generate(Prefix::WebhookDelivery),
+            environment_ref: Ref::generate(Prefix::Environment),
+            endpoint_ref: endpoint_ref.clone(),
+            event_ref: Ref::generate(Prefix::Event),
+            public_event_type: "payment.succeeded".to_owned(),
+            dto_version: 1,
+            status: DeliveryStatus::Pending,
+            diagnostic: false,
+            generation: 1,
+            attempt_count: 0,
+            next_attempt_at: Some(now),
+            last_attempt_at: None,
+            occurred_at: now,
+            event_data: "{}".to_owned(),
+            match_reasons: "[]".to_owned(),
+            body_status: BodyStatus::Available,
+            payload: None,
+            created_at: now,
+            updated_at: now,
+            version: 1,
+        }
+    }
+
+    /// On tokio's paused clock: a carried delivery is due back exactly
+    /// when `CARRY_FOR` has passed, with no real wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_carried_delivery_goes_back_once_carry_for_has_passed() {
+        let endpoint = Ref::generate(Prefix::WebhookEndpoint);
+        let mut carried = Carried::default();
+        carried.keep(delivery(&endpoint), 1, (2, 4)).expect("room");
+        tokio::time::advance(CARRY_FOR).await;
+        let (d, version, since) = carried.take_all().remove(0);
+        assert_eq!(since.elapsed(), CARRY_FOR, "not past it yet");
+        carried.keep(d, version, (2, 4)).expect("room");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let (_, _, since) = carried.take_all().remove(0);
+        assert!(since.elapsed() < CARRY_FOR, "kept again, it starts over");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn it_keeps_at_most_its_limits() {
+        let (a, b) = (
+            Ref::generate(Prefix::WebhookEndpoint),
+            Ref::generate(Prefix::WebhookEndpoint),
+        );
+        let mut carried = Carried::default();
+        for _ in 0..2 {
+            carried.keep(delivery(&a), 1, (2, 3)).expect("room for a");
+        }
+        let refused = delivery(&a);
+        let refused_ref = refused.delivery_ref.clone();
+        assert_eq!(carried.keep(refused, 1, (2, 3)), Err(refused_ref));
+        carried.keep(delivery(&b), 1, (2, 3)).expect("room for b");
+        assert!(carried.keep(delivery(&b), 1, (2, 3)).is_err(), "3 in all");
+        assert_eq!(carried.len(), 3);
+        assert_eq!(carried.take_all().len(), 3);
+        carried.keep(delivery(&a), 1, (2, 3)).expect("emptied");
     }
 }
