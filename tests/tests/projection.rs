@@ -642,7 +642,6 @@ async fn markup_in_a_reason_never_reaches_anyone(app: TestApp) {
     .await;
     // Matched only once the dispute's scope carries the payment's buyer.
     endpoint_scoped(&app, &buyers.url(), "dispute.opened", "buyer", &buyer).await;
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s"));
 
     let raw = "<script>alert(1)</script>Fraud <b>bad</b>";
     let dispute = new_ref(Prefix::Dispute);
@@ -661,12 +660,7 @@ async fn markup_in_a_reason_never_reaches_anyone(app: TestApp) {
     assert_eq!(safe, domain::outside::reason_safe(raw));
     assert!(shown.get("reason").is_none(), "{shown}");
 
-    app.eventually(20, || async {
-        (everyone.count() >= 1 && buyers.count() >= 1).then_some(())
-    })
-    .await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    dispatcher.shutdown().await;
+    app.dispatch_due("0s,1s").await;
     for r in [&everyone, &buyers] {
         let got = r.received();
         assert_eq!(got.len(), 1, "delivered once");
