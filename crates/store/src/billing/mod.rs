@@ -3,7 +3,9 @@
 //!
 //! Like the other domains, writes are free functions of the caller's unit
 //! of work (`products::create(tx, …)`) and reads are methods of `Billing`,
-//! the domain's read repository (`store.billing()`). The writes that must
+//! the domain's read repository (`store.billing()`); a record served as it
+//! is kept (a product, a payment, a session) is a `crate::resource::Resource`,
+//! read by `Store::get` and listed by `Store::list`. The writes that must
 //! see the state they are about to change (an offer's promotions when a
 //! promotion is applied, a product's published price when another is
 //! published) read it inside the unit of work, after taking the row lock
