@@ -244,7 +244,6 @@ async fn settle_refund(
         return Ok(());
     }
     let payment: PaymentRecord = store
-        .billing()
         .get(&job.environment_ref, &refund.payment_intent_ref)
         .await?;
     let ok = !TestCard::parse(&payment.method).is_some_and(TestCard::refunds_fail);
@@ -324,10 +323,7 @@ async fn open_dispute(
     job: &Job,
     now: Timestamp,
 ) -> Result<(), ApiError> {
-    let payment: PaymentRecord = store
-        .billing()
-        .get(&job.environment_ref, &job.subject_ref)
-        .await?;
+    let payment: PaymentRecord = store.get(&job.environment_ref, &job.subject_ref).await?;
     let dispute_ref = Ref::generate(Prefix::Dispute);
     let body = dispute_body(
         &dispute_ref,

@@ -20,8 +20,8 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 use store::billing::checkout::payments::PaymentRecord;
 use store::billing::outside::{self, DisputeRecord, Projected, Projection as Write};
-use store::billing::Resource;
 use store::projection::{self, Projection, ProjectionFuture, Projector};
+use store::resource::Resource;
 use store::{EventData, EventRecord, Store, StoreError, WriteTx};
 
 /// The projector of this store.
@@ -110,24 +110,19 @@ impl StoreProjector {
                     Ok(d) => d,
                     Err(issue) => return Ok(refuse(issue)),
                 };
-                let payment: PaymentRecord =
-                    match self.store.billing().get(env, &d.payment_intent_ref).await {
-                        Ok(p) => p,
-                        Err(StoreError::NotFound) => {
-                            return Ok(Projection::Refuse("unknown payment".to_owned()))
-                        }
-                        Err(e) => return Err(e),
-                    };
+                let payment: PaymentRecord = match self.store.get(env, &d.payment_intent_ref).await
+                {
+                    Ok(p) => p,
+                    Err(StoreError::NotFound) => {
+                        return Ok(Projection::Refuse("unknown payment".to_owned()))
+                    }
+                    Err(e) => return Err(e),
+                };
                 if scope.buyer_ref.is_none() {
                     scope.buyer_ref = payment.buyer_ref.as_ref().map(Ref::to_string);
                 }
                 // A close that does not repeat the opening keeps it.
-                let known = match self
-                    .store
-                    .billing()
-                    .get::<DisputeRecord>(env, &d.dispute_ref)
-                    .await
-                {
+                let known = match self.store.get::<DisputeRecord>(env, &d.dispute_ref).await {
                     Ok(known) => Timestamp::parse(known.body["opened_at"].as_str().unwrap_or("")),
                     Err(StoreError::NotFound) => None,
                     Err(e) => return Err(e),

@@ -130,7 +130,6 @@ async fn charge_of(
     sub: &SubscriptionRecord,
 ) -> Result<(SessionRecord, Money, domain::catalogue::Interval), ApiError> {
     let session: SessionRecord = store
-        .billing()
         .get(&sub.environment_ref, &sub.checkout_session_ref)
         .await?;
     let item = session
@@ -161,7 +160,7 @@ async fn charge(
         .stored_payment_method_ref
         .as_ref()
         .ok_or_else(|| ApiError::Internal("an active subscription without a method".into()))?;
-    let method: StoredMethodRecord = store.billing().get(&sub.environment_ref, spm).await?;
+    let method: StoredMethodRecord = store.get(&sub.environment_ref, spm).await?;
     let outcome = match TestCard::parse(&method.method) {
         Some(card) if method.status == StoredMethodStatus::Active => card.renewal_outcome(),
         _ => Outcome::Failed(FailureCode::CardDeclined),
@@ -406,7 +405,7 @@ pub(crate) async fn advance(
     owner: &str,
 ) -> Result<(), ApiError> {
     let clock_ref = &job.subject_ref;
-    let clock: TestClockRecord = store.billing().get(&job.environment_ref, clock_ref).await?;
+    let clock: TestClockRecord = store.get(&job.environment_ref, clock_ref).await?;
     if let Some(to) = clock.advance_to {
         loop {
             let wall = Timestamp::now();

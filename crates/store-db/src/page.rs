@@ -1,4 +1,6 @@
-//! Keyset paging: newest first by `(created_at, ref)`.
+//! Keyset paging, newest first by a moment column and a key column
+//! (`Order`; in the store's tables `(created_at, <ref>)` mostly), and the
+//! same order unpaged (`all_sql`).
 
 use crate::read;
 use crate::tx::Arg;
@@ -7,7 +9,8 @@ use crate::tx::Arg;
 #[derive(Debug, Clone)]
 pub struct PageRequest {
     pub limit: u32,
-    /// `(created_at_ms, ref)` of the last item of the previous page.
+    /// `(at, key)` of the last item of the previous page (`Order`): its
+    /// moment in milliseconds and its reference.
     pub after: Option<(i64, String)>,
 }
 
@@ -29,18 +32,27 @@ impl<T> Page<T> {
     }
 }
 
+/// The newest-first order of a list: by the moment column `at`, then by
+/// the key column `key` (a reference) among rows of the same moment. A
+/// page's cursor is a row's `(at, key)`.
+#[derive(Debug, Clone, Copy)]
+pub struct Order<'a> {
+    pub at: &'a str,
+    pub key: &'a str,
+}
+
 /// One keyset page of `SELECT * FROM <table> WHERE <filter>`, newest first
-/// by `(created_at, <ref_column>)`. `filter` uses `$1..$n` for `args`.
+/// by `order`. `filter` uses `$1..$n` for `args`.
 pub async fn fetch_page<T>(
     pool: &sqlx::AnyPool,
     table: &str,
-    ref_column: &str,
+    order: Order<'_>,
     filter: &str,
     args: &[Arg<'_>],
     page: &PageRequest,
     map: impl Fn(&dyn crate::tx::Columns) -> Result<T, crate::StoreError>,
 ) -> Result<Page<T>, crate::StoreError> {
-    let sql = page_sql(table, ref_column, filter, args.len(), page);
+    let sql = page_sql(table, order, filter, args.len(), page);
     let mut args = args.to_vec();
     if let Some((ms, r)) = &page.after {
         args.extend([Arg::from(*ms), Arg::from(r)]);
@@ -50,70 +62,33 @@ pub async fn fetch_page<T>(
 }
 
 /// The statement of `fetch_page`: `filter` uses `$1..$filter_args`, and a
-/// page that starts after an item binds its `(created_at, ref)` as the two
-/// marks that follow.
+/// page that starts after an item binds its `(at, key)` as the two marks
+/// that follow.
 pub fn page_sql(
     table: &str,
-    ref_column: &str,
+    order: Order<'_>,
     filter: &str,
     filter_args: usize,
     page: &PageRequest,
 ) -> String {
+    let Order { at, key } = order;
     let mut sql = format!("SELECT * FROM {table} WHERE {filter}");
     if page.after.is_some() {
         let (a, b) = (filter_args + 1, filter_args + 2);
         sql.push_str(&format!(
-            " AND (created_at < ${a} OR (created_at = ${a} AND {ref_column} < ${b}))"
+            " AND ({at} < ${a} OR ({at} = ${a} AND {key} < ${b}))"
         ));
     }
     sql.push_str(&format!(
-        " ORDER BY created_at DESC, {ref_column} DESC LIMIT {}",
+        " ORDER BY {at} DESC, {key} DESC LIMIT {}",
         page.limit as u64 + 1
     ));
     sql
 }
 
-/// A condition of a list on one column.
-#[derive(Debug, Clone, Copy)]
-pub enum Clause<'a> {
-    /// `column = value`.
-    Eq(&'a str, &'a str),
-    /// `column <= at`: the moment has come.
-    Reached(&'a str, i64),
-    /// `column > at`: the moment is still ahead.
-    Ahead(&'a str, i64),
-}
-
-/// One keyset page of `table`'s rows of an environment (the
-/// `environment_ref` column every resource row carries) that meet every
-/// clause: in the store, the lists of the billing resources.
-pub async fn fetch_env_page<T>(
-    pool: &sqlx::AnyPool,
-    table: &str,
-    ref_column: &str,
-    environment_ref: &str,
-    clauses: &[Clause<'_>],
-    page: &PageRequest,
-    map: impl Fn(&dyn crate::tx::Columns) -> Result<T, crate::StoreError>,
-) -> Result<Page<T>, crate::StoreError> {
-    let mut filter = String::from("environment_ref = $1");
-    let mut args = vec![Arg::from(environment_ref)];
-    for clause in clauses {
-        let (column, op, arg) = match *clause {
-            Clause::Eq(column, value) => (column, "=", Arg::from(value)),
-            Clause::Reached(column, at) => (column, "<=", Arg::from(at)),
-            Clause::Ahead(column, at) => (column, ">", Arg::from(at)),
-        };
-        args.push(arg);
-        filter.push_str(&format!(" AND {column} {op} ${}", args.len()));
-    }
-    fetch_page(pool, table, ref_column, &filter, &args, page, map).await
-}
-
-/// The equality clauses of the filters that have a value.
-pub fn equal<'a>(filters: &[(&'a str, Option<&'a str>)]) -> Vec<Clause<'a>> {
-    filters
-        .iter()
-        .filter_map(|(column, value)| value.map(|v| Clause::Eq(column, v)))
-        .collect()
+/// Every row of `SELECT * FROM <table> WHERE <filter>`, newest first by
+/// `order`: a list that is not paged.
+pub fn all_sql(table: &str, order: Order<'_>, filter: &str) -> String {
+    let Order { at, key } = order;
+    format!("SELECT * FROM {table} WHERE {filter} ORDER BY {at} DESC, {key} DESC")
 }

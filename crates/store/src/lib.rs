@@ -19,12 +19,16 @@
 //! Reads are grouped by domain in read repositories borrowing the store
 //! (`store.admin()`, `store.webhooks()`, `store.billing()`); writes are functions of a
 //! `WriteTx`; the dispatcher's persistence (`dispatch`) is `Store`'s.
+//! Every list but an endpoint's filtered deliveries is read one way,
+//! `Store::list` (or `list_all`) of a `resource::Resource`; the
+//! repositories' `list_…` methods are typed doors to it.
 
 pub mod admin;
 pub mod billing;
 pub mod db;
 pub mod dispatch;
 mod identity;
+pub mod resource;
 pub mod retention;
 pub mod webhooks;
 

@@ -11,7 +11,7 @@ use crate::input::Input;
 use crate::reply::Reply;
 use domain::{Prefix, Timestamp};
 use serde::Serialize;
-use store::billing::Resource;
+use store::resource::{Resource, Scope, Value};
 
 /// The values of a record's status.
 pub struct StatusFilter {
@@ -58,10 +58,7 @@ pub(crate) async fn load_by_ref<T: Served>(
     ctx: &Ctx,
     reference: &domain::Ref,
 ) -> Result<T, ApiError> {
-    found(
-        ctx.store().billing().get::<T>(ctx.env(), reference).await,
-        T::WHAT,
-    )
+    found(ctx.store().get::<T>(ctx.env(), reference).await, T::WHAT)
 }
 
 pub(crate) fn one<T: Served>(record: &T) -> Reply {
@@ -89,14 +86,13 @@ pub fn filters<T: Served>() -> Vec<Filter> {
 
 pub async fn list<T: Served>(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let query = ListQuery::parse(ctx.op, &input)?;
-    let filters: Vec<(&str, Option<&str>)> = filters::<T>()
+    let filters: Vec<(&str, Option<Value>)> = filters::<T>()
         .iter()
-        .map(|f| (f.name, input.query_value(f.name)))
+        .map(|f| (f.name, input.query_value(f.name).map(Value::from)))
         .collect();
     let page = ctx
         .store()
-        .billing()
-        .list::<T>(ctx.env(), &filters, &query.page)
+        .list::<T>(Scope::environment(ctx.env()), &filters, &query.page)
         .await?;
     let now = Timestamp::now();
     Ok(Reply::page(page, &query.scope, T::position, |r| r.dto(now)))

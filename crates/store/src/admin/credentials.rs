@@ -5,6 +5,7 @@ use crate::db::codec::{opt_ts, state};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::db::write;
+use crate::resource::{Resource, Scope};
 use crate::StoreError;
 use domain::principal::{CredentialStatus, GrantStatus, Mode, ServiceAccountStatus};
 use domain::secret::CredentialSecret;
@@ -46,6 +47,16 @@ pub struct AuthRecord {
     pub credential_status: CredentialStatus,
     pub last_used_at: Option<Timestamp>,
     pub permissions: Vec<String>,
+}
+
+impl Resource for CredentialRecord {
+    const TABLE: &'static str = "credentials";
+    const REF_COLUMN: &'static str = "credential_ref";
+    const PARENT_COLUMN: Option<&'static str> = Some("principal_ref");
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        from_row(row)
+    }
 }
 
 fn from_row(row: &dyn Columns) -> Result<CredentialRecord, StoreError> {
@@ -179,22 +190,15 @@ impl Admin<'_> {
         .await
     }
 
+    /// The account's credentials, newest first (not paged).
     pub async fn list_credentials(
         &self,
         environment_ref: &Ref,
         principal_ref: &Ref,
     ) -> Result<Vec<CredentialRecord>, StoreError> {
-        read::all(
-            self.pool(),
-            "SELECT * FROM credentials WHERE environment_ref = $1 AND principal_ref = $2 \
-             ORDER BY created_at DESC, credential_ref DESC",
-            &[
-                environment_ref.as_str().into(),
-                principal_ref.as_str().into(),
-            ],
-            from_row,
-        )
-        .await
+        self.0
+            .list_all(Scope::under(environment_ref, principal_ref), &[])
+            .await
     }
 
     /// Finds the credential whose current secret, or previous secret still

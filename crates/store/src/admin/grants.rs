@@ -7,8 +7,8 @@
 use super::Admin;
 use crate::admin::service_accounts;
 use crate::db::codec::{opt_ts, state};
-use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
+use crate::resource::{Resource, Scope};
 use crate::StoreError;
 use domain::principal::GrantStatus;
 use domain::{Ref, Timestamp};
@@ -20,6 +20,17 @@ pub struct GrantRecord {
     pub status: GrantStatus,
     pub granted_at: Timestamp,
     pub revoked_at: Option<Timestamp>,
+}
+
+impl Resource for GrantRecord {
+    const TABLE: &'static str = "grants";
+    const REF_COLUMN: &'static str = "grant_id";
+    const CREATED_COLUMN: &'static str = "granted_at";
+    const PARENT_COLUMN: Option<&'static str> = Some("principal_ref");
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        from_row(row)
+    }
 }
 
 fn from_row(row: &dyn Columns) -> Result<GrantRecord, StoreError> {
@@ -135,17 +146,9 @@ impl Admin<'_> {
         environment_ref: &Ref,
         principal_ref: &Ref,
     ) -> Result<Vec<GrantRecord>, StoreError> {
-        read::all(
-            self.pool(),
-            "SELECT * FROM grants WHERE environment_ref = $1 AND principal_ref = $2 \
-             ORDER BY granted_at DESC, grant_id DESC",
-            &[
-                environment_ref.as_str().into(),
-                principal_ref.as_str().into(),
-            ],
-            from_row,
-        )
-        .await
+        self.0
+            .list_all(Scope::under(environment_ref, principal_ref), &[])
+            .await
     }
 }
 

@@ -2,9 +2,10 @@
 //! decided. Bodies, secrets and query strings are never recorded.
 
 use super::Admin;
-use crate::db::page::{fetch_page, Page, PageRequest};
-use crate::db::tx::{int, text, Arg, Columns};
+use crate::db::page::{Page, PageRequest};
+use crate::db::tx::{int, text, Columns};
 use crate::db::write;
+use crate::resource::{Resource, Scope, Value};
 use crate::StoreError;
 use domain::{Ref, Timestamp};
 
@@ -28,6 +29,17 @@ pub struct RequestLogRecord {
 pub struct RequestLogFilter {
     pub operation_id: Option<String>,
     pub status: Option<u16>,
+}
+
+impl Resource for RequestLogRecord {
+    const TABLE: &'static str = "request_logs";
+    const REF_COLUMN: &'static str = "request_log_ref";
+    const FILTERS: &'static [(&'static str, &'static str)] =
+        &[("operation_id", "operation_id"), ("status", "status")];
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        from_row(row)
+    }
 }
 
 fn from_row(row: &dyn Columns) -> Result<RequestLogRecord, StoreError> {
@@ -80,28 +92,25 @@ impl Admin<'_> {
         Ok(())
     }
 
+    /// A page of the environment's request logs that meet `filter`,
+    /// newest first.
     pub async fn list_request_logs(
         &self,
         environment_ref: &Ref,
         filter: &RequestLogFilter,
         page: &PageRequest,
     ) -> Result<Page<RequestLogRecord>, StoreError> {
-        let args: [Arg; 3] = [
-            environment_ref.as_str().into(),
-            filter.operation_id.as_deref().unwrap_or_default().into(),
-            filter.status.map(i64::from).unwrap_or(-1).into(),
-        ];
-        let sql_filter =
-            "environment_ref = $1 AND ($2 = '' OR operation_id = $2) AND ($3 < 0 OR status = $3)";
-        fetch_page(
-            self.pool(),
-            "request_logs",
-            "request_log_ref",
-            sql_filter,
-            &args,
-            page,
-            from_row,
-        )
-        .await
+        // An empty operation id filters nothing, as it always has.
+        let operation_id = filter.operation_id.as_deref().filter(|o| !o.is_empty());
+        self.0
+            .list(
+                Scope::environment(environment_ref),
+                &[
+                    ("operation_id", operation_id.map(Value::from)),
+                    ("status", filter.status.map(|s| i64::from(s).into())),
+                ],
+                page,
+            )
+            .await
     }
 }

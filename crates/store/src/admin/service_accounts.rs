@@ -8,6 +8,7 @@ use super::Admin;
 use crate::db::codec::{opt_ts, state};
 use crate::db::read;
 use crate::db::tx::{int, single, text, Columns, WriteTx};
+use crate::resource::{Resource, Scope};
 use crate::StoreError;
 use domain::principal::{CredentialStatus, GrantStatus, ServiceAccountStatus};
 use domain::{Prefix, Ref, Timestamp};
@@ -28,6 +29,15 @@ pub struct ServiceAccountRecord {
     pub suspended_at: Option<Timestamp>,
     pub retired_at: Option<Timestamp>,
     pub version: i64,
+}
+
+impl Resource for ServiceAccountRecord {
+    const TABLE: &'static str = "service_accounts";
+    const REF_COLUMN: &'static str = "principal_ref";
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        from_row(row)
+    }
 }
 
 fn from_row(row: &dyn Columns) -> Result<ServiceAccountRecord, StoreError> {
@@ -227,18 +237,14 @@ impl Admin<'_> {
         .await
     }
 
+    /// The environment's service accounts, newest first (not paged).
     pub async fn list_service_accounts(
         &self,
         environment_ref: &Ref,
     ) -> Result<Vec<ServiceAccountRecord>, StoreError> {
-        read::all(
-            self.pool(),
-            "SELECT * FROM service_accounts WHERE environment_ref = $1 \
-             ORDER BY created_at DESC, principal_ref DESC",
-            &[environment_ref.as_str().into()],
-            from_row,
-        )
-        .await
+        self.0
+            .list_all(Scope::environment(environment_ref), &[])
+            .await
     }
 }
 

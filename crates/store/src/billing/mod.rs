@@ -3,7 +3,9 @@
 //!
 //! Like the other domains, writes are free functions of the caller's unit
 //! of work (`products::create(tx, …)`) and reads are methods of `Billing`,
-//! the domain's read repository (`store.billing()`). The writes that must
+//! the domain's read repository (`store.billing()`); a record served as it
+//! is kept (a product, a payment, a session) is a `crate::resource::Resource`,
+//! read by `Store::get` and listed by `Store::list`. The writes that must
 //! see the state they are about to change (an offer's promotions when a
 //! promotion is applied, a product's published price when another is
 //! published) read it inside the unit of work, after taking the row lock
@@ -27,11 +29,10 @@ pub mod promotions;
 pub mod refunds;
 pub mod test_clocks;
 
-use crate::db::page::{fetch_env_page, Clause, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::{Store, StoreError};
-use domain::{Currency, Money, Ref, Timestamp};
+use domain::{Currency, Money};
 use sqlx::AnyPool;
 
 /// The billing domain's read repository, borrowing the store
@@ -47,10 +48,6 @@ impl Store {
 }
 
 impl<'a> Billing<'a> {
-    fn pool(&self) -> &'a AnyPool {
-        self.0.pool()
-    }
-
     fn source(&self) -> Source<'a> {
         Source::Pool(self.0.pool(), self.0.backend())
     }
@@ -126,87 +123,4 @@ pub(crate) fn money_in(
 /// (`domain::money::MAX_VALUE`), so they always fit.
 pub(crate) fn minor(m: Money) -> i64 {
     i64::try_from(m.minor()).unwrap_or(i64::MAX)
-}
-
-/// A billing record kept in one table of its own: read by reference and
-/// listed by environment, newest first, with the list filters of contract
-/// 10.1 (`Billing::get`, `Billing::list`).
-pub trait Resource: Sized {
-    const TABLE: &'static str;
-    const REF_COLUMN: &'static str;
-    /// The list filters: `(query parameter, column)`.
-    const FILTERS: &'static [(&'static str, &'static str)];
-    /// For a status the clock changes: the stored status that reads as
-    /// another once a moment has passed (a session expires, a journey is
-    /// abandoned).
-    const EXPIRY: Option<Expiry> = None;
-    fn decode(row: &dyn Columns) -> Result<Self, StoreError>;
-}
-
-/// A stored status that reads as `reads_as` from the moment in `column` on.
-pub struct Expiry {
-    pub column: &'static str,
-    pub stored: &'static str,
-    pub reads_as: &'static str,
-}
-
-impl Billing<'_> {
-    /// The record `reference` of the environment; `NotFound` otherwise.
-    pub async fn get<T: Resource>(
-        &self,
-        environment_ref: &Ref,
-        reference: &Ref,
-    ) -> Result<T, StoreError> {
-        let sql = format!(
-            "SELECT * FROM {} WHERE {} = $1 AND environment_ref = $2",
-            T::TABLE,
-            T::REF_COLUMN
-        );
-        self.source()
-            .one(
-                &sql,
-                &[reference.as_str().into(), environment_ref.as_str().into()],
-                T::decode,
-            )
-            .await
-    }
-
-    /// A page of the environment's records; `filters` are `(query
-    /// parameter, value)` pairs of `T::FILTERS`.
-    pub async fn list<T: Resource>(
-        &self,
-        environment_ref: &Ref,
-        filters: &[(&str, Option<&str>)],
-        page: &PageRequest,
-    ) -> Result<Page<T>, StoreError> {
-        let now = Timestamp::now().millis();
-        let mut clauses = Vec::with_capacity(filters.len() + 1);
-        for (name, value) in filters {
-            let column = T::FILTERS
-                .iter()
-                .find(|(n, _)| n == name)
-                .map(|(_, c)| *c)
-                .ok_or_else(|| StoreError::Config(format!("{} has no filter {name}", T::TABLE)))?;
-            let Some(value) = value else { continue };
-            match T::EXPIRY.as_ref().filter(|_| *name == "status") {
-                Some(e) if *value == e.stored => {
-                    clauses.extend([Clause::Eq(column, e.stored), Clause::Ahead(e.column, now)]);
-                }
-                Some(e) if *value == e.reads_as => {
-                    clauses.extend([Clause::Eq(column, e.stored), Clause::Reached(e.column, now)]);
-                }
-                _ => clauses.push(Clause::Eq(column, value)),
-            }
-        }
-        fetch_env_page(
-            self.pool(),
-            T::TABLE,
-            T::REF_COLUMN,
-            environment_ref.as_str(),
-            &clauses,
-            page,
-            |row| T::decode(row),
-        )
-        .await
-    }
 }

@@ -7,8 +7,9 @@ use super::prices::{self, PriceRecord};
 use super::promotions::{self, PromotionRecord};
 use super::{Billing, Source};
 use crate::db::codec::state;
-use crate::db::page::{equal, fetch_env_page, Page, PageRequest};
+use crate::db::page::{Page, PageRequest};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
+use crate::resource::{Resource, Scope};
 use crate::StoreError;
 use domain::catalogue::OfferStatus;
 use domain::{Prefix, Ref, Timestamp};
@@ -34,6 +35,19 @@ pub struct OfferRecord {
     /// Scheduled and active promotions (not ended when read), oldest start
     /// first.
     pub promotions: Vec<PromotionRecord>,
+}
+
+/// The row alone; an `OfferRecord` is the row completed with its price
+/// and promotions (`complete`), after the generic read.
+impl Resource for OfferRow {
+    const TABLE: &'static str = "offers";
+    const REF_COLUMN: &'static str = "offer_ref";
+    const FILTERS: &'static [(&'static str, &'static str)] =
+        &[("status", "status"), ("product_ref", "product_ref")];
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        from_row(row)
+    }
 }
 
 fn from_row(row: &dyn Columns) -> Result<OfferRow, StoreError> {
@@ -211,19 +225,17 @@ impl Billing<'_> {
         product_ref: Option<&Ref>,
         page: &PageRequest,
     ) -> Result<Page<OfferRecord>, StoreError> {
-        let rows = fetch_env_page(
-            self.pool(),
-            "offers",
-            "offer_ref",
-            environment_ref.as_str(),
-            &equal(&[
-                ("status", status.map(|s| s.as_str())),
-                ("product_ref", product_ref.map(Ref::as_str)),
-            ]),
-            page,
-            |row| from_row(row),
-        )
-        .await?;
+        let rows = self
+            .0
+            .list::<OfferRow>(
+                Scope::environment(environment_ref),
+                &[
+                    ("status", status.map(|s| s.as_str().into())),
+                    ("product_ref", product_ref.map(|r| r.as_str().into())),
+                ],
+                page,
+            )
+            .await?;
         Ok(Page {
             items: complete(&mut self.source(), rows.items).await?,
             has_more: rows.has_more,

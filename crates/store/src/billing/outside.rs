@@ -5,9 +5,9 @@
 //! event changes nothing.
 
 use super::checkout::{at, reference, state};
-use super::Resource;
 use crate::db::codec::to_json;
 use crate::db::tx::{int, single, text, Columns, WriteTx};
+use crate::resource::Resource;
 use crate::StoreError;
 use domain::outside::states::{DisputeStatus, ParticipationStatus, PayoutStatus};
 use domain::{Ref, Timestamp};

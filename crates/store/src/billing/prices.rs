@@ -2,9 +2,10 @@
 //! at most one published price (`prices_one_published`): the one its offer
 //! sells.
 
-use super::{minor, money, Resource, Source};
+use super::{minor, money, Source};
 use crate::db::codec::{opt_ts, state};
 use crate::db::tx::{int, single, text, Arg, Columns, WriteTx};
+use crate::resource::Resource;
 use crate::StoreError;
 use domain::catalogue::{PriceStatus, Recurrence};
 use domain::{Money, Prefix, Ref, Timestamp};

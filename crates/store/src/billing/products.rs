@@ -1,8 +1,8 @@
 //! Products: `draft → published` (contract 10.1).
 
-use super::Resource;
 use crate::db::codec::{opt_ts, state};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
+use crate::resource::Resource;
 use crate::StoreError;
 use domain::catalogue::ProductStatus;
 use domain::{Prefix, Ref, Timestamp};

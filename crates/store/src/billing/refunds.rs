@@ -5,9 +5,10 @@
 use super::checkout::entitlements::EntitlementRecord;
 use super::checkout::payments::PaymentRecord;
 use super::checkout::{at, reference, state};
-use super::{minor, money, money_in, Resource};
+use super::{minor, money, money_in};
 use crate::db::codec::opt_ts;
 use crate::db::tx::{int, single, text, Columns, WriteTx};
+use crate::resource::Resource;
 use crate::StoreError;
 use domain::checkout::states::{EntitlementStatus, OrderStatus};
 use domain::refunds::states::{AccessEffect, RefundReason, RefundScope, RefundStatus};

@@ -8,9 +8,9 @@
 //! runs the work (`control_api::renewals`).
 
 use super::checkout::{at, reference, state};
-use crate::billing::Resource;
 use crate::db::codec::opt_ts;
 use crate::db::tx::{int, single, Columns, WriteTx};
+use crate::resource::Resource;
 use crate::StoreError;
 use domain::checkout::renewal::TestClockStatus;
 use domain::{Prefix, Ref, Timestamp};

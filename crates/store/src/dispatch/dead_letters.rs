@@ -5,8 +5,9 @@
 
 use super::Dispatch;
 use crate::db::read;
-use crate::db::tx::{int, text, Arg, Columns};
+use crate::db::tx::{int, text, Columns};
 use crate::db::write;
+use crate::resource::{Resource, Scope, Value, Visibility};
 use crate::{Page, PageRequest, Store, StoreError};
 use domain::{Prefix, Ref, Timestamp};
 
@@ -22,6 +23,18 @@ pub struct DeadLetterRecord {
     /// The message as received, cut at `KEPT_BYTES` (on a character
     /// boundary).
     pub envelope: String,
+}
+
+impl Resource for DeadLetterRecord {
+    const TABLE: &'static str = "dead_events";
+    const REF_COLUMN: &'static str = "dead_event_id";
+    const CREATED_COLUMN: &'static str = "received_at";
+    const VISIBILITY: Visibility = Visibility::EnvironmentOrNone;
+    const FILTERS: &'static [(&'static str, &'static str)] = &[("reason", "reason")];
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        from_row(row)
+    }
 }
 
 fn from_row(row: &dyn Columns) -> Result<DeadLetterRecord, StoreError> {
@@ -92,30 +105,12 @@ impl Store {
         reason: Option<&str>,
         page: &PageRequest,
     ) -> Result<Page<DeadLetterRecord>, StoreError> {
-        let mut sql = String::from(
-            "SELECT dead_event_id, reason, received_at, body FROM dead_events \
-             WHERE (environment_ref = $1 OR environment_ref IS NULL)",
-        );
-        let mut args: Vec<Arg> = vec![environment_ref.as_str().into()];
-        if let Some(reason) = reason {
-            args.push(reason.into());
-            sql.push_str(&format!(" AND reason = ${}", args.len()));
-        }
-        if let Some((at, last)) = &page.after {
-            let (a, b) = (args.len() + 1, args.len() + 2);
-            sql.push_str(&format!(
-                " AND (received_at < ${a} OR (received_at = ${a} AND dead_event_id < ${b}))"
-            ));
-            args.extend([Arg::from(*at), Arg::from(last.as_str())]);
-        }
-        sql.push_str(&format!(
-            " ORDER BY received_at DESC, dead_event_id DESC LIMIT {}",
-            u64::from(page.limit) + 1
-        ));
-        let mut items = read::all(self.pool(), &sql, &args, from_row).await?;
-        let has_more = items.len() > page.limit as usize;
-        items.truncate(page.limit as usize);
-        Ok(Page { items, has_more })
+        self.list(
+            Scope::environment(environment_ref),
+            &[("reason", reason.map(Value::from))],
+            page,
+        )
+        .await
     }
 }
 

@@ -10,6 +10,7 @@ use crate::db::codec::opt_ts;
 use crate::db::codec::{json_col, state, to_json};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
+use crate::resource::{Resource, Scope};
 use crate::StoreError;
 use domain::webhook::{BodyStatus, DataClass, DataProfileGrantStatus, Purpose};
 use domain::{Ref, Timestamp};
@@ -137,23 +138,27 @@ pub async fn revoke(
     Ok(revoked)
 }
 
+impl Resource for DataProfileGrantRecord {
+    const TABLE: &'static str = "webhook_data_profile_grants";
+    const REF_COLUMN: &'static str = "grant_id";
+    const PARENT_COLUMN: Option<&'static str> = Some("endpoint_ref");
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        from_row(row)
+    }
+}
+
 impl Webhooks<'_> {
+    /// The endpoint's grants, newest first, revoked ones included (not
+    /// paged).
     pub async fn list_data_profile_grants(
         &self,
         environment_ref: &Ref,
         endpoint_ref: &Ref,
     ) -> Result<Vec<DataProfileGrantRecord>, StoreError> {
-        read::all(
-            self.pool(),
-            "SELECT * FROM webhook_data_profile_grants WHERE environment_ref = $1 \
-             AND endpoint_ref = $2 ORDER BY created_at DESC, grant_id DESC",
-            &[
-                environment_ref.as_str().into(),
-                endpoint_ref.as_str().into(),
-            ],
-            from_row,
-        )
-        .await
+        self.0
+            .list_all(Scope::under(environment_ref, endpoint_ref), &[])
+            .await
     }
 
     pub async fn active_data_profile_grant(

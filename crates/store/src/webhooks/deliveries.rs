@@ -7,10 +7,11 @@
 use super::Webhooks;
 use crate::db::codec::to_json;
 use crate::db::codec::{opt_ts, state};
-use crate::db::page::{fetch_page, Page, PageRequest};
+use crate::db::page::{fetch_page, Order, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, CellRow, Columns, WriteTx};
 use crate::dispatch::signals::signal_due;
+use crate::resource::{Resource, Scope};
 use crate::StoreError;
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, ResponseClass};
 use domain::{Prefix, Ref, Timestamp};
@@ -156,6 +157,16 @@ pub(crate) fn delivery_from_row(row: &dyn Columns) -> Result<DeliveryRecord, Sto
     })
 }
 
+impl Resource for AttemptRecord {
+    const TABLE: &'static str = "webhook_attempts";
+    const REF_COLUMN: &'static str = "attempt_ref";
+    const PARENT_COLUMN: Option<&'static str> = Some("delivery_ref");
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        attempt_from_row(row)
+    }
+}
+
 fn attempt_from_row(row: &dyn Columns) -> Result<AttemptRecord, StoreError> {
     Ok(AttemptRecord {
         attempt_ref: Ref::from_trusted(text(row, "attempt_ref")?),
@@ -239,6 +250,13 @@ impl Webhooks<'_> {
 
     /// A page of an endpoint's deliveries that meet `filter`, newest first
     /// (`list_deliveries_sql` is its statement).
+    ///
+    /// The one list not read through `crate::resource`, whose filters are
+    /// bound equalities: here the status is written into the statement's
+    /// text with the settled predicate word for word, so that a planner
+    /// may use the partial filter indexes (`DeliveryFilter::conditions`),
+    /// and `created_after`/`created_before` are ranges. Its order and
+    /// paging are still `db::page`'s, as every list's.
     pub async fn list_deliveries(
         &self,
         environment_ref: &Ref,
@@ -254,7 +272,7 @@ impl Webhooks<'_> {
         fetch_page(
             self.pool(),
             "webhook_deliveries",
-            "delivery_ref",
+            DELIVERY_ORDER,
             &format!("environment_ref = $1 AND endpoint_ref = $2{conditions}"),
             &args,
             page,
@@ -263,26 +281,16 @@ impl Webhooks<'_> {
         .await
     }
 
+    /// A page of the delivery's attempts, newest first.
     pub async fn list_attempts(
         &self,
         environment_ref: &Ref,
         delivery_ref: &Ref,
         page: &PageRequest,
     ) -> Result<Page<AttemptRecord>, StoreError> {
-        let filter = "environment_ref = $1 AND delivery_ref = $2";
-        fetch_page(
-            self.pool(),
-            "webhook_attempts",
-            "attempt_ref",
-            filter,
-            &[
-                environment_ref.as_str().into(),
-                delivery_ref.as_str().into(),
-            ],
-            page,
-            attempt_from_row,
-        )
-        .await
+        self.0
+            .list(Scope::under(environment_ref, delivery_ref), &[], page)
+            .await
     }
 
     /// Outcomes of the endpoint's newest attempts, newest first.
@@ -436,8 +444,12 @@ pub(crate) async fn mark_url_immutable(
 /// per compound statement.
 const OUTCOME_ENDPOINTS: usize = 100;
 
-/// The newest `limit` attempts of each of `n` endpoints (`$3`…), each the
-/// merge of its newest succeeded (`$1`) and failed (`$2`) ones.
+/// The newest-first order of an endpoint's deliveries.
+const DELIVERY_ORDER: Order<'static> = Order {
+    at: "created_at",
+    key: "delivery_ref",
+};
+
 /// The statement `Webhooks::list_deliveries` runs for `filter` and `page`,
 /// with the values its marks bind (the environment, the endpoint, the
 /// filter's values, then the cursor's), as text: for a check of its plan.
@@ -451,7 +463,7 @@ pub fn list_deliveries_sql(
     let conditions = filter.conditions(&mut args);
     let sql = crate::db::page::page_sql(
         "webhook_deliveries",
-        "delivery_ref",
+        DELIVERY_ORDER,
         &format!("environment_ref = $1 AND endpoint_ref = $2{conditions}"),
         args.len(),
         page,
@@ -469,6 +481,8 @@ pub fn list_deliveries_sql(
     (sql, values)
 }
 
+/// The newest `limit` attempts of each of `n` endpoints (`$3`…), each the
+/// merge of its newest succeeded (`$1`) and failed (`$2`) ones.
 pub fn recent_outcomes_sql(n: usize, limit: u32) -> String {
     let newest = |endpoint: usize, status: &str, alias: &str| {
         format!(

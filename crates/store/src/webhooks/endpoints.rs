@@ -8,11 +8,12 @@
 use super::Webhooks;
 use crate::db::codec::{opt_ts, state};
 use crate::db::marks::Marks;
-use crate::db::page::{fetch_page, Page, PageRequest};
+use crate::db::page::{Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::single;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::dispatch::signals::signal_due;
+use crate::resource::{Resource, Scope};
 use crate::StoreError;
 use domain::webhook::secret_version::{SecretVersion, SecretVersionStatus};
 use domain::webhook::{DeliveryStatus, EndpointStatus};
@@ -61,6 +62,21 @@ fn endpoint_from_row(row: &dyn Columns) -> Result<EndpointRecord, StoreError> {
         version: int(row, "version")?,
         secret_versions: Vec::new(),
     })
+}
+
+/// An endpoint's row without its secret versions: what the generic list
+/// reads, before `Webhooks::attach_secret_versions`. Only this module
+/// lists it, so no caller sees an endpoint without its versions.
+struct Unversioned(EndpointRecord);
+
+impl Resource for Unversioned {
+    const TABLE: &'static str = "webhook_endpoints";
+    const REF_COLUMN: &'static str = "endpoint_ref";
+    const FILTERS: &'static [(&'static str, &'static str)] = &[("status", "status")];
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        endpoint_from_row(row).map(Unversioned)
+    }
 }
 
 fn secret_from_row(row: &dyn Columns) -> Result<(String, StoredSecretVersion), StoreError> {
@@ -279,28 +295,29 @@ impl Webhooks<'_> {
         Ok(endpoint)
     }
 
+    /// A page of the environment's endpoints (of `status` when given),
+    /// newest first: the generic list of their rows (`Unversioned`), then
+    /// their secret versions in one read.
     pub async fn list_endpoints(
         &self,
         environment_ref: &Ref,
         status: Option<EndpointStatus>,
         page: &PageRequest,
     ) -> Result<Page<EndpointRecord>, StoreError> {
-        let filter = "environment_ref = $1 AND ($2 = '' OR status = $2)";
-        let mut page = fetch_page(
-            self.pool(),
-            "webhook_endpoints",
-            "endpoint_ref",
-            filter,
-            &[
-                environment_ref.as_str().into(),
-                status.map(|s| s.as_str()).unwrap_or("").into(),
-            ],
-            page,
-            endpoint_from_row,
-        )
-        .await?;
-        self.attach_secret_versions(&mut page.items).await?;
-        Ok(page)
+        let rows = self
+            .0
+            .list::<Unversioned>(
+                Scope::environment(environment_ref),
+                &[("status", status.map(|s| s.as_str().into()))],
+                page,
+            )
+            .await?;
+        let mut items: Vec<EndpointRecord> = rows.items.into_iter().map(|r| r.0).collect();
+        self.attach_secret_versions(&mut items).await?;
+        Ok(Page {
+            items,
+            has_more: rows.has_more,
+        })
     }
 
     async fn attach_secret_versions(

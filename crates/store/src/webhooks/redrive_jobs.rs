@@ -12,9 +12,10 @@ use super::endpoints::endpoint_versions_in;
 use super::Webhooks;
 use crate::db::codec::{opt_ts, state};
 use crate::db::marks::Marks;
-use crate::db::page::{fetch_page, Page, PageRequest};
+use crate::db::page::{Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
+use crate::resource::{Resource, Scope};
 use crate::{Store, StoreError};
 use domain::webhook::redrive_job::RedriveJobStatus;
 use domain::webhook::{DeliveryStatus, ResponseClass};
@@ -71,6 +72,15 @@ pub struct RedriveJobRecord {
     pub created_at: Timestamp,
     pub finished_at: Option<Timestamp>,
     pub version: i64,
+}
+
+impl Resource for RedriveJobRecord {
+    const TABLE: &'static str = "webhook_redrive_jobs";
+    const REF_COLUMN: &'static str = "redrive_job_ref";
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        from_row(row)
+    }
 }
 
 fn from_row(row: &dyn Columns) -> Result<RedriveJobRecord, StoreError> {
@@ -174,21 +184,15 @@ impl Webhooks<'_> {
         .await
     }
 
+    /// A page of the environment's redrive jobs, newest first.
     pub async fn list_redrive_jobs(
         &self,
         environment_ref: &Ref,
         page: &PageRequest,
     ) -> Result<Page<RedriveJobRecord>, StoreError> {
-        fetch_page(
-            self.pool(),
-            "webhook_redrive_jobs",
-            "redrive_job_ref",
-            "environment_ref = $1",
-            &[environment_ref.as_str().into()],
-            page,
-            from_row,
-        )
-        .await
+        self.0
+            .list(Scope::environment(environment_ref), &[], page)
+            .await
     }
 }
 

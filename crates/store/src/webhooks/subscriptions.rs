@@ -3,8 +3,8 @@
 
 use super::Webhooks;
 use crate::db::codec::{json_col, state, to_json};
-use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
+use crate::resource::{Resource, Scope};
 use crate::{Backend, StoreError};
 use domain::webhook::ScopeType;
 use domain::{Ref, Timestamp};
@@ -39,6 +39,16 @@ fn from_row(row: &dyn Columns) -> Result<SubscriptionRecord, StoreError> {
         custom_field_refs: json_col(row, "custom_field_refs")?,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
     })
+}
+
+impl Resource for SubscriptionRecord {
+    const TABLE: &'static str = "webhook_subscriptions";
+    const REF_COLUMN: &'static str = "subscription_id";
+    const PARENT_COLUMN: Option<&'static str> = Some("endpoint_ref");
+
+    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
+        from_row(row)
+    }
 }
 
 /// The subscriptions (with their environment) to any of `types` in any of
@@ -110,21 +120,14 @@ pub async fn create(
 }
 
 impl Webhooks<'_> {
+    /// The endpoint's subscriptions, newest first (not paged).
     pub async fn list_subscriptions(
         &self,
         environment_ref: &Ref,
         endpoint_ref: &Ref,
     ) -> Result<Vec<SubscriptionRecord>, StoreError> {
-        read::all(
-            self.pool(),
-            "SELECT * FROM webhook_subscriptions WHERE environment_ref = $1 AND endpoint_ref = $2 \
-             ORDER BY created_at DESC, subscription_id DESC",
-            &[
-                environment_ref.as_str().into(),
-                endpoint_ref.as_str().into(),
-            ],
-            from_row,
-        )
-        .await
+        self.0
+            .list_all(Scope::under(environment_ref, endpoint_ref), &[])
+            .await
     }
 }

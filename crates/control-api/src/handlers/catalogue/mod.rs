@@ -89,7 +89,6 @@ pub(crate) async fn product_by_ref(
 ) -> Result<ProductRecord, ApiError> {
     found(
         ctx.store()
-            .billing()
             .get::<ProductRecord>(ctx.env(), product_ref)
             .await,
         "product",

@@ -146,9 +146,9 @@ async fn stored_charge(
     email: &Email,
     save: bool,
 ) -> Result<Charge, ApiError> {
-    let billing = ctx.store().billing();
+    let store = ctx.store();
     let method = found(
-        billing.get::<StoredMethodRecord>(ctx.env(), spm).await,
+        store.get::<StoredMethodRecord>(ctx.env(), spm).await,
         "stored payment method",
     )?;
     if method.status != StoredMethodStatus::Active {
@@ -157,7 +157,7 @@ async fn stored_charge(
             method.status.as_str()
         )));
     }
-    let owner = billing
+    let owner = store
         .get::<BuyerRecord>(ctx.env(), &method.buyer_ref)
         .await?;
     let same = Email::parse(&owner.email).is_ok_and(|o| o.matches(email));
@@ -256,7 +256,6 @@ async fn waiting_payment(
     let payment_ref = session.payment_intent_ref.as_ref().ok_or_else(none)?;
     let payment = ctx
         .store()
-        .billing()
         .get::<PaymentRecord>(ctx.env(), payment_ref)
         .await?;
     let waits = payment.status == PaymentStatus::RequiresAction

@@ -108,10 +108,7 @@ pub(crate) async fn time_of(ctx: &Ctx, clock: Option<&Ref>) -> Result<Timestamp,
     };
     sandbox_only(ctx)?;
     let record = found(
-        ctx.store()
-            .billing()
-            .get::<TestClockRecord>(ctx.env(), clock)
-            .await,
+        ctx.store().get::<TestClockRecord>(ctx.env(), clock).await,
         "test clock",
     )?;
     Ok(record.frozen_time)

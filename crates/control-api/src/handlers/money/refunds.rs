@@ -164,10 +164,9 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         None => {
             let page = ctx
                 .store()
-                .billing()
                 .list::<CaptureRecord>(
-                    ctx.env(),
-                    &[("payment_intent_ref", Some(payment_ref.as_str()))],
+                    store::resource::Scope::environment(ctx.env()),
+                    &[("payment_intent_ref", Some(payment_ref.as_str().into()))],
                     &store::PageRequest {
                         limit: 1,
                         after: None,

@@ -2,8 +2,9 @@
 //! (`buyers_by_email` on the lower-cased key).
 
 use super::{at, reference};
-use crate::billing::{Resource, Source};
+use crate::billing::Source;
 use crate::db::tx::{int, text, Columns, WriteTx};
+use crate::resource::Resource;
 use crate::StoreError;
 use domain::checkout::buyer::Email;
 use domain::{Prefix, Ref, Timestamp};

@@ -1,9 +1,9 @@
 //! Entitlements: one per product of a paid order.
 
 use super::{at, reference, state};
-use crate::billing::Resource;
 use crate::db::codec::opt_ts;
 use crate::db::tx::{int, single, Columns, WriteTx};
+use crate::resource::Resource;
 use crate::StoreError;
 use domain::checkout::states::EntitlementStatus;
 use domain::{Prefix, Ref, Timestamp};

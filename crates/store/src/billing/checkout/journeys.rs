@@ -2,9 +2,9 @@
 //! thing that happened (JSON, appended by each pay).
 
 use super::{at, opt_reference, reference, state};
-use crate::billing::{Expiry, Resource};
 use crate::db::codec::{json_col, to_json};
 use crate::db::tx::{int, single, Columns, WriteTx};
+use crate::resource::{Expiry, Resource};
 use crate::StoreError;
 use domain::checkout::states::JourneyStatus;
 use domain::{Prefix, Ref, Timestamp};

@@ -2,8 +2,8 @@
 //! (and always for subscriptions).
 
 use super::{at, reference, state};
-use crate::billing::Resource;
 use crate::db::tx::{int, single, text, Columns, WriteTx};
+use crate::resource::Resource;
 use crate::StoreError;
 use domain::checkout::sandbox::Card;
 use domain::checkout::states::StoredMethodStatus;

@@ -5,7 +5,7 @@
 //! Writes are functions of the pay (or session create) unit of work; what a
 //! payment makes is decided by the caller (`control_api`'s pay), which
 //! calls these in one transaction. Every record is a `Resource`, read and
-//! listed through `Billing::get` and `Billing::list`.
+//! listed through `Store::get` and `Store::list` (`crate::resource`).
 
 pub mod buyers;
 pub mod entitlements;

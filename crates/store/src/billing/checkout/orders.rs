@@ -5,10 +5,11 @@
 
 use super::invoice_numbers::pending;
 use super::{at, opt_reference, reference, state, PricedItem};
-use crate::billing::{minor, money, Resource};
+use crate::billing::{minor, money};
 use crate::db::codec::opt_ts;
 use crate::db::codec::{json_col, to_json};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
+use crate::resource::Resource;
 use crate::StoreError;
 use domain::checkout::states::{InvoiceStatus, OrderStatus};
 use domain::{Money, Prefix, Ref, Timestamp};

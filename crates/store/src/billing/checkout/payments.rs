@@ -1,10 +1,11 @@
 //! Payments (one per pay call) and captures (one per succeeded payment).
 
 use super::{at, opt_reference, reference, state};
-use crate::billing::{minor, money, money_in, Resource};
+use crate::billing::{minor, money, money_in};
 use crate::db::codec::opt_ts;
 use crate::db::codec::{json_col, to_json};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
+use crate::resource::Resource;
 use crate::StoreError;
 use domain::checkout::sandbox::Card;
 use domain::checkout::states::{FailureCode, PaymentStatus};

@@ -3,10 +3,11 @@
 //! (`SessionStatus::effective`); the stored status is `open` or `complete`.
 
 use super::{at, opt_reference, reference, state, PricedItem};
-use crate::billing::{minor, money, Expiry, Resource};
+use crate::billing::{minor, money};
 use crate::db::codec::opt_ts;
 use crate::db::codec::{json_col, to_json};
 use crate::db::tx::{int, single, text, Columns, WriteTx};
+use crate::resource::{Expiry, Resource};
 use crate::StoreError;
 use domain::catalogue::checkout_config::ConfigMode;
 use domain::checkout::states::SessionStatus;

@@ -4,9 +4,9 @@
 //! work that read the same version cannot both move it (`Conflict`).
 
 use super::{at, opt_reference, reference, state};
-use crate::billing::Resource;
 use crate::db::codec::opt_ts;
 use crate::db::tx::{int, single, Columns, WriteTx};
+use crate::resource::Resource;
 use crate::StoreError;
 use domain::checkout::states::{CancelReason, ChangeKind, SubscriptionStatus};
 use domain::{Prefix, Ref, Timestamp};
