@@ -137,6 +137,12 @@
 //! deleted per second per table (and the sweep's counters) over the last
 //! third of the load and the whole load.
 //!
+//! Each report, and the end of the run for the whole of it, also gives the
+//! delivery latency the receiver saw: publish (the event handed to the
+//! broker) to the first receipt of the event at each healthy endpoint,
+//! p50 and p99; run once with retention and once without to see what the
+//! sweep costs live traffic.
+//!
 //! The summary then gives each kind of API call's count, errors, p50, p99
 //! and max over the whole run. The exit status is non-zero on any FAIL or
 //! error.
@@ -381,6 +387,12 @@ struct Sink {
     repeats: AtomicU64,
     unreadable: AtomicU64,
     without_id: AtomicU64,
+    /// When each event was handed to the broker (`publish_events`).
+    sent: Mutex<HashMap<String, Instant>>,
+    /// Publish → first receipt at a healthy endpoint, µs: this report
+    /// window's, and the whole run's.
+    window_latencies: Mutex<Vec<u32>>,
+    latencies: Mutex<Vec<u32>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -461,16 +473,21 @@ async fn hook(
             let n = sink.failing.len();
             let count = {
                 let mut events = lock(&sink.events);
-                let rec = events.entry(d.event_ref).or_insert_with(|| Received {
-                    event_type: d.public_event_type,
-                    session: d.data.checkout_session_ref,
-                    counts: vec![0; n],
-                });
+                let rec = events
+                    .entry(d.event_ref.clone())
+                    .or_insert_with(|| Received {
+                        event_type: d.public_event_type,
+                        session: d.data.checkout_session_ref,
+                        counts: vec![0; n],
+                    });
                 rec.counts[i] = rec.counts[i].saturating_add(1);
                 rec.counts[i]
             };
             if !failing && count > 1 {
                 sink.repeats.fetch_add(1, Ordering::Relaxed);
+            }
+            if !failing && count == 1 {
+                sink.record_latency(&d.event_ref);
             }
         }
         Err(_) => {
@@ -490,6 +507,29 @@ async fn hook(
 }
 
 impl Sink {
+    /// Counts the latency of an event's first receipt at a healthy
+    /// endpoint, from its publish.
+    fn record_latency(&self, event_ref: &str) {
+        let Some(sent) = lock(&self.sent).get(event_ref).copied() else {
+            return;
+        };
+        let us = sent.elapsed().as_micros().min(u128::from(u32::MAX)) as u32;
+        lock(&self.window_latencies).push(us);
+    }
+
+    /// The window's latencies, sorted, moved into the whole run's.
+    fn take_window(&self) -> Vec<Duration> {
+        let window = std::mem::take(&mut *lock(&self.window_latencies));
+        lock(&self.latencies).extend_from_slice(&window);
+        sorted_durations(&window)
+    }
+
+    /// The whole run's latencies, sorted (the current window included).
+    fn all_latencies(&self) -> Vec<Duration> {
+        let _ = self.take_window();
+        sorted_durations(&lock(&self.latencies))
+    }
+
     /// Starts the receiver; returns it and its base URL (`…/hook`).
     async fn start(failing: Vec<bool>, delay: Duration) -> Result<(Arc<Sink>, String), String> {
         let sink = Arc::new(Sink {
@@ -505,6 +545,9 @@ impl Sink {
             repeats: AtomicU64::new(0),
             unreadable: AtomicU64::new(0),
             without_id: AtomicU64::new(0),
+            sent: Mutex::default(),
+            window_latencies: Mutex::default(),
+            latencies: Mutex::default(),
         });
         let app = axum::Router::new()
             .route("/hook/{i}", axum::routing::post(hook))
@@ -521,6 +564,15 @@ impl Sink {
         });
         Ok((sink, format!("http://{addr}/hook")))
     }
+}
+
+fn sorted_durations(us: &[u32]) -> Vec<Duration> {
+    let mut d: Vec<Duration> = us
+        .iter()
+        .map(|v| Duration::from_micros(u64::from(*v)))
+        .collect();
+    d.sort_unstable();
+    d
 }
 
 // ------------------------------------------------------------- publishing
@@ -541,6 +593,7 @@ async fn publish_events(
     env_ref: String,
     stop: CancellationToken,
     load: Arc<Load>,
+    sink: Arc<Sink>,
 ) -> PublishOutcome {
     let examples: Vec<(&str, Value)> = TYPES
         .iter()
@@ -578,6 +631,7 @@ async fn publish_events(
         let (event_type, data) = &examples[i % examples.len()];
         i += 1;
         let (event_ref, body) = envelope(&env_ref, event_type, data);
+        lock(&sink.sent).insert(event_ref.clone(), Instant::now());
         match publisher.publish(event_type, &body).await {
             Ok(confirm) => {
                 load.published.fetch_add(1, Ordering::Relaxed);
@@ -1598,6 +1652,14 @@ fn report(
     for l in store_lines(s, prev, now.requests - before.requests, now.ok - before.ok) {
         println!("          {l}");
     }
+    let latencies = sink.take_window();
+    println!(
+        "          delivery, publish -> first receipt at a healthy endpoint: {} in the window, \
+         p50 {} ms, p99 {} ms",
+        thousands(latencies.len() as u64),
+        ms(percentile_ms(&latencies, 50.0)),
+        ms(percentile_ms(&latencies, 99.0)),
+    );
     let mut parts = Vec::new();
     {
         let mut stats = lock(&api.stats);
@@ -2142,6 +2204,7 @@ async fn soak(
         env_ref.clone(),
         stop.clone(),
         load.clone(),
+        sink.clone(),
     ));
     let mut streams = JoinSet::new();
     {
@@ -2389,6 +2452,14 @@ async fn soak(
             m.lag.text()
         );
     }
+    let latencies = sink.all_latencies();
+    println!(
+        "  delivery, publish -> first receipt at a healthy endpoint, whole run: {}, p50 {} ms, \
+         p99 {} ms",
+        thousands(latencies.len() as u64),
+        ms(percentile_ms(&latencies, 50.0)),
+        ms(percentile_ms(&latencies, 99.0)),
+    );
     println!(
         "  receiver: {} requests, {} answered 2xx, {} answered 500; {} repeats at healthy \
          endpoints; {} unreadable bodies; {} without webhook-id; {} arrived while the same \

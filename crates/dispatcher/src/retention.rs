@@ -4,8 +4,8 @@
 //! then the oldest-age gauges are refreshed.
 //!
 //! The rule: a sweep never competes with live traffic for long. Each batch
-//! is one short transaction of its own (`store::retention`), and the
-//! sweeper yields between batches; a backlog larger than a pass's budget
+//! is one short transaction of its own, of a size the store's engine
+//! chooses (`store::retention`), and the sweeper yields between batches; a backlog larger than a pass's budget
 //! is taken over the next passes. Any number of processes may sweep one
 //! store: each row goes once.
 //!
@@ -18,10 +18,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use store::{Store, StoreError};
 use tokio_util::sync::CancellationToken;
-
-/// Rows per batch: small enough that a batch's transaction is over in
-/// milliseconds.
-pub const BATCH: u32 = 500;
 
 /// How long one pass may sweep before it leaves the rest to the next.
 const PASS_BUDGET: Duration = Duration::from_secs(20);
@@ -38,10 +34,11 @@ pub async fn sweep(
 ) -> Result<Report, StoreError> {
     let started = Instant::now();
     let mut report = Report::new();
+    let batch = store.retention().batch();
     for kind in RetentionKind::ALL {
         let cutoff = policy.cutoff(kind, now);
         loop {
-            let swept = store.retention().sweep(kind, cutoff, BATCH).await?;
+            let swept = store.retention().sweep(kind, cutoff, batch).await?;
             for (kind, n) in swept.deleted {
                 *report.entry(kind).or_default() += n;
                 metrics::counter!(m::RETENTION_DELETED, "kind" => kind.as_str()).increment(n);

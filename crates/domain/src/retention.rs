@@ -33,11 +33,14 @@ pub enum RetentionKind {
 
 impl RetentionKind {
     /// Every kind, in the order a sweep takes them: deliveries before the
-    /// events they keep alive.
+    /// events they keep alive, and before bodies, so that a body whose
+    /// delivery goes in the same pass is deleted with it rather than
+    /// emptied first (with the default settings, the two cut-offs are the
+    /// same and every body would be rewritten just before its row goes).
     pub const ALL: [RetentionKind; 5] = [
-        RetentionKind::Bodies,
         RetentionKind::Deliveries,
         RetentionKind::Events,
+        RetentionKind::Bodies,
         RetentionKind::DeadLetters,
         RetentionKind::RequestLogs,
     ];

@@ -17,6 +17,11 @@
 //! the other writes of this process take turns instead of meeting SQLite's
 //! busy handler (which sleeps); other processes still do.
 //!
+//! Background work (the retention sweep) takes the lane only when no other
+//! work waits for it (`run_when_quiet`): a live write that arrives while a
+//! background batch runs waits for that batch alone, never for a queue of
+//! them.
+//!
 //! Its thread ends when the `Lane` is dropped (the store holds it in an
 //! `Arc` shared by its clones). A future sent to
 //! the lane runs to its end even if its caller stops waiting, so a group
@@ -27,7 +32,9 @@ use crate::tx::LiteTx;
 use crate::{StoreError, Synchronous};
 use sqlx::AnyPool;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
@@ -40,6 +47,8 @@ pub struct Lane {
     handle: Handle,
     /// The lane's connection, taken by a `LiteTx` while it runs.
     connection: Arc<Mutex<Option<rusqlite::Connection>>>,
+    /// Work sent to the lane and not finished yet.
+    queued: Arc<AtomicUsize>,
     /// Dropped with the lane, which ends the lane's thread.
     _stop: oneshot::Sender<()>,
 }
@@ -76,6 +85,7 @@ impl Lane {
         Ok(Lane {
             handle,
             connection: Arc::new(Mutex::new(Some(connection))),
+            queued: Arc::new(AtomicUsize::new(0)),
             _stop: stop,
         })
     }
@@ -86,7 +96,34 @@ impl Lane {
         T: Send + 'static,
         F: Future<Output = Result<T, StoreError>> + Send + 'static,
     {
-        self.handle.spawn(work).await.map_err(LaneError::TaskLost)?
+        let queued = Queued::enter(&self.queued);
+        self.handle
+            .spawn(async move {
+                let _queued = queued;
+                work.await
+            })
+            .await
+            .map_err(LaneError::TaskLost)?
+    }
+
+    /// Runs background `work` on the lane once no other work is queued on
+    /// it, or once it has waited `patience` for that (a lane that is never
+    /// quiet still gets its background work done).
+    pub async fn run_when_quiet<T, F>(&self, patience: Duration, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        let queued = self.queued.clone();
+        self.run(async move {
+            let until = Instant::now() + patience;
+            // This task is one of the queued.
+            while queued.load(Ordering::Acquire) > 1 && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            work.await
+        })
+        .await
     }
 
     /// Begins a transaction on the lane's connection, holding `writer`'s
@@ -95,6 +132,23 @@ impl Lane {
     pub async fn begin(&self, writer: &AnyPool) -> Result<LiteTx, StoreError> {
         let turn = writer.acquire().await?;
         LiteTx::begin(self.connection.clone(), Some(turn))
+    }
+}
+
+/// One piece of work counted in a lane's queue until it is dropped: when
+/// its work ends, or when the work is lost with the lane.
+struct Queued(Arc<AtomicUsize>);
+
+impl Queued {
+    fn enter(queued: &Arc<AtomicUsize>) -> Queued {
+        queued.fetch_add(1, Ordering::AcqRel);
+        Queued(queued.clone())
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -123,5 +177,66 @@ mod tests {
                 .unwrap();
             assert_eq!(got, want, "{synchronous:?} lane");
         }
+    }
+
+    fn lane() -> (tempfile::TempDir, Lane) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("d.db");
+        drop(rusqlite::Connection::open(&file).unwrap());
+        let lane = Lane::start(file.to_str().unwrap(), Synchronous::Normal).unwrap();
+        (dir, lane)
+    }
+
+    /// Background work waits until the work queued before it is done.
+    #[tokio::test]
+    async fn background_work_waits_for_a_quiet_lane() {
+        let (_dir, lane) = lane();
+        let lane = Arc::new(lane);
+        let live = {
+            let lane = lane.clone();
+            tokio::spawn(async move {
+                lane.run(async {
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                    Ok(Instant::now())
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let background = lane
+            .run_when_quiet(Duration::from_secs(5), async { Ok(Instant::now()) })
+            .await
+            .unwrap();
+        let live_ended = live.await.unwrap().unwrap();
+        assert!(background >= live_ended, "the background work ran first");
+        assert_eq!(lane.queued.load(Ordering::Acquire), 0);
+    }
+
+    /// A lane that is never quiet still runs background work after its
+    /// patience.
+    #[tokio::test]
+    async fn background_work_runs_after_its_patience() {
+        let (_dir, lane) = lane();
+        let lane = Arc::new(lane);
+        let live = {
+            let lane = lane.clone();
+            tokio::spawn(async move {
+                lane.run(async {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    Ok(Instant::now())
+                })
+                .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let background = lane
+            .run_when_quiet(Duration::from_millis(50), async { Ok(Instant::now()) })
+            .await
+            .unwrap();
+        let live_ended = live.await.unwrap().unwrap();
+        assert!(
+            background < live_ended,
+            "the background work waited for ever"
+        );
     }
 }

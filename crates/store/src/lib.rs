@@ -272,6 +272,24 @@ impl Store {
         }
     }
 
+    /// Runs background work on the lane once no other work waits for it
+    /// there, or after `patience` (SQLite; `lane::Lane::run_when_quiet`),
+    /// or here (PostgreSQL, whose writers do not queue behind one another).
+    pub(crate) async fn on_lane_when_quiet<T, F>(
+        &self,
+        patience: std::time::Duration,
+        work: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, StoreError>> + Send + 'static,
+    {
+        match &self.lane {
+            Some(lane) => lane.run_when_quiet(patience, work).await,
+            None => work.await,
+        }
+    }
+
     /// A write transaction for the hot writes: on the lane's connection
     /// (SQLite; `lane`, so call it from a future on the lane), or a pooled
     /// one (PostgreSQL).

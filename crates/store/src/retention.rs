@@ -15,6 +15,11 @@
 //! passed over because deliveries of it remain goes with its last
 //! delivery instead (`sweep_deliveries`).
 //!
+//! A batch never makes live writes queue behind the sweep: on SQLite,
+//! whose one writer a batch holds, batches are small (`batch`) and each
+//! waits for a quiet write lane (`Store::on_lane_when_quiet`), so a live
+//! write waits for one short batch at most.
+//!
 //! This module never deletes a live delivery (`pending`, `held`) nor a
 //! billing record: its statements name neither.
 
@@ -25,6 +30,17 @@ use crate::webhooks::deliveries::SETTLED;
 use crate::{Backend, Store, StoreError};
 use domain::retention::RetentionKind;
 use domain::Timestamp;
+
+/// Rows per batch on SQLite: the batch holds the database's one writer,
+/// so a live write that arrives meanwhile waits for all of it.
+const SQLITE_BATCH: u32 = 100;
+
+/// Rows per batch on PostgreSQL: the batch locks its own rows only.
+const POSTGRES_BATCH: u32 = 500;
+
+/// How long a SQLite batch waits for a quiet write lane before it goes
+/// anyway: a lane busy for longer than this still gets swept.
+const PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// What one sweep call did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -46,6 +62,14 @@ impl Store {
 }
 
 impl Retention<'_> {
+    /// The rows a batch should take on this store's engine.
+    pub fn batch(&self) -> u32 {
+        match self.0.backend() {
+            Backend::Sqlite => SQLITE_BATCH,
+            Backend::Postgres => POSTGRES_BATCH,
+        }
+    }
+
     /// Sweeps at most `limit` rows of `kind` older than `cutoff`.
     pub async fn sweep(
         &self,
@@ -55,7 +79,7 @@ impl Retention<'_> {
     ) -> Result<Swept, StoreError> {
         let store = self.0.clone();
         self.0
-            .on_lane(async move {
+            .on_lane_when_quiet(PATIENCE, async move {
                 let mut tx = store.begin_write().await?;
                 let swept = match kind {
                     RetentionKind::Bodies => sweep_bodies(&mut tx, cutoff, limit).await?,
