@@ -26,8 +26,6 @@ mod fleet_redis_outage;
 mod fuzz_regressions;
 mod hostile_clients;
 mod hostile_receivers;
-mod isolation;
-mod partial_failure;
 mod projection;
 mod rate_limit;
 mod redrive_jobs;
