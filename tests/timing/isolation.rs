@@ -111,7 +111,7 @@ const ROUNDS: usize = 3;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_endpoint_does_not_slow_a_healthy_one() {
-    let _alone = crate::alone();
+    let _alone = crate::alone().await;
     let mut summaries = Vec::new();
     for round in 1..=ROUNDS {
         let alone = healthy_latencies(false).await;

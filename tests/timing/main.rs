@@ -10,12 +10,13 @@
 mod isolation;
 mod partial_failure;
 
-use std::sync::{Mutex, MutexGuard};
+use tokio::sync::{Mutex, MutexGuard};
 
 /// One test of this binary at a time, whatever the test threads: each test
-/// holds the guard for its whole run (its own thread, blocked before its
-/// work starts). A test that panicked leaves the turn to the next one.
-fn alone() -> MutexGuard<'static, ()> {
-    static TURN: Mutex<()> = Mutex::new(());
-    TURN.lock().unwrap_or_else(|e| e.into_inner())
+/// holds its turn for its whole run. The lock is tokio's, which works
+/// across the tests' runtimes and is never poisoned: a test that panicked
+/// leaves the turn to the next one.
+async fn alone() -> MutexGuard<'static, ()> {
+    static TURN: Mutex<()> = Mutex::const_new(());
+    TURN.lock().await
 }

@@ -416,7 +416,7 @@ fn check(report: &Report) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_partial_failure_delivers_every_success_on_schedule() {
-    let _alone = crate::alone();
+    let _alone = crate::alone().await;
     let app = TestApp::spawn(Backend::Sqlite).await;
     let report = run(&app, "embedded (SQLite)", |s| app.start_dispatcher(s)).await;
     check(&report);
@@ -424,7 +424,7 @@ async fn embedded_partial_failure_delivers_every_success_on_schedule() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fleet_partial_failure_delivers_every_success_on_schedule() {
-    let _alone = crate::alone();
+    let _alone = crate::alone().await;
     let Some(app) = TestApp::spawn_fleet().await else {
         return;
     };
