@@ -524,6 +524,24 @@ pub struct FeedPass {
     pub scheduled: usize,
     /// Expired leases moved back to the due set.
     pub reclaimed: usize,
+    /// The due time of the last delivery it read, if any.
+    pub last_due: Option<i64>,
+}
+
+impl FeedPass {
+    /// Where the next pass goes on from, if this one (which started at
+    /// `from`) read a whole batch: its last due time, so that a backlog
+    /// larger than a batch is read once, batch after batch, rather than
+    /// its earliest batch again and again. Deliveries due at that very
+    /// time are read again (harmless: a member already in the due set is
+    /// written again). `None` (start again from the earliest, at the next
+    /// pass that is asked for) once a batch comes back short, or when a
+    /// whole batch shares one due time and the pass made no progress.
+    pub fn next_from(&self, from: Option<i64>) -> Option<i64> {
+        let full = self.scheduled >= FEED_BATCH as usize;
+        self.last_due
+            .filter(|last| full && from.is_none_or(|from| *last > from))
+    }
 }
 
 /// One full pass of `feed`: schedules the store's unleased pending
@@ -534,15 +552,30 @@ pub async fn feed_once(
     schedule: &RedisSchedule,
     horizon: Duration,
 ) -> Result<FeedPass, DispatchError> {
+    feed_from(store, schedule, horizon, None).await
+}
+
+/// `feed_once` reading the deliveries due from `from` (Unix milliseconds)
+/// on: the next batch of a backlog (`FeedPass::next_from`).
+pub async fn feed_from(
+    store: &Store,
+    schedule: &RedisSchedule,
+    horizon: Duration,
+    from: Option<i64>,
+) -> Result<FeedPass, DispatchError> {
     let now = Timestamp::now();
     let until = now.plus_millis(horizon.as_millis() as i64);
-    let items = store.dispatch().pending_due_refs(until, FEED_BATCH).await?;
+    let items = store
+        .dispatch()
+        .pending_due_refs_from(until, from.map(Timestamp::from_millis), FEED_BATCH)
+        .await?;
     schedule.schedule_unleased(&items).await?;
     let reclaimed = schedule.reclaim_expired(now.millis()).await?;
     schedule.mark_fed().await?;
     Ok(FeedPass {
         scheduled: items.len(),
         reclaimed,
+        last_due: items.last().map(|(_, due)| *due),
     })
 }
 
@@ -571,7 +604,8 @@ const SIGNAL_GATHER: Duration = Duration::from_millis(20);
 /// another's through PostgreSQL `NOTIFY`), when Redis lost its data (the
 /// `P:fed` marker is gone or names another store, and every tick for
 /// [`AFTER_LOSS`] after that),
-/// after a pass that filled a whole batch, and every [`FULL_PASS_EVERY`];
+/// after a pass that filled a whole batch (the next one going on where it
+/// ended, `FeedPass::next_from`), and every [`FULL_PASS_EVERY`];
 /// every [`FEED_TICK`] expired leases are reclaimed. Errors are logged and
 /// the next tick tries again. Runs until `shutdown`.
 pub async fn feed(store: Store, schedule: Arc<RedisSchedule>, shutdown: CancellationToken) {
@@ -581,6 +615,9 @@ pub async fn feed(store: Store, schedule: Arc<RedisSchedule>, shutdown: Cancella
     let mut lost_at: Option<tokio::time::Instant> = None;
     let mut foreign_seen: Option<String> = None;
     let mut wanted = true;
+    // Where the next pass goes on from while it reads a backlog larger
+    // than a batch (`FeedPass::next_from`); `None`: from the earliest.
+    let mut from: Option<i64> = None;
     loop {
         if shutdown.is_cancelled() {
             return;
@@ -610,11 +647,15 @@ pub async fn feed(store: Store, schedule: Arc<RedisSchedule>, shutdown: Cancella
         // Leases Redis forgot come back to the store's pool only as they
         // expire: keep passing every tick until the longest has.
         let recovering = lost_at.is_some_and(|t| t.elapsed() < AFTER_LOSS);
+        if stale || recovering {
+            from = None;
+        }
         let outcome = if wanted || stale || recovering {
-            feed_once(&store, &schedule, horizon).await.map(|pass| {
+            feed_from(&store, &schedule, horizon, from).await.map(|pass| {
                 last_full = Some(tokio::time::Instant::now());
                 // A full batch may have left more behind it.
-                wanted = pass.scheduled >= FEED_BATCH as usize;
+                from = pass.next_from(from);
+                wanted = from.is_some();
             })
         } else {
             schedule
@@ -630,6 +671,9 @@ pub async fn feed(store: Store, schedule: Arc<RedisSchedule>, shutdown: Cancella
             _ = shutdown.cancelled() => return,
             _ = signals.next() => {
                 wanted = true;
+                // What was made due is due now: earlier than a backlog's
+                // later batches.
+                from = None;
                 // Writes that make deliveries due come in bursts (a batch
                 // redrive): one pass for the burst, not one per write.
                 tokio::select! {
@@ -759,5 +803,37 @@ async fn split_foreign(
             tracing::warn!(error = %e, "telling another store's Redis members from ours failed");
             (refused, Vec::new())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pass(scheduled: usize, last_due: Option<i64>) -> FeedPass {
+        FeedPass {
+            scheduled,
+            reclaimed: 0,
+            last_due,
+        }
+    }
+
+    /// A backlog is read batch after batch, each from where the last
+    /// ended, and from the earliest again once a batch comes back short.
+    #[test]
+    fn a_backlog_is_read_once_batch_after_batch() {
+        let full = FEED_BATCH as usize;
+        assert_eq!(pass(full, Some(100)).next_from(None), Some(100));
+        assert_eq!(pass(full, Some(250)).next_from(Some(100)), Some(250));
+        assert_eq!(pass(full - 1, Some(300)).next_from(Some(250)), None);
+        assert_eq!(pass(0, None).next_from(Some(250)), None);
+    }
+
+    /// A whole batch due at one time makes no progress: the walk stops
+    /// rather than read that batch for ever.
+    #[test]
+    fn a_batch_that_makes_no_progress_ends_the_walk() {
+        let full = FEED_BATCH as usize;
+        assert_eq!(pass(full, Some(100)).next_from(Some(100)), None);
     }
 }

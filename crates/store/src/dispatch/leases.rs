@@ -258,10 +258,26 @@ impl Dispatch<'_> {
         until: Timestamp,
         limit: u32,
     ) -> Result<Vec<(String, i64)>, StoreError> {
+        self.pending_due_refs_from(until, None, limit).await
+    }
+
+    /// `pending_due_refs` from the due time `from` on (inclusive), so that
+    /// a reader of a backlog larger than `limit` can go on where its last
+    /// batch ended instead of reading the earliest again.
+    pub async fn pending_due_refs_from(
+        &self,
+        until: Timestamp,
+        from: Option<Timestamp>,
+        limit: u32,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
         read::all(
             self.pool(),
             &statements::pending_due(limit),
-            &[until.millis().into(), Timestamp::now().millis().into()],
+            &[
+                until.millis().into(),
+                Timestamp::now().millis().into(),
+                from.map_or(i64::MIN, Timestamp::millis).into(),
+            ],
             |row| Ok((text(row, "delivery_ref")?, int(row, "next_attempt_at")?)),
         )
         .await
@@ -376,12 +392,13 @@ pub mod statements {
     }
 
     /// Up to `limit` unleased pending deliveries due by `$1` (lease ended
-    /// before `$2`), earliest first. Ordered by the due-time index alone,
-    /// so the scan stops at `limit` however large the backlog.
+    /// before `$2`) and not before `$3`, earliest first. Ordered by the
+    /// due-time index alone, and starting in it at `$3`, so the scan stops
+    /// at `limit` however large the backlog.
     pub fn pending_due(limit: u32) -> String {
         format!(
             "SELECT delivery_ref, next_attempt_at FROM webhook_deliveries \
-             WHERE {} ORDER BY next_attempt_at LIMIT {limit}",
+             WHERE {} AND next_attempt_at >= $3 ORDER BY next_attempt_at LIMIT {limit}",
             claimable("$1", "$2")
         )
     }
