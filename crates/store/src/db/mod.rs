@@ -5,13 +5,18 @@
 //! `store::db::…` names it, and the embedded migrations, which are the
 //! domain's schema and so stay in this crate.
 //!
+//! The one exception is the write transaction: `tx::WriteTx` wraps
+//! `store_db`'s, so that its callers outside the store can pass it to the
+//! store's writes and commit it, but never run a statement of their own.
+//!
 //! `store_db` knows no table of a domain; it only runs statements. What a
 //! write means (the outbox, the due signal) is `crate::dispatch`'s.
 
-pub use store_db::{checkpoint, codec, count, lane, marks, page, read, tx, write};
+pub use store_db::{checkpoint, codec, count, lane, marks, page, read, write};
 pub use store_db::{
-    Backend, LaneError, Page, PageRequest, StoreError, Synchronous, WriteTx, BUSY_TIMEOUT,
-    SQLITE_PRAGMAS,
+    Backend, LaneError, Page, PageRequest, StoreError, Synchronous, BUSY_TIMEOUT, SQLITE_PRAGMAS,
 };
+pub use tx::WriteTx;
 
 pub mod migrations;
+pub mod tx;

@@ -29,6 +29,8 @@
 use super::orders::InvoiceRecord;
 use crate::db::marks::Marks;
 use crate::db::tx::{int, single, text, Arg, WriteTx};
+/// The transaction as `at_commit` hands it over, at its commit.
+type RunningTx = store_db::WriteTx;
 use crate::{Backend, EventRecord, StoreError};
 use domain::checkout::invoice::{year_of, InvoiceNumber};
 use domain::Ref;
@@ -78,7 +80,7 @@ pub fn number_at_commit(tx: &mut WriteTx, invoice: &InvoiceRecord, events: &[Eve
     tx.at_commit(move |tx| Box::pin(number(tx, numbering)));
 }
 
-async fn number(tx: &mut WriteTx, p: Pending) -> Result<(), StoreError> {
+async fn number(tx: &mut RunningTx, p: Pending) -> Result<(), StoreError> {
     match tx.backend() {
         Backend::Postgres => number_in_one(tx, &p).await,
         Backend::Sqlite => number_in_steps(tx, &p).await,
@@ -109,7 +111,7 @@ const COUNTER: &str = "INSERT INTO invoice_counters (environment_ref, year, last
 
 /// PostgreSQL: the counter, the invoice and its events in one statement.
 /// The number is formatted in SQL, then checked against the domain's.
-async fn number_in_one(tx: &mut WriteTx, p: &Pending) -> Result<(), StoreError> {
+async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError> {
     let mut marks = Marks::new(tx.backend());
     let counter = COUNTER
         .replacen("{m}", &marks.next(), 1)
@@ -169,7 +171,7 @@ async fn number_in_one(tx: &mut WriteTx, p: &Pending) -> Result<(), StoreError> 
 }
 
 /// SQLite: the counter, then the invoice, then its events.
-async fn number_in_steps(tx: &mut WriteTx, p: &Pending) -> Result<(), StoreError> {
+async fn number_in_steps(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError> {
     let counter = COUNTER.replace("{m}", "?");
     let rows = tx
         .fetch(
