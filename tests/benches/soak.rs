@@ -1379,7 +1379,10 @@ async fn vacuumer(
     // autovacuum_vacuum_cost_delay 2 ms, the cost limit vacuum_cost_limit's
     // 200); a manual VACUUM is not throttled at all, and would take the
     // disk from the live traffic as production's vacuum never does.
-    for set in ["SET vacuum_cost_delay = '2ms'", "SET vacuum_cost_limit = 200"] {
+    for set in [
+        "SET vacuum_cost_delay = '2ms'",
+        "SET vacuum_cost_limit = 200",
+    ] {
         if let Err(e) = conn.execute(set).await {
             return Some(format!("VACUUM connection, {set}: {e}"));
         }

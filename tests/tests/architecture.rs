@@ -25,7 +25,10 @@ fn files(dir: &Path, root: &Path, out: &mut Vec<String>) {
     for entry in std::fs::read_dir(dir).expect("a readable folder") {
         let path = entry.expect("an entry").path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if name.starts_with('.') || name == "target" || name == "data" {
+        // Hidden folders are git's and tools' own, but for the project's
+        // cargo configuration, which the map names.
+        let hidden = name.starts_with('.') && name != ".cargo";
+        if hidden || name == "target" || name == "data" {
             continue;
         }
         if path.is_dir() {

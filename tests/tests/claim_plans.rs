@@ -151,7 +151,11 @@ async fn claim_and_feed_cost_the_same_whatever_the_backlog() {
     let feed = explain(
         &mut conn,
         &statements::pending_due(CLAIM as u32),
-        &[Value::from(now + 60_000), Value::from(now), Value::from(i64::MIN)],
+        &[
+            Value::from(now + 60_000),
+            Value::from(now),
+            Value::from(i64::MIN),
+        ],
     )
     .await;
     let (_, buffers) = plan_facts(&feed);

@@ -651,12 +651,14 @@ pub async fn feed(store: Store, schedule: Arc<RedisSchedule>, shutdown: Cancella
             from = None;
         }
         let outcome = if wanted || stale || recovering {
-            feed_from(&store, &schedule, horizon, from).await.map(|pass| {
-                last_full = Some(tokio::time::Instant::now());
-                // A full batch may have left more behind it.
-                from = pass.next_from(from);
-                wanted = from.is_some();
-            })
+            feed_from(&store, &schedule, horizon, from)
+                .await
+                .map(|pass| {
+                    last_full = Some(tokio::time::Instant::now());
+                    // A full batch may have left more behind it.
+                    from = pass.next_from(from);
+                    wanted = from.is_some();
+                })
         } else {
             schedule
                 .reclaim_expired(Timestamp::now().millis())
