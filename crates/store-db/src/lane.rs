@@ -187,16 +187,16 @@ mod tests {
         (dir, lane)
     }
 
-    /// Background work waits until the work queued before it is done.
-    #[tokio::test]
-    async fn background_work_waits_for_a_quiet_lane() {
+    /// Runs background work (patience `patience`) while live work that
+    /// takes `live` holds the lane: when each ended.
+    async fn background_beside_live(live: Duration, patience: Duration) -> (Instant, Instant) {
         let (_dir, lane) = lane();
         let lane = Arc::new(lane);
         let live = {
             let lane = lane.clone();
             tokio::spawn(async move {
-                lane.run(async {
-                    tokio::time::sleep(Duration::from_millis(150)).await;
+                lane.run(async move {
+                    tokio::time::sleep(live).await;
                     Ok(Instant::now())
                 })
                 .await
@@ -204,36 +204,28 @@ mod tests {
         };
         tokio::time::sleep(Duration::from_millis(20)).await;
         let background = lane
-            .run_when_quiet(Duration::from_secs(5), async { Ok(Instant::now()) })
+            .run_when_quiet(patience, async { Ok(Instant::now()) })
             .await
             .unwrap();
         let live_ended = live.await.unwrap().unwrap();
-        assert!(background >= live_ended, "the background work ran first");
         assert_eq!(lane.queued.load(Ordering::Acquire), 0);
+        (background, live_ended)
+    }
+
+    /// Background work waits until the work queued before it is done.
+    #[tokio::test]
+    async fn background_work_waits_for_a_quiet_lane() {
+        let (background, live_ended) =
+            background_beside_live(Duration::from_millis(150), Duration::from_secs(5)).await;
+        assert!(background >= live_ended, "the background work ran first");
     }
 
     /// A lane that is never quiet still runs background work after its
     /// patience.
     #[tokio::test]
     async fn background_work_runs_after_its_patience() {
-        let (_dir, lane) = lane();
-        let lane = Arc::new(lane);
-        let live = {
-            let lane = lane.clone();
-            tokio::spawn(async move {
-                lane.run(async {
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                    Ok(Instant::now())
-                })
-                .await
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        let background = lane
-            .run_when_quiet(Duration::from_millis(50), async { Ok(Instant::now()) })
-            .await
-            .unwrap();
-        let live_ended = live.await.unwrap().unwrap();
+        let (background, live_ended) =
+            background_beside_live(Duration::from_secs(2), Duration::from_millis(50)).await;
         assert!(
             background < live_ended,
             "the background work waited for ever"
