@@ -5,9 +5,9 @@
 //!
 //! The rule: a sweep never competes with live traffic for long. Each batch
 //! is one short transaction of its own, of a size the store's engine
-//! chooses (`store::retention`), and the sweeper yields between batches; a backlog larger than a pass's budget
-//! is taken over the next passes. Any number of processes may sweep one
-//! store: each row goes once.
+//! chooses (`store::retention`), and the sweeper yields between batches;
+//! a backlog larger than a pass's budget is taken over the next passes.
+//! Any number of processes may sweep one store: each row goes once.
 //!
 //! `sweep` is the seam tests drive: one pass at a `now` they choose.
 
