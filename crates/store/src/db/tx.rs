@@ -39,8 +39,8 @@ impl WriteTx {
         self.0.backend()
     }
 
-    /// The transaction itself, for statements that run at its commit
-    /// (`at_commit`'s functions are given it).
+    /// Runs `last` right before the commit (`store_db::WriteTx::at_commit`);
+    /// it is given the inner transaction, on which it runs its statements.
     pub(crate) fn at_commit<F>(&mut self, last: F)
     where
         F: for<'t> FnOnce(&'t mut store_db::WriteTx) -> LastFuture<'t> + Send + Sync + 'static,

@@ -29,11 +29,12 @@
 use super::orders::InvoiceRecord;
 use crate::db::marks::Marks;
 use crate::db::tx::{int, single, text, Arg, WriteTx};
-/// The transaction as `at_commit` hands it over, at its commit.
-type RunningTx = store_db::WriteTx;
 use crate::{Backend, EventRecord, StoreError};
 use domain::checkout::invoice::{year_of, InvoiceNumber};
 use domain::Ref;
+
+/// The transaction as `at_commit` hands it over, at its commit.
+type RunningTx = store_db::WriteTx;
 
 /// The number an invoice holds until its unit of work commits.
 pub(super) fn pending(invoice_ref: &Ref) -> String {
