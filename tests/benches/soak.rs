@@ -37,8 +37,8 @@
 //! (not `FULL`) of the run's database every `BENCH_SOAK_VACUUM_SECONDS`
 //! (default 60), as a simple statement on a connection of its own, the way
 //! production's autovacuum would, throttled as autovacuum's defaults
-//! throttle it (`vacuum_cost_delay = 2ms`, `vacuum_cost_limit = 200`); the reports and the summary say how many
-//! ran and how long they took.
+//! throttle it (`vacuum_cost_delay = 2ms`, `vacuum_cost_limit = 200`); the
+//! reports and the summary say how many ran and how long they took.
 //!
 //! Load, for `BENCH_SOAK_SECONDS` (default 1,800), each stream paced by a
 //! tokio interval, each request its own task, at most
@@ -565,6 +565,16 @@ impl Sink {
         });
         Ok((sink, format!("http://{addr}/hook")))
     }
+}
+
+/// How many deliveries, and their p50 and p99 (`sorted`).
+fn latency_text(sorted: &[Duration]) -> String {
+    format!(
+        "{}, p50 {}, p99 {}",
+        thousands(sorted.len() as u64),
+        ms(percentile_ms(sorted, 50.0)),
+        ms(percentile_ms(sorted, 99.0))
+    )
 }
 
 fn sorted_durations(us: &[u32]) -> Vec<Duration> {
@@ -1665,13 +1675,9 @@ fn report(
     for l in store_lines(s, prev, now.requests - before.requests, now.ok - before.ok) {
         println!("          {l}");
     }
-    let latencies = sink.take_window();
     println!(
-        "          delivery, publish -> first receipt at a healthy endpoint: {} in the window, \
-         p50 {}, p99 {}",
-        thousands(latencies.len() as u64),
-        ms(percentile_ms(&latencies, 50.0)),
-        ms(percentile_ms(&latencies, 99.0)),
+        "          delivery, publish -> first receipt at a healthy endpoint: {} in the window",
+        latency_text(&sink.take_window())
     );
     let mut parts = Vec::new();
     {
@@ -2465,13 +2471,9 @@ async fn soak(
             m.lag.text()
         );
     }
-    let latencies = sink.all_latencies();
     println!(
-        "  delivery, publish -> first receipt at a healthy endpoint, whole run: {}, p50 {}, \
-         p99 {}",
-        thousands(latencies.len() as u64),
-        ms(percentile_ms(&latencies, 50.0)),
-        ms(percentile_ms(&latencies, 99.0)),
+        "  delivery, publish -> first receipt at a healthy endpoint: {} over the whole run",
+        latency_text(&sink.all_latencies())
     );
     println!(
         "  receiver: {} requests, {} answered 2xx, {} answered 500; {} repeats at healthy \
