@@ -46,6 +46,11 @@ pub enum LaneError {
     /// A statement ran on a lane transaction that had already ended.
     #[error("the write lane's transaction has ended")]
     TransactionEnded,
+    /// A group commit (`crate::group`) did not happen: SQLite ended the
+    /// group's transaction by itself (a full disk, an I/O error), or the
+    /// store stopped before committing it. Nothing of the unit is on disk.
+    #[error("the group transaction was rolled back before it committed")]
+    GroupRolledBack,
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -102,6 +107,7 @@ impl StoreError {
             StoreError::Sqlite(rusqlite::Error::SqliteFailure(f, _)) => {
                 is_sqlite_unavailable(f.extended_code)
             }
+            StoreError::Lane(LaneError::GroupRolledBack) => true,
             StoreError::NotFound
             | StoreError::Conflict
             | StoreError::Duplicate

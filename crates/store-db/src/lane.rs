@@ -39,8 +39,9 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 /// Prepared statements kept per connection: the multi-row statements come
-/// in a few sizes each.
-const STATEMENT_CACHE: usize = 128;
+/// in a few sizes each, and the API's units of work (`crate::group`) run
+/// theirs on this connection too.
+const STATEMENT_CACHE: usize = 512;
 
 /// The write lane: its thread's runtime and its SQLite connection.
 pub struct Lane {
@@ -124,6 +125,18 @@ impl Lane {
             work.await
         })
         .await
+    }
+
+    /// Runs `task` on the lane's runtime, beside the lane's work, until it
+    /// ends or the lane does.
+    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
+        drop(self.handle.spawn(task));
+    }
+
+    /// The slot of the lane's connection, which a transaction takes while
+    /// it holds the process's write turn.
+    pub(crate) fn connection(&self) -> Arc<Mutex<Option<rusqlite::Connection>>> {
+        self.connection.clone()
     }
 
     /// Begins a transaction on the lane's connection, holding `writer`'s

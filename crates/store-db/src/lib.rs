@@ -9,7 +9,9 @@
 //! - `read`: statements on a pool, bound with the same `Arg`s;
 //! - `marks`: bind marks of statements built at run time; `page`: keyset
 //!   paging; `codec`: the column codecs (JSON text, optional moments);
-//! - `lane` and `checkpoint`: SQLite's write lane and its WAL checkpoints,
+//! - `lane`, `group` and `checkpoint`: SQLite's write lane, the group
+//!   commit of the other units of work on its connection, and the WAL
+//!   checkpoints,
 //!   with the connection set-up they share (`SQLITE_PRAGMAS`,
 //!   `Synchronous`, `BUSY_TIMEOUT`);
 //! - `count`: how many statements the process sent, for benchmarks;
@@ -27,6 +29,7 @@ pub mod checkpoint;
 pub mod codec;
 pub mod count;
 mod error;
+pub mod group;
 pub mod lane;
 pub mod marks;
 pub mod page;

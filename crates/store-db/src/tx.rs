@@ -179,11 +179,27 @@ pub type LastFuture<'t> = Pin<Box<dyn Future<Output = Result<(), StoreError>> + 
 
 type Last = Box<dyn for<'t> FnOnce(&'t mut WriteTx) -> LastFuture<'t> + Send + Sync>;
 
-/// The connection a `WriteTx` runs on: a pooled sqlx transaction, or the
-/// write lane's (`crate::lane`).
+/// The connection a `WriteTx` runs on: a pooled sqlx transaction, the
+/// write lane's (`crate::lane`), or a unit of a group transaction on that
+/// same connection (`crate::group`).
 pub enum Conn {
     Sqlx(sqlx::Transaction<'static, sqlx::Any>),
     Lite(LiteTx),
+    Group(crate::group::Unit),
+}
+
+impl Conn {
+    /// The SQLite connection a `Lite` or `Group` transaction runs its
+    /// statements on, synchronously.
+    fn sqlite(&self) -> Result<&rusqlite::Connection, StoreError> {
+        match self {
+            Conn::Sqlx(_) => Err(StoreError::Corrupt(
+                "a pooled transaction has no SQLite connection of its own".into(),
+            )),
+            Conn::Lite(tx) => tx.conn(),
+            Conn::Group(unit) => unit.conn(),
+        }
+    }
 }
 
 /// A transaction on the write lane's connection, which it takes from its
@@ -308,6 +324,7 @@ impl WriteTx {
             // A failed COMMIT leaves the transaction open: the drop rolls
             // it back.
             Conn::Lite(tx) => tx.conn()?.execute_batch("COMMIT")?,
+            Conn::Group(unit) => unit.commit().await?,
         }
         for notify in on_commit {
             notify.notify_one();
@@ -324,6 +341,7 @@ impl WriteTx {
         match self.conn {
             Conn::Sqlx(tx) => tx.rollback().await?,
             Conn::Lite(tx) => tx.conn()?.execute_batch("ROLLBACK")?,
+            Conn::Group(unit) => unit.rollback(),
         }
         Ok(())
     }
@@ -336,8 +354,8 @@ impl WriteTx {
                 .execute(&mut **tx)
                 .await?
                 .rows_affected()),
-            Conn::Lite(tx) => {
-                let mut stmt = lite_statement(tx.conn()?, sql, args)?;
+            lite => {
+                let mut stmt = lite_statement(lite.sqlite()?, sql, args)?;
                 Ok(stmt.raw_execute()? as u64)
             }
         }
@@ -369,8 +387,8 @@ impl WriteTx {
                     })
                     .collect()
             }
-            Conn::Lite(tx) => {
-                let mut stmt = lite_statement(tx.conn()?, sql, args)?;
+            lite => {
+                let mut stmt = lite_statement(lite.sqlite()?, sql, args)?;
                 let names: Arc<[String]> =
                     stmt.column_names().into_iter().map(str::to_owned).collect();
                 let mut rows = stmt.raw_query();

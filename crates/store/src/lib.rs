@@ -78,6 +78,9 @@ pub struct Store {
     /// This process's projection of other systems' events (`projection`).
     /// SQLite only: where the hot write transactions run (`lane`).
     lane: Option<Arc<db::lane::Lane>>,
+    /// SQLite only: the other units of work, which share commits on the
+    /// lane's connection (`group`).
+    group: Option<Arc<db::group::Group>>,
     /// Idempotency keys claimed by this process's open transactions.
     claimed: Arc<admin::idempotency::Claimed>,
     /// Held by every clone; the SQLite checkpoint task stops once the last
@@ -182,16 +185,21 @@ impl Store {
             // Automatic checkpoints are off on every connection (above).
             db::checkpoint::spawn(pool.clone(), writer.clone(), &alive);
         }
+        let lane = match sqlite_file {
+            Some(file) => Some(Arc::new(db::lane::Lane::start(&file, synchronous)?)),
+            None => None,
+        };
+        let group = lane
+            .as_ref()
+            .map(|lane| Arc::new(db::group::Group::start(lane, writer.clone())));
         Ok(Store {
             pool,
             writer,
             backend,
             wake: Arc::default(),
             pg_url: (backend == Backend::Postgres).then(|| Arc::from(url.as_str())),
-            lane: match sqlite_file {
-                Some(file) => Some(Arc::new(db::lane::Lane::start(&file, synchronous)?)),
-                None => None,
-            },
+            lane,
+            group,
             claimed: Arc::default(),
             _alive: alive,
         })
@@ -235,21 +243,44 @@ impl Store {
         self.pool.close().await;
     }
 
-    /// Begins a unit of work: a write transaction on the writer (SQLite
-    /// takes its write lock up front, `BEGIN IMMEDIATE`, so that two
-    /// writers queue instead of failing when a read lock is upgraded).
-    /// Every write the caller makes through it, and every event it emits,
-    /// commits together or not at all.
+    /// Begins a unit of work. Every write the caller makes through it, and
+    /// every event it emits, commits together or not at all, and its
+    /// `commit` returns once that commit is on disk. With SQLite it is a
+    /// unit of the group commit (`db::group`): units that end while a
+    /// commit syncs share the next one, each inside a savepoint of its own,
+    /// so a unit that rolls back takes only its own writes with it. With
+    /// PostgreSQL it is a transaction on the writer pool.
     pub async fn begin(&self) -> Result<WriteTx, StoreError> {
-        let conn = match self.backend {
-            Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.writer.begin().await?,
+        let conn = match &self.group {
+            Some(group) => db::tx::Conn::Group(group.begin().await?),
+            None => db::tx::Conn::Sqlx(self.writer.begin().await?),
         };
-        Ok(WriteTx::new(
-            db::tx::Conn::Sqlx(conn),
-            self.backend,
-            self.signals(),
-        ))
+        Ok(WriteTx::new(conn, self.backend, self.signals()))
+    }
+
+    /// Runs one statement as a unit of work of its own (a request's log
+    /// line, a credential's use, a purge, a dead letter): with SQLite in
+    /// the group commit, as `begin` does; with PostgreSQL on its own.
+    /// Returns the number of rows it changed. Never call it while holding a
+    /// `WriteTx` of this store: with SQLite it would wait for itself.
+    pub(crate) async fn write_alone(
+        &self,
+        sql: &str,
+        args: &[db::tx::Arg<'_>],
+    ) -> Result<u64, StoreError> {
+        if self.group.is_none() {
+            return db::write::autocommit(&self.writer, sql, args).await;
+        }
+        let mut tx = self.begin().await?;
+        let changed = tx.execute(sql, args).await?;
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    /// Group commits so far (SQLite; `db::group`), for tests and
+    /// benchmarks; 0 with PostgreSQL.
+    pub fn group_commits(&self) -> u64 {
+        self.group.as_ref().map_or(0, |group| group.commits())
     }
 
     /// What this store's transactions carry for their writes to wake
@@ -304,12 +335,6 @@ impl Store {
     /// For reads.
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
-    }
-
-    /// For writes outside `write_tx`. Never use it while holding a
-    /// `write_tx` of the same store: with SQLite that would wait for itself.
-    pub(crate) fn writer(&self) -> &AnyPool {
-        &self.writer
     }
 }
 

@@ -4,7 +4,6 @@ use super::Admin;
 use crate::db::codec::{opt_ts, state};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
-use crate::db::write;
 use crate::resource::{Resource, Scope};
 use crate::StoreError;
 use domain::principal::{CredentialStatus, GrantStatus, Mode, ServiceAccountStatus};
@@ -268,8 +267,7 @@ impl Admin<'_> {
         credential_ref: &Ref,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        write::autocommit(
-            self.writer(),
+        self.0.write_alone(
             "UPDATE credentials SET last_used_at = $1 WHERE credential_ref = $2",
             &[now.millis().into(), credential_ref.as_str().into()],
         )

@@ -15,7 +15,6 @@
 use super::Admin;
 use crate::db::read;
 use crate::db::tx::{int, text, WriteTx};
-use crate::db::write;
 use crate::{Backend, Store, StoreError};
 use domain::Timestamp;
 use sha2::{Digest, Sha256};
@@ -187,8 +186,7 @@ impl Store {
 impl Admin<'_> {
     /// Deletes records past retention; returns how many.
     pub async fn purge_idempotency_keys(&self, cutoff: Timestamp) -> Result<u64, StoreError> {
-        write::autocommit(
-            self.writer(),
+        self.0.write_alone(
             "DELETE FROM idempotency_keys WHERE created_at < $1",
             &[cutoff.millis().into()],
         )

@@ -40,10 +40,4 @@ impl<'a> Admin<'a> {
     fn pool(&self) -> &'a AnyPool {
         self.0.pool()
     }
-
-    /// For the writes that run outside a unit of work (`touch_credential`,
-    /// `insert_request_log`, `purge_idempotency_keys`).
-    fn writer(&self) -> &'a AnyPool {
-        self.0.writer()
-    }
 }

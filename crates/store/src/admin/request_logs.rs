@@ -4,7 +4,6 @@
 use super::Admin;
 use crate::db::page::{Page, PageRequest};
 use crate::db::tx::{int, text, Columns};
-use crate::db::write;
 use crate::resource::{Resource, Scope, Value};
 use crate::StoreError;
 use domain::{Ref, Timestamp};
@@ -68,8 +67,7 @@ impl Admin<'_> {
     /// holding a `WriteTx` of this store: with SQLite it would wait for that
     /// transaction's connection).
     pub async fn insert_request_log(&self, log: &RequestLogRecord) -> Result<(), StoreError> {
-        write::autocommit(
-            self.writer(),
+        self.0.write_alone(
             "INSERT INTO request_logs (request_log_ref, environment_ref, operation_id, method, path, \
              status, error_code, principal_ref, credential_ref, idempotency_key, duration_ms, created_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",

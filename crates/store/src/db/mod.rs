@@ -12,7 +12,7 @@
 //! `store_db` knows no table of a domain; it only runs statements. What a
 //! write means (the outbox, the due signal) is `crate::dispatch`'s.
 
-pub use store_db::{checkpoint, codec, count, lane, marks, page, read, write};
+pub use store_db::{checkpoint, codec, count, group, lane, marks, page, read, write};
 pub use store_db::{
     Backend, LaneError, Page, PageRequest, StoreError, Synchronous, BUSY_TIMEOUT, SQLITE_PRAGMAS,
 };

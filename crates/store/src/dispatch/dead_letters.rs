@@ -6,7 +6,6 @@
 use super::Dispatch;
 use crate::db::read;
 use crate::db::tx::{int, text, Columns};
-use crate::db::write;
 use crate::resource::{Resource, Scope, Value, Visibility};
 use crate::{Page, PageRequest, Store, StoreError};
 use domain::{Prefix, Ref, Timestamp};
@@ -73,8 +72,7 @@ impl Dispatch<'_> {
     pub async fn dead_letter(&self, body: &str, reason: &str) -> Result<(), StoreError> {
         let dead_letter_ref = Ref::generate(Prefix::DeadLetter);
         let environment_ref = named_environment(body);
-        write::autocommit(
-            self.writer(),
+        self.0.write_alone(
             "INSERT INTO dead_events (dead_event_id, environment_ref, body, reason, received_at) \
              VALUES ($1, $2, $3, $4, $5)",
             &[
