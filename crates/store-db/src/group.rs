@@ -18,7 +18,10 @@
 //! waits for the group's `COMMIT`. The committer, a task on the lane's
 //! runtime, queues for the same turn as the units: when it gets it, every
 //! unit that queued before it has ended, and it commits them together and
-//! answers each. Units that arrive while it syncs form the next group.
+//! answers each. Units that arrive while it syncs form the next group. A
+//! group holds at most `MAX_GROUP` units: the unit that fills it hands it
+//! to the committer at once, so the first unit of a burst waits for a
+//! bounded number of others.
 //!
 //! Statements run on the caller's thread, synchronously, as the lane's do
 //! (`crate::tx`): a unit holds the writer, so none of its steps may wait
@@ -52,6 +55,8 @@ struct Shared {
     ended: Notify,
     /// The process's write turn (`crate::lane`).
     writer: AnyPool,
+    /// The lane's runtime, where groups commit.
+    lane: tokio::runtime::Handle,
     /// The lane's connection, taken while a group is open.
     home: Arc<Mutex<Option<rusqlite::Connection>>>,
     /// Groups committed (for tests and benchmarks).
@@ -104,6 +109,9 @@ impl Failure {
 /// in time (`StoreError::is_unavailable`).
 const TURN_WAIT: Duration = Duration::from_secs(10);
 
+/// The most units one commit holds.
+pub const MAX_GROUP: usize = 32;
+
 /// The savepoint of the running unit (one runs at a time).
 const SAVEPOINT: &str = "SAVEPOINT unit";
 const RELEASE: &str = "RELEASE unit";
@@ -117,10 +125,11 @@ impl Group {
             slot: Arc::default(),
             ended: Notify::new(),
             writer,
+            lane: lane.runtime(),
             home: lane.connection(),
             commits: AtomicU64::new(0),
         });
-        lane.spawn(commit_groups(shared.clone()));
+        drop(shared.lane.spawn(commit_groups(shared.clone())));
         Group { shared }
     }
 
@@ -201,6 +210,14 @@ impl Unit {
         }
         let (done, committed) = oneshot::channel();
         open.members.push(done);
+        if open.members.len() >= MAX_GROUP {
+            if let Some(full) = slot.open.take() {
+                let shared = self.shared.clone();
+                drop(self.shared.lane.spawn(async move {
+                    finish(&shared, full, Finish::Commit);
+                }));
+            }
+        }
         drop(slot);
         self.shared.ended.notify_one();
         match committed.await {
@@ -406,11 +423,17 @@ mod tests {
         assert_eq!(fixture.kept(), [0, 1, 2, 3, 4]);
         assert_eq!(fixture.group.commits(), 1);
 
+        // A group holds at most MAX_GROUP units.
+        let outcomes = together(&fixture, 100, &[End::Commit; MAX_GROUP + 1]).await;
+        assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+        assert_eq!(fixture.kept().len(), 5 + MAX_GROUP + 1);
+        assert_eq!(fixture.group.commits(), 3);
+
         // Alone, a unit has a commit of its own.
         let unit = fixture.group.begin().await.unwrap();
         write_and_end(unit, 5, End::Commit).await.unwrap();
-        assert_eq!(fixture.kept(), [0, 1, 2, 3, 4, 5], "on disk once it returns");
-        assert_eq!(fixture.group.commits(), 2);
+        assert!(fixture.kept().contains(&5), "on disk once it returns");
+        assert_eq!(fixture.group.commits(), 4);
     }
 
     /// A unit that rolls back, or is dropped, takes its own writes with it

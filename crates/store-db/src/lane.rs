@@ -127,10 +127,10 @@ impl Lane {
         .await
     }
 
-    /// Runs `task` on the lane's runtime, beside the lane's work, until it
-    /// ends or the lane does.
-    pub(crate) fn spawn(&self, task: impl Future<Output = ()> + Send + 'static) {
-        drop(self.handle.spawn(task));
+    /// The lane's runtime, for tasks that run beside the lane's work until
+    /// they end or the lane does.
+    pub(crate) fn runtime(&self) -> Handle {
+        self.handle.clone()
     }
 
     /// The slot of the lane's connection, which a transaction takes while
