@@ -96,9 +96,7 @@ impl Failure {
 
     fn into_error(self) -> StoreError {
         match self {
-            Failure::Commit(code, message) => {
-                rusqlite::Error::SqliteFailure(code, message).into()
-            }
+            Failure::Commit(code, message) => rusqlite::Error::SqliteFailure(code, message).into(),
             Failure::RolledBack => StoreError::Lane(LaneError::GroupRolledBack),
         }
     }
@@ -288,7 +286,9 @@ fn finish(shared: &Shared, open: Open, how: Finish) {
         Err(Failure::RolledBack)
     } else {
         match how {
-            Finish::Commit if members.is_empty() => conn.execute_batch("ROLLBACK").map_err(Failure::of),
+            Finish::Commit if members.is_empty() => {
+                conn.execute_batch("ROLLBACK").map_err(Failure::of)
+            }
             Finish::Commit => conn.execute_batch("COMMIT").map_err(Failure::of),
             Finish::Abandon => {
                 let _ = conn.execute_batch("ROLLBACK");
@@ -364,7 +364,7 @@ mod tests {
         Drop,
         /// Ends the group's transaction behind the group's back, as SQLite
         /// does on a full disk.
-        EndTransaction,
+        KillTransaction,
     }
 
     async fn write_and_end(unit: Unit, key: i64, end: End) -> Result<(), StoreError> {
@@ -380,7 +380,7 @@ mod tests {
                 drop(unit);
                 Ok(())
             }
-            End::EndTransaction => {
+            End::KillTransaction => {
                 unit.conn()?.execute_batch("ROLLBACK")?;
                 drop(unit);
                 Ok(())
@@ -441,7 +441,13 @@ mod tests {
     #[tokio::test]
     async fn a_unit_that_rolls_back_takes_only_its_own_writes() {
         let fixture = fixture().await;
-        let ends = [End::Commit, End::Rollback, End::Drop, End::Commit, End::Drop];
+        let ends = [
+            End::Commit,
+            End::Rollback,
+            End::Drop,
+            End::Commit,
+            End::Drop,
+        ];
         let outcomes = together(&fixture, 0, &ends).await;
         assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
         assert_eq!(fixture.kept(), [0, 3]);
@@ -463,7 +469,7 @@ mod tests {
     #[tokio::test]
     async fn a_group_whose_transaction_ends_fails_every_unit_in_it() {
         let fixture = fixture().await;
-        let ends = [End::Commit, End::Commit, End::EndTransaction, End::Commit];
+        let ends = [End::Commit, End::Commit, End::KillTransaction, End::Commit];
         let outcomes = together(&fixture, 0, &ends).await;
         for outcome in &outcomes[..2] {
             let e = outcome.as_ref().expect_err("answered as committed");

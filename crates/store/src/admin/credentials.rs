@@ -267,11 +267,12 @@ impl Admin<'_> {
         credential_ref: &Ref,
         now: Timestamp,
     ) -> Result<(), StoreError> {
-        self.0.write_alone(
-            "UPDATE credentials SET last_used_at = $1 WHERE credential_ref = $2",
-            &[now.millis().into(), credential_ref.as_str().into()],
-        )
-        .await?;
+        self.0
+            .write_alone(
+                "UPDATE credentials SET last_used_at = $1 WHERE credential_ref = $2",
+                &[now.millis().into(), credential_ref.as_str().into()],
+            )
+            .await?;
         Ok(())
     }
 }

@@ -186,11 +186,12 @@ impl Store {
 impl Admin<'_> {
     /// Deletes records past retention; returns how many.
     pub async fn purge_idempotency_keys(&self, cutoff: Timestamp) -> Result<u64, StoreError> {
-        self.0.write_alone(
-            "DELETE FROM idempotency_keys WHERE created_at < $1",
-            &[cutoff.millis().into()],
-        )
-        .await
+        self.0
+            .write_alone(
+                "DELETE FROM idempotency_keys WHERE created_at < $1",
+                &[cutoff.millis().into()],
+            )
+            .await
     }
 }
 
