@@ -94,10 +94,16 @@ fn url(port: u16) -> String {
 
 /// Two adjacent free ports (AMQP and Erlang distribution).
 fn free_ports() -> u16 {
+    // Below the kernel's ephemeral range (32768–60999 by default), where
+    // the other tests' listeners (`127.0.0.1:0`) and every outgoing
+    // connection take their ports: a port picked there can be taken by
+    // one of them in the seconds before the node binds it, and the node
+    // then never comes up.
+    use rand::Rng;
     loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-        let port = l.local_addr().expect("its address").port();
-        if port < 65000 && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+        let port = rand::thread_rng().gen_range(20_000..32_000);
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 1) {
             return port;
         }
     }

@@ -40,10 +40,54 @@ struct Served {
 }
 
 /// What the request log learns along the way.
-#[derive(Default)]
 struct Trace {
+    request_id: Ref,
+    method: String,
+    path: String,
+    started: Instant,
     caller: Option<Caller>,
     idempotency_key: Option<String>,
+    /// The line was written in the request's unit of work (`log_in`).
+    logged: bool,
+}
+
+impl Trace {
+    /// The request's log line, its response decided now.
+    fn line(
+        &self,
+        op: &Operation,
+        status: StatusCode,
+        error_code: Option<String>,
+    ) -> RequestLogRecord {
+        RequestLogRecord {
+            request_log_ref: self.request_id.clone(),
+            environment_ref: self.caller.as_ref().map(|c| c.environment_ref.clone()),
+            operation_id: Some(op.id.to_owned()),
+            method: self.method.clone(),
+            path: self.path.clone(),
+            status: status.as_u16(),
+            error_code,
+            principal_ref: self.caller.as_ref().map(|c| c.principal_ref.clone()),
+            credential_ref: self.caller.as_ref().map(|c| c.credential_ref.clone()),
+            idempotency_key: self.idempotency_key.clone(),
+            duration_ms: self.started.elapsed().as_millis() as i64,
+            created_at: Timestamp::now(),
+        }
+    }
+}
+
+/// Writes the request's log line into `tx`, its unit of work about to
+/// commit, so that one commit holds both (its duration then runs up to
+/// that commit).
+async fn log_in(
+    tx: &mut store::WriteTx,
+    trace: &Trace,
+    op: &Operation,
+    decided: &Served,
+) -> Result<(), ApiError> {
+    let line = trace.line(op, decided.status, decided.error_code.clone());
+    store::admin::request_logs::insert(tx, &line).await?;
+    Ok(())
 }
 
 /// Who a request runs as.
@@ -80,12 +124,17 @@ async fn serve(
     req: axum::extract::Request,
     auth: Auth,
 ) -> Response {
-    let started = Instant::now();
     let request_id = Ref::generate(Prefix::RequestLog);
-    let method = req.method().to_string();
-    let path = req.uri().path().to_owned();
-    let mut trace = Trace::default();
-    let outcome = execute(op, &state, req, auth, request_id.as_str(), &mut trace).await;
+    let mut trace = Trace {
+        request_id: request_id.clone(),
+        method: req.method().to_string(),
+        path: req.uri().path().to_owned(),
+        started: Instant::now(),
+        caller: None,
+        idempotency_key: None,
+        logged: false,
+    };
+    let outcome = execute(op, &state, req, auth, &mut trace).await;
     let (response, status, error_code) = match outcome {
         Ok(served) => {
             let (status, code) = (served.status, served.error_code.clone());
@@ -100,21 +149,22 @@ async fn serve(
             )
         }
     };
-    let log = RequestLogRecord {
-        request_log_ref: request_id.clone(),
-        environment_ref: trace.caller.as_ref().map(|c| c.environment_ref.clone()),
-        operation_id: Some(op.id.to_owned()),
-        method,
-        path,
-        status: status.as_u16(),
-        error_code,
-        principal_ref: trace.caller.as_ref().map(|c| c.principal_ref.clone()),
-        credential_ref: trace.caller.as_ref().map(|c| c.credential_ref.clone()),
-        idempotency_key: trace.idempotency_key,
-        duration_ms: started.elapsed().as_millis() as i64,
-        created_at: Timestamp::now(),
+    let line = trace.line(op, status, error_code);
+    let log = if trace.logged {
+        Log::Written(line)
+    } else {
+        Log::Write(line)
     };
     finish(&state, response, log, op.id).await
+}
+
+/// A request's log line, as `finish` gets it.
+pub enum Log {
+    /// To be written now, in a unit of work of its own.
+    Write(RequestLogRecord),
+    /// Already committed with the request's unit of work: only counted
+    /// and traced.
+    Written(RequestLogRecord),
 }
 
 /// The `operation` label of a request no route matched.
@@ -125,13 +175,17 @@ pub const REFUSED: &str = "refused_before_routing";
 
 /// Adds `Request-Id`, counts the request under `operation` (an operation
 /// id, `UNKNOWN_ROUTE` or `REFUSED`: a bounded label) and writes the
-/// request log.
+/// request log unless it was written already.
 pub async fn finish(
     state: &AppState,
     mut response: Response,
-    log: RequestLogRecord,
+    log: Log,
     operation: &'static str,
 ) -> Response {
+    let (log, write) = match log {
+        Log::Write(log) => (log, true),
+        Log::Written(log) => (log, false),
+    };
     if let Ok(v) = HeaderValue::from_str(log.request_log_ref.as_str()) {
         response.headers_mut().insert("request-id", v);
     }
@@ -148,6 +202,9 @@ pub async fn finish(
         duration_ms = log.duration_ms,
         "request"
     );
+    if !write {
+        return response;
+    }
     if let Err(e) = state.store.admin().insert_request_log(&log).await {
         tracing::warn!(error = %e, request.id = log.request_log_ref.as_str(), "could not write request log");
     }
@@ -179,7 +236,6 @@ async fn execute(
     state: &AppState,
     req: axum::extract::Request,
     auth: Auth,
-    request_id: &str,
     trace: &mut Trace,
 ) -> Result<Served, ApiError> {
     let (mut parts, body) = req.into_parts();
@@ -232,9 +288,12 @@ async fn execute(
         let result = call(&mut ctx, input).await;
         let opened = ctx.tx.take().map(SyncWrapper::into_inner);
         return match (result, opened) {
-            (Ok(reply), Some(tx)) => {
+            (Ok(reply), Some(mut tx)) => {
+                let served = served(op, reply);
+                log_in(&mut tx, trace, op, &served).await?;
                 tx.commit().await?;
-                Ok(served(op, reply))
+                trace.logged = true;
+                Ok(served)
             }
             (Ok(reply), None) => Ok(served(op, reply)),
             (Err(e), opened) => {
@@ -290,7 +349,7 @@ async fn execute(
         Err(e) if keeps_result(&e) => {
             let s = Served {
                 status: e.status(),
-                body: e.body_json(request_id),
+                body: e.body_json(trace.request_id.as_str()),
                 etag: None,
                 replayed: false,
                 error_code: Some(e.code().to_owned()),
@@ -321,7 +380,9 @@ async fn execute(
         etag: decided.etag.clone(),
     };
     claim.keep(&mut tx, &stored).await?;
+    log_in(&mut tx, trace, op, &decided).await?;
     tx.commit().await?;
+    trace.logged = true;
     // A kept error is served exactly as it will be replayed.
     Ok(decided)
 }

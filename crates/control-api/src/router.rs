@@ -107,7 +107,13 @@ async fn unknown_route(State(state): State<AppState>, req: Request) -> Response 
         duration_ms: 0,
         created_at: Timestamp::now(),
     };
-    pipeline::finish(&state, response, log, pipeline::UNKNOWN_ROUTE).await
+    pipeline::finish(
+        &state,
+        response,
+        pipeline::Log::Write(log),
+        pipeline::UNKNOWN_ROUTE,
+    )
+    .await
 }
 
 fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {

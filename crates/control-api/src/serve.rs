@@ -220,7 +220,13 @@ impl Connection {
         let log = refusal_log(&request_id, req.method(), req.uri(), &error, started);
         let mut response = error.into_response_for(request_id.as_str());
         close(&mut response);
-        pipeline::finish(&self.state, response, log, pipeline::REFUSED).await
+        pipeline::finish(
+            &self.state,
+            response,
+            pipeline::Log::Write(log),
+            pipeline::REFUSED,
+        )
+        .await
     }
 
     async fn body_too_slow(&self, method: &Method, uri: &Uri, started: Instant) -> Response {
@@ -231,7 +237,13 @@ impl Connection {
         let log = refusal_log(&request_id, method, uri, &error, started);
         let mut response = error.into_response_for(request_id.as_str());
         close(&mut response);
-        pipeline::finish(&self.state, response, log, pipeline::REFUSED).await
+        pipeline::finish(
+            &self.state,
+            response,
+            pipeline::Log::Write(log),
+            pipeline::REFUSED,
+        )
+        .await
     }
 }
 

@@ -1,9 +1,11 @@
-//! Request logs: one row per API request, written after its response is
-//! decided. Bodies, secrets and query strings are never recorded.
+//! Request logs: one row per API request, written once its response is
+//! decided: in the request's unit of work when it commits one (`insert`),
+//! else on its own (`Admin::insert_request_log`). Bodies, secrets and
+//! query strings are never recorded.
 
 use super::Admin;
 use crate::db::page::{Page, PageRequest};
-use crate::db::tx::{int, text, Columns};
+use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::resource::{Resource, Scope, Value};
 use crate::StoreError;
 use domain::{Ref, Timestamp};
@@ -61,32 +63,41 @@ fn from_row(row: &dyn Columns) -> Result<RequestLogRecord, StoreError> {
     })
 }
 
+const INSERT: &str = "INSERT INTO request_logs (request_log_ref, environment_ref, operation_id, \
+     method, path, status, error_code, principal_ref, credential_ref, idempotency_key, duration_ms, \
+     created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+fn insert_args(log: &RequestLogRecord) -> [Arg<'_>; 12] {
+    [
+        log.request_log_ref.as_str().into(),
+        log.environment_ref.as_ref().map(Ref::as_str).into(),
+        log.operation_id.as_deref().into(),
+        (&log.method).into(),
+        (&log.path).into(),
+        i64::from(log.status).into(),
+        log.error_code.as_deref().into(),
+        log.principal_ref.as_ref().map(Ref::as_str).into(),
+        log.credential_ref.as_ref().map(Ref::as_str).into(),
+        log.idempotency_key.as_deref().into(),
+        log.duration_ms.into(),
+        log.created_at.millis().into(),
+    ]
+}
+
+/// Records a request in the request's own unit of work, so that the line
+/// commits with what the request wrote (and costs no commit of its own).
+pub async fn insert(tx: &mut WriteTx, log: &RequestLogRecord) -> Result<(), StoreError> {
+    tx.execute(INSERT, &insert_args(log)).await?;
+    Ok(())
+}
+
 impl Admin<'_> {
-    /// Records a request, on the writer: called once the request's
-    /// response is decided and its transaction has ended (never while
-    /// holding a `WriteTx` of this store: with SQLite it would wait for that
-    /// transaction's connection).
+    /// Records a request in a unit of work of its own: for a request that
+    /// wrote nothing, or whose unit of work has ended (never while
+    /// holding a `WriteTx` of this store: with SQLite it would wait for
+    /// that transaction's turn).
     pub async fn insert_request_log(&self, log: &RequestLogRecord) -> Result<(), StoreError> {
-        self.0.write_alone(
-            "INSERT INTO request_logs (request_log_ref, environment_ref, operation_id, method, path, \
-             status, error_code, principal_ref, credential_ref, idempotency_key, duration_ms, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            &[
-                log.request_log_ref.as_str().into(),
-                log.environment_ref.as_ref().map(Ref::as_str).into(),
-                log.operation_id.as_deref().into(),
-                (&log.method).into(),
-                (&log.path).into(),
-                i64::from(log.status).into(),
-                log.error_code.as_deref().into(),
-                log.principal_ref.as_ref().map(Ref::as_str).into(),
-                log.credential_ref.as_ref().map(Ref::as_str).into(),
-                log.idempotency_key.as_deref().into(),
-                log.duration_ms.into(),
-                log.created_at.millis().into(),
-            ],
-        )
-        .await?;
+        self.0.write_alone(INSERT, &insert_args(log)).await?;
         Ok(())
     }
 
