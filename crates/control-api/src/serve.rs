@@ -212,28 +212,30 @@ impl Connection {
     }
 
     async fn refuse_smuggling(&self, req: &hyper::Request<Incoming>, started: Instant) -> Response {
-        let request_id = Ref::generate(Prefix::RequestLog);
         let error = ApiError::validation(
             "Transfer-Encoding",
             "a request must not carry both Content-Length and Transfer-Encoding",
         );
-        let log = refusal_log(&request_id, req.method(), req.uri(), &error, started);
-        let mut response = error.into_response_for(request_id.as_str());
-        close(&mut response);
-        pipeline::finish(
-            &self.state,
-            response,
-            pipeline::Log::Write(log),
-            pipeline::REFUSED,
-        )
-        .await
+        self.refuse(req.method(), req.uri(), error, started).await
     }
 
     async fn body_too_slow(&self, method: &Method, uri: &Uri, started: Instant) -> Response {
-        let request_id = Ref::generate(Prefix::RequestLog);
         let error = ApiError::BodyTimeout {
             waited_ms: self.read_timeout.as_millis() as u64,
         };
+        self.refuse(method, uri, error, started).await
+    }
+
+    /// Answers `error` to a request refused before routing, closing the
+    /// connection, and logs it.
+    async fn refuse(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        error: ApiError,
+        started: Instant,
+    ) -> Response {
+        let request_id = Ref::generate(Prefix::RequestLog);
         let log = refusal_log(&request_id, method, uri, &error, started);
         let mut response = error.into_response_for(request_id.as_str());
         close(&mut response);

@@ -24,9 +24,9 @@
 //! bounded number of others.
 //!
 //! Statements run on the caller's thread, synchronously, as the lane's do
-//! (`crate::tx`): a unit holds the writer, so none of its steps may wait
-//! for another thread. Only the `COMMIT`, which waits for the disk, runs
-//! on the lane's thread.
+//! (`crate::tx`): a unit holds the write turn, so its statements must not
+//! each hop to another thread and back. Only the `COMMIT`, which waits for
+//! the disk, runs on the lane's thread.
 //!
 //! What it must never do: answer a unit before the commit that holds it,
 //! or keep the writes of a unit that rolled back. Should SQLite end the
