@@ -484,4 +484,65 @@ mod tests {
         write_and_end(unit, 7, End::Commit).await.unwrap();
         assert_eq!(fixture.kept(), [3, 7]);
     }
+
+    /// What a batch of units ending together leaves, by the rule: a unit
+    /// that commits is kept and answered `Ok` once its group commits; a
+    /// unit that ends the transaction fails every unit that committed
+    /// before it in its group, and the next unit starts a new group.
+    fn model(base: i64, ends: &[End]) -> (Vec<i64>, Vec<bool>) {
+        let (mut kept, mut ok) = (Vec::new(), vec![true; ends.len()]);
+        let mut group = Vec::new();
+        for (i, end) in ends.iter().enumerate() {
+            match end {
+                End::Commit => group.push(i),
+                End::Rollback | End::Drop => {}
+                End::KillTransaction => {
+                    for &member in &group {
+                        ok[member] = false;
+                    }
+                    group.clear();
+                }
+            }
+        }
+        kept.extend(group.iter().map(|&i| base + i as i64));
+        (kept, ok)
+    }
+
+    fn any_end() -> impl proptest::strategy::Strategy<Value = End> {
+        use proptest::prelude::*;
+        prop_oneof![
+            6 => Just(End::Commit),
+            2 => Just(End::Rollback),
+            2 => Just(End::Drop),
+            1 => Just(End::KillTransaction),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// Whatever mix of units ends together, what is on disk and what
+        /// each unit is told follow the rule (`model`), and the next unit
+        /// after them commits.
+        #[test]
+        fn a_group_keeps_exactly_its_committed_units(
+            ends in proptest::collection::vec(any_end(), 1..12),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async {
+                let fixture = fixture().await;
+                let outcomes = together(&fixture, 0, &ends).await;
+                let (kept, ok) = model(0, &ends);
+                let told: Vec<bool> = outcomes.iter().map(Result::is_ok).collect();
+                assert_eq!(told, ok, "{ends:?}: {outcomes:?}");
+                assert_eq!(fixture.kept(), kept, "{ends:?}");
+                let unit = fixture.group.begin().await.unwrap();
+                write_and_end(unit, 100, End::Commit).await.unwrap();
+                assert_eq!(fixture.kept().last(), Some(&100));
+            });
+        }
+    }
 }
