@@ -1,8 +1,9 @@
 //! The one write that is not a `WriteTx`: a single statement committed on
-//! its own (autocommit) on the writer pool. It is for writes that must
-//! neither wait for a unit of work nor hold one open: a request's log line
-//! and its credential's use (written around the request's own
-//! transaction), purges, and dead letters. Every other write is a
+//! its own (autocommit) on a PostgreSQL writer pool, for writes that need
+//! no unit of work (a request's log line when the request wrote nothing,
+//! a credential's use, purges, dead letters: the store's `write_alone`).
+//! On SQLite the same writes are units of the group commit
+//! (`crate::group`), which shares their syncs. Every other write is a
 //! `tx::WriteTx`.
 
 use crate::tx::{sqlx_query, Arg};
