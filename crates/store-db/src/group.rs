@@ -164,7 +164,7 @@ impl Group {
         Ok(unit)
     }
 
-    /// Groups committed so far.
+    /// Groups committed so far (the tests count them).
     pub fn commits(&self) -> u64 {
         self.shared.commits.load(Ordering::Relaxed)
     }

@@ -59,12 +59,14 @@ use std::time::Duration;
 
 /// A handle on the database; cheap to clone.
 ///
-/// Writes go through `writer`, reads through `pool`. With SQLite the writer
-/// is a pool of one connection, so the writers of this process queue fairly
-/// inside the pool instead of meeting SQLite's write lock, whose busy
-/// handler sleeps; reads run beside it (WAL). With PostgreSQL the two are
-/// separate pools, so that a request holding a write transaction never
-/// waits for a connection to read.
+/// Reads go through `pool`. With SQLite, `writer` is a pool of one
+/// connection that serves as the process's write turn: the write lane and
+/// the group commit each hold it while their transaction runs on the
+/// lane's connection, so the writers of this process queue fairly instead
+/// of meeting SQLite's write lock, whose busy handler sleeps; reads run
+/// beside them (WAL). With PostgreSQL `writer` is the writers' pool,
+/// separate from the readers', so that a request holding a write
+/// transaction never waits for a connection to read.
 #[derive(Clone)]
 pub struct Store {
     pool: AnyPool,
@@ -275,12 +277,6 @@ impl Store {
         let changed = tx.execute(sql, args).await?;
         tx.commit().await?;
         Ok(changed)
-    }
-
-    /// Group commits so far (SQLite; `db::group`), for tests and
-    /// benchmarks; 0 with PostgreSQL.
-    pub fn group_commits(&self) -> u64 {
-        self.group.as_ref().map_or(0, |group| group.commits())
     }
 
     /// What this store's transactions carry for their writes to wake
