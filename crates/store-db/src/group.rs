@@ -35,11 +35,11 @@
 //! is on disk.
 
 use crate::error::LaneError;
-use crate::lane::Lane;
+use crate::lane::{self, Home, Lane};
 use crate::StoreError;
 use sqlx::AnyPool;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{oneshot, Notify, OwnedMutexGuard};
 
@@ -58,8 +58,8 @@ struct Shared {
     /// The lane's runtime, where groups commit.
     lane: tokio::runtime::Handle,
     /// The lane's connection, taken while a group is open.
-    home: Arc<Mutex<Option<rusqlite::Connection>>>,
-    /// Groups committed (for tests and benchmarks).
+    home: Home,
+    /// Groups committed (the tests count them).
     commits: AtomicU64,
 }
 
@@ -139,15 +139,9 @@ impl Group {
             .map_err(|_| StoreError::Database(sqlx::Error::PoolTimedOut))?;
         if slot.open.is_none() {
             let turn = self.shared.writer.acquire().await?;
-            let conn = self
-                .shared
-                .home
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-                .ok_or(StoreError::Lane(LaneError::ConnectionInUse))?;
+            let conn = lane::take(&self.shared.home)?;
             if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
-                self.put_home(conn);
+                lane::put_back(&self.shared.home, conn);
                 return Err(e.into());
             }
             slot.open = Some(Open {
@@ -167,10 +161,6 @@ impl Group {
     /// Groups committed so far (the tests count them).
     pub fn commits(&self) -> u64 {
         self.shared.commits.load(Ordering::Relaxed)
-    }
-
-    fn put_home(&self, conn: rusqlite::Connection) {
-        *self.shared.home.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
     }
 }
 
@@ -290,20 +280,18 @@ fn finish(shared: &Shared, open: Open, how: Finish) {
                 conn.execute_batch("ROLLBACK").map_err(Failure::of)
             }
             Finish::Commit => conn.execute_batch("COMMIT").map_err(Failure::of),
-            Finish::Abandon => {
-                let _ = conn.execute_batch("ROLLBACK");
-                Err(Failure::RolledBack)
-            }
+            Finish::Abandon => Err(Failure::RolledBack),
         }
     };
     if !conn.is_autocommit() {
-        // A failed COMMIT leaves the transaction open.
+        // An abandoned group, or a failed COMMIT, which leaves the
+        // transaction open.
         let _ = conn.execute_batch("ROLLBACK");
     }
     if outcome.is_ok() && !members.is_empty() {
         shared.commits.fetch_add(1, Ordering::Relaxed);
     }
-    *shared.home.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+    lane::put_back(&shared.home, conn);
     drop(_turn);
     for member in members {
         let _ = member.send(outcome.clone());

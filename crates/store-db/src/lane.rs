@@ -43,11 +43,30 @@ use tokio::sync::oneshot;
 /// theirs on this connection too.
 const STATEMENT_CACHE: usize = 512;
 
+/// Where the lane's connection waits while no transaction holds it: a
+/// `LiteTx` or an open group (`crate::group`) takes it, holding the
+/// process's write turn, and puts it back when it ends.
+pub type Home = Arc<Mutex<Option<rusqlite::Connection>>>;
+
+/// Takes the connection from `home`; it is there whenever its taker holds
+/// the write turn.
+pub(crate) fn take(home: &Home) -> Result<rusqlite::Connection, StoreError> {
+    home.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .ok_or(StoreError::Lane(LaneError::ConnectionInUse))
+}
+
+/// Puts the connection back in `home`, out of any transaction.
+pub(crate) fn put_back(home: &Home, conn: rusqlite::Connection) {
+    *home.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+}
+
 /// The write lane: its thread's runtime and its SQLite connection.
 pub struct Lane {
     handle: Handle,
     /// The lane's connection, taken by a `LiteTx` while it runs.
-    connection: Arc<Mutex<Option<rusqlite::Connection>>>,
+    connection: Home,
     /// Work sent to the lane and not finished yet.
     queued: Arc<AtomicUsize>,
     /// Dropped with the lane, which ends the lane's thread.
@@ -135,7 +154,7 @@ impl Lane {
 
     /// The slot of the lane's connection, which a transaction takes while
     /// it holds the process's write turn.
-    pub(crate) fn connection(&self) -> Arc<Mutex<Option<rusqlite::Connection>>> {
+    pub(crate) fn connection(&self) -> Home {
         self.connection.clone()
     }
 

@@ -29,12 +29,13 @@
 //! unit of work. What they write is the caller's, as any statement's.
 
 use crate::error::LaneError;
+use crate::lane::{self, Home};
 use crate::{Backend, StoreError};
 use sqlx::Row;
 use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::Notify;
 
 /// A value bound to a statement.
@@ -207,21 +208,17 @@ impl Conn {
 /// process's turn to write.
 pub struct LiteTx {
     conn: Option<rusqlite::Connection>,
-    home: Arc<Mutex<Option<rusqlite::Connection>>>,
+    home: Home,
     _turn: Option<sqlx::pool::PoolConnection<sqlx::Any>>,
 }
 
 impl LiteTx {
     /// Begins an immediate transaction on the connection in `home`.
     pub fn begin(
-        home: Arc<Mutex<Option<rusqlite::Connection>>>,
+        home: Home,
         turn: Option<sqlx::pool::PoolConnection<sqlx::Any>>,
     ) -> Result<LiteTx, StoreError> {
-        let conn = home
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .ok_or(StoreError::Lane(LaneError::ConnectionInUse))?;
+        let conn = lane::take(&home)?;
         let tx = LiteTx {
             conn: Some(conn),
             home,
@@ -244,7 +241,7 @@ impl Drop for LiteTx {
             if !conn.is_autocommit() {
                 let _ = conn.execute_batch("ROLLBACK");
             }
-            *self.home.lock().unwrap_or_else(|p| p.into_inner()) = Some(conn);
+            lane::put_back(&self.home, conn);
         }
     }
 }
@@ -491,6 +488,7 @@ fn lite_cell(row: &rusqlite::Row<'_>, i: usize) -> Result<Cell, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
 
     fn lite() -> WriteTx {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
