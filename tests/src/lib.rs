@@ -74,6 +74,10 @@ pub struct TestApp {
     pub live: BootstrappedEnvironment,
     /// The key the app encrypts signing secrets with.
     pub cipher: SecretCipher,
+    /// The app's clock (its API and the dispatchers the test starts):
+    /// the wall clock until `advance` moves it.
+    pub clock: domain::Clock,
+    hand: domain::ClockHand,
     _guard: StoreGuard,
 }
 
@@ -279,6 +283,8 @@ impl TestApp {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let mut settings = TestApp::settings();
+        let (clock, hand) = domain::Clock::with_hand();
+        settings.clock = clock.clone();
         tweak(&mut settings);
         let cipher = (*settings.webhooks.cipher).clone();
         let state = control_api::AppState::new(store.clone(), settings);
@@ -306,8 +312,17 @@ impl TestApp {
             sandbox,
             live,
             cipher,
+            clock,
+            hand,
             _guard: guard,
         }
+    }
+
+    /// Moves the app's clock `by` forward: what expires, ends a grace
+    /// period or leaves retention after `by` has done so for its rules.
+    /// Due times and leases keep the wall clock.
+    pub fn advance(&self, by: std::time::Duration) {
+        self.hand.advance(by);
     }
 
     /// The PostgreSQL app when fleet tests are enabled; otherwise `None`,
@@ -418,6 +433,7 @@ impl TestApp {
             allow_private_networks: true,
             timeout: std::time::Duration::from_secs(2),
             poll_interval: std::time::Duration::from_millis(20),
+            clock: self.clock.clone(),
             ..dispatcher::DispatchSettings::new(schedule, self.cipher.clone())
         }
     }

@@ -224,10 +224,11 @@ async fn tick() {
     tokio::time::sleep(Duration::from_millis(5)).await;
 }
 
-async fn sleep_until(t: Timestamp) {
-    let wait = t.millis() - Timestamp::now().millis();
+/// Moves the app's clock to a second past `t`.
+fn advance_past(app: &TestApp, t: Timestamp) {
+    let wait = t.millis() + 1_000 - app.clock.now().millis();
     if wait > 0 {
-        tokio::time::sleep(Duration::from_millis(wait as u64)).await;
+        app.advance(Duration::from_millis(wait as u64));
     }
 }
 
@@ -695,7 +696,7 @@ async fn rotation_keeps_the_old_secret_for_the_grace_period(app: TestApp) {
 
     probe(&app, &old).await.expect(200);
     probe(&app, &new).await.expect(200);
-    sleep_until(until.plus_seconds(1)).await;
+    advance_past(&app, until);
     assert_rejected(&app, &old).await;
     probe(&app, &new).await.expect(200);
 }
@@ -806,7 +807,7 @@ async fn expired_credential_is_rejected_and_listed_expired(app: TestApp) {
     let secret = field_text(r.data(), "secret").to_owned();
     let c = field_text(r.data(), "credential_ref").to_owned();
     probe(&app, &secret).await.expect(200);
-    sleep_until(until.plus_seconds(1)).await;
+    advance_past(&app, until);
     assert_rejected(&app, &secret).await;
     let list = list_credentials(&app, &p).await;
     let listed = listed(&list)

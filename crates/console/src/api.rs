@@ -38,7 +38,7 @@ impl FromRequestParts<Console> for Signed {
         // Read afresh: a revoked or expired credential, or an account no
         // longer active, ends the session here.
         let caller = caller_of_credential(
-            &state.app.store,
+            &state.app,
             &session.environment_ref,
             &session.credential_ref,
         )

@@ -1,12 +1,13 @@
 //! Authentication by bearer credential and the caller it yields.
 
 use crate::error::ApiError;
+use crate::state::AppState;
 use axum::http::{header, HeaderMap};
 use domain::principal::GrantStatus;
 use domain::principal::{CredentialStatus, Mode, ServiceAccountStatus};
 use domain::secret::CredentialSecret;
-use domain::{Ref, Timestamp};
-use store::{Store, StoreError};
+use domain::Ref;
+use store::StoreError;
 
 /// How stale `last_used_at` may get before a request refreshes it; keeps
 /// reads from turning into a write each.
@@ -31,7 +32,8 @@ impl Caller {
 /// Resolves `Authorization: Bearer <secret>` to a caller. Every failure is
 /// the same `authentication_failed`, so a client learns nothing about which
 /// part was wrong.
-pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Caller, ApiError> {
+pub async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    let store = &state.store;
     let mut presented = headers.get_all(header::AUTHORIZATION).iter();
     let (first, second) = (presented.next(), presented.next());
     if second.is_some() {
@@ -43,7 +45,7 @@ pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Caller, 
         .and_then(|v| v.strip_prefix("Bearer "))
         .and_then(|s| CredentialSecret::parse(s.trim()))
         .ok_or(ApiError::AuthenticationFailed)?;
-    let now = Timestamp::now();
+    let now = state.settings.clock.now();
     let record = store
         .admin()
         .authenticate(&secret.digest(), now)
@@ -83,11 +85,11 @@ pub async fn authenticate(store: &Store, headers: &HeaderMap) -> Result<Caller, 
 /// session ends the moment its credential does. Its permissions are the
 /// principal's active grants now.
 pub async fn caller_of_credential(
-    store: &Store,
+    state: &AppState,
     environment_ref: &Ref,
     credential_ref: &Ref,
 ) -> Result<Caller, ApiError> {
-    let admin = store.admin();
+    let admin = state.store.admin();
     let missing = |e: StoreError| match e {
         StoreError::NotFound => ApiError::AuthenticationFailed,
         e => e.into(),
@@ -96,7 +98,7 @@ pub async fn caller_of_credential(
         .credential(environment_ref, credential_ref)
         .await
         .map_err(missing)?;
-    if credential.status != CredentialStatus::Active {
+    if credential.status_at(state.settings.clock.now()) != CredentialStatus::Active {
         return Err(ApiError::AuthenticationFailed);
     }
     let account = admin
@@ -114,7 +116,7 @@ pub async fn caller_of_credential(
         .filter(|g| g.status == GrantStatus::Active)
         .map(|g| g.permission_action)
         .collect();
-    let now = Timestamp::now();
+    let now = state.settings.clock.now();
     let stale = credential
         .last_used_at
         .is_none_or(|t| t.millis() < now.millis() - LAST_USED_RESOLUTION_MS);

@@ -240,7 +240,7 @@ async fn execute(
 ) -> Result<Served, ApiError> {
     let (mut parts, body) = req.into_parts();
     let caller = match auth {
-        Auth::Bearer => authenticate(&state.store, &parts.headers).await?,
+        Auth::Bearer => authenticate(state, &parts.headers).await?,
         Auth::As(caller) => caller,
     };
     trace.caller = Some(caller.clone());

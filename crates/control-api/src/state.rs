@@ -18,6 +18,13 @@ pub struct ApiSettings {
     /// no limit.
     pub rate_limit: u32,
     pub webhooks: WebhookSettings,
+    /// "Now" for the rules requests apply: credentials' expiry and
+    /// secret versions' grace, delivery bodies' retention, the statuses
+    /// reads show, the time refunds and redrive jobs are scheduled
+    /// against. The wall clock, or a test's (`domain::ClockHand`). Rate
+    /// limits, idempotency records, request logs, the catalogue's
+    /// promotion windows and checkout sessions' expiry read the wall clock.
+    pub clock: domain::Clock,
 }
 
 /// The `delivery.*` settings the control API applies.
@@ -55,6 +62,7 @@ impl ApiSettings {
             max_body_bytes: 1 << 20,
             rate_limit: 1000,
             webhooks,
+            clock: domain::Clock::wall(),
         }
     }
 }

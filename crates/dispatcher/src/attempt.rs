@@ -48,7 +48,7 @@ pub async fn run(
         delivery.delivery_ref.as_str(),
         started.millis() / 1000,
         body.as_bytes(),
-        &endpoint.signing_secrets(started),
+        &endpoint.signing_secrets(settings.clock.now()),
     );
     let response = sender
         .post(

@@ -86,7 +86,7 @@ impl Driven {
                 .cache
                 .get(
                     &self.store,
-                    (&self.settings.cipher, &self.sender),
+                    (&self.settings.cipher, &self.sender, &self.settings.clock),
                     &delivery.environment_ref,
                     &delivery.endpoint_ref,
                     version,

@@ -8,7 +8,7 @@ use domain::webhook::cipher::SecretCipher;
 use domain::webhook::shaping::{GrantView, GrantedField};
 use domain::webhook::signing::SigningSecret;
 use domain::webhook::EndpointStatus;
-use domain::{Ref, Timestamp};
+use domain::{Clock, Ref, Timestamp};
 use std::collections::HashMap;
 use std::sync::Arc;
 use store::{Store, StoreError};
@@ -46,7 +46,7 @@ impl EndpointCache {
     pub async fn get(
         &mut self,
         store: &Store,
-        (cipher, sender): (&SecretCipher, &Sender),
+        (cipher, sender, clock): (&SecretCipher, &Sender, &Clock),
         environment_ref: &Ref,
         endpoint_ref: &Ref,
         current_version: i64,
@@ -82,7 +82,7 @@ impl EndpointCache {
             }
             None => None,
         };
-        let now = Timestamp::now();
+        let now = clock.now();
         let secrets = e
             .secret_versions
             .iter()

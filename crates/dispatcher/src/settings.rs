@@ -35,6 +35,10 @@ pub struct DispatchSettings {
     /// `allow_private_networks` is off: none but in tests, where one
     /// loopback receiver stands for a public address.
     pub admitted_addresses: Vec<IpAddr>,
+    /// "Now" for which secret versions sign (a retiring one's expiry):
+    /// the wall clock, or a test's. Due times and leases stay on the wall
+    /// clock, which every process of a fleet shares.
+    pub clock: domain::Clock,
 }
 
 impl DispatchSettings {
@@ -57,6 +61,7 @@ impl DispatchSettings {
             lease_margin: Duration::from_secs(10),
             lookup: Arc::new(SystemLookup),
             admitted_addresses: Vec::new(),
+            clock: domain::Clock::wall(),
         }
     }
 

@@ -423,7 +423,7 @@ impl Dispatcher {
         let view = match cache
             .get(
                 &self.store,
-                (&self.settings.cipher, &self.sender),
+                (&self.settings.cipher, &self.sender, &self.settings.clock),
                 &delivery.environment_ref,
                 &delivery.endpoint_ref,
                 version,

@@ -29,4 +29,4 @@ pub use cursor::{Cursor, CursorError};
 pub use money::{Currency, Money, MoneyError};
 pub use reference::{Prefix, Ref, RefError};
 pub use store_id::StoreId;
-pub use time::Timestamp;
+pub use time::{Clock, ClockHand, Timestamp};

@@ -1,8 +1,12 @@
 //! Timestamps: milliseconds since the Unix epoch, written as RFC 3339 UTC
-//! with millisecond precision and a trailing `Z`.
+//! with millisecond precision and a trailing `Z`; and the `Clock` the
+//! service reads "now" from.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use std::fmt;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(i64);
@@ -48,6 +52,57 @@ impl fmt::Display for Timestamp {
     }
 }
 
+/// Where the service reads "now" for its rules (expiries, grace periods,
+/// retention, signing): the wall clock, or the wall clock moved forward by
+/// a [`ClockHand`] (a test's way to let hours pass at once). It never runs
+/// backwards: a hand only adds.
+#[derive(Debug, Clone, Default)]
+pub struct Clock {
+    ahead: Option<Arc<AtomicI64>>,
+}
+
+/// Moves one `Clock` (and its clones) forward.
+#[derive(Debug, Clone)]
+pub struct ClockHand {
+    ahead: Arc<AtomicI64>,
+}
+
+impl Clock {
+    /// The wall clock.
+    pub fn wall() -> Clock {
+        Clock::default()
+    }
+
+    /// The wall clock, and the hand that moves it forward.
+    pub fn with_hand() -> (Clock, ClockHand) {
+        let ahead = Arc::new(AtomicI64::new(0));
+        let hand = ClockHand {
+            ahead: ahead.clone(),
+        };
+        (Clock { ahead: Some(ahead) }, hand)
+    }
+
+    pub fn now(&self) -> Timestamp {
+        let wall = Timestamp::now();
+        match &self.ahead {
+            None => wall,
+            Some(ahead) => wall.plus_millis(ahead.load(Ordering::Acquire)),
+        }
+    }
+}
+
+impl ClockHand {
+    /// Every clone of its clock reads `by` later from now on.
+    pub fn advance(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.ahead
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |a| {
+                Some(a.saturating_add(ms))
+            })
+            .ok();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +113,16 @@ mod tests {
         assert_eq!(t.to_rfc3339(), "2026-11-22T10:04:05.123Z");
         let t = Timestamp::parse("2026-11-22T11:04:05+01:00").unwrap();
         assert_eq!(t.to_rfc3339(), "2026-11-22T10:04:05.000Z");
+    }
+
+    #[test]
+    fn a_hand_moves_its_clock_and_its_clones_forward_only() {
+        let (clock, hand) = Clock::with_hand();
+        let other = clock.clone();
+        let before = Clock::wall().now();
+        hand.advance(Duration::from_secs(3600));
+        let moved = other.now().millis() - before.millis();
+        assert!((3_600_000..3_660_000).contains(&moved), "{moved}");
+        assert!(Clock::wall().now() < clock.now());
     }
 }

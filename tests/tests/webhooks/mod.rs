@@ -178,7 +178,7 @@ async fn check_signing(app: &TestApp, endpoint: &str, shown: &[(&str, bool)]) {
         .await
         .expect("stored endpoint");
     assert_eq!(stored.secret_versions.len(), shown.len());
-    let now = Timestamp::now();
+    let now = app.clock.now();
     let mut signing = Vec::new();
     for (v, (secret, _)) in stored.secret_versions.iter().zip(shown) {
         assert!(

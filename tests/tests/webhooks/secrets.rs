@@ -144,7 +144,7 @@ pub(super) async fn retiring_secret_expires_after_grace(app: TestApp) {
     let left = expires.millis() - Timestamp::now().millis();
     assert!((0..=2_500).contains(&left), "grace of 2 s, {left} ms left");
     check_signing(&app, &e, &[(&s1, true), (&s2, true)]).await;
-    tokio::time::sleep(Duration::from_millis(left as u64 + 200)).await;
+    app.advance(Duration::from_millis(left as u64 + 200));
     let got = get(&app, &ep(&e, "")).await;
     assert_eq!(versions(got.data()), sv(&[(1, "expired"), (2, "active")]));
     check_signing(&app, &e, &[(&s1, false), (&s2, true)]).await;

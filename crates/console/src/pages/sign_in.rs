@@ -83,7 +83,7 @@ pub async fn submit(State(console): State<Console>, headers: HeaderMap, body: By
         return refused(&console);
     };
     bearer.insert(header::AUTHORIZATION, value);
-    let caller = match authenticate(&console.app.store, &bearer).await {
+    let caller = match authenticate(&console.app, &bearer).await {
         Ok(caller) => caller,
         Err(control_api::error::ApiError::AuthenticationFailed) => return refused(&console),
         Err(e) => return PageError::from(e).into_response(),

@@ -87,6 +87,11 @@ impl Ctx {
     pub fn env(&self) -> &domain::Ref {
         &self.caller.environment_ref
     }
+
+    /// "Now" for the request's rules (`ApiSettings::clock`).
+    pub fn now(&self) -> domain::Timestamp {
+        self.state.settings.clock.now()
+    }
 }
 
 pub type HandlerFn = for<'a> fn(&'a mut Ctx, Input) -> BoxFuture<'a, Result<Reply, ApiError>>;

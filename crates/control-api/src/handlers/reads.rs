@@ -61,13 +61,13 @@ pub(crate) async fn load_by_ref<T: Served>(
     found(ctx.store().get::<T>(ctx.env(), reference).await, T::WHAT)
 }
 
-pub(crate) fn one<T: Served>(record: &T) -> Reply {
-    Reply::one(record.dto(Timestamp::now()), Some(record.etag()))
+pub(crate) fn one<T: Served>(ctx: &Ctx, record: &T) -> Reply {
+    Reply::one(record.dto(ctx.now()), Some(record.etag()))
 }
 
 pub async fn retrieve<T: Served>(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    Ok(one(&load::<T>(ctx, &input).await?))
+    Ok(one(ctx, &load::<T>(ctx, &input).await?))
 }
 
 /// The filters of `list::<T>`: its `status` (when it has one), then its
@@ -94,6 +94,6 @@ pub async fn list<T: Served>(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiEr
         .store()
         .list::<T>(Scope::environment(ctx.env()), &filters, &query.page)
         .await?;
-    let now = Timestamp::now();
+    let now = ctx.now();
     Ok(Reply::page(page, &query.scope, T::position, |r| r.dto(now)))
 }

@@ -16,8 +16,8 @@ pub struct CredentialRecord {
     pub environment_ref: Ref,
     pub principal_ref: Ref,
     pub name: Option<String>,
-    /// Already resolved against the clock: an active credential past
-    /// `expires_at` reads as `Expired`.
+    /// As stored: an active one past `expires_at` is `Expired` at that
+    /// time (`status_at`).
     pub status: CredentialStatus,
     pub secret_hint: String,
     pub created_at: Timestamp,
@@ -27,6 +27,14 @@ pub struct CredentialRecord {
     pub revoked_at: Option<Timestamp>,
     pub previous_secret_expires_at: Option<Timestamp>,
     pub version: i64,
+}
+
+impl CredentialRecord {
+    /// Its status at `now`: an active credential past `expires_at` is
+    /// `Expired`.
+    pub fn status_at(&self, now: Timestamp) -> CredentialStatus {
+        self.status.effective(self.expires_at, now)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -60,8 +68,7 @@ impl Resource for CredentialRecord {
 
 fn from_row(row: &dyn Columns) -> Result<CredentialRecord, StoreError> {
     let expires_at = opt_ts(row, "expires_at")?;
-    let status =
-        state(row, "status", CredentialStatus::parse)?.effective(expires_at, Timestamp::now());
+    let status = state(row, "status", CredentialStatus::parse)?;
     Ok(CredentialRecord {
         credential_ref: Ref::from_trusted(text(row, "credential_ref")?),
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),

@@ -40,12 +40,12 @@ pub struct CredentialDto {
     pub secret: Option<String>,
 }
 
-fn dto(r: &CredentialRecord, secret: Option<&CredentialSecret>) -> CredentialDto {
+fn dto(r: &CredentialRecord, secret: Option<&CredentialSecret>, now: Timestamp) -> CredentialDto {
     CredentialDto {
         credential_ref: r.credential_ref.to_string(),
         principal_ref: r.principal_ref.to_string(),
         name: r.name.clone(),
-        status: r.status.as_str().to_owned(),
+        status: r.status_at(now).as_str().to_owned(),
         secret_hint: r.secret_hint.clone(),
         created_at: ts(r.created_at),
         expires_at: opt_ts(r.expires_at),
@@ -61,10 +61,15 @@ fn credential_etag(r: &CredentialRecord) -> String {
     etag(r.credential_ref.as_str(), r.version)
 }
 
-fn reply(r: &CredentialRecord, secret: Option<&CredentialSecret>) -> Reply {
+fn reply(ctx: &Ctx, r: &CredentialRecord, secret: Option<&CredentialSecret>) -> Reply {
+    let now = ctx.now();
     match secret {
-        Some(_) => Reply::revealing(dto(r, secret), dto(r, None), Some(credential_etag(r))),
-        None => Reply::one(dto(r, None), Some(credential_etag(r))),
+        Some(_) => Reply::revealing(
+            dto(r, secret, now),
+            dto(r, None, now),
+            Some(credential_etag(r)),
+        ),
+        None => Reply::one(dto(r, None, now), Some(credential_etag(r))),
     }
 }
 
@@ -97,7 +102,8 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         .admin()
         .list_credentials(ctx.env(), &account.principal_ref)
         .await?;
-    Ok(Reply::all(rows.iter().map(|r| dto(r, None)).collect()))
+    let now = ctx.now();
+    Ok(Reply::all(rows.iter().map(|r| dto(r, None, now)).collect()))
 }
 
 pub async fn issue(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
@@ -111,7 +117,7 @@ pub async fn issue(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
             let t = Timestamp::parse(s).ok_or_else(|| {
                 ApiError::validation("expires_at", "must be an RFC 3339 timestamp")
             })?;
-            if t <= Timestamp::now() {
+            if t <= ctx.now() {
                 return Err(ApiError::validation("expires_at", "must be in the future"));
             }
             Some(t)
@@ -131,7 +137,7 @@ pub async fn issue(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let env = ctx.env().clone();
     let row =
         credentials::issue(ctx.tx().await?, &env, &account.principal_ref, new, &secret).await?;
-    Ok(reply(&row, Some(&secret)))
+    Ok(reply(ctx, &row, Some(&secret)))
 }
 
 async fn load_credential(ctx: &Ctx, input: &Input) -> Result<CredentialRecord, ApiError> {
@@ -160,15 +166,16 @@ pub async fn rotate(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     }
     let current = load_credential(ctx, &input).await?;
     input.check_etag(&credential_etag(&current))?;
-    if current.status != CredentialStatus::Active {
+    let status = current.status_at(ctx.now());
+    if status != CredentialStatus::Active {
         return Err(ApiError::semantic(format!(
             "a {} credential cannot be rotated",
-            current.status.as_str()
+            status.as_str()
         )));
     }
     let secret = CredentialSecret::generate(ctx.caller.mode);
     let row = credentials::rotate(ctx.tx().await?, &current, &secret, grace).await?;
-    Ok(reply(&row, Some(&secret)))
+    Ok(reply(ctx, &row, Some(&secret)))
 }
 
 pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
@@ -185,5 +192,5 @@ pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         ));
     }
     let row = credentials::revoke(ctx.tx().await?, &current).await?;
-    Ok(reply(&row, None))
+    Ok(reply(ctx, &row, None))
 }

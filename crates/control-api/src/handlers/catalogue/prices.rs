@@ -68,10 +68,6 @@ impl Served for PriceRecord {
     }
 }
 
-fn reply(p: &PriceRecord) -> Reply {
-    one(p)
-}
-
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreatePrice {
@@ -102,7 +98,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         reason: None,
     };
     let row = prices::create(ctx.tx().await?, &env, new).await?;
-    Ok(reply(&row))
+    Ok(one(ctx, &row))
 }
 
 pub async fn publish(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
@@ -126,5 +122,5 @@ pub async fn publish(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     prices::supersede_published(tx, &current.product_ref).await?;
     let row = prices::publish(tx, &current).await?;
     offers::point_at(tx, &env, &current.product_ref, &row.price_ref).await?;
-    Ok(reply(&row))
+    Ok(one(ctx, &row))
 }

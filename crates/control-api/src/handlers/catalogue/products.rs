@@ -60,10 +60,6 @@ impl Served for ProductRecord {
     }
 }
 
-fn reply(p: &ProductRecord) -> Reply {
-    one(p)
-}
-
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateProduct {
@@ -87,7 +83,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         body.description.as_deref(),
     )
     .await?;
-    Ok(reply(&row))
+    Ok(one(ctx, &row))
 }
 
 pub async fn publish(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
@@ -99,5 +95,5 @@ pub async fn publish(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         products::set_status(ctx.tx().await?, &current, next).await,
         "product",
     )?;
-    Ok(reply(&row))
+    Ok(one(ctx, &row))
 }

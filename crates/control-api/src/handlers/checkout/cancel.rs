@@ -54,5 +54,5 @@ pub async fn cancel(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     } else {
         crate::renewals::cancel_now(tx, &sub, now).await?
     };
-    Ok(reads::one(&done))
+    Ok(reads::one(ctx, &done))
 }

@@ -249,5 +249,5 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         now,
     )
     .await?;
-    Ok(crate::handlers::reads::one(&session))
+    Ok(crate::handlers::reads::one(ctx, &session))
 }

@@ -104,7 +104,7 @@ fn time_field(field: &str, value: &str) -> Result<Timestamp, ApiError> {
 /// `not_found`.
 pub(crate) async fn time_of(ctx: &Ctx, clock: Option<&Ref>) -> Result<Timestamp, ApiError> {
     let Some(clock) = clock else {
-        return Ok(Timestamp::now());
+        return Ok(ctx.now());
     };
     sandbox_only(ctx)?;
     let record = found(
@@ -130,9 +130,10 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         }
     }
     let env = ctx.env().clone();
+    let now = ctx.now();
     let tx = ctx.tx().await?;
-    let clock = test_clocks::create(tx, &env, name, frozen_time, Timestamp::now()).await?;
-    Ok(reads::one(&clock))
+    let clock = test_clocks::create(tx, &env, name, frozen_time, now).await?;
+    Ok(reads::one(ctx, &clock))
 }
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
@@ -160,7 +161,7 @@ pub async fn advance(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     check_advance(clock.frozen_time, to)
         .map_err(|e| ApiError::validation("frozen_time", e.to_string()))?;
     let env = ctx.env().clone();
-    let now = Timestamp::now();
+    let now = ctx.now();
     let tx = ctx.tx().await?;
     let advancing = test_clocks::start_advance(tx, &clock, to, now)
         .await
@@ -178,5 +179,5 @@ pub async fn advance(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         now,
     )
     .await?;
-    Ok(reads::one(&advancing))
+    Ok(reads::one(ctx, &advancing))
 }

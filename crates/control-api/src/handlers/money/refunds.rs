@@ -142,7 +142,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     })?;
     let access_effect = AccessEffect::parse(&body.access_effect)
         .ok_or_else(|| ApiError::validation("access_effect", "must be revoke or retain"))?;
-    let now = Timestamp::now();
+    let now = ctx.now();
     let scheduled_at = body
         .scheduled_at
         .as_deref()
@@ -243,5 +243,5 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         &refund.dto(now),
     )
     .await?;
-    Ok(crate::handlers::reads::one(&refund))
+    Ok(crate::handlers::reads::one(ctx, &refund))
 }

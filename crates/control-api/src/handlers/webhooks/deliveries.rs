@@ -11,7 +11,6 @@ use crate::reply::Reply;
 use domain::cursor::scope;
 use domain::etag::etag;
 use domain::webhook::{catalogue, BodyStatus, DeliveryStatus, ResponseClass};
-use domain::Timestamp;
 use serde::Serialize;
 use store::{AttemptRecord, DeliveryFilter, DeliveryRecord};
 use utoipa::ToSchema;
@@ -120,7 +119,7 @@ pub async fn body(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let match_reasons = serde_json::from_str(&d.match_reasons)
         .map_err(|e| store::StoreError::Corrupt(format!("match_reasons: {e}")))?;
     let retention = ctx.state.settings.webhooks.body_retention.as_millis() as i64;
-    let expired = d.created_at.millis() < Timestamp::now().millis() - retention;
+    let expired = d.created_at.millis() < ctx.now().millis() - retention;
     let (body_status, payload) = match (d.body_status, expired) {
         (BodyStatus::Available, true) => (BodyStatus::Expired, None),
         (BodyStatus::Available, false) => (

@@ -71,9 +71,12 @@ fn version_dto(
     }
 }
 
-/// The endpoint's wire form; `revealed` shows one version's secret.
-pub(crate) fn dto(e: &EndpointRecord, revealed: Option<(u32, &SigningSecret)>) -> EndpointDto {
-    let now = Timestamp::now();
+/// The endpoint's wire form at `now`; `revealed` shows one version's secret.
+pub(crate) fn dto(
+    e: &EndpointRecord,
+    revealed: Option<(u32, &SigningSecret)>,
+    now: Timestamp,
+) -> EndpointDto {
     EndpointDto {
         endpoint_ref: e.endpoint_ref.to_string(),
         environment_ref: e.environment_ref.to_string(),
@@ -92,10 +95,19 @@ pub(crate) fn dto(e: &EndpointRecord, revealed: Option<(u32, &SigningSecret)>) -
     }
 }
 
-pub(crate) fn reply(e: &EndpointRecord, revealed: Option<(u32, &SigningSecret)>) -> Reply {
+pub(crate) fn reply(
+    ctx: &Ctx,
+    e: &EndpointRecord,
+    revealed: Option<(u32, &SigningSecret)>,
+) -> Reply {
+    let now = ctx.now();
     match revealed {
-        Some(_) => Reply::revealing(dto(e, revealed), dto(e, None), Some(endpoint_etag(e))),
-        None => Reply::one(dto(e, None), Some(endpoint_etag(e))),
+        Some(_) => Reply::revealing(
+            dto(e, revealed, now),
+            dto(e, None, now),
+            Some(endpoint_etag(e)),
+        ),
+        None => Reply::one(dto(e, None, now), Some(endpoint_etag(e))),
     }
 }
 
@@ -148,7 +160,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         sealed,
     )
     .await?;
-    Ok(reply(&row, Some((1, &secret))))
+    Ok(reply(ctx, &row, Some((1, &secret))))
 }
 
 /// Refuses a name that resolves to a forbidden address. A name that does
@@ -185,17 +197,18 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         .webhooks()
         .list_endpoints(ctx.env(), status, &query.page)
         .await?;
+    let now = ctx.now();
     Ok(Reply::page(
         page,
         &query.scope,
         |e| (e.created_at.millis(), e.endpoint_ref.to_string()),
-        |e| dto(e, None),
+        |e| dto(e, None, now),
     ))
 }
 
 pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    Ok(reply(&load_endpoint(ctx, &input).await?, None))
+    Ok(reply(ctx, &load_endpoint(ctx, &input).await?, None))
 }
 
 pub async fn pause(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
@@ -215,7 +228,7 @@ async fn transition(ctx: &mut Ctx, input: Input, step: Transition) -> Result<Rep
     input.check_etag(&endpoint_etag(&current))?;
     let next = step(current.status).map_err(|e| ApiError::semantic(e.to_string()))?;
     let row = endpoints::set_status(ctx.tx().await?, &current, next).await?;
-    Ok(reply(&row, None))
+    Ok(reply(ctx, &row, None))
 }
 
 /// The secret versions' metadata, for the rotation rules.

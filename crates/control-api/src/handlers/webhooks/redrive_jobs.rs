@@ -141,13 +141,14 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     check_reason(&body.reason)?;
     let filter = job_filter(ctx, &body.filter).await?;
     let env = ctx.env().clone();
+    let now = ctx.now();
     let job = redrive_jobs::create(
         ctx.tx().await?,
         &env,
         &filter,
         &body.reason,
         body.dry_run,
-        Timestamp::now(),
+        now,
     )
     .await?;
     Ok(Reply::one(dto(&job), None))
@@ -188,7 +189,8 @@ pub async fn cancel(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         .status
         .cancel()
         .map_err(|e| ApiError::semantic(e.to_string()))?;
-    match redrive_jobs::cancel(ctx.tx().await?, &job, next, Timestamp::now()).await {
+    let now = ctx.now();
+    match redrive_jobs::cancel(ctx.tx().await?, &job, next, now).await {
         Ok(canceled) => Ok(Reply::one(dto(&canceled), None)),
         // It ended between the read and the write.
         Err(StoreError::Conflict) => {

@@ -10,7 +10,6 @@ use crate::input::Input;
 use crate::reply::Reply;
 use domain::webhook::secret_version;
 use domain::webhook::signing::SigningSecret;
-use domain::Timestamp;
 use serde::Deserialize;
 use store::webhooks::endpoints;
 use utoipa::ToSchema;
@@ -32,7 +31,7 @@ async fn prepare(ctx: &Ctx, input: &Input) -> Result<store::EndpointRecord, ApiE
 
 pub async fn rotate(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let current = prepare(ctx, &input).await?;
-    let added = secret_version::rotate(&versions(&current), Timestamp::now())
+    let added = secret_version::rotate(&versions(&current), ctx.now())
         .map_err(|e| ApiError::semantic(e.to_string()))?;
     let secret = SigningSecret::generate();
     let number = added.version;
@@ -40,24 +39,23 @@ pub async fn rotate(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let row =
         endpoints::update_secret_versions(ctx.tx().await?, &current, &[], Some((added, sealed)))
             .await?;
-    Ok(reply(&row, Some((number, &secret))))
+    Ok(reply(ctx, &row, Some((number, &secret))))
 }
 
 pub async fn confirm(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let current = prepare(ctx, &input).await?;
     let mut v = versions(&current);
     let grace = ctx.state.settings.webhooks.secret_grace.as_millis() as i64;
-    secret_version::confirm(&mut v, Timestamp::now(), grace)
+    secret_version::confirm(&mut v, ctx.now(), grace)
         .map_err(|e| ApiError::semantic(e.to_string()))?;
     let row = endpoints::update_secret_versions(ctx.tx().await?, &current, &v, None).await?;
-    Ok(reply(&row, None))
+    Ok(reply(ctx, &row, None))
 }
 
 pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let current = prepare(ctx, &input).await?;
     let mut v = versions(&current);
-    secret_version::revoke(&mut v, Timestamp::now())
-        .map_err(|e| ApiError::semantic(e.to_string()))?;
+    secret_version::revoke(&mut v, ctx.now()).map_err(|e| ApiError::semantic(e.to_string()))?;
     let row = endpoints::update_secret_versions(ctx.tx().await?, &current, &v, None).await?;
-    Ok(reply(&row, None))
+    Ok(reply(ctx, &row, None))
 }

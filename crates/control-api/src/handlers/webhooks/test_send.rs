@@ -11,7 +11,7 @@ use crate::input::Input;
 use crate::reply::Reply;
 use domain::webhook::body::DeliveredBody;
 use domain::webhook::{catalogue, shaping, DeliveryStatus};
-use domain::{Prefix, Ref, Timestamp};
+use domain::{Prefix, Ref};
 use serde::Deserialize;
 use store::webhooks::deliveries;
 use store::NewDelivery;
@@ -39,7 +39,7 @@ pub async fn send(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let grant = view(ctx, grant.as_ref()).await?;
     let data = shaping::shape(event.name, dto_version, &example, grant.as_ref());
     let event_ref = Ref::generate(Prefix::Event);
-    let occurred_at = Timestamp::now();
+    let occurred_at = ctx.now();
     let payload = DeliveredBody::new(
         event_ref.as_str(),
         event.name,
