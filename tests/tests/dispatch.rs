@@ -98,8 +98,9 @@ async fn duplicates_are_processed_once(app: TestApp) {
     assert_eq!(app.store.dispatch().dead_letter_count().await.unwrap(), 1);
     let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
     settled(&app, &endpoint, "succeeded").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     dispatcher.shutdown().await;
+    // Nothing else is due: no second delivery of the event waits.
+    assert_eq!(app.dispatch_due("0s").await.attempted, 0);
     assert_eq!(receiver.count(), 1);
 }
 
@@ -407,7 +408,7 @@ async fn pause_holds_and_resume_releases(app: TestApp) {
     let dispatcher = app.start_dispatcher(app.dispatch_settings("0s"));
     app.publish("invoice.paid", json!({})).await;
     settled(&app, &endpoint, "held").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.dispatch_due("0s").await.attempted, 0);
     assert_eq!(receiver.count(), 0, "held deliveries are not sent");
     set_paused(&app, &endpoint, "resume").await;
     settled(&app, &endpoint, "succeeded").await;

@@ -746,10 +746,13 @@ async fn an_opened_dispute_cancels_scheduled_refunds(app: TestApp) {
     // Subscribers hear of the cancellation.
     app.eventually(20, || async { (receiver.count() >= 1).then_some(()) })
         .await;
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    dispatcher.shutdown().await;
+    // Everything emitted is relayed and everything due attempted before
+    // the count.
     stop.cancel();
     let _ = relay.await;
+    dispatcher.shutdown().await;
+    assert!(app.store.outbox_batch(10).await.unwrap().is_empty());
+    app.dispatch_due("0s").await;
     let got: Vec<Value> = receiver.received().iter().map(|r| r.json()).collect();
     assert_eq!(got.len(), 1, "one refund.canceled: {got:?}");
     assert_eq!(got[0]["public_event_type"], "refund.canceled");
