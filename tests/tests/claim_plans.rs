@@ -55,13 +55,26 @@ fn plan_facts(explained: &Value) -> (Vec<String>, u64) {
 }
 
 /// `EXPLAIN (ANALYZE, BUFFERS)` of `sql` with `args` bound, in a
-/// transaction that is rolled back.
+/// transaction that is rolled back, set up as the store sets up its
+/// claims' (`BY_PRIMARY_KEY`).
 async fn explain(conn: &mut PgConnection, sql: &str, args: &[Value]) -> Value {
+    explain_in(conn, Some(statements::BY_PRIMARY_KEY), sql, args).await
+}
+
+/// `explain` after `set_up`, if any.
+async fn explain_in(
+    conn: &mut PgConnection,
+    set_up: Option<&str>,
+    sql: &str,
+    args: &[Value],
+) -> Value {
     let mut tx = conn.begin().await.expect("begin");
-    sqlx::query(statements::BY_PRIMARY_KEY)
-        .execute(&mut *tx)
-        .await
-        .expect("set up as the store does");
+    if let Some(set_up) = set_up {
+        sqlx::query(set_up)
+            .execute(&mut *tx)
+            .await
+            .expect("set up as the store does");
+    }
     let text = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}");
     let mut q = sqlx::query_scalar::<_, sqlx::types::Json<Value>>(&text);
     for a in args {
@@ -146,6 +159,48 @@ async fn claim_and_feed_cost_the_same_whatever_the_backlog() {
             "the claim's {name} statement touched {buffers} buffers for {CLAIM} rows: {plan}"
         );
     }
+
+    // A small batch of results is recorded by one statement that the
+    // planner answers by primary key without `BY_PRIMARY_KEY`.
+    const RESULTS: usize = 8;
+    let mut args = Vec::new();
+    for i in 0..RESULTS {
+        let delivery = format!("wdl_seed{:08}", 1 + i * (DUE / RESULTS));
+        args.extend([
+            Value::from(delivery),
+            Value::from(1),
+            Value::from("succeeded"),
+            Value::from(2),
+            Value::from(now),
+            Value::from(now),
+            Value::from("{}"),
+            Value::from("2xx"),
+            Value::from(format!("wat_seed{i:08}")),
+            Value::from(app.sandbox.environment_ref.as_str()),
+            Value::from(endpoint.as_str()),
+            Value::from(200),
+            Value::from(""),
+            Value::from(""),
+            Value::from(5),
+            Value::from("succeeded"),
+        ]);
+    }
+    args.extend([
+        Value::from("available"),
+        Value::from(now),
+        Value::from("worker"),
+    ]);
+    let record = explain_in(&mut conn, None, &statements::record_small(RESULTS), &args).await;
+    let (indexes, buffers) = plan_facts(&record);
+    assert!(
+        indexes.contains(&"webhook_deliveries_pkey".to_owned())
+            && !indexes.iter().any(|i| i == "Seq Scan"),
+        "recording {RESULTS} results must find their deliveries by key, not scan {indexes:?}: {record}"
+    );
+    assert!(
+        buffers <= (RESULTS as u64) * 32,
+        "recording {RESULTS} results touched {buffers} buffers: {record}"
+    );
 
     // The feed's read of the earliest due stops at its limit.
     let feed = explain(

@@ -691,7 +691,75 @@ async fn emitted_events_leave_through_the_outbox(app: TestApp) {
     dispatcher.shutdown().await;
 }
 
+/// A successful attempt of `d` by the worker that leased it.
+fn succeeded(d: &store::DeliveryRecord) -> store::AttemptResult {
+    use domain::webhook::{AttemptStatus, DeliveryStatus};
+    store::AttemptResult {
+        delivery_ref: d.delivery_ref.clone(),
+        environment_ref: d.environment_ref.clone(),
+        endpoint_ref: d.endpoint_ref.clone(),
+        generation: d.generation,
+        attempt_number: d.attempt_count + 1,
+        status: AttemptStatus::Succeeded,
+        response_status: Some(200),
+        error: None,
+        response_body_excerpt: None,
+        duration_ms: 5,
+        started_at: domain::Timestamp::now(),
+        next_attempt_at: None,
+        delivery_status: DeliveryStatus::Succeeded,
+        payload: "{}".to_owned(),
+        disable_endpoint: false,
+    }
+}
+
+/// A result is recorded only where its worker still holds the delivery's
+/// lease: one whose lease expired and went to another worker is dropped
+/// whole (neither the delivery's next state nor an attempt), for one
+/// result, a few and many at once (PostgreSQL records up to 8 with one
+/// statement and more in a transaction).
+async fn a_result_is_recorded_only_under_its_lease(app: TestApp) {
+    let (endpoint, _) = app
+        .subscribed_endpoint("https://example.com/hook", "invoice.paid", 1)
+        .await;
+    let dispatch = app.store.dispatch();
+    assert_eq!(dispatch.record_attempts("a", &[]).await.unwrap(), 0);
+    for n in [1usize, 6, 20] {
+        for _ in 0..n {
+            app.publish("invoice.paid", json!({})).await;
+        }
+        let now = domain::Timestamp::now();
+        let first = dispatch
+            .claim_due_deliveries("a", now, now.plus_millis(1), 100)
+            .await
+            .unwrap();
+        assert_eq!(first.len(), n);
+        // Once "a"'s leases expired, "b" takes half of them (at least one).
+        let taken = n.div_ceil(2);
+        let later = now.plus_seconds(1);
+        let second = dispatch
+            .claim_due_deliveries("b", later, later.plus_seconds(60), taken as u32)
+            .await
+            .unwrap();
+        assert_eq!(second.len(), taken);
+        let a: Vec<_> = first.iter().map(succeeded).collect();
+        let b: Vec<_> = second.iter().map(succeeded).collect();
+        assert_eq!(dispatch.record_attempts("a", &a).await.unwrap(), n - taken);
+        assert_eq!(dispatch.record_attempts("b", &b).await.unwrap(), taken);
+        // A result repeated after its lease was cleared is dropped too.
+        assert_eq!(dispatch.record_attempts("b", &b).await.unwrap(), 0);
+    }
+    let all = deliveries(&app, &endpoint).await;
+    assert_eq!(all.len(), 27);
+    for d in &all {
+        assert_eq!(d["status"], "succeeded", "{d}");
+        let tried = attempts(&app, d["delivery_ref"].as_str().unwrap()).await;
+        assert_eq!(tried.len(), 1, "one attempt of {d}");
+    }
+}
+
 backend_tests!(
+    a_result_is_recorded_only_under_its_lease,
     emitted_events_leave_through_the_outbox,
     delivered_signed_and_recorded,
     duplicates_are_processed_once,

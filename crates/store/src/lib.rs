@@ -279,6 +279,23 @@ impl Store {
         Ok(changed)
     }
 
+    /// `write_alone` for a statement with `RETURNING`: returns `column` of
+    /// the rows it returns.
+    pub(crate) async fn write_alone_returning(
+        &self,
+        sql: &str,
+        args: &[db::tx::Arg<'_>],
+        column: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        if self.group.is_none() {
+            return db::write::autocommit_texts(&self.writer, sql, args, column).await;
+        }
+        let mut tx = self.begin().await?;
+        let returned = tx.fetch_texts(sql, args, column).await?;
+        tx.commit().await?;
+        Ok(returned)
+    }
+
     /// What this store's transactions carry for their writes to wake
     /// (`dispatch::signals::Wake`).
     pub(crate) fn signals(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {

@@ -326,6 +326,65 @@ pub mod statements {
         format!("status = '{}'", DeliveryStatus::Pending.as_str())
     }
 
+    /// Bound values per result of `record_small`, in this order: the
+    /// delivery's reference, generation, next status, attempt count, next
+    /// attempt time and last attempt time (the attempt's start), the body
+    /// sent, the response class; the attempt's reference, environment,
+    /// endpoint, response status, error, body excerpt, duration and
+    /// status. After every result's: the body status, the time of the
+    /// write and the lease's owner.
+    pub const RECORD_COLUMNS: usize = 16;
+    const RECORD_TYPES: [&str; RECORD_COLUMNS] = [
+        "TEXT", "BIGINT", "TEXT", "BIGINT", "BIGINT", "BIGINT", "TEXT", "TEXT", "TEXT", "TEXT",
+        "TEXT", "BIGINT", "TEXT", "TEXT", "BIGINT", "TEXT",
+    ];
+
+    /// PostgreSQL: records `n` attempt results with one statement (see
+    /// `RECORD_COLUMNS` for its values): each delivery's next state where
+    /// the owner still holds the lease of that generation, and an attempt
+    /// row for each delivery so written; returns the references written.
+    /// The casts give the `VALUES` columns their types. Meant for a few
+    /// results, which the planner looks up by primary key unprompted
+    /// (`tests/tests/claim_plans.rs`).
+    pub fn record_small(n: usize) -> String {
+        let mut marks = Marks::new(Backend::Postgres);
+        let rows: Vec<String> = (0..n)
+            .map(|_| {
+                let casts: Vec<String> = RECORD_TYPES
+                    .iter()
+                    .map(|t| format!("CAST({} AS {t})", marks.next()))
+                    .collect();
+                format!("({})", casts.join(", "))
+            })
+            .collect();
+        let (body_status, at, owner) = (marks.next(), marks.next(), marks.next());
+        format!(
+            "WITH r (delivery_ref, generation, status, attempt_count, next_attempt_at, \
+             last_attempt_at, payload, last_response_class, attempt_ref, environment_ref, \
+             endpoint_ref, response_status, error, response_body_excerpt, duration_ms, \
+             attempt_status) AS (VALUES {rows}), \
+             u AS (UPDATE webhook_deliveries SET status = r.status, \
+             attempt_count = r.attempt_count, next_attempt_at = r.next_attempt_at, \
+             last_attempt_at = r.last_attempt_at, payload = r.payload, \
+             last_response_class = r.last_response_class, body_status = {body_status}, \
+             lease_owner = NULL, lease_until = NULL, updated_at = {at}, \
+             version = webhook_deliveries.version + 1 \
+             FROM r WHERE webhook_deliveries.delivery_ref = r.delivery_ref \
+             AND webhook_deliveries.lease_owner = {owner} \
+             AND webhook_deliveries.generation = r.generation \
+             RETURNING webhook_deliveries.delivery_ref), \
+             a AS (INSERT INTO webhook_attempts (attempt_ref, delivery_ref, environment_ref, \
+             endpoint_ref, generation, attempt_number, status, response_status, error, \
+             response_body_excerpt, duration_ms, started_at, next_attempt_at, created_at) \
+             SELECT r.attempt_ref, r.delivery_ref, r.environment_ref, r.endpoint_ref, \
+             r.generation, r.attempt_count, r.attempt_status, r.response_status, r.error, \
+             r.response_body_excerpt, r.duration_ms, r.last_attempt_at, r.next_attempt_at, {at} \
+             FROM r JOIN u ON u.delivery_ref = r.delivery_ref) \
+             SELECT delivery_ref FROM u",
+            rows = rows.join(", ")
+        )
+    }
+
     /// The condition that makes a delivery claimable: pending, due by
     /// `due_by`, and not held by a live lease (none, or one that ended
     /// before `lease_ended_before`); both are bind marks, the same one or
