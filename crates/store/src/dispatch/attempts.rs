@@ -49,7 +49,7 @@ impl Dispatch<'_> {
             && unique.len() <= ONE_STATEMENT_ROWS
             && !unique.iter().any(|r| r.disable_endpoint)
         {
-            return record_in_one_statement(&self.0, owner, &unique, &attempt_refs, now).await;
+            return record_in_one_statement(self.0, owner, &unique, &attempt_refs, now).await;
         }
         let mut tx = self.begin_write().await?;
         by_primary_key(&mut tx, self.backend()).await?;
