@@ -271,9 +271,11 @@ impl TestApp {
                 (db.url.clone(), StoreGuard::Postgres(db))
             }
         };
+        // Wired as `billing::app::open_store` wires the service's.
         let store = Store::connect_with(&url, store_options())
             .await
-            .expect("store opens");
+            .expect("store opens")
+            .waking(Default::default());
         let database_url = url.clone();
         store.migrate().await.expect("migrations apply");
         let boot = bootstrap(&store).await.expect("bootstrap");

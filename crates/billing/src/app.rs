@@ -33,7 +33,8 @@ pub enum Role {
     Dispatcher,
 }
 
-/// Opens the store and applies pending migrations.
+/// Opens the store and applies pending migrations. Its commits wake this
+/// process's relay and dispatchers (`store::Wakeups`).
 pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
     let options = store::StoreOptions {
         synchronous: store::Synchronous::parse(&config.store.synchronous).unwrap_or_default(),
@@ -50,7 +51,7 @@ pub async fn open_store(config: &Config) -> anyhow::Result<Store> {
         .migrate()
         .await
         .context("failed to migrate the store")?;
-    Ok(store)
+    Ok(store.waking(Arc::default()))
 }
 
 pub fn api_settings(config: &Config) -> anyhow::Result<ApiSettings> {
@@ -329,5 +330,35 @@ pub async fn termination_signal() {
     tokio::select! {
         _ = ctrl_c => {}
         _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The service's store wakes its relay when a write emits events
+    /// (`store::Wakeups`): a store opened without them would leave the
+    /// events to the relay's next poll.
+    #[tokio::test]
+    async fn the_services_store_wakes_its_relay() {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let mut config = Config::default();
+        config.store.url = format!("sqlite://{}/billing.db", dir.path().display());
+        let store = open_store(&config).await.expect("the store opens");
+        let written = store.outbox_written();
+        let body = serde_json::json!({
+            "event_ref": domain::Ref::generate(domain::Prefix::Event).into_string(),
+            "public_event_type": "order.created",
+            "environment_ref": domain::Ref::generate(domain::Prefix::Environment).into_string(),
+            "occurred_at": domain::Timestamp::now().to_rfc3339(),
+            "data": {"order_ref": "ord_AAAAAAAAAAAA"},
+        });
+        let event = dispatcher::intake::parse(body.to_string().as_bytes()).expect("an event");
+        store.emit_events(&[event]).await.expect("emitted");
+        tokio::time::timeout(Duration::from_secs(5), written.notified())
+            .await
+            .expect("the commit woke the relay");
     }
 }

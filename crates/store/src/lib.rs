@@ -43,6 +43,7 @@ pub use billing::Billing;
 pub use db::{Backend, LaneError, Page, PageRequest, StoreError, Synchronous, WriteTx};
 pub use dispatch::dead_letters::DeadLetterRecord;
 pub use dispatch::intake::{EventsWritten, Leased, Leasing};
+pub use dispatch::signals::Wakeups;
 pub use dispatch::{fanout, projection, signals};
 pub use dispatch::{AttemptResult, EventData, EventRecord};
 pub use webhooks::data_profiles::{DataProfileGrantRecord, NewDataProfileGrant, StoredBody};
@@ -73,8 +74,9 @@ pub struct Store {
     writer: AnyPool,
     backend: Backend,
     /// What a commit of this store wakes in this process (events emitted
-    /// into the outbox, deliveries made due): attached to each `WriteTx`.
-    wake: Arc<dispatch::signals::Wake>,
+    /// into the outbox, deliveries made due), if the process gave any
+    /// (`waking`): attached to each `WriteTx`.
+    wake: Option<Arc<Wakeups>>,
     /// PostgreSQL only: where `signals` listens.
     pg_url: Option<Arc<str>>,
     /// This process's projection of other systems' events (`projection`).
@@ -198,7 +200,7 @@ impl Store {
             pool,
             writer,
             backend,
-            wake: Arc::default(),
+            wake: None,
             pg_url: (backend == Backend::Postgres).then(|| Arc::from(url.as_str())),
             lane,
             group,
@@ -296,10 +298,18 @@ impl Store {
         Ok(returned)
     }
 
+    /// This store's commits wake `wakeups` (its clones made from now on
+    /// share them): the process's relay and dispatchers start at once.
+    pub fn waking(mut self, wakeups: Arc<Wakeups>) -> Store {
+        self.wake = Some(wakeups);
+        self
+    }
+
     /// What this store's transactions carry for their writes to wake
-    /// (`dispatch::signals::Wake`).
+    /// (`Wakeups`).
     pub(crate) fn signals(&self) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
-        Some(self.wake.clone())
+        let wake = self.wake.clone()?;
+        Some(wake)
     }
 
     /// Runs a write on the lane (SQLite; `lane`), or here (PostgreSQL,

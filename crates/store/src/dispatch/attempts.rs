@@ -155,15 +155,8 @@ async fn record_in_one_statement(
     let sql = statements::record_small(results.len());
     let mut args: Vec<Arg> = Vec::with_capacity(results.len() * COLUMNS + 3);
     for (r, attempt_ref) in results.iter().zip(attempt_refs) {
+        args.extend(next_state(r));
         args.extend::<[Arg; _]>([
-            r.delivery_ref.as_str().into(),
-            (r.generation as i64).into(),
-            r.delivery_status.as_str().into(),
-            (r.attempt_number as i64).into(),
-            r.next_attempt_at.map(Timestamp::millis).into(),
-            r.started_at.millis().into(),
-            r.payload.as_str().into(),
-            ResponseClass::of(r.response_status).as_str().into(),
             attempt_ref.as_str().into(),
             r.environment_ref.as_str().into(),
             r.endpoint_ref.as_str().into(),
@@ -183,6 +176,22 @@ async fn record_in_one_statement(
         .write_alone_returning(&sql, &args, "delivery_ref")
         .await?
         .len())
+}
+
+/// A result's delivery's next state, as both ways of recording bind it:
+/// reference, generation, status, attempt count, next and last attempt
+/// times, the body sent, the response class.
+fn next_state(r: &AttemptResult) -> [Arg<'_>; 8] {
+    [
+        r.delivery_ref.as_str().into(),
+        (r.generation as i64).into(),
+        r.delivery_status.as_str().into(),
+        (r.attempt_number as i64).into(),
+        r.next_attempt_at.map(Timestamp::millis).into(),
+        r.started_at.millis().into(),
+        r.payload.as_str().into(),
+        ResponseClass::of(r.response_status).as_str().into(),
+    ]
 }
 
 /// Writes the deliveries' next states where `owner` still holds the lease
@@ -223,16 +232,7 @@ async fn update_leased(
     );
     let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 8 + 3);
     for r in chunk {
-        args.extend::<[Arg; _]>([
-            r.delivery_ref.as_str().into(),
-            (r.generation as i64).into(),
-            r.delivery_status.as_str().into(),
-            (r.attempt_number as i64).into(),
-            r.next_attempt_at.map(Timestamp::millis).into(),
-            r.started_at.millis().into(),
-            r.payload.as_str().into(),
-            ResponseClass::of(r.response_status).as_str().into(),
-        ]);
+        args.extend(next_state(r));
     }
     args.extend::<[Arg; _]>([
         BodyStatus::Available.as_str().into(),

@@ -13,7 +13,7 @@ use crate::db::codec::to_json;
 use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::Arg;
-use crate::dispatch::signals::Wake;
+use crate::dispatch::signals::Wakeups;
 use crate::dispatch::{event_from_row, EventRecord};
 use crate::{Store, StoreError, WriteTx};
 use domain::{Ref, Timestamp};
@@ -70,7 +70,7 @@ impl Emit for WriteTx {
             &args,
         )
         .await?;
-        if let Some(outbox) = self.signals::<Wake>().map(|wake| wake.outbox.clone()) {
+        if let Some(outbox) = self.signals::<Wakeups>().map(|wake| wake.outbox.clone()) {
             self.wake_on_commit(&outbox);
         }
         Ok(())
@@ -90,9 +90,12 @@ impl Store {
     }
 
     /// Signalled after this process emitted events, so its relay starts at
-    /// once instead of at its next poll.
+    /// once instead of at its next poll (never, for a store without
+    /// `Wakeups`).
     pub fn outbox_written(&self) -> std::sync::Arc<tokio::sync::Notify> {
-        self.wake.outbox.clone()
+        self.wake
+            .as_ref()
+            .map_or_else(Default::default, |wake| wake.outbox.clone())
     }
 
     /// Up to `limit` emitted events not relayed yet, oldest first.

@@ -22,11 +22,15 @@ use tokio::sync::Notify;
 /// The PostgreSQL notification channel of deliveries made due.
 pub const CHANNEL: &str = "billing_deliveries_due";
 
-/// What a commit of the store wakes in its process, attached to each of
-/// its `WriteTx`s (`Store::signals`, read back with `WriteTx::signals`):
-/// a write asks for one with `WriteTx::wake_on_commit`.
+/// What a commit of the store wakes in its process. The process that
+/// wires its parts makes one and gives it to its store (`Store::waking`,
+/// `billing::app::open_store`); the store attaches it to each of its
+/// `WriteTx`s (`Store::signals`, read back with `WriteTx::signals`), and a
+/// write asks for one with `WriteTx::wake_on_commit`. A store given none
+/// wakes nobody: its relay and dispatchers find the work at their next
+/// poll.
 #[derive(Default)]
-pub(crate) struct Wake {
+pub struct Wakeups {
     /// Events were emitted into the outbox (`super::outbox::Emit`): the
     /// relay starts at once instead of at its next poll.
     pub(crate) outbox: Arc<Notify>,
@@ -38,11 +42,11 @@ pub(crate) struct Wake {
 /// Records that `tx` makes deliveries due: PostgreSQL delivers its
 /// `NOTIFY` on `CHANNEL` when the transaction commits, and the commit
 /// wakes this process's dispatcher. A transaction sends one `NOTIFY`
-/// however many writes make deliveries due (without the store's `Wake`,
+/// however many writes make deliveries due (without the store's `Wakeups`,
 /// only tests' transactions, each call sends one; PostgreSQL folds them
 /// into one at the commit).
 pub(crate) async fn signal_due(tx: &mut WriteTx) -> Result<(), StoreError> {
-    let due = tx.signals::<Wake>().map(|wake| wake.due.clone());
+    let due = tx.signals::<Wakeups>().map(|wake| wake.due.clone());
     if due.as_ref().is_some_and(|due| tx.wakes_on_commit(due)) {
         return Ok(());
     }
@@ -125,7 +129,10 @@ impl Store {
             None => None,
         };
         DueSignals {
-            local: self.wake.due.clone(),
+            local: self
+                .wake
+                .as_ref()
+                .map_or_else(Arc::default, |wake| wake.due.clone()),
             listener,
             url,
         }
@@ -135,6 +142,8 @@ impl Store {
     /// for a dispatcher that failed to index deliveries it was told of and
     /// wants the next pass over the store to find them.
     pub fn due_signalled(&self) {
-        self.wake.due.notify_one();
+        if let Some(wake) = &self.wake {
+            wake.due.notify_one();
+        }
     }
 }
