@@ -291,15 +291,6 @@ pub fn permissions() -> Vec<&'static str> {
 mod tests {
     use super::*;
 
-    /// Authentication reads a principal's permissions joined with commas
-    /// (`store::Admin::authenticate`), so no permission holds one.
-    #[test]
-    fn no_permission_holds_a_comma() {
-        for p in permissions() {
-            assert!(!p.contains(',') && !p.is_empty(), "{p:?}");
-        }
-    }
-
     #[test]
     fn table_is_consistent() {
         for o in OPERATIONS {

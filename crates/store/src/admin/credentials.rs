@@ -5,7 +5,7 @@ use crate::db::codec::{opt_ts, state};
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
 use crate::resource::{Resource, Scope};
-use crate::{Backend, StoreError};
+use crate::StoreError;
 use domain::principal::{CredentialStatus, GrantStatus, Mode, ServiceAccountStatus};
 use domain::secret::CredentialSecret;
 use domain::{Prefix, Ref, Timestamp};
@@ -208,37 +208,23 @@ impl Admin<'_> {
     }
 
     /// Finds the credential whose current secret, or previous secret still
-    /// in its grace period, has `digest`, with its principal and its
-    /// permissions, in one read: authentication precedes every request.
+    /// in its grace period, has `digest`, with its principal and permissions.
     pub async fn authenticate(
         &self,
         digest: &str,
         now: Timestamp,
     ) -> Result<Option<AuthRecord>, StoreError> {
-        // Permission actions are `area:verb` words, never holding a comma.
-        let joined = match self.0.backend() {
-            Backend::Postgres => "string_agg(g.permission_action, ',')",
-            Backend::Sqlite => "group_concat(g.permission_action, ',')",
-        };
         let found = read::optional(
             self.pool(),
-            &format!(
-                "SELECT c.credential_ref, c.principal_ref, c.environment_ref, c.status, \
-                 c.expires_at, c.last_used_at, c.secret_digest, c.previous_secret_digest, \
-                 s.status AS principal_status, e.mode, \
-                 (SELECT {joined} FROM grants g \
-                  WHERE g.principal_ref = c.principal_ref AND g.status = $3) AS permissions \
-                 FROM credentials c \
-                 JOIN service_accounts s ON s.principal_ref = c.principal_ref \
-                 JOIN environments e ON e.environment_ref = c.environment_ref \
-                 WHERE c.secret_digest = $1 \
-                    OR (c.previous_secret_digest = $1 AND c.previous_secret_expires_at > $2)"
-            ),
-            &[
-                digest.into(),
-                now.millis().into(),
-                GrantStatus::Active.as_str().into(),
-            ],
+            "SELECT c.credential_ref, c.principal_ref, c.environment_ref, c.status, c.expires_at, \
+             c.last_used_at, c.secret_digest, c.previous_secret_digest, \
+             s.status AS principal_status, e.mode \
+             FROM credentials c \
+             JOIN service_accounts s ON s.principal_ref = c.principal_ref \
+             JOIN environments e ON e.environment_ref = c.environment_ref \
+             WHERE c.secret_digest = $1 \
+                OR (c.previous_secret_digest = $1 AND c.previous_secret_expires_at > $2)",
+            &[digest.into(), now.millis().into()],
             |row| {
                 let current = text(row, "secret_digest")?;
                 let previous = row.text("previous_secret_digest")?;
@@ -247,7 +233,6 @@ impl Admin<'_> {
                 if !matches {
                     return Ok(None);
                 }
-                let permissions = row.text("permissions")?.unwrap_or_default();
                 Ok(Some(AuthRecord {
                     credential_ref: Ref::from_trusted(text(row, "credential_ref")?),
                     principal_ref: Ref::from_trusted(text(row, "principal_ref")?),
@@ -257,16 +242,26 @@ impl Admin<'_> {
                     credential_status: state(row, "status", CredentialStatus::parse)?
                         .effective(opt_ts(row, "expires_at")?, now),
                     last_used_at: opt_ts(row, "last_used_at")?,
-                    permissions: permissions
-                        .split(',')
-                        .filter(|p| !p.is_empty())
-                        .map(str::to_owned)
-                        .collect(),
+                    // Read below, once the secret matched.
+                    permissions: Vec::new(),
                 }))
             },
         )
         .await?;
-        Ok(found.flatten())
+        let Some(mut auth) = found.flatten() else {
+            return Ok(None);
+        };
+        auth.permissions = read::all(
+            self.pool(),
+            "SELECT permission_action FROM grants WHERE principal_ref = $1 AND status = $2",
+            &[
+                auth.principal_ref.as_str().into(),
+                GrantStatus::Active.as_str().into(),
+            ],
+            |row| text(row, "permission_action"),
+        )
+        .await?;
+        Ok(Some(auth))
     }
 
     /// Records use of a credential, on the writer: called while
