@@ -195,10 +195,13 @@ async fn check_signing(app: &TestApp, endpoint: &str, shown: &[(&str, bool)]) {
     }
     let expected = shown.iter().filter(|(_, signs)| *signs).count();
     assert_eq!(signing.len(), expected, "signing versions");
+    // The signature's time is the wall clock's, as an attempt's is: the
+    // receiver's verifier compares it with its own.
     let id = Ref::generate(Prefix::WebhookDelivery).into_string();
-    let timestamp = (now.millis() / 1000).to_string();
+    let sent = Timestamp::now().millis() / 1000;
+    let timestamp = sent.to_string();
     let body = br#"{"event_ref":"evt_AbCdEfGhIjKl","public_event_type":"webhook.test","data":{}}"#;
-    let header = signature_header(&signing, &id, now.millis() / 1000, body);
+    let header = signature_header(&signing, &id, sent, body);
     assert_eq!(header.split(' ').count(), expected, "{header}");
     for (n, (secret, signs)) in shown.iter().enumerate() {
         assert_eq!(
