@@ -39,12 +39,12 @@ impl Dispatch<'_> {
             .iter()
             .filter(|r| seen.insert(r.delivery_ref.as_str()))
             .collect();
-        let attempt_refs: Vec<Ref> = (0..unique.len())
-            .map(|_| Ref::generate(Prefix::DeliveryAttempt))
-            .collect();
         if unique.is_empty() {
             return Ok(0);
         }
+        let attempt_refs: Vec<Ref> = (0..unique.len())
+            .map(|_| Ref::generate(Prefix::DeliveryAttempt))
+            .collect();
         if self.backend() == Backend::Postgres
             && unique.len() <= ONE_STATEMENT_ROWS
             && !unique.iter().any(|r| r.disable_endpoint)
@@ -167,21 +167,27 @@ async fn record_in_one_statement(
             r.status.as_str().into(),
         ]);
     }
-    args.extend::<[Arg; _]>([
-        BodyStatus::Available.as_str().into(),
-        now.into(),
-        owner.into(),
-    ]);
+    args.extend(written_by(owner, now));
     Ok(store
         .write_alone_returning(&sql, &args, "delivery_ref")
         .await?
         .len())
 }
 
+/// The values after every result's in both ways of recording: the body
+/// status, the time of the write and the lease's owner.
+fn written_by(owner: &str, now: i64) -> [Arg<'_>; 3] {
+    [
+        BodyStatus::Available.as_str().into(),
+        now.into(),
+        owner.into(),
+    ]
+}
+
 /// A result's delivery's next state, as both ways of recording bind it:
 /// reference, generation, status, attempt count, next and last attempt
 /// times, the body sent, the response class.
-fn next_state(r: &AttemptResult) -> [Arg<'_>; 8] {
+fn next_state(r: &AttemptResult) -> [Arg<'_>; statements::STATE_COLUMNS] {
     [
         r.delivery_ref.as_str().into(),
         (r.generation as i64).into(),
@@ -195,8 +201,8 @@ fn next_state(r: &AttemptResult) -> [Arg<'_>; 8] {
 }
 
 /// Writes the deliveries' next states where `owner` still holds the lease
-/// of that generation, in one statement; returns the references written.
-/// The explicit casts give PostgreSQL the VALUES columns' types.
+/// of that generation, in one statement (`statements::record_states`);
+/// returns the references written.
 async fn update_leased(
     tx: &mut WriteTx,
     backend: Backend,
@@ -204,41 +210,12 @@ async fn update_leased(
     chunk: &[&AttemptResult],
     now: i64,
 ) -> Result<std::collections::HashSet<String>, StoreError> {
-    let mut marks = Marks::new(backend);
-    let rows: Vec<String> = (0..chunk.len())
-        .map(|_| {
-            let [a, b, c, d, e, f, g, h] = std::array::from_fn(|_| marks.next());
-            format!(
-                "(CAST({a} AS TEXT), CAST({b} AS BIGINT), CAST({c} AS TEXT), CAST({d} AS BIGINT), \
-                 CAST({e} AS BIGINT), CAST({f} AS BIGINT), CAST({g} AS TEXT), CAST({h} AS TEXT))"
-            )
-        })
-        .collect();
-    let sql = format!(
-        "WITH r (delivery_ref, generation, status, attempt_count, next_attempt_at, last_attempt_at, payload, \
-         last_response_class) AS (VALUES {}) \
-         UPDATE webhook_deliveries SET status = r.status, attempt_count = r.attempt_count, \
-         next_attempt_at = r.next_attempt_at, last_attempt_at = r.last_attempt_at, payload = r.payload, \
-         last_response_class = r.last_response_class, \
-         body_status = {}, lease_owner = NULL, lease_until = NULL, updated_at = {}, \
-         version = webhook_deliveries.version + 1 \
-         FROM r WHERE webhook_deliveries.delivery_ref = r.delivery_ref \
-         AND webhook_deliveries.lease_owner = {} AND webhook_deliveries.generation = r.generation \
-         RETURNING webhook_deliveries.delivery_ref",
-        rows.join(", "),
-        marks.next(),
-        marks.next(),
-        marks.next()
-    );
-    let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 8 + 3);
+    let sql = statements::record_states(backend, chunk.len());
+    let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * statements::STATE_COLUMNS + 3);
     for r in chunk {
         args.extend(next_state(r));
     }
-    args.extend::<[Arg; _]>([
-        BodyStatus::Available.as_str().into(),
-        now.into(),
-        owner.into(),
-    ]);
+    args.extend(written_by(owner, now));
     Ok(tx
         .fetch_texts(&sql, &args, "delivery_ref")
         .await?

@@ -326,44 +326,50 @@ pub mod statements {
         format!("status = '{}'", DeliveryStatus::Pending.as_str())
     }
 
-    /// Bound values per result of `record_small`, in this order: the
-    /// delivery's reference, generation, next status, attempt count, next
-    /// attempt time and last attempt time (the attempt's start), the body
-    /// sent, the response class; the attempt's reference, environment,
-    /// endpoint, response status, error, body excerpt, duration and
-    /// status. After every result's: the body status, the time of the
-    /// write and the lease's owner.
+    /// Bound values per result of `record_states`: the delivery's
+    /// reference, generation, next status, attempt count, next attempt
+    /// time and last attempt time (the attempt's start), the body sent,
+    /// the response class. `record_small` binds the attempt's reference,
+    /// environment, endpoint, response status, error, body excerpt,
+    /// duration and status after them (`RECORD_COLUMNS` in all). After
+    /// every result's values: the body status, the time of the write and
+    /// the lease's owner.
+    pub const STATE_COLUMNS: usize = 8;
     pub const RECORD_COLUMNS: usize = 16;
+    const RECORD_NAMES: &str = "delivery_ref, generation, status, attempt_count, \
+         next_attempt_at, last_attempt_at, payload, last_response_class, attempt_ref, \
+         environment_ref, endpoint_ref, response_status, error, response_body_excerpt, \
+         duration_ms, attempt_status";
     const RECORD_TYPES: [&str; RECORD_COLUMNS] = [
         "TEXT", "BIGINT", "TEXT", "BIGINT", "BIGINT", "BIGINT", "TEXT", "TEXT", "TEXT", "TEXT",
         "TEXT", "BIGINT", "TEXT", "TEXT", "BIGINT", "TEXT",
     ];
 
-    /// PostgreSQL: records `n` attempt results with one statement (see
-    /// `RECORD_COLUMNS` for its values): each delivery's next state where
-    /// the owner still holds the lease of that generation, and an attempt
-    /// row for each delivery so written; returns the references written.
-    /// The casts give the `VALUES` columns their types. Meant for a few
-    /// results, which the planner looks up by primary key unprompted
-    /// (`tests/tests/claim_plans.rs`).
-    pub fn record_small(n: usize) -> String {
-        let mut marks = Marks::new(Backend::Postgres);
+    /// `WITH r (…) AS (VALUES …)` of `n` rows of the first `columns` of
+    /// `RECORD_NAMES`, cast to their types (PostgreSQL types a `VALUES`
+    /// column by its casts), then the `UPDATE` of the deliveries' next
+    /// states from `r` where the owner still holds the lease of that
+    /// generation, returning the references written; and the mark of the
+    /// write's time.
+    fn next_states(marks: &mut Marks, n: usize, columns: usize) -> (String, String, String) {
         let rows: Vec<String> = (0..n)
             .map(|_| {
-                let casts: Vec<String> = RECORD_TYPES
+                let casts: Vec<String> = RECORD_TYPES[..columns]
                     .iter()
                     .map(|t| format!("CAST({} AS {t})", marks.next()))
                     .collect();
                 format!("({})", casts.join(", "))
             })
             .collect();
+        let names: Vec<&str> = RECORD_NAMES.split(", ").take(columns).collect();
         let (body_status, at, owner) = (marks.next(), marks.next(), marks.next());
-        format!(
-            "WITH r (delivery_ref, generation, status, attempt_count, next_attempt_at, \
-             last_attempt_at, payload, last_response_class, attempt_ref, environment_ref, \
-             endpoint_ref, response_status, error, response_body_excerpt, duration_ms, \
-             attempt_status) AS (VALUES {rows}), \
-             u AS (UPDATE webhook_deliveries SET status = r.status, \
+        let values = format!(
+            "WITH r ({}) AS (VALUES {})",
+            names.join(", "),
+            rows.join(", ")
+        );
+        let update = format!(
+            "UPDATE webhook_deliveries SET status = r.status, \
              attempt_count = r.attempt_count, next_attempt_at = r.next_attempt_at, \
              last_attempt_at = r.last_attempt_at, payload = r.payload, \
              last_response_class = r.last_response_class, body_status = {body_status}, \
@@ -372,7 +378,30 @@ pub mod statements {
              FROM r WHERE webhook_deliveries.delivery_ref = r.delivery_ref \
              AND webhook_deliveries.lease_owner = {owner} \
              AND webhook_deliveries.generation = r.generation \
-             RETURNING webhook_deliveries.delivery_ref), \
+             RETURNING webhook_deliveries.delivery_ref"
+        );
+        (values, update, at)
+    }
+
+    /// Writes the next states of `n` deliveries (`STATE_COLUMNS` values
+    /// each) where the owner still holds the lease of that generation;
+    /// returns the references written. The recording transaction's
+    /// statement, on either engine.
+    pub fn record_states(backend: Backend, n: usize) -> String {
+        let (values, update, _) = next_states(&mut Marks::new(backend), n, STATE_COLUMNS);
+        format!("{values} {update}")
+    }
+
+    /// PostgreSQL: records `n` attempt results with one statement
+    /// (`RECORD_COLUMNS` values each): `record_states`, and an attempt row
+    /// for each delivery so written; returns the references written. Meant
+    /// for a few results, which the planner looks up by primary key
+    /// unprompted (`tests/tests/claim_plans.rs`).
+    pub fn record_small(n: usize) -> String {
+        let (values, update, at) =
+            next_states(&mut Marks::new(Backend::Postgres), n, RECORD_COLUMNS);
+        format!(
+            "{values}, u AS ({update}), \
              a AS (INSERT INTO webhook_attempts (attempt_ref, delivery_ref, environment_ref, \
              endpoint_ref, generation, attempt_number, status, response_status, error, \
              response_body_excerpt, duration_ms, started_at, next_attempt_at, created_at) \
@@ -380,8 +409,7 @@ pub mod statements {
              r.generation, r.attempt_count, r.attempt_status, r.response_status, r.error, \
              r.response_body_excerpt, r.duration_ms, r.last_attempt_at, r.next_attempt_at, {at} \
              FROM r JOIN u ON u.delivery_ref = r.delivery_ref) \
-             SELECT delivery_ref FROM u",
-            rows = rows.join(", ")
+             SELECT delivery_ref FROM u"
         )
     }
 
