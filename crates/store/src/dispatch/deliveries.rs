@@ -97,6 +97,18 @@ pub(crate) struct DeliveryRow<'a> {
     pub match_reasons: String,
 }
 
+/// The columns a new delivery is written with, in the order of
+/// `DeliveryRow::values` with `generation`, `attempt_count`,
+/// `body_status` and `payload` (the same for every new delivery) among
+/// them where `insert_deliveries` writes them.
+pub(crate) const DELIVERY_COLUMNS: &str = "delivery_ref, environment_ref, endpoint_ref, \
+     event_ref, public_event_type, dto_version, status, diagnostic, next_attempt_at, \
+     occurred_at, generation, attempt_count, event_data, match_reasons, body_status, payload, \
+     created_at, updated_at, lease_owner, lease_until";
+
+/// Values bound per new delivery (`DeliveryRow::values`).
+pub(crate) const DELIVERY_VALUES: usize = 16;
+
 impl<'a> DeliveryRow<'a> {
     pub(crate) fn unleased(new: &'a NewDelivery) -> DeliveryRow<'a> {
         DeliveryRow {
@@ -105,6 +117,32 @@ impl<'a> DeliveryRow<'a> {
             lease: None,
             match_reasons: to_json(&new.match_reasons),
         }
+    }
+
+    /// The values the row binds, written at `now` (a pending delivery is
+    /// due then): every column of `DELIVERY_COLUMNS` but the four that
+    /// are the same for every new delivery.
+    pub(crate) fn values(&self, now: i64) -> [Arg<'_>; DELIVERY_VALUES] {
+        let d = self.new;
+        let due = (d.status == DeliveryStatus::Pending).then_some(now);
+        [
+            self.delivery_ref.as_str().into(),
+            d.environment_ref.as_str().into(),
+            d.endpoint_ref.as_str().into(),
+            d.event_ref.as_str().into(),
+            d.public_event_type.as_str().into(),
+            (d.dto_version as i64).into(),
+            d.status.as_str().into(),
+            (d.diagnostic as i64).into(),
+            due.into(),
+            d.occurred_at.millis().into(),
+            d.event_data.as_str().into(),
+            self.match_reasons.as_str().into(),
+            now.into(),
+            now.into(),
+            self.lease.map(|(owner, _)| owner).into(),
+            self.lease.map(|(_, until)| until).into(),
+        ]
     }
 }
 
@@ -138,36 +176,14 @@ pub(crate) async fn insert_deliveries(
             })
             .collect();
         let sql = format!(
-            "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, event_ref, \
-             public_event_type, dto_version, status, diagnostic, next_attempt_at, occurred_at, \
-             generation, attempt_count, event_data, match_reasons, body_status, payload, \
-             created_at, updated_at, lease_owner, lease_until) VALUES {} \
+            "INSERT INTO webhook_deliveries ({DELIVERY_COLUMNS}) VALUES {} \
              ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING \
              RETURNING delivery_ref, endpoint_ref",
             values.join(", ")
         );
-        let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 16);
+        let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * DELIVERY_VALUES);
         for row in chunk {
-            let d = row.new;
-            let due = (d.status == DeliveryStatus::Pending).then_some(now);
-            args.extend::<[Arg; _]>([
-                row.delivery_ref.as_str().into(),
-                d.environment_ref.as_str().into(),
-                d.endpoint_ref.as_str().into(),
-                d.event_ref.as_str().into(),
-                d.public_event_type.as_str().into(),
-                (d.dto_version as i64).into(),
-                d.status.as_str().into(),
-                (d.diagnostic as i64).into(),
-                due.into(),
-                d.occurred_at.millis().into(),
-                row.new.event_data.as_str().into(),
-                row.match_reasons.as_str().into(),
-                now.into(),
-                now.into(),
-                row.lease.map(|(owner, _)| owner).into(),
-                row.lease.map(|(_, until)| until).into(),
-            ]);
+            args.extend(row.values(now));
         }
         for r in tx.fetch(&sql, &args).await? {
             created.insert(text(&r, "delivery_ref")?);

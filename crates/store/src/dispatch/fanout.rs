@@ -5,8 +5,9 @@
 //!
 //! The matching rule is the domain's (`domain::webhook::fanout`); `plan`
 //! adds the endpoints' statuses and each delivery's data, and
-//! `plan_fan_out` does the two reads it needs for a whole batch, inside the
-//! transaction that writes the deliveries. Two
+//! `plan_fan_out` reads what it needs for a whole batch with one statement,
+//! inside the transaction that writes the deliveries (on PostgreSQL the
+//! intake may read it just before: `plan_fan_out_apart`). Two
 //! writers use it: the intake, which fans events out in the same
 //! transaction that accepts them, and
 //! `Dispatch::fan_out_pending` for events an older version left pending
@@ -16,9 +17,9 @@ use super::Dispatch;
 use crate::db::codec::to_json;
 use crate::db::tx::WriteTx;
 use crate::dispatch::EventRecord;
-use crate::webhooks::endpoints::{endpoint_versions_in, EndpointVersions};
-use crate::webhooks::subscriptions::subscriptions_for_types;
-use crate::{Backend, NewDelivery, StoreError, SubscriptionRecord};
+use crate::webhooks::endpoints::EndpointVersions;
+use crate::webhooks::subscriptions::{subscribed, subscribed_in, SubscriptionRow};
+use crate::{NewDelivery, StoreError, SubscriptionRecord};
 use domain::webhook::fanout::{self, Subscribed};
 use domain::webhook::shaping::{convert, converts, Scope};
 use domain::webhook::{catalogue, DeliveryStatus, EndpointStatus};
@@ -87,7 +88,7 @@ impl Dispatch<'_> {
         let store = self.0.clone();
         self.on_lane(async move {
             let mut tx = store.begin_write().await?;
-            let (plan, _, _) = plan_fan_out(&mut tx, store.backend(), &events).await?;
+            let (plan, _, _) = plan_fan_out(&mut tx, &events).await?;
             let created = store.dispatch().fan_out_in(&mut tx, &plan).await?;
             tx.commit().await?;
             Ok(created)
@@ -96,36 +97,72 @@ impl Dispatch<'_> {
     }
 }
 
-/// Reads the subscriptions and endpoint statuses `events` need (one query
-/// each for the whole batch) inside `tx`, the transaction that will write
-/// their deliveries, and plans them; also returns the endpoint versions
-/// read and the endpoints whose url is already fixed. On SQLite this runs on the write lane's connection: no statement
-/// waits for another thread.
+/// A batch's deliveries planned, with the endpoint versions read and the
+/// endpoints whose url is already fixed.
+pub(crate) type Planned = (Plan, EndpointVersions, HashSet<String>);
+
+/// Reads the subscriptions `events` need, with their endpoints (one
+/// statement for the whole batch), inside `tx`, the transaction that will
+/// write their deliveries, and plans them. On SQLite this runs on the
+/// write lane's connection: no statement waits for another thread.
 pub(crate) async fn plan_fan_out(
     tx: &mut WriteTx,
-    backend: Backend,
     events: &[EventRow],
-) -> Result<(Plan, EndpointVersions, HashSet<String>), StoreError> {
+) -> Result<Planned, StoreError> {
+    let (environments, types) = asked(events);
+    let subscribed = subscribed_in(tx, &environments, &types).await?;
+    Ok(plan_all(events, subscribed))
+}
+
+/// `plan_fan_out` read through the pool, before the write (PostgreSQL's
+/// one-statement intake). A read committed transaction reads each
+/// statement at its own snapshot, so this plans from what the same read
+/// inside the write's transaction would have seen a moment later.
+pub(crate) async fn plan_fan_out_apart(
+    store: &crate::Store,
+    events: &[EventRow],
+) -> Result<Planned, StoreError> {
+    let (environments, types) = asked(events);
+    let subscribed = subscribed(store.pool(), store.backend(), &environments, &types).await?;
+    Ok(plan_all(events, subscribed))
+}
+
+/// The environments and event types of a batch, each once.
+fn asked(events: &[EventRow]) -> (Vec<&str>, Vec<&str>) {
     let environments: BTreeSet<&str> = events.iter().map(|e| e.environment_ref.as_str()).collect();
     let types: BTreeSet<&str> = events
         .iter()
         .map(|e| e.public_event_type.as_str())
         .collect();
-    let environments: Vec<&str> = environments.into_iter().collect();
-    let types: Vec<&str> = types.into_iter().collect();
+    (
+        environments.into_iter().collect(),
+        types.into_iter().collect(),
+    )
+}
+
+/// Plans each event of the batch among the subscriptions read for it.
+fn plan_all(events: &[EventRow], read: Vec<SubscriptionRow>) -> Planned {
+    let mut statuses = EndpointVersions::new();
+    let mut url_fixed = HashSet::new();
     let mut subscriptions: HashMap<(String, String), Vec<SubscriptionRecord>> = HashMap::new();
-    for (environment_ref, s) in subscriptions_for_types(tx, backend, &environments, &types).await? {
+    for SubscriptionRow {
+        environment_ref,
+        subscription,
+        endpoint,
+    } in read
+    {
+        if let Some(e) = endpoint {
+            let endpoint_ref = subscription.endpoint_ref.to_string();
+            if e.url_fixed {
+                url_fixed.insert(endpoint_ref.clone());
+            }
+            statuses.insert(endpoint_ref, (e.version, e.status));
+        }
         subscriptions
-            .entry((environment_ref, s.public_event_type.clone()))
+            .entry((environment_ref, subscription.public_event_type.clone()))
             .or_default()
-            .push(s);
+            .push(subscription);
     }
-    let endpoint_refs: Vec<&Ref> = subscriptions
-        .values()
-        .flatten()
-        .map(|s| &s.endpoint_ref)
-        .collect();
-    let (statuses, url_fixed) = endpoint_versions_in(tx, &endpoint_refs).await?;
     let plan = events
         .iter()
         .map(|e| {
@@ -137,7 +174,7 @@ pub(crate) async fn plan_fan_out(
             (e.event_ref.clone(), plan(e, subs, &statuses))
         })
         .collect();
-    Ok((plan, statuses, url_fixed))
+    (plan, statuses, url_fixed)
 }
 
 /// The deliveries of `event` among `subscriptions` (those of its

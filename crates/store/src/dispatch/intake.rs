@@ -17,15 +17,18 @@
 use super::Dispatch;
 use crate::db::marks::Marks;
 use crate::db::tx::Arg;
-use crate::dispatch::fanout::{plan_fan_out, EventRow};
+use crate::dispatch::fanout::{plan_fan_out, EventRow, Plan};
 use crate::dispatch::signals::signal_due;
 use crate::dispatch::{insert_deliveries, DeliveryRow};
+use crate::webhooks::endpoints::EndpointVersions;
 use crate::DeliveryRecord;
 use crate::StoreError;
 use domain::webhook::{BodyStatus, DeliveryStatus};
 use domain::{Ref, Timestamp};
 use std::collections::HashSet;
 use std::time::Duration;
+
+mod one_statement;
 
 /// Event rows per INSERT statement (7 values each).
 const EVENT_ROWS: usize = 100;
@@ -86,110 +89,157 @@ impl Dispatch<'_> {
         events: &[EventRow],
         mut leasing: Option<Leasing<T>>,
     ) -> Result<EventsWritten<T>, StoreError> {
-        let mut tx = self.begin_write().await?;
-        let (plan, versions, url_fixed) = plan_fan_out(&mut tx, self.backend(), events).await?;
-        let now = Timestamp::now();
-        let mut new = HashSet::new();
-        let mut candidates: Vec<(&str, DeliveryRow)> = Vec::new();
-        let mut planned = HashSet::new();
-        for (event_ref, deliveries) in &plan {
-            // Each event once even if the batch repeats it.
-            if planned.insert(event_ref.as_str()) {
-                candidates.extend(
-                    deliveries
-                        .iter()
-                        .map(|d| (event_ref.as_str(), DeliveryRow::unleased(d))),
-                );
+        if let Some(leasing) = leasing.as_mut() {
+            if let Some(written) = one_statement::insert(self.0, events, leasing).await? {
+                return Ok(written);
             }
         }
+        let owner = leasing.as_ref().map(|l| l.owner.clone());
+        let mut tx = self.begin_write().await?;
+        let (plan, versions, url_fixed) = plan_fan_out(&mut tx, events).await?;
+        let now = Timestamp::now();
+        let mut new = HashSet::new();
         for chunk in events.chunks(EVENT_ROWS) {
-            let mut marks = Marks::new(self.backend());
-            let rows: Vec<String> = (0..chunk.len())
-                .map(|_| {
-                    let columns = marks.list(5);
-                    let (received, processed) = (marks.next(), marks.next());
-                    format!("({columns}, 'processed', {received}, {processed})")
-                })
-                .collect();
-            // Processed at once, so without its data: the deliveries
-            // written below carry it (migration 0010).
-            let sql = format!(
-                "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, \
-                 status, received_at, processed_at) VALUES {} \
-                 ON CONFLICT (event_ref) DO NOTHING RETURNING event_ref",
-                rows.join(", ")
-            );
-            let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 7);
-            for e in chunk {
-                args.extend::<[Arg; _]>([
-                    e.event_ref.as_str().into(),
-                    e.environment_ref.as_str().into(),
-                    e.public_event_type.as_str().into(),
-                    e.occurred_at.millis().into(),
-                    e.scope_json.as_str().into(),
-                    now.millis().into(),
-                    now.millis().into(),
-                ]);
-            }
+            let sql = events_insert(&mut Marks::new(self.backend()), chunk.len());
+            let args: Vec<Arg> = chunk.iter().flat_map(|e| event_values(e, now)).collect();
             new.extend(tx.fetch_texts(&sql, &args, "event_ref").await?);
         }
         // Only new events fan out: a duplicate's deliveries were made when
         // it was first accepted.
-        let until = leasing
-            .as_ref()
-            .map(|l| now.plus_millis(l.lease.as_millis() as i64).millis());
-        let owner = leasing.as_ref().map(|l| l.owner.clone());
-        let mut rows = Vec::new();
-        let mut rooms = Vec::new();
-        for (event_ref, mut row) in candidates {
-            if !new.contains(event_ref) {
-                continue;
+        let mut rows: Vec<DeliveryRow> = candidates(&plan)
+            .into_iter()
+            .filter(|row| new.contains(row.new.event_ref.as_str()))
+            .collect();
+        let rooms = match (leasing.as_mut(), owner.as_deref()) {
+            (Some(l), Some(owner)) => {
+                let until = l.until(now);
+                lease_rows(&mut l.room, owner, until, &mut rows)
             }
-            if let (Some(l), Some(owner), Some(until)) = (&mut leasing, &owner, until) {
-                if row.new.status == DeliveryStatus::Pending {
-                    if let Some(room) = (l.room)(&row.new.endpoint_ref) {
-                        row.lease = Some((owner.as_str(), until));
-                        rooms.push((rows.len(), room));
-                    }
-                }
-            }
-            rows.push(row);
-        }
+            _ => Vec::new(),
+        };
         let created =
             insert_deliveries(&mut tx, self.backend(), &rows, now.millis(), &url_fixed).await?;
-        let left_due: Vec<(Ref, Timestamp)> = rows
-            .iter()
-            .filter(|r| {
-                r.lease.is_none()
-                    && r.new.status == DeliveryStatus::Pending
-                    && created.contains(r.delivery_ref.as_str())
-            })
-            .map(|r| (r.delivery_ref.clone(), now))
-            .collect();
+        let written = written(&rows, rooms, &created, new, &versions, now);
         // With no dispatcher here to take them, other processes' are told.
-        if !left_due.is_empty() && leasing.is_none() {
+        if !written.left_due.is_empty() && leasing.is_none() {
             signal_due(&mut tx).await?;
         }
         tx.commit().await?;
-        let leased = rooms
-            .into_iter()
-            .filter(|(i, _)| created.contains(rows[*i].delivery_ref.as_str()))
-            .map(|(i, room)| {
-                let row = &rows[i];
-                Leased {
-                    delivery: leased_record(row, now),
-                    endpoint_version: versions
-                        .get(row.new.endpoint_ref.as_str())
-                        .map_or(0, |(v, _)| *v),
-                    room,
-                }
-            })
-            .collect();
-        Ok(EventsWritten {
-            new,
-            leased,
-            left_due,
+        Ok(written)
+    }
+}
+
+/// `INSERT INTO events` of `n` events (`event_values` each, marks taken
+/// from `marks`), processed at once and so without their data (the
+/// deliveries carry it, migration 0010); a reference accepted before is
+/// left as it is. Returns the references of the events that were new.
+pub(super) fn events_insert(marks: &mut Marks, n: usize) -> String {
+    let rows: Vec<String> = (0..n)
+        .map(|_| {
+            let columns = marks.list(5);
+            let (received, processed) = (marks.next(), marks.next());
+            format!("({columns}, 'processed', {received}, {processed})")
         })
+        .collect();
+    format!(
+        "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, \
+         status, received_at, processed_at) VALUES {} \
+         ON CONFLICT (event_ref) DO NOTHING RETURNING event_ref",
+        rows.join(", ")
+    )
+}
+
+/// What `events_insert` binds for `e`, accepted at `now`.
+pub(super) fn event_values(e: &EventRow, now: Timestamp) -> [Arg<'_>; 7] {
+    [
+        e.event_ref.as_str().into(),
+        e.environment_ref.as_str().into(),
+        e.public_event_type.as_str().into(),
+        e.occurred_at.millis().into(),
+        e.scope_json.as_str().into(),
+        now.millis().into(),
+        now.millis().into(),
+    ]
+}
+
+/// The deliveries planned for the batch, each event's once even if the
+/// batch repeats it.
+pub(super) fn candidates(plan: &Plan) -> Vec<DeliveryRow<'_>> {
+    let mut planned = HashSet::new();
+    plan.iter()
+        .filter(|(event_ref, _)| planned.insert(event_ref.as_str()))
+        .flat_map(|(_, deliveries)| deliveries.iter().map(DeliveryRow::unleased))
+        .collect()
+}
+
+/// Asks `room` for room for each pending row, in order, and leases those
+/// that get some to `owner` until `until`; returns each room with its
+/// row's index.
+pub(super) fn lease_rows<'a, T>(
+    room: &mut Room<T>,
+    owner: &'a str,
+    until: i64,
+    rows: &mut [DeliveryRow<'a>],
+) -> Vec<(usize, T)> {
+    let mut rooms = Vec::new();
+    for (i, row) in rows.iter_mut().enumerate() {
+        if row.new.status != DeliveryStatus::Pending {
+            continue;
+        }
+        if let Some(got) = room(&row.new.endpoint_ref) {
+            row.lease = Some((owner, until));
+            rooms.push((i, got));
+        }
+    }
+    rooms
+}
+
+impl<T> Leasing<T> {
+    /// When a lease taken at `now` ends (Unix milliseconds).
+    pub(super) fn until(&self, now: Timestamp) -> i64 {
+        now.plus_millis(self.lease.as_millis() as i64).millis()
+    }
+}
+
+/// What a committed write of `rows` (of which `created` were inserted)
+/// returns: the leased ones with their rooms (a room whose row was not
+/// inserted is dropped, which gives it back) and the unleased pending
+/// ones left due.
+pub(super) fn written<T>(
+    rows: &[DeliveryRow<'_>],
+    rooms: Vec<(usize, T)>,
+    created: &HashSet<String>,
+    new: HashSet<String>,
+    versions: &EndpointVersions,
+    now: Timestamp,
+) -> EventsWritten<T> {
+    let left_due = rows
+        .iter()
+        .filter(|r| {
+            r.lease.is_none()
+                && r.new.status == DeliveryStatus::Pending
+                && created.contains(r.delivery_ref.as_str())
+        })
+        .map(|r| (r.delivery_ref.clone(), now))
+        .collect();
+    let leased = rooms
+        .into_iter()
+        .filter(|(i, _)| created.contains(rows[*i].delivery_ref.as_str()))
+        .map(|(i, room)| {
+            let row = &rows[i];
+            Leased {
+                delivery: leased_record(row, now),
+                endpoint_version: versions
+                    .get(row.new.endpoint_ref.as_str())
+                    .map_or(0, |(v, _)| *v),
+                room,
+            }
+        })
+        .collect();
+    EventsWritten {
+        new,
+        leased,
+        left_due,
     }
 }
 

@@ -6,7 +6,7 @@ use crate::db::codec::{json_col, state, to_json};
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::resource::{Resource, Scope};
 use crate::{Backend, StoreError};
-use domain::webhook::ScopeType;
+use domain::webhook::{EndpointStatus, ScopeType};
 use domain::{Ref, Timestamp};
 
 #[derive(Debug, Clone)]
@@ -51,36 +51,100 @@ impl Resource for SubscriptionRecord {
     }
 }
 
-/// The subscriptions (with their environment) to any of `types` in any of
-/// `environments`, in one read inside `tx`: a fan-out batch asks for all its
-/// (environment, type) pairs at once and picks them out of the result, in
-/// the transaction that writes its deliveries.
-pub(crate) async fn subscriptions_for_types(
-    tx: &mut WriteTx,
+/// A subscription as the fan-out reads it: its environment, the record,
+/// and its endpoint as it stands (`None` when the endpoint is gone).
+pub(crate) struct SubscriptionRow {
+    pub environment_ref: String,
+    pub subscription: SubscriptionRecord,
+    pub endpoint: Option<EndpointNow>,
+}
+
+/// What the fan-out needs of a subscription's endpoint.
+pub(crate) struct EndpointNow {
+    pub version: i64,
+    pub status: EndpointStatus,
+    /// Its url is fixed already (`url_immutable` never goes back).
+    pub url_fixed: bool,
+}
+
+/// The statement and its values that read the subscriptions to any of
+/// `types` in any of `environments`, each with its endpoint, in one read:
+/// a fan-out batch asks for all its (environment, type) pairs at once and
+/// picks them out of the result. `None` when there is nothing to ask.
+fn subscribed_query<'a>(
     backend: Backend,
-    environments: &[&str],
-    types: &[&str],
-) -> Result<Vec<(String, SubscriptionRecord)>, StoreError> {
+    environments: &[&'a str],
+    types: &[&'a str],
+) -> Option<(String, Vec<Arg<'a>>)> {
     if environments.is_empty() || types.is_empty() {
-        return Ok(Vec::new());
+        return None;
     }
     let mut marks = crate::db::marks::Marks::new(backend);
     let sql = format!(
-        "SELECT * FROM webhook_subscriptions WHERE environment_ref IN ({}) \
-         AND public_event_type IN ({}) ORDER BY endpoint_ref, created_at",
+        "SELECT s.*, e.version AS endpoint_version, e.status AS endpoint_status, \
+         e.url_immutable AS endpoint_url_immutable \
+         FROM webhook_subscriptions s LEFT JOIN webhook_endpoints e \
+         ON e.endpoint_ref = s.endpoint_ref \
+         WHERE s.environment_ref IN ({}) AND s.public_event_type IN ({}) \
+         ORDER BY s.endpoint_ref, s.created_at",
         marks.list(environments.len()),
         marks.list(types.len())
     );
-    let args: Vec<Arg> = environments
+    let args = environments
         .iter()
         .chain(types)
         .map(|v| (*v).into())
         .collect();
+    Some((sql, args))
+}
+
+fn subscribed_row(row: &dyn Columns) -> Result<SubscriptionRow, StoreError> {
+    let endpoint = match row.int("endpoint_version")? {
+        Some(version) => Some(EndpointNow {
+            version,
+            status: state(row, "endpoint_status", EndpointStatus::parse)?,
+            url_fixed: int(row, "endpoint_url_immutable")? != 0,
+        }),
+        None => None,
+    };
+    Ok(SubscriptionRow {
+        environment_ref: text(row, "environment_ref")?,
+        subscription: from_row(row)?,
+        endpoint,
+    })
+}
+
+/// The subscriptions to any of `types` in any of `environments`, with
+/// their endpoints, read inside `tx`: the transaction that writes their
+/// deliveries (on SQLite, the write lane's, whose statements wait on no
+/// other thread).
+pub(crate) async fn subscribed_in(
+    tx: &mut WriteTx,
+    environments: &[&str],
+    types: &[&str],
+) -> Result<Vec<SubscriptionRow>, StoreError> {
+    let Some((sql, args)) = subscribed_query(tx.backend(), environments, types) else {
+        return Ok(Vec::new());
+    };
     tx.fetch(&sql, &args)
         .await?
         .iter()
-        .map(|row| Ok((text(row, "environment_ref")?, from_row(row)?)))
+        .map(|row| subscribed_row(row))
         .collect()
+}
+
+/// `subscribed_in`, read on its own through `pool` (PostgreSQL's intake
+/// reads before its one-statement write: `crate::dispatch::intake`).
+pub(crate) async fn subscribed(
+    pool: &sqlx::AnyPool,
+    backend: Backend,
+    environments: &[&str],
+    types: &[&str],
+) -> Result<Vec<SubscriptionRow>, StoreError> {
+    let Some((sql, args)) = subscribed_query(backend, environments, types) else {
+        return Ok(Vec::new());
+    };
+    crate::db::read::all(pool, &sql, &args, subscribed_row).await
 }
 
 /// Subscribes an endpoint; `Duplicate` when it already has this type and
