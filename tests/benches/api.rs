@@ -15,7 +15,7 @@
 //! counts as an error, is excluded from the latency figures and the rate,
 //! and makes the binary exit with failure.
 //!
-//! The pay scenarios (issue 17) run last, as in production: a webhook
+//! The pay scenarios (issues 17 and 32) run last, as in production: a webhook
 //! endpoint (a local receiver answering 204) is subscribed to
 //! `payment.succeeded` (version 2) and `order.created`, and the outbox relay
 //! and a dispatcher run in the process, as `billing serve` runs them in the
@@ -77,7 +77,7 @@ const CATALOGUE_PRODUCTS: usize = 10;
 
 /// Pays per second the sessions made before a `POST pay (max)` phase
 /// suffice for.
-const PAY_CEILING: f64 = 1_500.0;
+const PAY_CEILING: f64 = 3_000.0;
 /// The pace of `POST pay (100/s)`, pays per second.
 const PAY_PACE: u32 = 100;
 /// The card every pay uses (always succeeds).
@@ -87,10 +87,28 @@ const PAY_METHOD: &str = "pm_card_visa";
 const PAY_EVENTS: [(&str, u32); 2] = [("payment.succeeded", 2), ("order.created", 1)];
 /// How long the webhooks of all pays may take to arrive after the last pay.
 const DELIVERY_WAIT: Duration = Duration::from_secs(60);
-/// Issue 17's targets: pays per second (embedded) and the p99 of a pay at
-/// `PAY_PACE`, in milliseconds.
-const TARGET_PAYS_PER_SECOND: f64 = 500.0;
-const TARGET_PACED_P99_MS: f64 = 50.0;
+/// Issue 32's targets on one engine: pays per second at full speed, and
+/// the p99 of a pay at full speed and at `PAY_PACE`, in milliseconds.
+struct Targets {
+    pays_per_second: f64,
+    max_p99_ms: f64,
+    paced_p99_ms: f64,
+}
+
+fn targets(backend: Backend) -> Targets {
+    match backend {
+        Backend::Sqlite => Targets {
+            pays_per_second: 1_000.0,
+            max_p99_ms: 50.0,
+            paced_p99_ms: 10.0,
+        },
+        Backend::Postgres => Targets {
+            pays_per_second: 500.0,
+            max_p99_ms: 100.0,
+            paced_p99_ms: 30.0,
+        },
+    }
+}
 
 /// Makes idempotency keys unique within the run (the store is fresh).
 static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
@@ -1111,26 +1129,32 @@ async fn bench(config: Config) -> ExitCode {
     }
 
     println!();
-    println!(
-        "issue 17 targets ({}; the pays/s target is for the embedded store):",
-        backend_name(config.backend)
-    );
+    let goal = targets(config.backend);
+    println!("issue 32 targets ({}):", backend_name(config.backend));
     let verdict = |met: bool| if met { "met" } else { "MISSED" };
     if let Some(max) = pay_reports.iter().find(|r| r.name == pay[0].name) {
+        let p99 = max.percentile_ms(99.0);
         println!(
-            "  >= {TARGET_PAYS_PER_SECOND:.0} pays/s: {:.0} pays/s, p99 {} ms: {}",
+            "  >= {:.0} pays/s: {:.0} pays/s: {}",
+            goal.pays_per_second,
             max.rate(),
-            ms(max.percentile_ms(99.0)),
-            verdict(max.rate() >= TARGET_PAYS_PER_SECOND)
+            verdict(max.rate() >= goal.pays_per_second)
+        );
+        println!(
+            "  p99 <= {:.0} ms at full speed: {} ms: {}",
+            goal.max_p99_ms,
+            ms(p99),
+            verdict(p99.is_some_and(|p| p <= goal.max_p99_ms))
         );
     }
     if let Some(paced) = pay_reports.iter().find(|r| r.name == pay[1].name) {
         let p99 = paced.percentile_ms(99.0);
         println!(
-            "  p99 < {TARGET_PACED_P99_MS:.0} ms at {PAY_PACE} pays/s: p50 {} ms, p99 {} ms: {}",
+            "  p99 <= {:.0} ms at {PAY_PACE} pays/s: p50 {} ms, p99 {} ms: {}",
+            goal.paced_p99_ms,
             ms(paced.percentile_ms(50.0)),
             ms(p99),
-            verdict(p99.is_some_and(|p| p < TARGET_PACED_P99_MS))
+            verdict(p99.is_some_and(|p| p <= goal.paced_p99_ms))
         );
     }
     reports.extend(pay_reports);
