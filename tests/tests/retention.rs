@@ -279,7 +279,43 @@ async fn two_sweepers_delete_each_row_once(app: TestApp) {
     other.close().await;
 }
 
+/// A batch of deliveries takes only those settled at its `from` or later,
+/// and says where it reached, so a pass's next batch starts there.
+async fn a_pass_goes_on_from_where_its_last_batch_reached(app: TestApp) {
+    let (endpoint, _) = app
+        .subscribed_endpoint("https://example.com/hook", "payment.succeeded", 2)
+        .await;
+    let at = Timestamp::now().millis();
+    plant_settled(&app, &endpoint, 6, at).await;
+    let retention = app.store.retention();
+    let cutoff = after(2 * DAY);
+    let first = retention
+        .sweep(RetentionKind::Deliveries, 0, cutoff, 4)
+        .await
+        .unwrap();
+    assert_eq!(first.deleted[0], (RetentionKind::Deliveries, 4));
+    assert!(first.full);
+    assert_eq!(first.reached, Some(at));
+    let past = retention
+        .sweep(RetentionKind::Deliveries, at + 1, cutoff, 4)
+        .await
+        .unwrap();
+    assert_eq!(past.deleted[0], (RetentionKind::Deliveries, 0));
+    assert!(!past.full && past.reached.is_none());
+    let rest = retention
+        .sweep(RetentionKind::Deliveries, at, cutoff, 4)
+        .await
+        .unwrap();
+    assert_eq!(rest.deleted[0], (RetentionKind::Deliveries, 2));
+    assert!(!rest.full);
+    assert_eq!(
+        count(&app, "SELECT COUNT(*) FROM webhook_deliveries").await,
+        0
+    );
+}
+
 backend_tests!(
+    a_pass_goes_on_from_where_its_last_batch_reached,
     settled_deliveries_and_their_events_go_while_live_work_and_billing_stay,
     a_duplicate_is_recognised_while_its_event_is_kept,
     bodies_past_their_retention_are_gone_from_disk,
@@ -357,7 +393,7 @@ async fn postgres_sweeps_scan_indexes_at_a_million_rows() {
     for kind in RetentionKind::ALL {
         let sql = store::retention::candidates(kind, store::Backend::Postgres, 500);
         let bound = match kind {
-            RetentionKind::Bodies | RetentionKind::Events => {
+            RetentionKind::Bodies | RetentionKind::Events | RetentionKind::Deliveries => {
                 sql.replace("$1", "0").replace("$2", &cutoff)
             }
             _ => sql.replace("$1", &cutoff),

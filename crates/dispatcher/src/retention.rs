@@ -37,8 +37,12 @@ pub async fn sweep(
     let batch = store.retention().batch();
     for kind in RetentionKind::ALL {
         let cutoff = policy.cutoff(kind, now);
+        // Each pass starts at the oldest row; its batches go on from the
+        // last one's end (`Swept::reached`).
+        let mut from = 0;
         loop {
-            let swept = store.retention().sweep(kind, cutoff, batch).await?;
+            let swept = store.retention().sweep(kind, from, cutoff, batch).await?;
+            from = swept.reached.unwrap_or(from);
             for (kind, n) in swept.deleted {
                 *report.entry(kind).or_default() += n;
                 metrics::counter!(m::RETENTION_DELETED, "kind" => kind.as_str()).increment(n);

@@ -11,7 +11,11 @@
 //! Every scan is an index range from the oldest row of its kind (migration
 //! 0017). The two scans that pass rows they keep (bodies already emptied,
 //! events whose deliveries remain) start at their mark in
-//! `retention_marks` rather than re-read those rows each time. An event
+//! `retention_marks` rather than re-read those rows each time. The
+//! deliveries' batches of one pass each start where the last one ended
+//! (`Swept::reached`): on PostgreSQL the entries of deleted rows stay in
+//! the index until a vacuum, and a batch that started at the oldest would
+//! walk every one its pass deleted before. An event
 //! passed over because deliveries of it remain goes with its last
 //! delivery instead (`sweep_deliveries`).
 //!
@@ -50,6 +54,9 @@ pub struct Swept {
     pub deleted: Vec<(RetentionKind, u64)>,
     /// The batch was full: more rows may be due.
     pub full: bool,
+    /// Deliveries: the settle time of the batch's last candidate, where
+    /// the pass's next batch starts (`sweep`'s `from`).
+    pub reached: Option<i64>,
 }
 
 /// The retention repository of a store (`Store::retention`).
@@ -70,10 +77,17 @@ impl Retention<'_> {
         }
     }
 
-    /// Sweeps at most `limit` rows of `kind` older than `cutoff`.
+    /// Sweeps at most `limit` rows of `kind` older than `cutoff`. For
+    /// deliveries, only those that settled at `from` or later: a pass
+    /// starts at 0 and gives each batch the `reached` of the one before,
+    /// so that no batch walks again the index entries its pass deleted
+    /// (which stay until a vacuum removes them). A row a batch skipped (a
+    /// concurrent writer held it) is taken by the next pass, which starts
+    /// at 0 again.
     pub async fn sweep(
         &self,
         kind: RetentionKind,
+        from: i64,
         cutoff: Timestamp,
         limit: u32,
     ) -> Result<Swept, StoreError> {
@@ -83,7 +97,9 @@ impl Retention<'_> {
                 let mut tx = store.begin_write().await?;
                 let swept = match kind {
                     RetentionKind::Bodies => sweep_bodies(&mut tx, cutoff, limit).await?,
-                    RetentionKind::Deliveries => sweep_deliveries(&mut tx, cutoff, limit).await?,
+                    RetentionKind::Deliveries => {
+                        sweep_deliveries(&mut tx, from, cutoff, limit).await?
+                    }
                     RetentionKind::Events => sweep_events(&mut tx, cutoff, limit).await?,
                     RetentionKind::DeadLetters | RetentionKind::RequestLogs => {
                         sweep_log(&mut tx, kind, cutoff, limit).await?
@@ -118,7 +134,8 @@ impl Retention<'_> {
 
 /// The statement that picks a batch of `kind`'s candidates, oldest first:
 /// bound with the cut-off, after the kind's mark for `Bodies` and
-/// `Events`. Public so that a test can ask the planner how it runs.
+/// `Events` and after the pass's `from` for `Deliveries`. Public so that a
+/// test can ask the planner how it runs.
 pub fn candidates(kind: RetentionKind, backend: Backend, limit: u32) -> String {
     let mut marks = Marks::new(backend);
     match kind {
@@ -131,8 +148,9 @@ pub fn candidates(kind: RetentionKind, backend: Backend, limit: u32) -> String {
             skip_locked(backend, "webhook_deliveries")
         ),
         RetentionKind::Deliveries => format!(
-            "SELECT delivery_ref, event_ref FROM webhook_deliveries WHERE {SETTLED} \
-             AND updated_at < {} ORDER BY updated_at LIMIT {limit}{}",
+            "SELECT delivery_ref, event_ref, updated_at FROM webhook_deliveries WHERE {SETTLED} \
+             AND updated_at >= {} AND updated_at < {} ORDER BY updated_at LIMIT {limit}{}",
+            marks.next(),
             marks.next(),
             skip_locked(backend, "webhook_deliveries")
         ),
@@ -190,6 +208,7 @@ async fn sweep_log(
     Ok(Swept {
         deleted: vec![(kind, n)],
         full: keys.len() >= limit as usize,
+        reached: None,
     })
 }
 
@@ -216,14 +235,19 @@ async fn delete_keys(
 /// events' projection markers.
 async fn sweep_deliveries(
     tx: &mut WriteTx,
+    from: i64,
     cutoff: Timestamp,
     limit: u32,
 ) -> Result<Swept, StoreError> {
     let sql = candidates(RetentionKind::Deliveries, tx.backend(), limit);
-    let rows = tx.fetch(&sql, &[cutoff.millis().into()]).await?;
+    let rows = tx
+        .fetch(&sql, &[from.into(), cutoff.millis().into()])
+        .await?;
     let mut deliveries = Vec::with_capacity(rows.len());
     let mut events = Vec::with_capacity(rows.len());
+    let mut reached = None;
     for row in &rows {
+        reached = Some(int(row, "updated_at")?);
         deliveries.push(text(row, "delivery_ref")?);
         let event_ref = text(row, "event_ref")?;
         if !events.contains(&event_ref) {
@@ -239,6 +263,7 @@ async fn sweep_deliveries(
             (RetentionKind::Events, orphans),
         ],
         full: rows.len() >= limit as usize,
+        reached,
     })
 }
 
@@ -290,6 +315,7 @@ async fn sweep_events(
     Ok(Swept {
         deleted: vec![(RetentionKind::Events, deleted)],
         full,
+        reached: None,
     })
 }
 
@@ -319,6 +345,7 @@ async fn sweep_bodies(
     Ok(Swept {
         deleted: vec![(RetentionKind::Bodies, emptied)],
         full,
+        reached: None,
     })
 }
 
