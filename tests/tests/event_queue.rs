@@ -40,6 +40,19 @@ async fn leases(app: &TestApp, event_ref: &str) -> HashMap<String, Option<String
     rows.into_iter().collect()
 }
 
+/// `write_events` of the one event `e`.
+async fn write_one<T: Send + 'static>(
+    app: &TestApp,
+    e: &EventRecord,
+    leasing: Option<Leasing<T>>,
+) -> store::EventsWritten<T> {
+    app.store
+        .dispatch()
+        .write_events(vec![EventRow::from(e)], leasing)
+        .await
+        .unwrap()
+}
+
 async fn count(app: &TestApp, sql: &str) -> i64 {
     let pool = app.raw_pool().await;
     let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.expect("count");
@@ -129,12 +142,7 @@ async fn only_deliveries_given_room_are_born_leased(app: TestApp) {
     for round in 0..2 {
         let asked_before = asked.load(Ordering::SeqCst);
         let e = event(&app, "refund.created");
-        let written = app
-            .store
-            .dispatch()
-            .write_events(vec![EventRow::from(&e)], leasing())
-            .await
-            .unwrap();
+        let written = write_one(&app, &e, leasing()).await;
         assert!(written.new.contains(e.event_ref.as_str()), "round {round}");
         assert_eq!(
             asked.load(Ordering::SeqCst) - asked_before,
@@ -153,12 +161,7 @@ async fn only_deliveries_given_room_are_born_leased(app: TestApp) {
         assert_ne!(written.left_due[0].0, leased.delivery.delivery_ref);
         assert_eq!(held(), 1, "the leased delivery's room alone is held");
 
-        let again = app
-            .store
-            .dispatch()
-            .write_events(vec![EventRow::from(&e)], leasing())
-            .await
-            .unwrap();
+        let again = write_one(&app, &e, leasing()).await;
         assert!(again.new.is_empty() && again.leased.is_empty() && again.left_due.is_empty());
         assert_eq!(held(), 1, "no room kept for a duplicate");
         assert_eq!(
@@ -178,12 +181,7 @@ async fn only_deliveries_given_room_are_born_leased(app: TestApp) {
 
     // Without a dispatcher, every fresh delivery is left due.
     let other = event(&app, "refund.created");
-    let written = app
-        .store
-        .dispatch()
-        .write_events::<()>(vec![EventRow::from(&other)], None)
-        .await
-        .unwrap();
+    let written = write_one::<()>(&app, &other, None).await;
     assert!(written.leased.is_empty());
     assert_eq!(written.left_due.len(), 2);
     let by_endpoint = leases(&app, other.event_ref.as_str()).await;

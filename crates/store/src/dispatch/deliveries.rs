@@ -10,7 +10,7 @@ use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::dispatch::signals::signal_due;
 use crate::webhooks::deliveries::{mark_url_immutable, NewDelivery};
 use crate::{Backend, StoreError};
-use domain::webhook::{BodyStatus, DeliveryStatus};
+use domain::webhook::DeliveryStatus;
 use domain::{Prefix, Ref, Timestamp};
 
 /// An event from a row of `events` or `outbox` (the same columns).
@@ -97,17 +97,50 @@ pub(crate) struct DeliveryRow<'a> {
     pub match_reasons: String,
 }
 
-/// The columns a new delivery is written with, in the order of
-/// `DeliveryRow::values` with `generation`, `attempt_count`,
-/// `body_status` and `payload` (the same for every new delivery) among
-/// them where `insert_deliveries` writes them.
-pub(crate) const DELIVERY_COLUMNS: &str = "delivery_ref, environment_ref, endpoint_ref, \
-     event_ref, public_event_type, dto_version, status, diagnostic, next_attempt_at, \
-     occurred_at, generation, attempt_count, event_data, match_reasons, body_status, payload, \
-     created_at, updated_at, lease_owner, lease_until";
+/// Where a column of a new delivery comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Source {
+    /// The next of `DeliveryRow::values`, of this SQL type (PostgreSQL
+    /// types a `VALUES` column by its cast).
+    Bound(&'static str),
+    /// This SQL literal, the same for every new delivery.
+    Fixed(&'static str),
+}
 
-/// Values bound per new delivery (`DeliveryRow::values`).
+/// The columns a new delivery is written with, in order: the one layout
+/// that `insert_deliveries` and the intake's one statement both write.
+pub(crate) const NEW_DELIVERY: [(&str, Source); 20] = [
+    ("delivery_ref", Source::Bound("TEXT")),
+    ("environment_ref", Source::Bound("TEXT")),
+    ("endpoint_ref", Source::Bound("TEXT")),
+    ("event_ref", Source::Bound("TEXT")),
+    ("public_event_type", Source::Bound("TEXT")),
+    ("dto_version", Source::Bound("BIGINT")),
+    ("status", Source::Bound("TEXT")),
+    ("diagnostic", Source::Bound("BIGINT")),
+    ("next_attempt_at", Source::Bound("BIGINT")),
+    ("occurred_at", Source::Bound("BIGINT")),
+    ("generation", Source::Fixed("1")),
+    ("attempt_count", Source::Fixed("0")),
+    ("event_data", Source::Bound("TEXT")),
+    ("match_reasons", Source::Bound("TEXT")),
+    // `BodyStatus::Available` (a unit test holds them equal).
+    ("body_status", Source::Fixed("'available'")),
+    ("payload", Source::Fixed("NULL")),
+    ("created_at", Source::Bound("BIGINT")),
+    ("updated_at", Source::Bound("BIGINT")),
+    ("lease_owner", Source::Bound("TEXT")),
+    ("lease_until", Source::Bound("BIGINT")),
+];
+
+/// Values bound per new delivery: the `Bound` columns of `NEW_DELIVERY`.
 pub(crate) const DELIVERY_VALUES: usize = 16;
+
+/// The names of `NEW_DELIVERY`'s columns, joined for an `INSERT`.
+pub(crate) fn delivery_columns() -> String {
+    let names: Vec<&str> = NEW_DELIVERY.iter().map(|(name, _)| *name).collect();
+    names.join(", ")
+}
 
 impl<'a> DeliveryRow<'a> {
     pub(crate) fn unleased(new: &'a NewDelivery) -> DeliveryRow<'a> {
@@ -120,8 +153,7 @@ impl<'a> DeliveryRow<'a> {
     }
 
     /// The values the row binds, written at `now` (a pending delivery is
-    /// due then): every column of `DELIVERY_COLUMNS` but the four that
-    /// are the same for every new delivery.
+    /// due then): one per `Bound` column of `NEW_DELIVERY`, in its order.
     pub(crate) fn values(&self, now: i64) -> [Arg<'_>; DELIVERY_VALUES] {
         let d = self.new;
         let due = (d.status == DeliveryStatus::Pending).then_some(now);
@@ -166,19 +198,21 @@ pub(crate) async fn insert_deliveries(
         let mut marks = Marks::new(backend);
         let values: Vec<String> = (0..chunk.len())
             .map(|_| {
-                format!(
-                    "({}, 1, 0, {}, '{}', NULL, {})",
-                    marks.list(10),
-                    marks.list(2),
-                    BodyStatus::Available.as_str(),
-                    marks.list(4)
-                )
+                let row: Vec<String> = NEW_DELIVERY
+                    .iter()
+                    .map(|(_, source)| match source {
+                        Source::Bound(_) => marks.next(),
+                        Source::Fixed(literal) => (*literal).to_owned(),
+                    })
+                    .collect();
+                format!("({})", row.join(", "))
             })
             .collect();
         let sql = format!(
-            "INSERT INTO webhook_deliveries ({DELIVERY_COLUMNS}) VALUES {} \
+            "INSERT INTO webhook_deliveries ({}) VALUES {} \
              ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING \
              RETURNING delivery_ref, endpoint_ref",
+            delivery_columns(),
             values.join(", ")
         );
         let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * DELIVERY_VALUES);
@@ -197,4 +231,26 @@ pub(crate) async fn insert_deliveries(
         .collect();
     mark_url_immutable(tx, backend, &endpoints, now).await?;
     Ok(created)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::webhook::BodyStatus;
+
+    /// The layout's literals and counts agree with the types they stand for.
+    #[test]
+    fn the_new_delivery_layout_matches_its_values() {
+        let bound = NEW_DELIVERY
+            .iter()
+            .filter(|(_, s)| matches!(s, Source::Bound(_)))
+            .count();
+        assert_eq!(bound, DELIVERY_VALUES);
+        let body = NEW_DELIVERY
+            .iter()
+            .find(|(name, _)| *name == "body_status")
+            .map(|(_, s)| *s);
+        let available = format!("'{}'", BodyStatus::Available.as_str());
+        assert!(matches!(body, Some(Source::Fixed(l)) if l == available));
+    }
 }

@@ -1,7 +1,7 @@
 //! The event queue's write: events not accepted before and their
-//! deliveries (the fan-out, `crate::fanout`), in one transaction, so an
-//! accepted event is never left waiting for a second transaction to fan it
-//! out.
+//! deliveries (the fan-out, `crate::fanout`), in one unit of work (a
+//! transaction, or one statement: `one_statement`), so an accepted event
+//! is never left waiting for a second transaction to fan it out.
 //!
 //! A plain data operation: which callers share a transaction (group
 //! commit) and which fresh deliveries go straight to a dispatcher
@@ -29,6 +29,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 mod one_statement;
+use one_statement::Tried;
 
 /// Event rows per INSERT statement (7 values each).
 const EVENT_ROWS: usize = 100;
@@ -66,10 +67,12 @@ pub struct EventsWritten<T> {
 
 impl Dispatch<'_> {
     /// Inserts the events not accepted before and their deliveries, in one
-    /// transaction (on SQLite, a turn of the write lane). Subscriptions are
-    /// read for the whole batch inside that transaction, never through the
-    /// pool before it: the write waits on no other thread for what it
-    /// plans with, and plans from the snapshot it writes in.
+    /// unit of work. On SQLite it is a turn of the write lane, and
+    /// subscriptions are read for the whole batch inside it, never through
+    /// the pool before it: the write waits on no other thread for what it
+    /// plans with. On PostgreSQL, with a dispatcher leasing here, they are
+    /// read just before, and a small batch is one statement
+    /// (`one_statement`).
     ///
     /// Without `leasing` (no dispatcher in this process), deliveries left
     /// due are signalled to other processes in the transaction; with it,
@@ -89,14 +92,19 @@ impl Dispatch<'_> {
         events: &[EventRow],
         mut leasing: Option<Leasing<T>>,
     ) -> Result<EventsWritten<T>, StoreError> {
+        let mut planned = None;
         if let Some(leasing) = leasing.as_mut() {
-            if let Some(written) = one_statement::insert(self.0, events, leasing).await? {
-                return Ok(written);
+            match one_statement::insert(self.0, events, leasing).await? {
+                Tried::Written(written) => return Ok(written),
+                Tried::Declined(read) => planned = read,
             }
         }
         let owner = leasing.as_ref().map(|l| l.owner.clone());
         let mut tx = self.begin_write().await?;
-        let (plan, versions, url_fixed) = plan_fan_out(&mut tx, events).await?;
+        let (plan, versions, url_fixed) = match planned {
+            Some(read) => read,
+            None => plan_fan_out(&mut tx, events).await?,
+        };
         let now = Timestamp::now();
         let mut new = HashSet::new();
         for chunk in events.chunks(EVENT_ROWS) {

@@ -18,7 +18,9 @@
 //! a dispatcher that leases here (without one, deliveries left due are
 //! signalled in the transaction), when every endpoint's url is fixed
 //! already (a first delivery fixes it, in the transaction). Otherwise
-//! `insert` answers `None` and the transaction writes the batch.
+//! `insert` declines and the transaction writes the batch, from the plan
+//! read here if there is one (PostgreSQL's transaction reads at read
+//! committed, so a plan read just before is the one it would read).
 //!
 //! Room is asked before the write, for the deliveries of every event of
 //! the batch; a room whose delivery was not inserted (its event was a
@@ -27,10 +29,9 @@
 use super::{candidates, event_values, events_insert, lease_rows, written, EventsWritten, Leasing};
 use crate::db::marks::Marks;
 use crate::db::tx::Arg;
-use crate::dispatch::deliveries::{DELIVERY_COLUMNS, DELIVERY_VALUES};
-use crate::dispatch::fanout::{plan_fan_out_apart, EventRow};
+use crate::dispatch::deliveries::{delivery_columns, Source, NEW_DELIVERY};
+use crate::dispatch::fanout::{plan_fan_out_apart, EventRow, Planned};
 use crate::{Backend, Store, StoreError};
-use domain::webhook::BodyStatus;
 use domain::Timestamp;
 use std::collections::HashSet;
 
@@ -39,37 +40,24 @@ const EVENTS: usize = 8;
 /// The most deliveries it makes.
 const DELIVERIES: usize = 64;
 
-/// The names and types of `DeliveryRow::values`, in order (PostgreSQL
-/// types a `VALUES` column by its casts).
-const VALUES: [(&str, &str); DELIVERY_VALUES] = [
-    ("delivery_ref", "TEXT"),
-    ("environment_ref", "TEXT"),
-    ("endpoint_ref", "TEXT"),
-    ("event_ref", "TEXT"),
-    ("public_event_type", "TEXT"),
-    ("dto_version", "BIGINT"),
-    ("status", "TEXT"),
-    ("diagnostic", "BIGINT"),
-    ("next_attempt_at", "BIGINT"),
-    ("occurred_at", "BIGINT"),
-    ("event_data", "TEXT"),
-    ("match_reasons", "TEXT"),
-    ("created_at", "BIGINT"),
-    ("updated_at", "BIGINT"),
-    ("lease_owner", "TEXT"),
-    ("lease_until", "BIGINT"),
-];
+/// What `insert` did.
+pub(super) enum Tried<T> {
+    Written(EventsWritten<T>),
+    /// The batch is not one this way writes (module docs); nothing was
+    /// written. The plan, when it was read already: the transaction
+    /// writes from it rather than read it again.
+    Declined(Option<Planned>),
+}
 
 /// Writes `events` and their deliveries with one statement, leasing what
-/// `leasing` has room for; `None` when the batch is not one this way
-/// writes (module docs), having written nothing.
+/// `leasing` has room for, when the batch is one this way writes.
 pub(super) async fn insert<T>(
     store: &Store,
     events: &[EventRow],
     leasing: &mut Leasing<T>,
-) -> Result<Option<EventsWritten<T>>, StoreError> {
+) -> Result<Tried<T>, StoreError> {
     if store.backend() != Backend::Postgres || events.is_empty() || events.len() > EVENTS {
-        return Ok(None);
+        return Ok(Tried::Declined(None));
     }
     let (plan, versions, url_fixed) = plan_fan_out_apart(store, events).await?;
     let mut rows = candidates(&plan);
@@ -78,7 +66,8 @@ pub(super) async fn insert<T>(
             .iter()
             .all(|r| url_fixed.contains(r.new.endpoint_ref.as_str()));
     if !fits {
-        return Ok(None);
+        drop(rows);
+        return Ok(Tried::Declined(Some((plan, versions, url_fixed))));
     }
     let now = Timestamp::now();
     let until = leasing.until(now);
@@ -94,7 +83,9 @@ pub(super) async fn insert<T>(
     let (new, created): (HashSet<String>, HashSet<String>) = returned
         .into_iter()
         .partition(|r| events.iter().any(|e| e.event_ref.as_str() == r));
-    Ok(Some(written(&rows, rooms, &created, new, &versions, now)))
+    Ok(Tried::Written(written(
+        &rows, rooms, &created, new, &versions, now,
+    )))
 }
 
 /// The statement for `events` events (`event_values` each) and then
@@ -109,26 +100,40 @@ pub(crate) fn statement(events: usize, deliveries: usize) -> String {
     }
     let rows: Vec<String> = (0..deliveries)
         .map(|_| {
-            let casts: Vec<String> = VALUES
-                .iter()
+            let casts: Vec<String> = bound()
                 .map(|(_, t)| format!("CAST({} AS {t})", marks.next()))
                 .collect();
             format!("({})", casts.join(", "))
         })
         .collect();
-    let names: Vec<&str> = VALUES.iter().map(|(n, _)| *n).collect();
+    let names: Vec<&str> = bound().map(|(name, _)| name).collect();
+    let selected: Vec<String> = NEW_DELIVERY
+        .iter()
+        .map(|(name, source)| match source {
+            Source::Bound(_) => format!("v.{name}"),
+            Source::Fixed(literal) => (*literal).to_owned(),
+        })
+        .collect();
     format!(
         "WITH ev AS ({accept}), v ({names}) AS (VALUES {rows}), \
-         d AS (INSERT INTO webhook_deliveries ({DELIVERY_COLUMNS}) \
-         SELECT v.delivery_ref, v.environment_ref, v.endpoint_ref, v.event_ref, \
-         v.public_event_type, v.dto_version, v.status, v.diagnostic, v.next_attempt_at, \
-         v.occurred_at, 1, 0, v.event_data, v.match_reasons, '{available}', NULL, \
-         v.created_at, v.updated_at, v.lease_owner, v.lease_until \
+         d AS (INSERT INTO webhook_deliveries ({columns}) SELECT {selected} \
          FROM v WHERE v.event_ref IN (SELECT event_ref FROM ev) \
          ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING RETURNING delivery_ref) \
          SELECT event_ref AS written FROM ev UNION ALL SELECT delivery_ref FROM d",
         names = names.join(", "),
         rows = rows.join(", "),
-        available = BodyStatus::Available.as_str(),
+        columns = delivery_columns(),
+        selected = selected.join(", "),
     )
+}
+
+/// The bound columns of a new delivery, with their types, in the order
+/// of `DeliveryRow::values`.
+fn bound() -> impl Iterator<Item = (&'static str, &'static str)> {
+    NEW_DELIVERY
+        .iter()
+        .filter_map(|(name, source)| match source {
+            Source::Bound(t) => Some((*name, *t)),
+            Source::Fixed(_) => None,
+        })
 }
