@@ -33,12 +33,16 @@
 //! `BENCH_SOAK_SWEEP_EVERY` (default `30s`): settled deliveries with their
 //! attempts, then their events, are deleted that long after they settled.
 //! Since autovacuum is off here, the swept rows' space would never be
-//! reused: with retention on, the benchmark itself runs a plain `VACUUM`
-//! (not `FULL`) of the run's database every `BENCH_SOAK_VACUUM_SECONDS`
-//! (default 60), as a simple statement on a connection of its own, the way
-//! production's autovacuum would, throttled as autovacuum's defaults
-//! throttle it (`vacuum_cost_delay = 2ms`, `vacuum_cost_limit = 200`); the
-//! reports and the summary say how many ran and how long they took.
+//! reused: with retention on, the benchmark itself does autovacuum's work
+//! (`vacuumer`), a round every `BENCH_SOAK_VACUUM_SECONDS` (default 60, as
+//! `autovacuum_naptime`; at once after a longer one): a plain `VACUUM` (not
+//! `FULL`) of each table autovacuum would find due, by PostgreSQL 15's
+//! rule with the server's settings and the table's own storage parameters
+//! (`DUE_FOR_AUTOVACUUM`), paced as autovacuum paces it (the table's
+//! `autovacuum_vacuum_cost_limit` and `_cost_delay`, else the server's:
+//! 200 every 2 ms), from a connection of its own; the reports and the
+//! summary say how many rounds ran, how many tables they vacuumed and how
+//! long they took.
 //!
 //! Load, for `BENCH_SOAK_SECONDS` (default 1,800), each stream paced by a
 //! tokio interval, each request its own task, at most
@@ -95,7 +99,7 @@
 //! bodies (emptied), dead letters, request logs) next to the deliveries the
 //! receiver got per second, the sweep's gauge
 //! `billing_retention_oldest_age_seconds{kind}` (age of the oldest row kept),
-//! the `VACUUM`s so far when retention is on, and the service's histogram
+//! the rounds of `VACUUM` so far when retention is on, and the service's histogram
 //! `billing_webhook_event_to_first_attempt_seconds` over the window (a
 //! delivery's creation to its first attempt: count, mean, and the bucket
 //! bounds of p50 and p99).
@@ -261,8 +265,8 @@ struct Config {
     /// `BENCH_SOAK_SWEEP_EVERY`: `retention.sweep_every` when `retention`
     /// is set.
     sweep_every: String,
-    /// `BENCH_SOAK_VACUUM_SECONDS`: the plain `VACUUM` period when
-    /// `retention` is set.
+    /// `BENCH_SOAK_VACUUM_SECONDS`: the period of the rounds of
+    /// autovacuum's work (`vacuumer`) when `retention` is set.
     vacuum_every: Duration,
 }
 
@@ -1198,10 +1202,13 @@ fn parse_metrics(text: &str) -> Metrics {
     m
 }
 
-/// What the plain `VACUUM`s of the run did so far.
+/// What the rounds of autovacuum's work (`vacuumer`) did so far.
 #[derive(Clone, Copy, Default)]
 struct VacuumStats {
+    /// Rounds (`vacuum_round`).
     runs: u64,
+    /// Tables vacuumed over all rounds.
+    tables: u64,
     errors: u64,
     total: Duration,
     last: Option<Duration>,
@@ -1221,7 +1228,7 @@ struct Sample {
     metrics: Option<Metrics>,
     /// Rows of `ROW_TABLES` (count(*)), taken for reports only.
     rows: Option<[i64; 3]>,
-    /// The `VACUUM`s so far, when the run makes them.
+    /// The rounds of `VACUUM` so far, when the run makes them.
     vacuum: Option<VacuumStats>,
     redis_due_now: Option<u64>,
     redis_due_all: Option<u64>,
@@ -1371,10 +1378,52 @@ impl Monitor {
     }
 }
 
-/// A plain `VACUUM` of the whole database every `every`, from a connection
-/// of its own (a simple statement: `VACUUM` cannot run in a transaction),
-/// until `stop`, as autovacuum would (it is off on this machine); counts
-/// and times them in `stats`.
+/// The tables autovacuum would vacuum now, with the pacing it would give
+/// each: PostgreSQL 15's rule, from the server's settings and each table's
+/// storage parameters (which override them): dead rows above
+/// `autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor × rows`,
+/// or rows inserted since its last vacuum above the insert threshold and
+/// scale factor; paced by `autovacuum_vacuum_cost_limit` (`-1`: the
+/// server's `vacuum_cost_limit`) every `autovacuum_vacuum_cost_delay` ms.
+const DUE_FOR_AUTOVACUUM: &str = "\
+    WITH setting AS (SELECT name, setting FROM pg_settings), \
+    t AS ( \
+        SELECT c.relname, greatest(c.reltuples, 0) AS rows, s.n_dead_tup, s.n_ins_since_vacuum, \
+            (SELECT option_value FROM pg_options_to_table(c.reloptions) AS o \
+             WHERE o.option_name = 'autovacuum_vacuum_scale_factor') AS scale, \
+            (SELECT option_value FROM pg_options_to_table(c.reloptions) AS o \
+             WHERE o.option_name = 'autovacuum_vacuum_insert_scale_factor') AS insert_scale, \
+            (SELECT option_value FROM pg_options_to_table(c.reloptions) AS o \
+             WHERE o.option_name = 'autovacuum_vacuum_cost_limit') AS cost_limit, \
+            (SELECT option_value FROM pg_options_to_table(c.reloptions) AS o \
+             WHERE o.option_name = 'autovacuum_vacuum_cost_delay') AS cost_delay \
+        FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid \
+        WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace) \
+    SELECT t.relname::text AS relname, \
+        coalesce(t.cost_limit::int, nullif((SELECT setting FROM setting \
+            WHERE name = 'autovacuum_vacuum_cost_limit')::int, -1), \
+            (SELECT setting FROM setting WHERE name = 'vacuum_cost_limit')::int) AS cost_limit, \
+        coalesce(t.cost_delay::float8, (SELECT setting FROM setting \
+            WHERE name = 'autovacuum_vacuum_cost_delay')::float8) AS cost_delay_ms \
+    FROM t \
+    WHERE t.n_dead_tup > (SELECT setting FROM setting WHERE name = 'autovacuum_vacuum_threshold')::float8 \
+            + coalesce(t.scale::float8, (SELECT setting FROM setting \
+                WHERE name = 'autovacuum_vacuum_scale_factor')::float8) * t.rows \
+       OR t.n_ins_since_vacuum > (SELECT setting FROM setting \
+                WHERE name = 'autovacuum_vacuum_insert_threshold')::float8 \
+            + coalesce(t.insert_scale::float8, (SELECT setting FROM setting \
+                WHERE name = 'autovacuum_vacuum_insert_scale_factor')::float8) * t.rows \
+    ORDER BY t.relname";
+
+/// Autovacuum's work, done by the benchmark because autovacuum is off on
+/// this machine: a round every `every` (as autovacuum's launcher visits a
+/// database every `autovacuum_naptime`, 60 s), or as soon as the last one
+/// ended if it took longer, of a plain `VACUUM` of each table that
+/// `DUE_FOR_AUTOVACUUM` names, paced as it says (a manual `VACUUM` is
+/// not paced at all, and would take the disk from the live traffic as
+/// production's vacuum never does), from a connection of its own (a
+/// simple statement: `VACUUM` cannot run in a transaction), until `stop`;
+/// counts and times the rounds in `stats`.
 async fn vacuumer(
     db: String,
     every: Duration,
@@ -1385,18 +1434,6 @@ async fn vacuumer(
         Ok(c) => c,
         Err(e) => return Some(format!("VACUUM connection: {e}")),
     };
-    // Throttled as autovacuum is by default (PostgreSQL 15:
-    // autovacuum_vacuum_cost_delay 2 ms, the cost limit vacuum_cost_limit's
-    // 200); a manual VACUUM is not throttled at all, and would take the
-    // disk from the live traffic as production's vacuum never does.
-    for set in [
-        "SET vacuum_cost_delay = '2ms'",
-        "SET vacuum_cost_limit = 200",
-    ] {
-        if let Err(e) = conn.execute(set).await {
-            return Some(format!("VACUUM connection, {set}: {e}"));
-        }
-    }
     let mut last_error = None;
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -1406,13 +1443,14 @@ async fn vacuumer(
             _ = tick.tick() => {}
         }
         let started = Instant::now();
-        // Not cancelled by `stop`: a VACUUM under way finishes.
-        let outcome = conn.execute("VACUUM").await;
+        // Not cancelled by `stop`: a round under way finishes.
+        let outcome = vacuum_round(&mut conn).await;
         let took = started.elapsed();
         let mut s = lock(&stats);
         match outcome {
-            Ok(_) => {
+            Ok(tables) => {
                 s.runs += 1;
+                s.tables += tables;
                 s.total += took;
                 s.last = Some(took);
                 s.longest = s.longest.max(took);
@@ -1425,6 +1463,21 @@ async fn vacuumer(
     }
     let _ = conn.close().await;
     last_error
+}
+
+/// One round of `vacuumer`: the tables vacuumed.
+async fn vacuum_round(conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
+    let due: Vec<(String, i32, f64)> = sqlx::query_as(DUE_FOR_AUTOVACUUM)
+        .fetch_all(&mut *conn)
+        .await?;
+    for (table, cost_limit, cost_delay_ms) in &due {
+        conn.execute(format!("SET vacuum_cost_limit = {cost_limit}").as_str())
+            .await?;
+        conn.execute(format!("SET vacuum_cost_delay = '{cost_delay_ms}ms'").as_str())
+            .await?;
+        conn.execute(format!("VACUUM \"{table}\"").as_str()).await?;
+    }
+    Ok(due.len() as u64)
 }
 
 // --------------------------------------------------------------- printing
@@ -1604,10 +1657,11 @@ fn store_lines(s: &Sample, prev: &Sample, received: u64, ok: u64) -> Vec<String>
     }
     if let Some(v) = s.vacuum {
         oldest.push_str(&format!(
-            " | VACUUM (ours; autovacuum is off): {} runs so far{}{}",
+            " | autovacuum's rounds (ours; it is off): {} so far, {} tables vacuumed{}{}",
             v.runs,
+            v.tables,
             v.last.map_or_else(String::new, |l| format!(
-                ", last {:.1} s, longest {:.1} s",
+                ", last round {:.1} s, longest {:.1} s",
                 l.as_secs_f64(),
                 v.longest.as_secs_f64()
             )),
@@ -2204,8 +2258,8 @@ async fn soak(
     match &cfg.retention {
         Some(r) => println!(
             "retention: BILLING_RETENTION__DELIVERIES={r}, BILLING_RETENTION__SWEEP_EVERY={}; \
-             plain VACUUM of the database every {} s from the benchmark's own connection \
-             (autovacuum is off on this machine)",
+             autovacuum's rounds made by the benchmark every {} s, each \
+             VACUUM of a table due paced as autovacuum paces it (autovacuum is off on this machine)",
             cfg.sweep_every,
             cfg.vacuum_every.as_secs()
         ),
@@ -2377,9 +2431,10 @@ async fn soak(
         "after the run ({} periodic ANALYZE{}; drain {})",
         analyzes,
         vacuums.map_or_else(String::new, |v| format!(
-            ", {} periodic plain VACUUM by the benchmark (autovacuum is off; {:.1} s in all, \
-             longest {:.1} s{})",
+            ", {} rounds of autovacuum's work by the benchmark (it is off; {} tables \
+             vacuumed, {:.1} s in all, longest round {:.1} s{})",
             v.runs,
+            v.tables,
             v.total.as_secs_f64(),
             v.longest.as_secs_f64(),
             if v.errors > 0 {

@@ -34,12 +34,19 @@ const ACCEPTED_SCHEMA_DIFFERENCES: &[(&str, &str)] = &[];
 
 /// Versions whose SQL differs between the engines, with the reason. Every
 /// other version present in both folders must be byte-identical.
-const ENGINE_SPECIFIC: &[(&str, &str)] = &[(
-    "0010",
-    "SQLite cannot drop a NOT NULL constraint in place, so it rebuilds `events` \
-     (the rule becomes an unnamed CHECK); PostgreSQL alters the column and adds \
-     the named CHECK events_data_until_fanned_out",
-)];
+const ENGINE_SPECIFIC: &[(&str, &str)] = &[
+    (
+        "0010",
+        "SQLite cannot drop a NOT NULL constraint in place, so it rebuilds `events` \
+         (the rule becomes an unnamed CHECK); PostgreSQL alters the column and adds \
+         the named CHECK events_data_until_fanned_out",
+    ),
+    (
+        "0021",
+        "autovacuum settings of the tables retention churns are PostgreSQL's \
+         storage parameters; SQLite has no vacuum to pace and runs a no-op",
+    ),
+];
 
 /// The SHA-384 (sqlx's checksum) of every migration: file name, the SQLite
 /// file's, the PostgreSQL file's. A deployed migration must never change;
@@ -144,6 +151,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "0020_subscriptions_over_time.sql",
         "e3f6062d751ba8a7a3802b9c57b3b86e5c822ba525372a33d48c4b04171a701c7b29b03a2dfdfdbb92cbae5445210089",
         "e3f6062d751ba8a7a3802b9c57b3b86e5c822ba525372a33d48c4b04171a701c7b29b03a2dfdfdbb92cbae5445210089",
+    ),
+    (
+        "0021_vacuum_churned_tables.sql",
+        "6fb3df6345faac4fbb4daeea0e1733c40fb4aa1c97a89d96c51e9fe6c7fb4d64d6cfd87460ad9ca6cd14a8e8510c3569",
+        "0125070e6ed3eda32f90f66dff7c9da45afc126b0d76b8401bc1edb5d0084576fe79fce191a288fb43720eef4888af87",
     ),
 ];
 
