@@ -499,11 +499,10 @@ pub fn list_deliveries_sql(
 /// `recent_outcomes_sql` for PostgreSQL, whatever the number of endpoints:
 /// they come as one JSON array of references (`$3`), each joined
 /// laterally to the merge of its newest succeeded (`$1`) and failed (`$2`)
-/// attempts. A statement whose text grows with its endpoints, two
-/// subqueries each, costs the planner more than the reads it plans (21 ms
-/// to plan 100 endpoints against 0.4 ms for this one,
-/// `tests/benches/sql/health_gauge.sh`); this text never changes, so a
-/// connection plans it once.
+/// attempts. The text never changes, whatever the endpoints: one whose
+/// text grew with them, two subqueries each, cost the planner more than
+/// the reads it planned, at every chunk of every gauge refresh
+/// (`tests/benches/sql/health_gauge.sh` times both).
 pub fn recent_outcomes_lateral(limit: u32) -> String {
     let newest = |status: &str| {
         format!(
