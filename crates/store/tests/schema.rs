@@ -155,7 +155,7 @@ const PINNED: &[(&str, &str, &str)] = &[
     (
         "0021_vacuum_churned_tables.sql",
         "6fb3df6345faac4fbb4daeea0e1733c40fb4aa1c97a89d96c51e9fe6c7fb4d64d6cfd87460ad9ca6cd14a8e8510c3569",
-        "0125070e6ed3eda32f90f66dff7c9da45afc126b0d76b8401bc1edb5d0084576fe79fce191a288fb43720eef4888af87",
+        "01f64a2cbccee4754ee5036916a52bad42169c943c0a6303d0d44d6bcaa7a4cbf709e12ae4c03462d649b21ac639833f",
     ),
 ];
 

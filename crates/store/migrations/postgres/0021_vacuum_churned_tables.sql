@@ -4,10 +4,9 @@
 -- `webhook_deliveries` and one in `webhook_attempts`, and every event one
 -- in `events`. Autovacuum's defaults wait for 20 % of a table to be dead
 -- and then pace the vacuum at 200 cost units every 2 ms, about 40 MB/s of
--- pages it dirties. At 2,550 deliveries a second (docs/performance.md,
--- the fleet soak of the sixth stop) a vacuum at that pace took 73-91 s,
--- the sweep's freed space waited that long to be reused, and the table
--- kept growing; paced five times faster it took 25-31 s. These tables
+-- pages it dirties: slower than a busy store churns these tables, so the
+-- space the sweep frees waits for a vacuum while the files grow (the
+-- fleet soak in docs/performance.md measures both paces). These tables
 -- start at 2 % dead (or inserted) rows and pace at 1,000. A table's own
 -- setting wins over the server's; no other table changes.
 ALTER TABLE webhook_deliveries SET (
