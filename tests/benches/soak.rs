@@ -27,22 +27,25 @@
 //! whose process is gone are removed at start.
 //!
 //! Retention (contract 12.1): `BENCH_SOAK_RETENTION` (a duration such as
-//! `5m`; unset or empty: the service's default of 30 days, and the run is
-//! as without this knob, no `VACUUM`, no retention check) is passed as
-//! `BILLING_RETENTION__DELIVERIES`, with `BILLING_RETENTION__SWEEP_EVERY` =
-//! `BENCH_SOAK_SWEEP_EVERY` (default `30s`): settled deliveries with their
-//! attempts, then their events, are deleted that long after they settled.
-//! Since autovacuum is off here, the swept rows' space would never be
-//! reused: with retention on, the benchmark itself does autovacuum's work
-//! (`vacuumer`), a round every `BENCH_SOAK_VACUUM_SECONDS` (default 60, as
-//! `autovacuum_naptime`; at once after a longer one): a plain `VACUUM` (not
-//! `FULL`) of each table autovacuum would find due, by PostgreSQL 15's
-//! rule with the server's settings and the table's own storage parameters
-//! (`DUE_FOR_AUTOVACUUM`), paced as autovacuum paces it (the table's
-//! `autovacuum_vacuum_cost_limit` and `_cost_delay`, else the server's:
-//! 200 every 2 ms), from a connection of its own; the reports and the
-//! summary say how many rounds ran, how many tables they vacuumed and how
-//! long they took.
+//! `5m`; unset or empty: the service's default of 30 days, and no
+//! retention check) is passed as `BILLING_RETENTION__DELIVERIES`, with
+//! `BILLING_RETENTION__SWEEP_EVERY` = `BENCH_SOAK_SWEEP_EVERY` (default
+//! `30s`): settled deliveries with their attempts, then their events, are
+//! deleted that long after they settled.
+//!
+//! Autovacuum is off on this machine and on in production, where it
+//! reclaims the dead versions that every delivery's updates leave and the
+//! swept rows' space. So that a run with retention and one without compare
+//! as production would, the benchmark itself does autovacuum's work in
+//! both (`vacuumer`; `BENCH_SOAK_AUTOVACUUM=off` leaves it out), a round
+//! every `BENCH_SOAK_VACUUM_SECONDS` (default 60, as `autovacuum_naptime`;
+//! at once after a longer one): a plain `VACUUM` (not `FULL`) of each table
+//! autovacuum would find due, by PostgreSQL 15's rule with the server's
+//! settings and the table's own storage parameters (`DUE_FOR_AUTOVACUUM`),
+//! paced as autovacuum paces it (the table's `autovacuum_vacuum_cost_limit`
+//! and `_cost_delay`, else the server's: 200 every 2 ms), from a connection
+//! of its own; the reports and the summary say how many rounds ran, how
+//! many tables they vacuumed and how long they took.
 //!
 //! Load, for `BENCH_SOAK_SECONDS` (default 1,800), each stream paced by a
 //! tokio interval, each request its own task, at most
@@ -99,7 +102,7 @@
 //! bodies (emptied), dead letters, request logs) next to the deliveries the
 //! receiver got per second, the sweep's gauge
 //! `billing_retention_oldest_age_seconds{kind}` (age of the oldest row kept),
-//! the rounds of `VACUUM` so far when retention is on, and the service's histogram
+//! the rounds of `VACUUM` so far (unless `BENCH_SOAK_AUTOVACUUM=off`), and the service's histogram
 //! `billing_webhook_event_to_first_attempt_seconds` over the window (a
 //! delivery's creation to its first attempt: count, mean, and the bucket
 //! bounds of p50 and p99).
@@ -266,8 +269,9 @@ struct Config {
     /// is set.
     sweep_every: String,
     /// `BENCH_SOAK_VACUUM_SECONDS`: the period of the rounds of
-    /// autovacuum's work (`vacuumer`) when `retention` is set.
-    vacuum_every: Duration,
+    /// autovacuum's work (`vacuumer`), or `None` when
+    /// `BENCH_SOAK_AUTOVACUUM=off`.
+    vacuum_every: Option<Duration>,
 }
 
 /// A count that may be zero: the variable `name`, or `default`.
@@ -334,6 +338,18 @@ fn config() -> Result<Config, String> {
     let retention = duration("BENCH_SOAK_RETENTION", "")?;
     let sweep_every =
         duration("BENCH_SOAK_SWEEP_EVERY", "30s")?.unwrap_or_else(|| "30s".to_owned());
+    let vacuum_every = match std::env::var("BENCH_SOAK_AUTOVACUUM").as_deref() {
+        Err(_) | Ok("on") => Some(Duration::from_secs(env_num(
+            "BENCH_SOAK_VACUUM_SECONDS",
+            60,
+        )?)),
+        Ok("off") => None,
+        Ok(v) => {
+            return Err(format!(
+                "BENCH_SOAK_AUTOVACUUM must be on or off, got {v:?}"
+            ))
+        }
+    };
     Ok(Config {
         seconds: env_num("BENCH_SOAK_SECONDS", 1_800)?,
         report,
@@ -352,7 +368,7 @@ fn config() -> Result<Config, String> {
         analyze_every: Duration::from_secs(env_num("BENCH_SOAK_ANALYZE_SECONDS", 30)?),
         retention,
         sweep_every,
-        vacuum_every: Duration::from_secs(env_num("BENCH_SOAK_VACUUM_SECONDS", 60)?),
+        vacuum_every,
     })
 }
 
@@ -2205,20 +2221,22 @@ async fn soak(
         cfg.analyze_every,
         stop_analyzer.clone(),
     ));
-    // With retention on, what autovacuum would do: the space of swept rows
-    // is reusable only once vacuumed.
+    // What production's autovacuum would do: dead row versions, the
+    // updates' and the sweep's, are reusable space only once vacuumed.
     let vacuum_stats = cfg
-        .retention
-        .as_ref()
+        .vacuum_every
         .map(|_| Arc::new(Mutex::new(VacuumStats::default())));
-    let vacuum_task = vacuum_stats.as_ref().map(|stats| {
-        tokio::spawn(vacuumer(
-            name.clone(),
-            cfg.vacuum_every,
-            stop_analyzer.clone(),
-            stats.clone(),
-        ))
-    });
+    let vacuum_task = cfg
+        .vacuum_every
+        .zip(vacuum_stats.as_ref())
+        .map(|(every, stats)| {
+            tokio::spawn(vacuumer(
+                name.clone(),
+                every,
+                stop_analyzer.clone(),
+                stats.clone(),
+            ))
+        });
 
     let monitor_db = PgConnection::connect(&pg_url_for(&name))
         .await
@@ -2257,15 +2275,18 @@ async fn soak(
     );
     match &cfg.retention {
         Some(r) => println!(
-            "retention: BILLING_RETENTION__DELIVERIES={r}, BILLING_RETENTION__SWEEP_EVERY={}; \
-             autovacuum's rounds made by the benchmark every {} s, each \
-             VACUUM of a table due paced as autovacuum paces it (autovacuum is off on this machine)",
-            cfg.sweep_every,
-            cfg.vacuum_every.as_secs()
+            "retention: BILLING_RETENTION__DELIVERIES={r}, BILLING_RETENTION__SWEEP_EVERY={}",
+            cfg.sweep_every
         ),
-        None => {
-            println!("retention: the service's default (BENCH_SOAK_RETENTION unset); no VACUUM")
-        }
+        None => println!("retention: the service's default (BENCH_SOAK_RETENTION unset)"),
+    }
+    match cfg.vacuum_every {
+        Some(every) => println!(
+            "autovacuum's rounds made by the benchmark every {} s, each VACUUM of a table due \
+             paced as autovacuum paces it (autovacuum is off on this machine)",
+            every.as_secs()
+        ),
+        None => println!("no VACUUM (BENCH_SOAK_AUTOVACUUM=off)"),
     }
     let _ = std::io::stdout().flush();
 
