@@ -1402,34 +1402,32 @@ impl Monitor {
 /// scale factor; paced by `autovacuum_vacuum_cost_limit` (`-1`: the
 /// server's `vacuum_cost_limit`) every `autovacuum_vacuum_cost_delay` ms.
 const DUE_FOR_AUTOVACUUM: &str = "\
-    WITH setting AS (SELECT name, setting FROM pg_settings), \
-    t AS ( \
-        SELECT c.relname, greatest(c.reltuples, 0) AS rows, s.n_dead_tup, s.n_ins_since_vacuum, \
-            (SELECT option_value FROM pg_options_to_table(c.reloptions) AS o \
-             WHERE o.option_name = 'autovacuum_vacuum_scale_factor') AS scale, \
-            (SELECT option_value FROM pg_options_to_table(c.reloptions) AS o \
-             WHERE o.option_name = 'autovacuum_vacuum_insert_scale_factor') AS insert_scale, \
-            (SELECT option_value FROM pg_options_to_table(c.reloptions) AS o \
-             WHERE o.option_name = 'autovacuum_vacuum_cost_limit') AS cost_limit, \
-            (SELECT option_value FROM pg_options_to_table(c.reloptions) AS o \
-             WHERE o.option_name = 'autovacuum_vacuum_cost_delay') AS cost_delay \
-        FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid \
-        WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace) \
-    SELECT t.relname::text AS relname, \
-        coalesce(t.cost_limit::int, nullif((SELECT setting FROM setting \
-            WHERE name = 'autovacuum_vacuum_cost_limit')::int, -1), \
-            (SELECT setting FROM setting WHERE name = 'vacuum_cost_limit')::int) AS cost_limit, \
-        coalesce(t.cost_delay::float8, (SELECT setting FROM setting \
-            WHERE name = 'autovacuum_vacuum_cost_delay')::float8) AS cost_delay_ms \
-    FROM t \
-    WHERE t.n_dead_tup > (SELECT setting FROM setting WHERE name = 'autovacuum_vacuum_threshold')::float8 \
-            + coalesce(t.scale::float8, (SELECT setting FROM setting \
-                WHERE name = 'autovacuum_vacuum_scale_factor')::float8) * t.rows \
-       OR t.n_ins_since_vacuum > (SELECT setting FROM setting \
-                WHERE name = 'autovacuum_vacuum_insert_threshold')::float8 \
-            + coalesce(t.insert_scale::float8, (SELECT setting FROM setting \
-                WHERE name = 'autovacuum_vacuum_insert_scale_factor')::float8) * t.rows \
-    ORDER BY t.relname";
+    WITH s AS ( \
+        SELECT max(setting::float8) FILTER (WHERE name = 'autovacuum_vacuum_threshold') AS threshold, \
+            max(setting::float8) FILTER (WHERE name = 'autovacuum_vacuum_scale_factor') AS scale, \
+            max(setting::float8) FILTER (WHERE name = 'autovacuum_vacuum_insert_threshold') AS insert_threshold, \
+            max(setting::float8) FILTER (WHERE name = 'autovacuum_vacuum_insert_scale_factor') AS insert_scale, \
+            coalesce(nullif(max(setting::int) FILTER (WHERE name = 'autovacuum_vacuum_cost_limit'), -1), \
+                max(setting::int) FILTER (WHERE name = 'vacuum_cost_limit')) AS cost_limit, \
+            max(setting::float8) FILTER (WHERE name = 'autovacuum_vacuum_cost_delay') AS cost_delay \
+        FROM pg_settings WHERE name IN ('autovacuum_vacuum_threshold', 'autovacuum_vacuum_scale_factor', \
+            'autovacuum_vacuum_insert_threshold', 'autovacuum_vacuum_insert_scale_factor', \
+            'autovacuum_vacuum_cost_limit', 'vacuum_cost_limit', 'autovacuum_vacuum_cost_delay')) \
+    SELECT c.relname::text AS relname, \
+        coalesce(o.cost_limit, s.cost_limit) AS cost_limit, \
+        coalesce(o.cost_delay, s.cost_delay) AS cost_delay_ms \
+    FROM pg_class c JOIN pg_stat_user_tables t ON t.relid = c.oid CROSS JOIN s \
+    CROSS JOIN LATERAL ( \
+        SELECT max(option_value::float8) FILTER (WHERE option_name = 'autovacuum_vacuum_scale_factor') AS scale, \
+            max(option_value::float8) FILTER (WHERE option_name = 'autovacuum_vacuum_insert_scale_factor') AS insert_scale, \
+            max(option_value::int) FILTER (WHERE option_name = 'autovacuum_vacuum_cost_limit') AS cost_limit, \
+            max(option_value::float8) FILTER (WHERE option_name = 'autovacuum_vacuum_cost_delay') AS cost_delay \
+        FROM pg_options_to_table(c.reloptions)) AS o \
+    WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace \
+        AND (t.n_dead_tup > s.threshold + coalesce(o.scale, s.scale) * greatest(c.reltuples, 0) \
+            OR t.n_ins_since_vacuum > s.insert_threshold \
+                + coalesce(o.insert_scale, s.insert_scale) * greatest(c.reltuples, 0)) \
+    ORDER BY c.relname";
 
 /// Autovacuum's work, done by the benchmark because autovacuum is off on
 /// this machine: a round every `every` (as autovacuum's launcher visits a
