@@ -69,6 +69,8 @@ pub struct Lane {
     connection: Home,
     /// Work sent to the lane and not finished yet.
     queued: Arc<AtomicUsize>,
+    /// The connection's durability.
+    synchronous: Synchronous,
     /// Dropped with the lane, which ends the lane's thread.
     _stop: oneshot::Sender<()>,
 }
@@ -106,6 +108,7 @@ impl Lane {
             handle,
             connection: Arc::new(Mutex::new(Some(connection))),
             queued: Arc::new(AtomicUsize::new(0)),
+            synchronous,
             _stop: stop,
         })
     }
@@ -164,6 +167,13 @@ impl Lane {
     pub async fn begin(&self, writer: &AnyPool) -> Result<LiteTx, StoreError> {
         let turn = writer.acquire().await?;
         LiteTx::begin(self.connection.clone(), Some(turn))
+    }
+
+    /// As `begin`, for work that is done again if a power cut loses it:
+    /// its commit does not wait for the disk (`LiteTx::begin_unsynced`).
+    pub async fn begin_unsynced(&self, writer: &AnyPool) -> Result<LiteTx, StoreError> {
+        let turn = writer.acquire().await?;
+        LiteTx::begin_unsynced(self.connection.clone(), Some(turn), self.synchronous)
     }
 }
 

@@ -30,7 +30,7 @@
 
 use crate::error::LaneError;
 use crate::lane::{self, Home};
-use crate::{Backend, StoreError};
+use crate::{Backend, StoreError, Synchronous};
 use sqlx::Row;
 use std::any::Any;
 use std::future::Future;
@@ -210,6 +210,9 @@ pub struct LiteTx {
     conn: Option<rusqlite::Connection>,
     home: Home,
     _turn: Option<sqlx::pool::PoolConnection<sqlx::Any>>,
+    /// The connection's durability, put back when the transaction ends,
+    /// if it began with another (`begin_unsynced`).
+    restore: Option<Synchronous>,
 }
 
 impl LiteTx {
@@ -218,12 +221,44 @@ impl LiteTx {
         home: Home,
         turn: Option<sqlx::pool::PoolConnection<sqlx::Any>>,
     ) -> Result<LiteTx, StoreError> {
+        Self::begin_with(home, turn, None)
+    }
+
+    /// Begins a transaction whose `COMMIT` writes the WAL without waiting
+    /// for the disk (`synchronous = NORMAL`), on a connection configured
+    /// with `configured`, which it gets back when the transaction ends.
+    ///
+    /// Only for work that is done again if a power cut loses it (the
+    /// retention sweep: its rows are still due at the next pass). Nothing
+    /// else loses durability: the next commit that syncs the WAL syncs
+    /// this one's frames with its own, and a commit the cut tore is
+    /// dropped whole when the WAL is recovered.
+    pub fn begin_unsynced(
+        home: Home,
+        turn: Option<sqlx::pool::PoolConnection<sqlx::Any>>,
+        configured: Synchronous,
+    ) -> Result<LiteTx, StoreError> {
+        match configured {
+            Synchronous::Normal => Self::begin_with(home, turn, None),
+            Synchronous::Full => Self::begin_with(home, turn, Some(configured)),
+        }
+    }
+
+    fn begin_with(
+        home: Home,
+        turn: Option<sqlx::pool::PoolConnection<sqlx::Any>>,
+        restore: Option<Synchronous>,
+    ) -> Result<LiteTx, StoreError> {
         let conn = lane::take(&home)?;
         let tx = LiteTx {
             conn: Some(conn),
             home,
             _turn: turn,
+            restore,
         };
+        if restore.is_some() {
+            tx.conn()?.execute_batch(Synchronous::Normal.pragma())?;
+        }
         tx.conn()?.execute_batch("BEGIN IMMEDIATE")?;
         Ok(tx)
     }
@@ -240,6 +275,15 @@ impl Drop for LiteTx {
         if let Some(conn) = self.conn.take() {
             if !conn.is_autocommit() {
                 let _ = conn.execute_batch("ROLLBACK");
+            }
+            if let Some(configured) = self.restore {
+                // A connection that cannot get its durability back must
+                // not serve another write: the lane's writes then fail
+                // loudly instead of committing unsynced.
+                if let Err(e) = conn.execute_batch(configured.pragma()) {
+                    tracing::error!(error = %e, "the write lane's connection lost its durability; it is closed");
+                    return;
+                }
             }
             lane::put_back(&self.home, conn);
         }
@@ -577,6 +621,51 @@ mod tests {
             .query_row("SELECT COUNT(*) FROM t", [], |r| r.get(0))
             .unwrap();
         assert_eq!(n, 1);
+    }
+
+    /// An unsynced transaction runs with `synchronous = NORMAL` and gives
+    /// its connection back with the durability it had, whether it commits
+    /// or is dropped; its writes commit as any transaction's.
+    #[tokio::test]
+    async fn an_unsynced_transaction_gives_the_durability_back() {
+        let synchronous = |home: &Home| -> i64 {
+            let guard = home.lock().unwrap();
+            let conn = guard.as_ref().expect("the connection is home");
+            conn.query_row("PRAGMA synchronous", [], |r| r.get(0))
+                .unwrap()
+        };
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch("PRAGMA synchronous = FULL; CREATE TABLE t (k TEXT PRIMARY KEY)")
+            .unwrap();
+        let home = Arc::new(Mutex::new(Some(conn)));
+        for commit in [true, false] {
+            let mut tx = WriteTx::new(
+                Conn::Lite(LiteTx::begin_unsynced(home.clone(), None, Synchronous::Full).unwrap()),
+                Backend::Sqlite,
+                None,
+            );
+            let during = tx.fetch("PRAGMA synchronous", &[]).await.unwrap();
+            assert_eq!(int(&during[0], "synchronous").unwrap(), 1, "NORMAL inside");
+            tx.execute(
+                "INSERT INTO t (k) VALUES (?)",
+                &[commit.to_string().as_str().into()],
+            )
+            .await
+            .unwrap();
+            if commit {
+                tx.commit().await.unwrap();
+            } else {
+                drop(tx);
+            }
+            assert_eq!(synchronous(&home), 2, "FULL again after commit = {commit}");
+        }
+        let guard = home.lock().unwrap();
+        let kept: String = guard
+            .as_ref()
+            .unwrap()
+            .query_row("SELECT group_concat(k) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(kept, "true");
     }
 
     /// What the owner attached is read back by its type; a commit wakes

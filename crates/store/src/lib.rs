@@ -355,6 +355,25 @@ impl Store {
         Ok(WriteTx::new(conn, self.backend, self.signals()))
     }
 
+    /// As `begin_write`, for work that is done again if a power cut loses
+    /// it (the retention sweep): its commit does not wait for the disk.
+    /// On SQLite it writes the WAL unsynced (`Lane::begin_unsynced`); on
+    /// PostgreSQL it sets `synchronous_commit` off for itself alone. Either
+    /// way every commit that does wait makes this one durable too, and a
+    /// lost one is lost whole.
+    pub(crate) async fn begin_unsynced(&self) -> Result<WriteTx, StoreError> {
+        let conn = match &self.lane {
+            Some(lane) => db::tx::Conn::Lite(lane.begin_unsynced(&self.writer).await?),
+            None => db::tx::Conn::Sqlx(self.writer.begin().await?),
+        };
+        let mut tx = WriteTx::new(conn, self.backend, self.signals());
+        if self.backend == Backend::Postgres {
+            tx.execute("SET LOCAL synchronous_commit = off", &[])
+                .await?;
+        }
+        Ok(tx)
+    }
+
     /// For reads.
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
