@@ -5,7 +5,7 @@
 //! Per backend: the real router over a fresh store (`TestApp`), the
 //! embedded event pipeline (`EventPipeline::embedded`: the outbox relay
 //! into the store's queue and one dispatcher) and the timed-work runner
-//! (`control_api::jobs::run`, as `billing serve` runs it). A local receiver
+//! (`commerce::jobs::run`, as `billing serve` runs it). A local receiver
 //! answering 204 is subscribed to `subscription.renewed`.
 //!
 //! Setup (untimed): `BENCH_SUBSCRIPTIONS` (default 10,000) checkout sessions
@@ -491,10 +491,10 @@ async fn run(backend: Backend, cfg: &Config) -> Result<Vec<String>, String> {
     let stop = tokio_util::sync::CancellationToken::new();
     let runner = {
         let stop = stop.clone();
-        tokio::spawn(control_api::jobs::run(
+        tokio::spawn(commerce::jobs::run(
             app.store.clone(),
-            control_api::jobs::Rules::default(),
-            async move { stop.cancelled().await },
+            commerce::jobs::Rules::default(),
+            stop,
         ))
     };
 

@@ -212,10 +212,10 @@ pub async fn list_as(app: &TestApp, secret: &str, path: &str) -> Vec<Value> {
 /// Runs the timed work (scheduled starts, settlement, sandbox disputes)
 /// for the rest of the test, as the dispatcher role would.
 pub fn timed_work(app: &TestApp) {
-    tokio::spawn(control_api::jobs::run(
+    tokio::spawn(commerce::jobs::run(
         app.store.clone(),
-        control_api::jobs::Rules::default(),
-        std::future::pending(),
+        commerce::jobs::Rules::default(),
+        tokio_util::sync::CancellationToken::new(),
     ));
 }
 

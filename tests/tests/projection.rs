@@ -685,10 +685,10 @@ async fn markup_in_a_reason_never_reaches_anyone(app: TestApp) {
 // ---- 6. an opened dispute cancels scheduled refunds ------------------------------
 
 async fn an_opened_dispute_cancels_scheduled_refunds(app: TestApp) {
-    tokio::spawn(control_api::jobs::run(
+    tokio::spawn(commerce::jobs::run(
         app.store.clone(),
-        control_api::jobs::Rules::default(),
-        std::future::pending(),
+        commerce::jobs::Rules::default(),
+        tokio_util::sync::CancellationToken::new(),
     ));
     let stop = tokio_util::sync::CancellationToken::new();
     let relay = tokio::spawn(dispatcher::outbox::relay(

@@ -7,7 +7,7 @@
 //! refunds, list filters and idempotent replays.
 //!
 //! The test harness starts no dispatcher, so each test runs the timed work
-//! (`control_api::jobs::run`) itself.
+//! (`commerce::jobs::run`) itself.
 
 use billing_tests::kit::api::*;
 use billing_tests::kit::{
@@ -208,14 +208,8 @@ async fn settled_within(app: &TestApp, refund: &str, secs: u64) -> Value {
 /// a runner in the background (`timed_work`) may see that one take the
 /// job first: then its commit is waited for.
 async fn settled(app: &TestApp, refund: &str) -> Value {
-    let at = Timestamp::now().plus_millis(control_api::jobs::SETTLE_AFTER_MS);
-    control_api::jobs::run_due(
-        &app.store,
-        &control_api::jobs::Rules::default(),
-        "settler",
-        at,
-    )
-    .await;
+    let at = Timestamp::now().plus_millis(commerce::jobs::SETTLE_AFTER_MS);
+    commerce::jobs::run_due(&app.store, &commerce::jobs::Rules::default(), "settler", at).await;
     settled_within(app, refund, 10).await
 }
 
@@ -556,7 +550,7 @@ async fn a_scheduled_refund_executes_at_its_time(app: TestApp) {
 /// stays scheduled until the clock reaches its time, starts then, and
 /// settles once the clock passes its settlement time.
 async fn scheduled_work_runs_when_the_clock_says(app: TestApp) {
-    use control_api::jobs::{run_due, Rules, SETTLE_AFTER_MS};
+    use commerce::jobs::{run_due, Rules, SETTLE_AFTER_MS};
     let config = config_1999(&app).await;
     let p = paid(&app, &config, "pm_card_visa").await;
     let now = Timestamp::now();

@@ -3,7 +3,7 @@
 //! renewal, cancel now and at the period's end, concurrent advances and
 //! runners, live environments without clocks.
 //!
-//! Timed work is driven through its seam (`control_api::jobs::run_due` at
+//! Timed work is driven through its seam (`commerce::jobs::run_due` at
 //! the wall time), so an advance runs when the test says, with no sleep;
 //! one test runs the real background runner instead.
 
@@ -12,7 +12,7 @@ use billing_tests::kit::{at, eur, invalid, items, list, published_config, sellab
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::verifier::each_signed_once;
 use billing_tests::{backend_tests, EventPipeline, TestApp};
-use control_api::jobs::{run_due, Rules};
+use commerce::jobs::{run_due, Rules};
 use domain::Timestamp;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -569,7 +569,7 @@ async fn a_failing_job_holds_back_none_due_with_it(app: TestApp) {
     let mut tx = app.store.begin().await.unwrap();
     store::billing::jobs::schedule(
         &mut tx,
-        control_api::renewals::RENEW,
+        commerce::renewals::RENEW,
         &domain::Ref::from_trusted("sub_nosuchsubscription".into()),
         &domain::Ref::from_trusted(app.sandbox.environment_ref.clone()),
         end,
@@ -594,7 +594,7 @@ async fn a_failing_job_holds_back_none_due_with_it(app: TestApp) {
 /// subscription's entitlements: the renewal paid for them through the
 /// order that started the subscription.
 async fn a_refunded_renewal_revokes_its_access(app: TestApp) {
-    use control_api::jobs::SETTLE_AFTER_MS;
+    use commerce::jobs::SETTLE_AFTER_MS;
     let config = monthly_config(&app, "800").await;
     let session = billing_tests::kit::new_session(&app, &config).await;
     let r = billing_tests::kit::pay(&app, &session, "pm_card_visa").await;

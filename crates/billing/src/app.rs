@@ -116,7 +116,7 @@ pub fn shared_buckets(schedule: Arc<RedisSchedule>) -> SharedBuckets {
 pub fn event_queue(store: &Store) -> dispatcher::EventQueue {
     dispatcher::EventQueue::with_projector(
         store.clone(),
-        control_api::projection::projector(store.clone()),
+        commerce::projection::projector(store.clone()),
     )
 }
 
@@ -233,13 +233,13 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             Ok("redrive jobs")
         });
         let (jobs_store, token) = (store.clone(), shutdown.clone());
-        let rules = control_api::jobs::Rules {
+        let rules = commerce::jobs::Rules {
             dunning: config
                 .dunning_schedule()
                 .context("invalid billing.dunning_schedule")?,
         };
         tasks.spawn(async move {
-            control_api::jobs::run(jobs_store, rules, async move { token.cancelled().await }).await;
+            commerce::jobs::run(jobs_store, rules, token).await;
             Ok("timed work")
         });
         let mut dispatcher = Dispatcher::new(queue.clone(), dispatch_settings(&config)?);

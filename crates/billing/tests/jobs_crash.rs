@@ -48,7 +48,7 @@ const FLEET_REFUNDS: usize = 40;
 /// What each payment costs, and what its one refund gives back.
 const PRICE_MINOR: i64 = 1999;
 const REFUND_MINOR: i64 = 500;
-/// How long a runner holds a job (`control_api::jobs`): a job leased by the
+/// How long a runner holds a job (`commerce::jobs`): a job leased by the
 /// killed server runs again only once its lease has ended.
 const LEASE: Duration = Duration::from_secs(30);
 /// The refund event types, all subscribed by the paused endpoint.

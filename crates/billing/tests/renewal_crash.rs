@@ -14,7 +14,7 @@
 //! and one `renewal` change per renewal payment.
 //!
 //! A new server on the same store takes the advance over once the killed
-//! one's lease has ended (`control_api::jobs`, 5 s) and finishes it; the
+//! one's lease has ended (`commerce::jobs`, 5 s) and finishes it; the
 //! clock is `ready` at `TARGET`. Read through the API: every subscription is
 //! `active` with its period `TARGET`..2026-08-05, has exactly seven
 //! payments (the first period's and six renewals', all `succeeded`, one at

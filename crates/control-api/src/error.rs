@@ -3,6 +3,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use commerce::CommerceError;
 use serde::Serialize;
 use store::StoreError;
 
@@ -245,6 +246,23 @@ impl From<StoreError> for ApiError {
             }
             e if e.is_unavailable() => ApiError::DependencyUnavailable,
             e => ApiError::Internal(Box::new(e)),
+        }
+    }
+}
+
+/// A use case's refusal, by variant: what the caller gave is malformed
+/// (400) or refused by the rules (422), a record is missing (404), the
+/// processor is out of reach (503); a store error maps as above; a defect is
+/// a 500.
+impl From<CommerceError> for ApiError {
+    fn from(e: CommerceError) -> ApiError {
+        match e {
+            CommerceError::NotFound(what) => ApiError::not_found(what),
+            CommerceError::Invalid { field, issue } => ApiError::validation(field, issue),
+            CommerceError::Refused(why) => ApiError::Semantic(why),
+            CommerceError::ProcessorUnavailable => ApiError::DependencyUnavailable,
+            CommerceError::Store(e) => e.into(),
+            e @ CommerceError::Broken(_) => ApiError::Internal(Box::new(e)),
         }
     }
 }

@@ -10,7 +10,7 @@
 //! the headers every response carries.
 
 use crate::error::ErrorBody;
-use crate::handlers::schema;
+use crate::operation::schema;
 use crate::operations::{permissions, Method, OPERATIONS};
 use domain::Prefix;
 use serde_json::{json, Map, Value};

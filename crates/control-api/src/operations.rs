@@ -18,17 +18,18 @@ use crate::handlers::admin::{
 use crate::handlers::catalogue::{
     checkout_configs as cc, offers as of, prices as pr, products as pd, promotions as pm,
 };
-use crate::handlers::checkout::{
-    cancel as sc, pay, records as rec, sessions as cs, test_clocks as clk,
-};
-use crate::handlers::money::{outside as os, refunds as rf};
+use crate::handlers::checkout::{cancel as sc, pay, sessions as cs, test_clocks as clk};
+use crate::handlers::money::refunds as rf;
 use crate::handlers::reads as read;
 use crate::handlers::webhooks::{
     data_profiles as dp, dead_letters as dlq, deliveries as dl, endpoints as ep, event_types as et,
     health as hl, redrive as rd, redrive_jobs as rj, secrets as sec, subscriptions as sub,
     test_send as ts,
 };
-use crate::handlers::{bind, Binding};
+use crate::operation::{bind, find, permissions_of};
+pub use crate::operation::{ErrorSet, Method, Operation};
+use crate::wire;
+use commerce::shapes::{catalogue as cat, checkout as rec, outside as os, refunds as refund};
 use store::billing::checkout::{
     buyers::BuyerRecord, entitlements::EntitlementRecord, journeys::JourneyRecord,
     methods::StoredMethodRecord, orders::InvoiceRecord, orders::OrderRecord,
@@ -40,115 +41,6 @@ use store::billing::prices::PriceRecord;
 use store::billing::products::ProductRecord;
 use store::billing::refunds::RefundRecord;
 use store::billing::test_clocks::TestClockRecord;
-
-/// HTTP method of an operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    Get,
-    Post,
-}
-
-/// The error sets of `interface.md`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorSet {
-    E1,
-    E2,
-    E3,
-    E4,
-    E5,
-    /// Writes that start background work and take no key: E5 and
-    /// `version_conflict` (contract 12.4's `advanceTestClock`).
-    E6,
-}
-
-impl ErrorSet {
-    /// The error codes an operation of this set may answer.
-    pub fn codes(self) -> &'static [&'static str] {
-        const E1: &[&str] = &[
-            "authentication_failed",
-            "forbidden",
-            "not_found",
-            "validation_failed",
-        ];
-        const E2: &[&str] = &[
-            "authentication_failed",
-            "forbidden",
-            "not_found",
-            "validation_failed",
-            "dependency_unavailable",
-        ];
-        const E3: &[&str] = &[
-            "authentication_failed",
-            "dependency_unavailable",
-            "forbidden",
-            "idempotency_key_required",
-            "idempotency_mismatch",
-            "not_found",
-            "precondition_failed",
-            "precondition_required",
-            "semantic_error",
-            "validation_failed",
-            "version_conflict",
-        ];
-        const E4: &[&str] = &[
-            "authentication_failed",
-            "dependency_unavailable",
-            "forbidden",
-            "idempotency_mismatch",
-            "not_found",
-            "precondition_failed",
-            "precondition_required",
-            "semantic_error",
-            "validation_failed",
-            "version_conflict",
-        ];
-        const E5: &[&str] = &[
-            "authentication_failed",
-            "dependency_unavailable",
-            "forbidden",
-            "not_found",
-            "semantic_error",
-            "validation_failed",
-        ];
-        const E6: &[&str] = &[
-            "authentication_failed",
-            "dependency_unavailable",
-            "forbidden",
-            "not_found",
-            "semantic_error",
-            "validation_failed",
-            "version_conflict",
-        ];
-        match self {
-            ErrorSet::E1 => E1,
-            ErrorSet::E2 => E2,
-            ErrorSet::E3 => E3,
-            ErrorSet::E4 => E4,
-            ErrorSet::E5 => E5,
-            ErrorSet::E6 => E6,
-        }
-    }
-}
-
-/// One row of the operation table.
-#[derive(Debug, Clone, Copy)]
-pub struct Operation {
-    pub method: Method,
-    pub path: &'static str,
-    pub id: &'static str,
-    pub permission: &'static str,
-    /// Needs an `Idempotency-Key`.
-    pub idempotent: bool,
-    /// Needs an `If-Match`.
-    pub if_match: bool,
-    /// Pages with `limit` and `cursor`.
-    pub cursor: bool,
-    pub errors: ErrorSet,
-    /// The HTTP status of a success: 201 for operations that create.
-    pub success_status: u16,
-    /// The handler and wire schemas; `None` for operations not built yet.
-    pub binding: Option<Binding>,
-}
 
 /// One row: method, path, operation id, permission, idempotent, if-match,
 /// cursor, error set, `=>` success status and, for built operations, the
@@ -183,9 +75,9 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Get "/api/v1/checkout-configs/{config_ref}" "retrieveCheckoutConfig" "checkout_configs:read_retrieve" false false false E2 => 200 bind!(cc::retrieve, resp: cc::ConfigDto)),
     op!(Post "/api/v1/checkout-configs/{config_ref}/publish" "publishCheckoutConfig" "checkout_configs:write_publish" true false false E3 => 200 bind!(cc::publish, req: cc::PublishCheckoutConfig, resp: cc::ConfigDto)),
     op!(Post "/api/v1/checkout-configs/{config_ref}/versions" "createCheckoutConfigVersion" "checkout_configs:write_create_version" true false false E3 => 201 bind!(cc::create_version, req: cc::CreateCheckoutConfigVersion, resp: cc::ConfigDto)),
-    op!(Get "/api/v1/checkout-sessions" "listCheckoutSessions" "checkout_sessions:read_list" false false true E2 => 200 bind!(read::list::<SessionRecord>, resp: cs::SessionDto, filters: read::filters::<SessionRecord>)),
-    op!(Post "/api/v1/checkout-sessions" "createCheckoutSession" "checkout_sessions:write_create" true false false E3 => 201 bind!(cs::create, req: cs::CreateCheckoutSession, resp: cs::SessionDto)),
-    op!(Get "/api/v1/checkout-sessions/{checkout_session_ref}" "retrieveCheckoutSession" "checkout_sessions:read_retrieve" false false false E2 => 200 bind!(read::retrieve::<SessionRecord>, resp: cs::SessionDto)),
+    op!(Get "/api/v1/checkout-sessions" "listCheckoutSessions" "checkout_sessions:read_list" false false true E2 => 200 bind!(read::list::<SessionRecord>, resp: rec::SessionDto, filters: read::filters::<SessionRecord>)),
+    op!(Post "/api/v1/checkout-sessions" "createCheckoutSession" "checkout_sessions:write_create" true false false E3 => 201 bind!(cs::create, req: cs::CreateCheckoutSession, resp: rec::SessionDto)),
+    op!(Get "/api/v1/checkout-sessions/{checkout_session_ref}" "retrieveCheckoutSession" "checkout_sessions:read_retrieve" false false false E2 => 200 bind!(read::retrieve::<SessionRecord>, resp: rec::SessionDto)),
     op!(Post "/api/v1/checkout-sessions/{checkout_session_ref}/pay" "payCheckoutSession" "checkout_sessions:write_pay" true false false E3 => 200 bind!(pay::pay, req: pay::PayCheckoutSession, resp: pay::PayResultDto)),
     op!(Post "/api/v1/credentials/{credential_ref}/revoke" "revokeServiceAccountCredential" "credentials:manage_revoke" true true false E4 => 200 bind!(cr::revoke, req: cr::RevokeCredential, resp: cr::CredentialDto)),
     op!(Post "/api/v1/credentials/{credential_ref}/rotate" "rotateServiceAccountCredential" "credentials:manage_rotate" true true false E4 => 200 bind!(cr::rotate, req: cr::RotateCredential, resp: cr::CredentialDto)),
@@ -212,24 +104,24 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Get "/api/v1/payments/{payment_ref}" "retrievePayment" "payments:read_retrieve" false false false E2 => 200 bind!(read::retrieve::<PaymentRecord>, resp: rec::PaymentDto)),
     op!(Get "/api/v1/payouts" "listPayouts" "payouts:read_list" false false true E1 => 200 bind!(read::list::<PayoutRecord>, resp: os::PayoutDto, filters: read::filters::<PayoutRecord>)),
     op!(Get "/api/v1/payouts/{payout_ref}" "retrievePayout" "payouts:read" false false false E1 => 200 bind!(read::retrieve::<PayoutRecord>, resp: os::PayoutDto)),
-    op!(Get "/api/v1/prices" "listPrices" "prices:read_list" false false true E2 => 200 bind!(read::list::<PriceRecord>, resp: pr::PriceDto, filters: read::filters::<PriceRecord>)),
-    op!(Post "/api/v1/prices" "createPrice" "prices:write_create" true false false E3 => 201 bind!(pr::create, req: pr::CreatePrice, resp: pr::PriceDto)),
-    op!(Get "/api/v1/prices/{price_ref}" "retrievePrice" "prices:read_retrieve" false false false E2 => 200 bind!(read::retrieve::<PriceRecord>, resp: pr::PriceDto)),
-    op!(Post "/api/v1/prices/{price_ref}/publish" "publishPrice" "prices:write_publish" true false false E3 => 200 bind!(pr::publish, req: ep::EmptyBody, resp: pr::PriceDto)),
-    op!(Get "/api/v1/products" "listProducts" "products:read_list" false false true E2 => 200 bind!(read::list::<ProductRecord>, resp: pd::ProductDto, filters: read::filters::<ProductRecord>)),
-    op!(Post "/api/v1/products" "createProduct" "products:write_create" true false false E3 => 201 bind!(pd::create, req: pd::CreateProduct, resp: pd::ProductDto)),
-    op!(Get "/api/v1/products/{product_ref}" "retrieveProduct" "products:read_retrieve" false false false E2 => 200 bind!(read::retrieve::<ProductRecord>, resp: pd::ProductDto)),
-    op!(Post "/api/v1/products/{product_ref}/publish" "publishProduct" "products:write_publish" true false false E3 => 200 bind!(pd::publish, req: ep::EmptyBody, resp: pd::ProductDto)),
+    op!(Get "/api/v1/prices" "listPrices" "prices:read_list" false false true E2 => 200 bind!(read::list::<PriceRecord>, resp: cat::PriceDto, filters: read::filters::<PriceRecord>)),
+    op!(Post "/api/v1/prices" "createPrice" "prices:write_create" true false false E3 => 201 bind!(pr::create, req: pr::CreatePrice, resp: cat::PriceDto)),
+    op!(Get "/api/v1/prices/{price_ref}" "retrievePrice" "prices:read_retrieve" false false false E2 => 200 bind!(read::retrieve::<PriceRecord>, resp: cat::PriceDto)),
+    op!(Post "/api/v1/prices/{price_ref}/publish" "publishPrice" "prices:write_publish" true false false E3 => 200 bind!(pr::publish, req: wire::EmptyBody, resp: cat::PriceDto)),
+    op!(Get "/api/v1/products" "listProducts" "products:read_list" false false true E2 => 200 bind!(read::list::<ProductRecord>, resp: cat::ProductDto, filters: read::filters::<ProductRecord>)),
+    op!(Post "/api/v1/products" "createProduct" "products:write_create" true false false E3 => 201 bind!(pd::create, req: pd::CreateProduct, resp: cat::ProductDto)),
+    op!(Get "/api/v1/products/{product_ref}" "retrieveProduct" "products:read_retrieve" false false false E2 => 200 bind!(read::retrieve::<ProductRecord>, resp: cat::ProductDto)),
+    op!(Post "/api/v1/products/{product_ref}/publish" "publishProduct" "products:write_publish" true false false E3 => 200 bind!(pd::publish, req: wire::EmptyBody, resp: cat::ProductDto)),
     op!(Post "/api/v1/promotions/apply" "applyPromotion" "promotion:manage_apply" true true false E3 => 200 bind!(pm::apply, req: pm::PromotionBody, resp: pm::PromotionDto)),
     op!(Post "/api/v1/promotions/plan" "planPromotion" "promotion:read_plan" false false false E5 => 200 bind!(pm::plan, req: pm::PromotionBody, resp: pm::PlanDto)),
-    op!(Get "/api/v1/refunds" "listRefunds" "refunds:read_list" false false true E1 => 200 bind!(read::list::<RefundRecord>, resp: rf::RefundDto, filters: read::filters::<RefundRecord>)),
-    op!(Post "/api/v1/refunds" "createRefund" "refunds:write_create" true false false E3 => 201 bind!(rf::create, req: rf::CreateRefund, resp: rf::RefundDto)),
-    op!(Get "/api/v1/refunds/{refund_ref}" "retrieveRefund" "refunds:read" false false false E1 => 200 bind!(read::retrieve::<RefundRecord>, resp: rf::RefundDto)),
+    op!(Get "/api/v1/refunds" "listRefunds" "refunds:read_list" false false true E1 => 200 bind!(read::list::<RefundRecord>, resp: refund::RefundDto, filters: read::filters::<RefundRecord>)),
+    op!(Post "/api/v1/refunds" "createRefund" "refunds:write_create" true false false E3 => 201 bind!(rf::create, req: rf::CreateRefund, resp: refund::RefundDto)),
+    op!(Get "/api/v1/refunds/{refund_ref}" "retrieveRefund" "refunds:read" false false false E1 => 200 bind!(read::retrieve::<RefundRecord>, resp: refund::RefundDto)),
     op!(Get "/api/v1/request_logs" "listPublicRequestLogs" "request_logs:read_list" false false true E1 => 200 bind!(rl::list, resp: rl::RequestLogDto, filters: rl::filters)),
     op!(Get "/api/v1/service_accounts" "listServiceAccounts" "service_accounts:read_list" false false false E1 => 200 bind!(sa::list, resp: sa::ServiceAccountDto)),
     op!(Post "/api/v1/subscriptions/{subscription_ref}/cancel" "cancelSubscription" "subscriptions:manage_cancel" true true false E3 => 200 bind!(sc::cancel, req: sc::CancelSubscription, resp: rec::SubscriptionDto)),
-    op!(Post "/api/v1/test_clocks" "createTestClock" "test_clocks:manage" false false false E5 => 201 bind!(clk::create, req: clk::CreateTestClock, resp: clk::TestClockDto)),
-    op!(Post "/api/v1/test_clocks/{test_clock_ref}/advance" "advanceTestClock" "test_clocks:manage" false false false E6 => 202 bind!(clk::advance, req: clk::AdvanceTestClock, resp: clk::TestClockDto)),
+    op!(Post "/api/v1/test_clocks" "createTestClock" "test_clocks:manage" false false false E5 => 201 bind!(clk::create, req: clk::CreateTestClock, resp: rec::TestClockDto)),
+    op!(Post "/api/v1/test_clocks/{test_clock_ref}/advance" "advanceTestClock" "test_clocks:manage" false false false E6 => 202 bind!(clk::advance, req: clk::AdvanceTestClock, resp: rec::TestClockDto)),
     op!(Post "/api/v1/service_accounts" "createServiceAccount" "service_accounts:manage_create" true false false E4 => 201 bind!(sa::create, req: sa::CreateServiceAccount, resp: sa::ServiceAccountDto)),
     op!(Get "/api/v1/service_accounts/{principal_ref}" "retrieveServiceAccount" "service_accounts:read_retrieve" false false false E1 => 200 bind!(sa::retrieve, resp: sa::ServiceAccountDto)),
     op!(Get "/api/v1/service_accounts/{principal_ref}/credentials" "listServiceAccountCredentials" "credentials:read_list" false false false E1 => 200 bind!(cr::list, resp: cr::CredentialDto)),
@@ -242,8 +134,8 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Post "/api/v1/service_accounts/{principal_ref}/suspend" "suspendServiceAccount" "service_accounts:manage_suspend" true true false E4 => 200 bind!(sa::suspend, req: sa::ReasonBody, resp: sa::ServiceAccountDto)),
     op!(Get "/api/v1/subscription-changes" "listSubscriptionChanges" "subscription_changes:read_list" false false true E2 => 200 bind!(read::list::<ChangeRecord>, resp: rec::ChangeDto, filters: read::filters::<ChangeRecord>)),
     op!(Get "/api/v1/subscription-changes/{subscription_change_ref}" "retrieveSubscriptionChange" "subscription_changes:read_retrieve" false false false E2 => 200 bind!(read::retrieve::<ChangeRecord>, resp: rec::ChangeDto)),
-    op!(Get "/api/v1/test_clocks" "listTestClocks" "test_clocks:read" false false true E1 => 200 bind!(clk::list, resp: clk::TestClockDto, filters: read::filters::<TestClockRecord>)),
-    op!(Get "/api/v1/test_clocks/{test_clock_ref}" "retrieveTestClock" "test_clocks:read" false false false E1 => 200 bind!(clk::retrieve, resp: clk::TestClockDto)),
+    op!(Get "/api/v1/test_clocks" "listTestClocks" "test_clocks:read" false false true E1 => 200 bind!(clk::list, resp: rec::TestClockDto, filters: read::filters::<TestClockRecord>)),
+    op!(Get "/api/v1/test_clocks/{test_clock_ref}" "retrieveTestClock" "test_clocks:read" false false false E1 => 200 bind!(clk::retrieve, resp: rec::TestClockDto)),
     op!(Get "/api/v1/subscriptions" "listSubscriptions" "subscriptions:read_list" false false true E2 => 200 bind!(read::list::<SubscriptionRecord>, resp: rec::SubscriptionDto, filters: read::filters::<SubscriptionRecord>)),
     op!(Get "/api/v1/subscriptions/{subscription_ref}" "retrieveSubscription" "subscriptions:read_retrieve" false false false E2 => 200 bind!(read::retrieve::<SubscriptionRecord>, resp: rec::SubscriptionDto)),
     op!(Get "/api/v1/webhook_deliveries/{delivery_ref}" "retrieveWebhookDelivery" "webhooks:read_retrieve_delivery" false false false E1 => 200 bind!(dl::retrieve, resp: dl::DeliveryDto)),
@@ -259,8 +151,8 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants/revoke" "revokeWebhookDataProfileGrant" "webhooks:manage_revoke_data_profile" true true false E3 => 200 bind!(dp::revoke, req: dp::RevokeDataProfileGrant, resp: dp::DataProfileGrantDto)),
     op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/deliveries" "listWebhookDeliveries" "webhooks:read_list_deliveries" false false true E1 => 200 bind!(dl::list, resp: dl::DeliveryDto, filters: dl::filters)),
     op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/health" "retrieveWebhookEndpointHealth" "webhooks:read_health" false false false E1 => 200 bind!(hl::retrieve, resp: hl::EndpointHealthDto)),
-    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/pause" "pauseWebhookEndpoint" "webhooks:manage_pause_endpoint" true true false E3 => 200 bind!(ep::pause, req: ep::EmptyBody, resp: ep::EndpointDto)),
-    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/resume" "resumeWebhookEndpoint" "webhooks:manage_resume_endpoint" true true false E3 => 200 bind!(ep::resume, req: ep::EmptyBody, resp: ep::EndpointDto)),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/pause" "pauseWebhookEndpoint" "webhooks:manage_pause_endpoint" true true false E3 => 200 bind!(ep::pause, req: wire::EmptyBody, resp: ep::EndpointDto)),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/resume" "resumeWebhookEndpoint" "webhooks:manage_resume_endpoint" true true false E3 => 200 bind!(ep::resume, req: wire::EmptyBody, resp: ep::EndpointDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/confirm" "confirmWebhookSecret" "webhooks:rotate_confirm" true true false E3 => 200 bind!(sec::confirm, req: sec::SecretReason, resp: ep::EndpointDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/revoke" "revokeWebhookSecret" "webhooks:rotate_revoke" true true false E3 => 200 bind!(sec::revoke, req: sec::SecretReason, resp: ep::EndpointDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/rotate" "rotateWebhookSecret" "webhooks:rotate_secret" true true false E3 => 200 bind!(sec::rotate, req: sec::SecretReason, resp: ep::EndpointDto)),
@@ -276,15 +168,12 @@ pub static OPERATIONS: &[Operation] = &[
 
 /// The operation named `id`.
 pub fn by_id(id: &str) -> Option<&'static Operation> {
-    OPERATIONS.iter().find(|o| o.id == id)
+    find(OPERATIONS, id)
 }
 
 /// Every permission name, sorted and unique.
 pub fn permissions() -> Vec<&'static str> {
-    let mut p: Vec<&str> = OPERATIONS.iter().map(|o| o.permission).collect();
-    p.sort_unstable();
-    p.dedup();
-    p
+    permissions_of(OPERATIONS)
 }
 
 #[cfg(test)]

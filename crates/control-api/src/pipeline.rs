@@ -277,6 +277,7 @@ async fn execute(
         state: state.clone(),
         caller: caller.clone(),
         op,
+        table: crate::operations::OPERATIONS,
         unit: match op.method {
             Method::Get => Unit::Read,
             Method::Post => Unit::Plain,
@@ -400,7 +401,7 @@ async fn abandon(opened: Option<store::WriteTx>) {
 /// Runs the operation's handler; a panic becomes an opaque 500.
 async fn call(ctx: &mut Ctx, input: Input) -> Result<crate::reply::Reply, ApiError> {
     let op = ctx.op;
-    let Some(handlers::Binding { handler, .. }) = op.binding else {
+    let Some(crate::operation::Binding { handler, .. }) = op.binding else {
         return Err(ApiError::NotFound(format!(
             "operation `{}` is not available in this version of the service",
             op.id

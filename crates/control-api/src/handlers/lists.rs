@@ -4,8 +4,9 @@
 //! every filter, so a cursor minted under other filters is refused.
 
 use crate::error::ApiError;
+use crate::handlers::Ctx;
 use crate::input::Input;
-use crate::operations::Operation;
+use crate::operation::{find, Operation};
 use domain::cursor::scope;
 use domain::{Prefix, Ref};
 use store::PageRequest;
@@ -56,7 +57,7 @@ impl Filter {
 
     /// `value` if this filter takes it; otherwise `validation_failed` on
     /// the filter's name.
-    fn check(&self, value: &str) -> Result<(), ApiError> {
+    fn check(&self, value: &str, table: &'static [Operation]) -> Result<(), ApiError> {
         let invalid = |issue: String| ApiError::validation(self.name, issue);
         match self.kind {
             FilterKind::OneOf(values) => {
@@ -76,8 +77,7 @@ impl Filter {
                     .ok_or_else(|| invalid("must be an HTTP status from 100 to 599".into()))?;
             }
             FilterKind::OperationId => {
-                crate::operations::by_id(value)
-                    .ok_or_else(|| invalid("unknown operation_id".into()))?;
+                find(table, value).ok_or_else(|| invalid("unknown operation_id".into()))?;
             }
             FilterKind::Text => {
                 if value.is_empty() || value.chars().count() > 500 {
@@ -102,19 +102,20 @@ pub(crate) struct ListQuery<'a> {
 }
 
 impl<'a> ListQuery<'a> {
-    /// Checks the query of `op` against the filters its row binds: no
-    /// other parameter, each value of the filter's kind.
-    pub(crate) fn parse(op: &Operation, input: &'a Input) -> Result<ListQuery<'a>, ApiError> {
-        ListQuery::parse_within(op, input, &[])
+    /// Checks the query of the request's operation against the filters
+    /// its row binds: no other parameter, each value of the filter's kind.
+    pub(crate) fn parse(ctx: &Ctx, input: &'a Input) -> Result<ListQuery<'a>, ApiError> {
+        ListQuery::parse_within(ctx, input, &[])
     }
 
     /// `parse` for a list within a parent (`within`: the parent's path
     /// parameters), whose cursors are bound to that parent too.
     pub(crate) fn parse_within(
-        op: &Operation,
+        ctx: &Ctx,
         input: &'a Input,
         within: &[(&'static str, Option<&'a str>)],
     ) -> Result<ListQuery<'a>, ApiError> {
+        let op = ctx.op;
         let filters = op.binding.map(|b| (b.filters)()).unwrap_or_default();
         let mut allowed = vec!["limit", "cursor"];
         allowed.extend(filters.iter().map(|f| f.name));
@@ -123,7 +124,7 @@ impl<'a> ListQuery<'a> {
         for f in &filters {
             let value = input.query_value(f.name);
             if let Some(v) = value {
-                f.check(v)?;
+                f.check(v, ctx.table)?;
             }
             values.push((f.name, value));
         }

@@ -1,5 +1,5 @@
-//! Operation handlers, and what binds them to the rows of the operation
-//! table (`Binding`, `bind!`; the rows themselves are in `operations`).
+//! Operation handlers (bound to the rows of the operation table in
+//! `operations`, by `operation::bind!`) and the `Ctx` each receives.
 //!
 //! A handler receives an authenticated, authorised `Ctx` and a parsed
 //! `Input`; the pipeline has already checked headers and parsed the body as
@@ -9,7 +9,6 @@
 pub mod admin;
 pub mod catalogue;
 pub mod checkout;
-pub(crate) mod events;
 pub(crate) mod lists;
 pub mod money;
 pub mod reads;
@@ -17,11 +16,8 @@ pub mod webhooks;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::input::Input;
-use crate::operations::Operation;
-use crate::reply::Reply;
+use crate::operation::Operation;
 use crate::state::AppState;
-use futures::future::BoxFuture;
 use sync_wrapper::SyncWrapper;
 
 /// Everything a handler may use besides its input.
@@ -29,6 +25,9 @@ pub struct Ctx {
     pub state: AppState,
     pub caller: Caller,
     pub op: &'static Operation,
+    /// The whole operation table (`operations::OPERATIONS`), for the rules
+    /// that read every row: grantable permissions, `operation_id` filters.
+    pub table: &'static [Operation],
     /// How the request's unit of work opens, if it may write.
     pub(crate) unit: Unit,
     /// The request's unit of work once opened (`tx`). Only ever used
@@ -80,6 +79,11 @@ impl Ctx {
         }
     }
 
+    /// Every permission an operation of the table needs.
+    pub fn permissions(&self) -> Vec<&'static str> {
+        crate::operation::permissions_of(self.table)
+    }
+
     pub fn store(&self) -> &store::Store {
         &self.state.store
     }
@@ -93,80 +97,6 @@ impl Ctx {
         self.state.settings.clock.now()
     }
 }
-
-pub type HandlerFn = for<'a> fn(&'a mut Ctx, Input) -> BoxFuture<'a, Result<Reply, ApiError>>;
-
-/// A schema for the OpenAPI document: its name and the component schemas
-/// it needs (itself included).
-pub type SchemaFn = fn() -> (
-    String,
-    Vec<(
-        String,
-        utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
-    )>,
-);
-
-/// How an operation is served and described: the handler of a row of
-/// `OPERATIONS` and its wire schemas (built with `bind!`).
-#[derive(Debug, Clone, Copy)]
-pub struct Binding {
-    pub handler: HandlerFn,
-    /// Request body schema, for operations that take one.
-    pub request: Option<SchemaFn>,
-    /// Schema of `data`, or of one item for lists.
-    pub response: SchemaFn,
-    /// A list's query filters besides `limit` and `cursor`: what
-    /// `ListQuery::parse` accepts and checks, and what the OpenAPI document
-    /// lists.
-    pub filters: fn() -> Vec<crate::handlers::lists::Filter>,
-}
-
-/// The schema function of a `ToSchema` type.
-pub fn schema<T: utoipa::ToSchema>() -> (
-    String,
-    Vec<(
-        String,
-        utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
-    )>,
-) {
-    let mut all = Vec::new();
-    <T as utoipa::ToSchema>::schemas(&mut all);
-    let name = <T as utoipa::ToSchema>::name().into_owned();
-    all.push((name.clone(), <T as utoipa::PartialSchema>::schema()));
-    (name, all)
-}
-
-/// The `Binding` of a handler `async fn(&mut Ctx, Input) -> Result<Reply,
-/// ApiError>`, with its request body type (if it takes one) and the type
-/// of its `data` (of one item, for lists). Used in the rows of
-/// `OPERATIONS`.
-macro_rules! bind {
-    ($f:path, req: $req:ty, resp: $resp:ty) => {
-        $crate::handlers::Binding {
-            handler: |ctx, input| ::std::boxed::Box::pin($f(ctx, input)),
-            request: Some($crate::handlers::schema::<$req>),
-            response: $crate::handlers::schema::<$resp>,
-            filters: ::std::vec::Vec::new,
-        }
-    };
-    ($f:path, resp: $resp:ty) => {
-        $crate::handlers::Binding {
-            handler: |ctx, input| ::std::boxed::Box::pin($f(ctx, input)),
-            request: None,
-            response: $crate::handlers::schema::<$resp>,
-            filters: ::std::vec::Vec::new,
-        }
-    };
-    ($f:path, resp: $resp:ty, filters: $filters:expr) => {
-        $crate::handlers::Binding {
-            handler: |ctx, input| ::std::boxed::Box::pin($f(ctx, input)),
-            request: None,
-            response: $crate::handlers::schema::<$resp>,
-            filters: $filters,
-        }
-    };
-}
-pub(crate) use bind;
 
 /// The references of kind `prefix` listed at `field`: each well-formed,
 /// none twice.

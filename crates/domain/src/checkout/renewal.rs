@@ -3,7 +3,7 @@
 //! subscriptions may be canceled, and how far a test clock may advance.
 //!
 //! It only decides. Charging, writing the invoice and scheduling the next
-//! piece of timed work belong to the caller (`control_api::renewals`), which
+//! piece of timed work belong to the caller (`commerce::renewals`, `commerce::test_clocks`), which
 //! passes the time it runs at: the wall clock, or a test clock's time.
 
 use super::period::add_periods;

@@ -5,7 +5,7 @@
 //! new `frozen_time` once every piece of its timed work up to it has run.
 //!
 //! It never decides what an advance may do (`domain::checkout::renewal`) or
-//! runs the work (`control_api::renewals`).
+//! runs the work (`commerce::renewals`, `commerce::test_clocks`).
 
 use super::checkout::{at, reference, state};
 use crate::db::codec::opt_ts;

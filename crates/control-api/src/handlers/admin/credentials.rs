@@ -2,12 +2,13 @@
 //! period for the old secret) and revoke. A secret appears only in the
 //! response that issues it.
 
-use super::service_accounts::{check_text, load};
-use super::{opt_ts, ts};
+use super::service_accounts::load;
 use crate::error::ApiError;
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::check_text;
+use crate::wire::{opt_ts, ts};
 use domain::etag::etag;
 use domain::principal::{
     CredentialStatus, ServiceAccountStatus, DEFAULT_ROTATION_GRACE_SECONDS,

@@ -1,10 +1,10 @@
 //! `listEnvironments`: the caller's own environment.
 
-use super::ts;
 use crate::error::ApiError;
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::ts;
 use serde::Serialize;
 use utoipa::ToSchema;
 

@@ -3,12 +3,11 @@
 //! `grants:manage_grant` (no self-lockout).
 
 use super::service_accounts::{account_etag, is_self, load, ReasonBody};
-use super::{opt_ts, ts};
 use crate::error::ApiError;
 use crate::handlers::Ctx;
 use crate::input::Input;
-use crate::operations::permissions;
 use crate::reply::Reply;
+use crate::wire::{opt_ts, ts};
 use domain::principal::{GrantStatus, ServiceAccountStatus};
 use serde::{Deserialize, Serialize};
 use store::admin::grants;
@@ -70,8 +69,8 @@ pub struct GrantPermission {
     pub permission_action: String,
 }
 
-fn known_permission(field: &str, p: &str) -> Result<(), ApiError> {
-    if permissions().contains(&p) {
+fn known_permission(ctx: &Ctx, field: &str, p: &str) -> Result<(), ApiError> {
+    if ctx.permissions().contains(&p) {
         Ok(())
     } else {
         Err(ApiError::validation(field, "unknown permission"))
@@ -91,7 +90,7 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
 
 pub async fn grant(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: GrantPermission = input.body()?;
-    known_permission("permission_action", &body.permission_action)?;
+    known_permission(ctx, "permission_action", &body.permission_action)?;
     let account = load(ctx, &input).await?;
     if account.status == ServiceAccountStatus::Retired {
         return Err(ApiError::semantic(
@@ -116,10 +115,10 @@ pub async fn grant(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
 pub async fn revoke(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: ReasonBody = input.body()?;
     if let Some(r) = &body.reason {
-        super::service_accounts::check_text("reason", r, 0, 500)?;
+        crate::wire::check_text("reason", r, 0, 500)?;
     }
     let permission = input.path_str("permission_action").to_owned();
-    known_permission("permission_action", &permission)?;
+    known_permission(ctx, "permission_action", &permission)?;
     let account = load(ctx, &input).await?;
     let held = ctx
         .store()

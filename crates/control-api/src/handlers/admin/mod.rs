@@ -6,13 +6,3 @@ pub mod environments;
 pub mod grants;
 pub mod request_logs;
 pub mod service_accounts;
-
-use domain::Timestamp;
-
-pub(crate) fn ts(t: Timestamp) -> String {
-    t.to_rfc3339()
-}
-
-pub(crate) fn opt_ts(t: Option<Timestamp>) -> Option<String> {
-    t.map(Timestamp::to_rfc3339)
-}

@@ -1,12 +1,12 @@
 //! `listPublicRequestLogs`: the caller's environment's request logs, newest
 //! first, filtered by `operation_id` and `status`.
 
-use super::ts;
 use crate::error::ApiError;
 use crate::handlers::lists::{Filter, FilterKind, ListQuery};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::ts;
 use serde::Serialize;
 use store::{RequestLogFilter, RequestLogRecord};
 use utoipa::ToSchema;
@@ -60,7 +60,7 @@ pub fn filters() -> Vec<Filter> {
 }
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let query = ListQuery::parse(ctx.op, &input)?;
+    let query = ListQuery::parse(ctx, &input)?;
     let (list_scope, page_request) = (query.scope, query.page);
     let operation_id = input.query_value("operation_id");
     // Checked by the query: an HTTP status.

@@ -1,11 +1,11 @@
 //! Service accounts: create, list, retrieve, suspend, resume, retire.
 //! A principal may never suspend or retire itself (no self-lockout).
 
-use super::{opt_ts, ts};
 use crate::error::ApiError;
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::{check_text, opt_ts, ts};
 use domain::etag::etag;
 use domain::principal::ServiceAccountStatus;
 use domain::{Prefix, Ref};
@@ -70,23 +70,6 @@ pub struct CreateServiceAccount {
 pub struct ReasonBody {
     /// At most 500 characters; recorded nowhere but the request log's operation.
     pub reason: Option<String>,
-}
-
-pub(crate) fn check_text(field: &str, value: &str, min: usize, max: usize) -> Result<(), ApiError> {
-    let n = value.chars().count();
-    if n < min || n > max {
-        return Err(ApiError::validation(
-            field,
-            format!("must be {min} to {max} characters"),
-        ));
-    }
-    if value.chars().any(char::is_control) {
-        return Err(ApiError::validation(
-            field,
-            "must not contain control characters",
-        ));
-    }
-    Ok(())
 }
 
 fn check_reason(body: &ReasonBody) -> Result<(), ApiError> {

@@ -2,13 +2,13 @@
 //! version), new versions (fields carried over from the newest), and
 //! publish (any existing version: a rollback is a publish).
 
-use super::found;
 use crate::error::{ApiError, Detail};
-use crate::handlers::admin::service_accounts::check_text;
-use crate::handlers::admin::ts;
 use crate::handlers::{distinct_refs, Ctx};
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::check_text;
+use crate::wire::found;
+use crate::wire::ts;
 use domain::catalogue::checkout_config::{
     check_custom_fields, derive_mode, ConfigMode, CustomField, FieldError, ItemPrice,
     MAX_LINE_ITEMS,

@@ -2,14 +2,14 @@
 //! `promotion_ref` are computed when read, from the clock and the
 //! promotions that cover it.
 
-use super::{found, money_error, MoneyDto};
 use crate::error::ApiError;
-use crate::handlers::admin::service_accounts::check_text;
-use crate::handlers::admin::ts;
 use crate::handlers::lists::{Filter, ListQuery};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::check_text;
+use crate::wire::ts;
+use crate::wire::{found, money_error, MoneyDto};
 use domain::catalogue::promotion::PromotionStatus;
 use domain::catalogue::{OfferStatus, PriceStatus};
 use domain::etag::etag;
@@ -99,7 +99,7 @@ pub fn filters() -> Vec<Filter> {
 }
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let query = ListQuery::parse(ctx.op, &input)?;
+    let query = ListQuery::parse(ctx, &input)?;
     let status = query.status(OfferStatus::parse, "active or retired")?;
     let product_ref = query.reference("product_ref");
     let page = ctx

@@ -2,71 +2,20 @@
 //! the product's published price and makes or moves its offer in the same
 //! unit of work. List and retrieve are the generic reads of `Served` records.
 
-use super::{found, product_by_ref, refused, MoneyDto};
+use super::product_by_ref;
 use crate::error::ApiError;
-use crate::handlers::admin::{opt_ts, ts};
-use crate::handlers::reads::{load, one, status_of, Served, StatusFilter};
-use crate::handlers::webhooks::endpoints::EmptyBody;
+use crate::handlers::reads::{load, one};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::EmptyBody;
+use crate::wire::{found, refused, MoneyDto};
 use domain::catalogue::{PriceStatus, ProductStatus, Recurrence};
-use domain::etag::etag;
-use domain::{Prefix, Ref, Timestamp};
-use serde::{Deserialize, Serialize};
+use domain::{Prefix, Ref};
+use serde::Deserialize;
 use store::billing::prices::{self, NewPrice, PriceRecord};
 use store::billing::{offers, products};
 use utoipa::ToSchema;
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct PriceDto {
-    pub price_ref: String,
-    pub product_ref: String,
-    pub amount: MoneyDto,
-    /// `one_time` or `recurring`.
-    #[serde(rename = "type")]
-    pub price_type: String,
-    /// `month` or `year` for recurring prices, else null.
-    pub interval: Option<String>,
-    /// `draft`, `published` or `superseded`.
-    pub status: String,
-    pub created_at: String,
-    pub published_at: Option<String>,
-    pub superseded_at: Option<String>,
-    pub etag: String,
-}
-
-impl Served for PriceRecord {
-    type Dto = PriceDto;
-    const PREFIX: Prefix = Prefix::Price;
-    const WHAT: &'static str = "price";
-    const PATH_PARAM: &'static str = "price_ref";
-    const STATUS: Option<StatusFilter> = status_of!(PriceStatus);
-    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("product_ref", Prefix::Product)];
-
-    fn dto(&self, _now: Timestamp) -> PriceDto {
-        PriceDto {
-            price_ref: self.price_ref.to_string(),
-            product_ref: self.product_ref.to_string(),
-            amount: self.amount.into(),
-            price_type: self.recurrence.price_type().as_str().to_owned(),
-            interval: self.recurrence.interval().map(|i| i.as_str().to_owned()),
-            status: self.status.as_str().to_owned(),
-            created_at: ts(self.created_at),
-            published_at: opt_ts(self.published_at),
-            superseded_at: opt_ts(self.superseded_at),
-            etag: Served::etag(self),
-        }
-    }
-
-    fn etag(&self) -> String {
-        etag(self.price_ref.as_str(), self.version)
-    }
-
-    fn position(&self) -> (i64, String) {
-        (self.created_at.millis(), self.price_ref.to_string())
-    }
-}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -1,64 +1,19 @@
 //! Products: create and publish (`draft → published`); list and retrieve
 //! are the generic reads of `Served` records.
 
-use super::{found, product_by_ref, refused};
+use super::product_by_ref;
 use crate::error::ApiError;
-use crate::handlers::admin::service_accounts::check_text;
-use crate::handlers::admin::{opt_ts, ts};
-use crate::handlers::reads::{one, status_of, Served, StatusFilter};
-use crate::handlers::webhooks::endpoints::EmptyBody;
+use crate::handlers::reads::one;
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
-use domain::catalogue::ProductStatus;
-use domain::etag::etag;
-use domain::{Prefix, Timestamp};
-use serde::{Deserialize, Serialize};
-use store::billing::products::{self, ProductRecord};
+use crate::wire::check_text;
+use crate::wire::EmptyBody;
+use crate::wire::{found, refused};
+use domain::Prefix;
+use serde::Deserialize;
+use store::billing::products::{self};
 use utoipa::ToSchema;
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ProductDto {
-    pub product_ref: String,
-    pub name: String,
-    pub description: Option<String>,
-    /// `draft`, `published` or `archived` (reserved).
-    pub status: String,
-    pub created_at: String,
-    pub updated_at: String,
-    pub published_at: Option<String>,
-    pub etag: String,
-}
-
-impl Served for ProductRecord {
-    type Dto = ProductDto;
-    const PREFIX: Prefix = Prefix::Product;
-    const WHAT: &'static str = "product";
-    const PATH_PARAM: &'static str = "product_ref";
-    const STATUS: Option<StatusFilter> = status_of!(ProductStatus);
-    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[];
-
-    fn dto(&self, _now: Timestamp) -> ProductDto {
-        ProductDto {
-            product_ref: self.product_ref.to_string(),
-            name: self.name.clone(),
-            description: self.description.clone(),
-            status: self.status.as_str().to_owned(),
-            created_at: ts(self.created_at),
-            updated_at: ts(self.updated_at),
-            published_at: opt_ts(self.published_at),
-            etag: Served::etag(self),
-        }
-    }
-
-    fn etag(&self) -> String {
-        etag(self.product_ref.as_str(), self.version)
-    }
-
-    fn position(&self) -> (i64, String) {
-        (self.created_at.millis(), self.product_ref.to_string())
-    }
-}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

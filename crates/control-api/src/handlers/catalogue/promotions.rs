@@ -3,12 +3,12 @@
 //! that ETag: recomputed in the unit of work, after locking the offers).
 
 use super::offers::amount_at;
-use super::{money_error, MoneyDto};
 use crate::error::ApiError;
-use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::{distinct_refs, Ctx};
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::{money_error, MoneyDto};
+use crate::wire::{opt_ts, ts};
 use domain::catalogue::plan::plan_digest;
 use domain::catalogue::promotion::{Discount, Percent, Window};
 use domain::etag::etag;

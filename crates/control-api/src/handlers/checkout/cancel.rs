@@ -1,16 +1,16 @@
 //! `cancelSubscription` (contract 12.4): now, which revokes its
 //! entitlements at once, or at the period's end, which sets
 //! `cancel_at_period_end` so that the period's end cancels it instead of
-//! renewing (`crate::renewals`). Both happen at the subscription's time:
+//! renewing (`commerce::renewals`). Both happen at the subscription's time:
 //! its test clock's, or the wall clock's.
 
 use super::test_clocks::time_of;
 use crate::error::ApiError;
-use crate::handlers::catalogue::refused;
 use crate::handlers::reads::{self, load, Served};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::refused;
 use serde::Deserialize;
 use store::billing::checkout::subscriptions::{self, Move, SubscriptionRecord};
 use utoipa::ToSchema;
@@ -52,7 +52,7 @@ pub async fn cancel(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         };
         subscriptions::update(tx, &sub, moved, now).await?
     } else {
-        crate::renewals::cancel_now(tx, &sub, now).await?
+        commerce::renewals::cancel_now(tx, &sub, now).await?
     };
     Ok(reads::one(ctx, &done))
 }

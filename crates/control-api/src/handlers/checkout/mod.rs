@@ -2,14 +2,13 @@
 //! `docs/checkout.md`).
 //!
 //! The records are read-only on the wire: each is `Served`
-//! (`handlers::reads`) and listed and retrieved by the generic reads bound
-//! in the operation table. Writes happen in `sessions::create`,
+//! (`commerce::shapes::checkout`) and listed and retrieved by the generic
+//! reads bound in the operation table. Writes happen in `sessions::create`,
 //! `pay::pay`, `cancel::cancel` and the test clocks' operations, each one
-//! unit of work; a subscription's renewals are timed work
-//! (`crate::renewals`).
+//! unit of work whose rules are `commerce`'s; a subscription's renewals are
+//! timed work (`commerce::renewals`).
 
 pub mod cancel;
 pub mod pay;
-pub mod records;
 pub mod sessions;
 pub mod test_clocks;

@@ -1,110 +1,23 @@
 //! Checkout sessions: create (priced now, from the config's published
 //! version; starts a journey), list and retrieve.
 
-use super::records::{line_items, BuyerContactDto, LineItemDto};
 use crate::error::ApiError;
-use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::catalogue::offers::amount_at;
-use crate::handlers::catalogue::{found, money_error, MoneyDto};
-use crate::handlers::reads::{status_of, Served, StatusFilter};
+use crate::wire::{found, money_error};
+use commerce::shapes::checkout::step;
+
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
 use domain::catalogue::checkout_config::check_values;
 use domain::checkout::buyer::{BuyerName, Email};
-use domain::checkout::states::{SessionStatus, StepKind, SESSION_TTL_SECONDS};
-use domain::etag::etag;
-use domain::{Money, Prefix, Ref, Timestamp};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use store::billing::checkout::journeys::{self, Step};
-use store::billing::checkout::sessions::{self, NewSession, SessionRecord};
+use domain::checkout::states::{StepKind, SESSION_TTL_SECONDS};
+use domain::{Money, Prefix, Ref};
+use serde::Deserialize;
+use store::billing::checkout::journeys::{self};
+use store::billing::checkout::sessions::{self, NewSession};
 use store::billing::checkout::PricedItem;
 use utoipa::ToSchema;
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SessionDto {
-    pub checkout_session_ref: String,
-    pub config_ref: String,
-    pub config_version: u32,
-    /// `open`, `complete` or `expired`.
-    pub status: String,
-    /// `payment` or `subscription`.
-    pub mode: String,
-    pub buyer: BuyerContactDto,
-    /// Null until a payment succeeds.
-    pub buyer_ref: Option<String>,
-    pub journey_ref: String,
-    pub line_items: Vec<LineItemDto>,
-    pub amount_total: MoneyDto,
-    /// Values by custom field key.
-    pub custom_fields: BTreeMap<String, String>,
-    /// The newest payment.
-    pub payment_intent_ref: Option<String>,
-    pub subscription_ref: Option<String>,
-    pub success_url: String,
-    pub cancel_url: Option<String>,
-    pub expires_at: String,
-    pub completed_at: Option<String>,
-    /// The test clock the session runs on; null when none.
-    pub test_clock_ref: Option<String>,
-    pub created_at: String,
-    pub etag: String,
-}
-
-impl Served for SessionRecord {
-    type Dto = SessionDto;
-    const PREFIX: Prefix = Prefix::CheckoutSession;
-    const WHAT: &'static str = "checkout session";
-    const PATH_PARAM: &'static str = "checkout_session_ref";
-    const STATUS: Option<StatusFilter> = status_of!(SessionStatus);
-    const REF_FILTERS: &'static [(&'static str, Prefix)] =
-        &[("config_ref", Prefix::CheckoutConfig)];
-
-    fn dto(&self, now: Timestamp) -> SessionDto {
-        SessionDto {
-            checkout_session_ref: self.checkout_session_ref.to_string(),
-            config_ref: self.config_ref.to_string(),
-            config_version: self.config_version,
-            status: self.effective_status(now).as_str().to_owned(),
-            mode: self.mode.as_str().to_owned(),
-            buyer: BuyerContactDto {
-                email: self.buyer_email.clone(),
-                name: self.buyer_name.clone(),
-            },
-            buyer_ref: self.buyer_ref.as_ref().map(Ref::to_string),
-            journey_ref: self.journey_ref.to_string(),
-            line_items: line_items(&self.line_items, self.amount_total.currency()),
-            amount_total: self.amount_total.into(),
-            custom_fields: self.custom_fields.clone(),
-            payment_intent_ref: self.payment_intent_ref.as_ref().map(Ref::to_string),
-            subscription_ref: self.subscription_ref.as_ref().map(Ref::to_string),
-            success_url: self.success_url.clone(),
-            cancel_url: self.cancel_url.clone(),
-            expires_at: ts(self.expires_at),
-            completed_at: opt_ts(self.completed_at),
-            test_clock_ref: self.test_clock_ref.as_ref().map(Ref::to_string),
-            created_at: ts(self.created_at),
-            etag: Served::etag(self),
-        }
-    }
-
-    fn etag(&self) -> String {
-        // Expiry changes what the session shows without a write.
-        let expired = self.effective_status(Timestamp::now()) == SessionStatus::Expired;
-        etag(
-            &format!("{}:{expired}", self.checkout_session_ref),
-            self.version,
-        )
-    }
-
-    fn position(&self) -> (i64, String) {
-        (
-            self.created_at.millis(),
-            self.checkout_session_ref.to_string(),
-        )
-    }
-}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -125,15 +38,6 @@ pub struct CreateCheckoutSession {
     /// A test clock of the sandbox (`clk_…`): the session, its buyer and
     /// every subscription paid through it live on the clock's time.
     pub test_clock_ref: Option<String>,
-}
-
-/// The steps' wire form of `kind` at `at`.
-pub(crate) fn step(kind: StepKind, at: Timestamp, payment: Option<&Ref>) -> Step {
-    Step {
-        kind: kind.as_str().to_owned(),
-        at: ts(at),
-        payment_intent_ref: payment.map(Ref::to_string),
-    }
 }
 
 pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {

@@ -1,73 +1,28 @@
 //! Test clocks (contract 12.4): create, list, retrieve and advance, in
 //! sandbox environments only (a live one answers `not_found`, as if clocks
 //! did not exist there). An advance is accepted (202, `advancing`) and run
-//! as timed work (`crate::renewals::advance`); the clock is `ready` again
+//! as timed work (`commerce::test_clocks::advance`); the clock is `ready` again
 //! when every piece of its work up to the new time has run.
 //!
 //! `time_of` is the one place a record's time is read: the clock's
 //! `frozen_time` for a record on a clock, else the wall clock.
 
 use crate::error::ApiError;
-use crate::handlers::admin::{opt_ts, ts};
-use crate::handlers::catalogue::found;
-use crate::handlers::reads::{self, load, status_of, Served, StatusFilter};
+use crate::handlers::reads::{self, load};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::found;
 use domain::checkout::renewal::{check_advance, check_clock_time, TestClockStatus};
-use domain::etag::etag;
 use domain::principal::Mode;
-use domain::{Prefix, Ref, Timestamp};
-use serde::{Deserialize, Serialize};
+use domain::{Ref, Timestamp};
+use serde::Deserialize;
 use store::billing::jobs;
 use store::billing::test_clocks::{self, TestClockRecord};
 use utoipa::ToSchema;
 
 /// Longest clock name.
 const MAX_NAME: usize = 200;
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TestClockDto {
-    pub test_clock_ref: String,
-    pub name: Option<String>,
-    /// The clock's time (RFC 3339, UTC).
-    pub frozen_time: String,
-    /// `ready` or `advancing`.
-    pub status: String,
-    /// Where the running advance goes; null when ready.
-    pub advancing_to: Option<String>,
-    pub created_at: String,
-    pub etag: String,
-}
-
-impl Served for TestClockRecord {
-    type Dto = TestClockDto;
-    const PREFIX: Prefix = Prefix::TestClock;
-    const WHAT: &'static str = "test clock";
-    const PATH_PARAM: &'static str = "test_clock_ref";
-    const STATUS: Option<StatusFilter> = status_of!(TestClockStatus);
-    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[];
-
-    fn dto(&self, _now: Timestamp) -> TestClockDto {
-        TestClockDto {
-            test_clock_ref: self.test_clock_ref.to_string(),
-            name: self.name.clone(),
-            frozen_time: ts(self.frozen_time),
-            status: self.status.as_str().to_owned(),
-            advancing_to: opt_ts(self.advance_to),
-            created_at: ts(self.created_at),
-            etag: Served::etag(self),
-        }
-    }
-
-    fn etag(&self) -> String {
-        etag(self.test_clock_ref.as_str(), self.version)
-    }
-
-    fn position(&self) -> (i64, String) {
-        (self.created_at.millis(), self.test_clock_ref.to_string())
-    }
-}
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -147,7 +102,7 @@ pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
 }
 
 /// Accepts an advance: the clock is `advancing` and the advance is timed
-/// work due now, which any runner takes (`crate::renewals::advance`).
+/// work due now, which any runner takes (`commerce::test_clocks::advance`).
 pub async fn advance(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     sandbox_only(ctx)?;
     let body: AdvanceTestClock = input.body()?;
@@ -173,7 +128,7 @@ pub async fn advance(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         })?;
     jobs::schedule(
         tx,
-        crate::renewals::ADVANCE,
+        commerce::test_clocks::ADVANCE,
         &advancing.test_clock_ref,
         &env,
         now,

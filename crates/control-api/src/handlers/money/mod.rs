@@ -2,5 +2,4 @@
 //! retrieve), and the projected disputes, payouts and participations (list,
 //! retrieve; contract 10.1).
 
-pub mod outside;
 pub mod refunds;

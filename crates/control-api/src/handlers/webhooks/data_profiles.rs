@@ -5,10 +5,10 @@
 use super::endpoints::endpoint_etag;
 use super::{check_reason, load_endpoint};
 use crate::error::ApiError;
-use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::{distinct_refs, Ctx};
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::{opt_ts, ts};
 use domain::webhook::shaping::{holds_uncovered, GrantView, GrantedField};
 use domain::webhook::{DataClass, Purpose};
 use serde::{Deserialize, Serialize};

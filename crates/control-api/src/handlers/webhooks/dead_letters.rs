@@ -3,11 +3,11 @@
 //! environment), filtered by `reason`.
 
 use crate::error::ApiError;
-use crate::handlers::admin::ts;
 use crate::handlers::lists::{Filter, FilterKind, ListQuery};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::ts;
 use serde::Serialize;
 use store::DeadLetterRecord;
 use utoipa::ToSchema;
@@ -38,7 +38,7 @@ pub fn filters() -> Vec<Filter> {
 }
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let query = ListQuery::parse(ctx.op, &input)?;
+    let query = ListQuery::parse(ctx, &input)?;
     let reason = query.value("reason");
     let page = ctx
         .store()

@@ -3,11 +3,11 @@
 
 use super::{load_delivery, load_endpoint};
 use crate::error::ApiError;
-use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::lists::{Filter, FilterKind, ListQuery};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::{opt_ts, ts};
 use domain::cursor::scope;
 use domain::etag::etag;
 use domain::webhook::{catalogue, BodyStatus, DeliveryStatus, ResponseClass};
@@ -194,7 +194,7 @@ pub(crate) fn delivery_filter(query: &ListQuery<'_>) -> DeliveryFilter {
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let query = ListQuery::parse_within(
-        ctx.op,
+        ctx,
         &input,
         &[("endpoint_ref", Some(input.path_str("endpoint_ref")))],
     )?;

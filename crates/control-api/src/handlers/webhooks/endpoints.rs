@@ -4,11 +4,12 @@
 
 use super::load_endpoint;
 use crate::error::ApiError;
-use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::lists::{Filter, ListQuery};
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::EmptyBody;
+use crate::wire::{opt_ts, ts};
 use domain::etag::etag;
 use domain::principal::Mode;
 use domain::webhook::secret_version::SecretVersion;
@@ -132,15 +133,10 @@ pub struct CreateEndpoint {
     pub description: Option<String>,
 }
 
-/// Empty body of pause and resume.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EmptyBody {}
-
 pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let body: CreateEndpoint = input.body()?;
     if let Some(d) = &body.description {
-        crate::handlers::admin::service_accounts::check_text("description", d, 0, 500)?;
+        crate::wire::check_text("description", d, 0, 500)?;
     }
     let settings = &ctx.state.settings.webhooks;
     let allow_http = ctx.caller.mode == Mode::Sandbox || settings.allow_http;
@@ -189,7 +185,7 @@ pub fn filters() -> Vec<Filter> {
 }
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let query = ListQuery::parse(ctx.op, &input)?;
+    let query = ListQuery::parse(ctx, &input)?;
     // Checked by the query: one of the statuses.
     let status = input.query_value("status").and_then(EndpointStatus::parse);
     let page = ctx

@@ -57,5 +57,5 @@ pub(crate) async fn load_delivery(ctx: &Ctx, input: &Input) -> Result<DeliveryRe
 
 /// A required free-text `reason` of 1 to 500 characters.
 pub(crate) fn check_reason(reason: &str) -> Result<(), ApiError> {
-    crate::handlers::admin::service_accounts::check_text("reason", reason, 1, 500)
+    crate::wire::check_text("reason", reason, 1, 500)
 }

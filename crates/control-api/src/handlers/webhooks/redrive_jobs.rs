@@ -5,11 +5,11 @@
 
 use super::{check_reason, endpoint_by_ref};
 use crate::error::ApiError;
-use crate::handlers::admin::{opt_ts, ts};
 use crate::handlers::lists::ListQuery;
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::{opt_ts, ts};
 use domain::webhook::{catalogue, DeliveryStatus, ResponseClass};
 use domain::{Prefix, Ref, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -168,7 +168,7 @@ pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
 }
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let query = ListQuery::parse(ctx.op, &input)?;
+    let query = ListQuery::parse(ctx, &input)?;
     let page = ctx
         .store()
         .webhooks()

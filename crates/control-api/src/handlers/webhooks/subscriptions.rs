@@ -3,10 +3,10 @@
 
 use super::load_endpoint;
 use crate::error::ApiError;
-use crate::handlers::admin::ts;
 use crate::handlers::{distinct_refs, Ctx};
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::ts;
 use domain::webhook::{catalogue, ScopeType};
 use domain::Ref;
 use serde::{Deserialize, Serialize};

@@ -1,9 +1,9 @@
 //! Subscriptions over time (contract 12.4), as timed work run by
 //! `crate::jobs`: a subscription's period end (`RENEW`: renew it, or cancel
 //! it when it was set to cancel then), the retries of a declined renewal
-//! (`RETRY`, on `billing.dunning_schedule`), and the advance of a test clock
-//! (`ADVANCE`), which runs the clock's due work in time order at the
-//! clock's time.
+//! (`RETRY`, on `billing.dunning_schedule`), and a cancel asked for now
+//! (`cancel_now`). A test clock's advance runs these at the clock's time
+//! (`crate::test_clocks`).
 //!
 //! Each renewal, retry or cancel is written with its events and the
 //! deletion of its job in one unit of work (`jobs::run_in`; jobs due at the
@@ -11,10 +11,10 @@
 //! none of it and it runs once with any number of runners. The rules (which period comes next, what a card answers, when
 //! to retry) are `domain::checkout`'s; this module writes what they decide.
 
-use crate::error::ApiError;
-use crate::handlers::events::event;
-use crate::handlers::reads::Served;
-use crate::jobs::{Rules, LEASE_SECONDS};
+use crate::events::event;
+use crate::jobs::Rules;
+use crate::shapes::Served;
+use crate::CommerceError;
 use domain::checkout::renewal::{next_period_end, AtPeriodEnd};
 use domain::checkout::sandbox::{Outcome, TestCard};
 use domain::checkout::states::{
@@ -23,7 +23,6 @@ use domain::checkout::states::{
 use domain::webhook::shaping::Scope;
 use domain::{Money, Ref, Timestamp};
 use serde::Serialize;
-use std::time::Duration;
 use store::billing::checkout::entitlements;
 use store::billing::checkout::invoice_numbers;
 use store::billing::checkout::methods::StoredMethodRecord;
@@ -32,7 +31,6 @@ use store::billing::checkout::payments::{self, NewPayment, PaymentRecord};
 use store::billing::checkout::sessions::SessionRecord;
 use store::billing::checkout::subscriptions::{self, Move, SubscriptionRecord};
 use store::billing::jobs::{self, Job};
-use store::billing::test_clocks::{self, TestClockRecord};
 use store::dispatch::outbox::Emit;
 use store::{EventRecord, Store, StoreError, WriteTx};
 
@@ -40,11 +38,9 @@ use store::{EventRecord, Store, StoreError, WriteTx};
 pub const RENEW: &str = "subscription.renew";
 /// The next try of a declined renewal's charge.
 pub const RETRY: &str = "subscription.retry";
-/// A test clock's accepted advance.
-pub const ADVANCE: &str = "test_clock.advance";
 
 /// Schedules what happens at the end of `s`'s current period, on its clock.
-pub(crate) async fn schedule_period_end(
+pub async fn schedule_period_end(
     tx: &mut WriteTx,
     s: &SubscriptionRecord,
 ) -> Result<(), StoreError> {
@@ -85,26 +81,26 @@ impl Events {
         }
     }
 
-    fn add(&mut self, event_type: &str, data: &impl Serialize) -> Result<(), ApiError> {
+    fn add(&mut self, event_type: &str, data: &impl Serialize) -> Result<(), CommerceError> {
         self.list
             .push(event(&self.env, event_type, &self.scope, data, self.now)?);
         Ok(())
     }
 
-    async fn flush(self, tx: &mut WriteTx) -> Result<(), ApiError> {
+    async fn flush(self, tx: &mut WriteTx) -> Result<(), CommerceError> {
         tx.emit_all(&self.list).await?;
         Ok(())
     }
 }
 
 /// A subscription's period end (`RENEW`), at `now`.
-pub(crate) async fn period_end(
+pub async fn period_end(
     store: &Store,
     rules: &Rules,
     tx: &mut WriteTx,
     job: &Job,
     now: Timestamp,
-) -> Result<(), ApiError> {
+) -> Result<(), CommerceError> {
     let sub = subscriptions::lock(tx, &job.subject_ref).await?;
     // A job left from a period that is no longer the current one (its end
     // moved on) has nothing to do.
@@ -128,7 +124,7 @@ pub(crate) async fn period_end(
 async fn charge_of(
     store: &Store,
     sub: &SubscriptionRecord,
-) -> Result<(SessionRecord, Money, domain::catalogue::Interval), ApiError> {
+) -> Result<(SessionRecord, Money, domain::catalogue::Interval), CommerceError> {
     let session: SessionRecord = store
         .get(&sub.environment_ref, &sub.checkout_session_ref)
         .await?;
@@ -136,13 +132,13 @@ async fn charge_of(
         .line_items
         .iter()
         .find(|i| i.price_ref == sub.price_ref.as_str())
-        .ok_or_else(|| ApiError::Internal("a subscription of no line item".into()))?;
+        .ok_or_else(|| CommerceError::broken("a subscription of no line item"))?;
     let interval = item
         .recurrence()?
         .interval()
-        .ok_or_else(|| ApiError::Internal("a subscription of a one-time item".into()))?;
+        .ok_or_else(|| CommerceError::broken("a subscription of a one-time item"))?;
     let amount = Money::new(session.amount_total.currency(), item.amount)
-        .map_err(|e| ApiError::Internal(Box::new(e)))?;
+        .map_err(|e| CommerceError::broken(e.to_string()))?;
     Ok((session, amount, interval))
 }
 
@@ -155,11 +151,11 @@ async fn charge(
     session: &SessionRecord,
     amount: Money,
     now: Timestamp,
-) -> Result<PaymentRecord, ApiError> {
+) -> Result<PaymentRecord, CommerceError> {
     let spm = sub
         .stored_payment_method_ref
         .as_ref()
-        .ok_or_else(|| ApiError::Internal("an active subscription without a method".into()))?;
+        .ok_or_else(|| CommerceError::broken("an active subscription without a method"))?;
     let method: StoredMethodRecord = store.get(&sub.environment_ref, spm).await?;
     let outcome = match TestCard::parse(&method.method) {
         Some(card) if method.status == StoredMethodStatus::Active => card.renewal_outcome(),
@@ -200,12 +196,12 @@ async fn renew(
     tx: &mut WriteTx,
     sub: &SubscriptionRecord,
     events: &mut Events,
-) -> Result<(), ApiError> {
+) -> Result<(), CommerceError> {
     let now = events.now;
     let (session, amount, interval) = charge_of(store, sub).await?;
     let current_end = sub
         .current_period_end
-        .ok_or_else(|| ApiError::Internal("an active subscription without a period".into()))?;
+        .ok_or_else(|| CommerceError::broken("an active subscription without a period"))?;
     let anchor = sub.started_at.unwrap_or(current_end);
     let period = (current_end, next_period_end(anchor, interval, current_end));
     let payment = charge(store, tx, sub, &session, amount, now).await?;
@@ -280,7 +276,7 @@ async fn give_up(
     sub: &SubscriptionRecord,
     invoice: &InvoiceRecord,
     events: &mut Events,
-) -> Result<(), ApiError> {
+) -> Result<(), CommerceError> {
     // The invoice was written by this unit of work: marking it does not
     // count another try.
     orders::uncollectible(tx, invoice).await?;
@@ -289,13 +285,13 @@ async fn give_up(
 }
 
 /// A retry of a declined renewal (`RETRY`), at `now`.
-pub(crate) async fn retry(
+pub async fn retry(
     store: &Store,
     rules: &Rules,
     tx: &mut WriteTx,
     job: &Job,
     now: Timestamp,
-) -> Result<(), ApiError> {
+) -> Result<(), CommerceError> {
     let sub = subscriptions::lock(tx, &job.subject_ref).await?;
     if sub.status != SubscriptionStatus::PastDue {
         return Ok(());
@@ -346,7 +342,7 @@ async fn cancel(
     sub: &SubscriptionRecord,
     reason: CancelReason,
     events: &mut Events,
-) -> Result<SubscriptionRecord, ApiError> {
+) -> Result<SubscriptionRecord, CommerceError> {
     let now = events.now;
     let moved = Move {
         status: Some(SubscriptionStatus::Canceled),
@@ -377,65 +373,13 @@ async fn cancel(
 }
 
 /// Cancels a subscription now, for `cancelSubscription`, with its events.
-pub(crate) async fn cancel_now(
+pub async fn cancel_now(
     tx: &mut WriteTx,
     sub: &SubscriptionRecord,
     now: Timestamp,
-) -> Result<SubscriptionRecord, ApiError> {
+) -> Result<SubscriptionRecord, CommerceError> {
     let mut events = Events::of(sub, now);
     let canceled = cancel(tx, sub, CancelReason::Requested, &mut events).await?;
     events.flush(tx).await?;
     Ok(canceled)
-}
-
-/// How long an advance waits for a job of its clock that another runner
-/// holds before looking again.
-const HELD_ELSEWHERE: Duration = Duration::from_millis(50);
-
-/// Runs a test clock's advance (`ADVANCE`, leased to `owner`): every job of
-/// the clock due up to its target, in time order, each at its own due time
-/// (the clock's time then), then the clock is `ready` at the target. Jobs a
-/// run makes that fall due before the target run too. The advance's lease
-/// is renewed as it goes; a runner that loses it stops, and the one that
-/// took it over finishes.
-pub(crate) async fn advance(
-    store: &Store,
-    rules: &Rules,
-    job: &Job,
-    owner: &str,
-) -> Result<(), ApiError> {
-    let clock_ref = &job.subject_ref;
-    let clock: TestClockRecord = store.get(&job.environment_ref, clock_ref).await?;
-    if let Some(to) = clock.advance_to {
-        loop {
-            let wall = Timestamp::now();
-            if !store
-                .extend_lease(job, owner, wall.plus_seconds(LEASE_SECONDS))
-                .await?
-            {
-                return Ok(());
-            }
-            let due = store
-                .due_on_clock(clock_ref, to, wall, crate::jobs::BATCH)
-                .await?;
-            let Some(first) = due.first() else {
-                if store.clock_has_due(clock_ref, to).await? {
-                    tokio::time::sleep(HELD_ELSEWHERE).await;
-                    continue;
-                }
-                break;
-            };
-            // Work a job makes falls due after the job's own time, so the
-            // jobs that share the earliest time can all run before looking
-            // again, in time order, as one unit of work.
-            let at = first.due_at;
-            let group: Vec<Job> = due.into_iter().take_while(|j| j.due_at == at).collect();
-            crate::jobs::run_group(store, rules, &group, owner, wall, at).await;
-        }
-    }
-    let mut tx = store.begin().await?;
-    jobs::complete(&mut tx, job, owner).await?;
-    test_clocks::finish_advance(&mut tx, clock_ref, Timestamp::now()).await?;
-    tx.commit().await?;
-    Ok(())
 }

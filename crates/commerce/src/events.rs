@@ -2,7 +2,7 @@
 //! resource"): an event's data is the resource as the API shows it, and it
 //! is written into the outbox in the unit of work that makes its change.
 
-use crate::error::ApiError;
+use crate::CommerceError;
 use domain::webhook::shaping::Scope;
 use domain::{Prefix, Ref, Timestamp};
 use serde::Serialize;
@@ -10,15 +10,17 @@ use store::dispatch::outbox::Emit;
 use store::{EventData, EventRecord, WriteTx};
 
 /// A new event of `event_type` carrying `data` (a wire DTO).
-pub(crate) fn event(
+pub fn event(
     environment_ref: &Ref,
     event_type: &str,
     scope: &Scope,
     data: &impl Serialize,
     occurred_at: Timestamp,
-) -> Result<EventRecord, ApiError> {
-    let text = serde_json::to_string(data).map_err(|e| ApiError::Internal(Box::new(e)))?;
-    let data = EventData::parse(text).map_err(|e| ApiError::Internal(e.into()))?;
+) -> Result<EventRecord, CommerceError> {
+    let text = serde_json::to_string(data)
+        .map_err(|e| CommerceError::broken(format!("an event's data: {e}")))?;
+    let data = EventData::parse(text)
+        .map_err(|e| CommerceError::broken(format!("an event's data: {e}")))?;
     Ok(EventRecord {
         event_ref: Ref::generate(Prefix::Event),
         environment_ref: environment_ref.clone(),
@@ -30,13 +32,13 @@ pub(crate) fn event(
 }
 
 /// Emits an event of `event_type` that happens now, in the unit of work.
-pub(crate) async fn emit(
+pub async fn emit(
     tx: &mut WriteTx,
     environment_ref: &Ref,
     event_type: &str,
     scope: &Scope,
     data: &impl Serialize,
-) -> Result<(), ApiError> {
+) -> Result<(), CommerceError> {
     let event = event(environment_ref, event_type, scope, data, Timestamp::now())?;
     tx.emit(&event).await?;
     Ok(())

@@ -2,8 +2,7 @@
 //! resource their projection made (`store::billing::outside`), with its tag.
 //! The `…Dto` types describe them for the OpenAPI document.
 
-use crate::handlers::catalogue::MoneyDto;
-use crate::handlers::reads::{status_of, Served, StatusFilter};
+use super::{status_of, MoneyDto, Served, StatusFilter};
 use domain::etag::etag;
 use domain::outside::sanitize::reason_safe;
 use domain::outside::states::evidence_due_at;
@@ -66,7 +65,7 @@ pub struct ParticipationDto {
 }
 
 /// The projected body with its tag.
-pub(crate) fn with_etag<S>(record: &Projected<S>) -> Value {
+pub fn with_etag<S>(record: &Projected<S>) -> Value {
     let mut body = record.body.clone();
     if let Value::Object(map) = &mut body {
         map.insert(
@@ -130,7 +129,7 @@ served!(
 /// A dispute's wire form: the projection of its upstream state, with the
 /// upstream reason made safe and the evidence deadline derived.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn dispute_body(
+pub fn dispute_body(
     dispute_ref: &Ref,
     payment_intent_ref: &Ref,
     amount: Money,

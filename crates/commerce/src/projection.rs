@@ -9,9 +9,9 @@
 //! reason never leaves: only `reason_safe`). Data that does not fit is
 //! refused with the field and the issue, and dead-lettered by the intake.
 
-use crate::handlers::catalogue::MoneyDto;
-use crate::handlers::money::outside::{dispute_body, with_etag};
 use crate::jobs::cancel_scheduled_refunds;
+use crate::shapes::outside::{dispute_body, with_etag};
+use crate::shapes::MoneyDto;
 use domain::outside::data::{DisputeData, FieldIssue, ParticipationData, PayoutData};
 use domain::outside::states::{DisputeStatus, ParticipationStatus, PayoutStatus};
 use domain::webhook::catalogue;
@@ -151,8 +151,9 @@ impl StoreProjector {
                         if changed && d.status.is_open() {
                             cancel_scheduled_refunds(&mut tx, env, &payment, Timestamp::now())
                                 .await
-                                .map_err(|e| {
-                                    StoreError::Corrupt(format!("canceling refunds: {e}"))
+                                .map_err(|e| match e {
+                                    crate::CommerceError::Store(e) => e,
+                                    e => StoreError::Corrupt(format!("canceling refunds: {e}")),
                                 })?;
                         }
                         Ok(sent)

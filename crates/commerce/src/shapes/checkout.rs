@@ -1,30 +1,29 @@
-//! The wire form of every record a payment makes, and what the generic
-//! reads need to serve it (`Served`).
+//! The shapes of every record a checkout and its payments make: sessions,
+//! payments, captures, orders, invoices, entitlements, buyers, stored
+//! methods, subscriptions and their changes, journeys, test clocks.
 
-use crate::handlers::admin::{opt_ts, ts};
-use crate::handlers::catalogue::MoneyDto;
-use crate::handlers::reads::{status_of, Served, StatusFilter};
+use super::{opt_ref, opt_ts, position, status_of, ts, MoneyDto, Served, StatusFilter};
+use domain::checkout::renewal::TestClockStatus;
 use domain::checkout::sandbox::Card;
 use domain::checkout::states::{
-    EntitlementStatus, InvoiceStatus, JourneyStatus, OrderStatus, PaymentStatus,
-    StoredMethodStatus, SubscriptionStatus,
+    EntitlementStatus, InvoiceStatus, JourneyStatus, OrderStatus, PaymentStatus, SessionStatus,
+    StepKind, StoredMethodStatus, SubscriptionStatus,
 };
 use domain::etag::etag;
 use domain::{Currency, Money, Prefix, Ref, Timestamp};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use store::billing::checkout::buyers::BuyerRecord;
 use store::billing::checkout::entitlements::EntitlementRecord;
 use store::billing::checkout::journeys::{JourneyRecord, Step};
 use store::billing::checkout::methods::StoredMethodRecord;
 use store::billing::checkout::orders::{InvoiceRecord, OrderRecord};
 use store::billing::checkout::payments::{CaptureRecord, PaymentRecord};
+use store::billing::checkout::sessions::SessionRecord;
 use store::billing::checkout::subscriptions::{ChangeRecord, SubscriptionRecord};
 use store::billing::checkout::PricedItem;
+use store::billing::test_clocks::TestClockRecord;
 use utoipa::ToSchema;
-
-fn opt_ref(r: &Option<Ref>) -> Option<String> {
-    r.as_ref().map(Ref::to_string)
-}
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct BuyerContactDto {
@@ -84,10 +83,6 @@ pub struct PaymentDto {
     pub captured_at: Option<String>,
     pub created_at: String,
     pub etag: String,
-}
-
-fn position(created_at: Timestamp, r: &Ref) -> (i64, String) {
-    (created_at.millis(), r.to_string())
 }
 
 impl Served for PaymentRecord {
@@ -189,7 +184,7 @@ pub struct LineItemDto {
 }
 
 /// Line items priced in `currency`.
-pub(crate) fn line_items(items: &[PricedItem], currency: Currency) -> Vec<LineItemDto> {
+pub fn line_items(items: &[PricedItem], currency: Currency) -> Vec<LineItemDto> {
     let money =
         |minor: u64| MoneyDto::from(Money::new(currency, minor).unwrap_or(Money::zero(currency)));
     items
@@ -609,5 +604,141 @@ impl Served for JourneyRecord {
 
     fn position(&self) -> (i64, String) {
         position(self.created_at, &self.journey_ref)
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionDto {
+    pub checkout_session_ref: String,
+    pub config_ref: String,
+    pub config_version: u32,
+    /// `open`, `complete` or `expired`.
+    pub status: String,
+    /// `payment` or `subscription`.
+    pub mode: String,
+    pub buyer: BuyerContactDto,
+    /// Null until a payment succeeds.
+    pub buyer_ref: Option<String>,
+    pub journey_ref: String,
+    pub line_items: Vec<LineItemDto>,
+    pub amount_total: MoneyDto,
+    /// Values by custom field key.
+    pub custom_fields: BTreeMap<String, String>,
+    /// The newest payment.
+    pub payment_intent_ref: Option<String>,
+    pub subscription_ref: Option<String>,
+    pub success_url: String,
+    pub cancel_url: Option<String>,
+    pub expires_at: String,
+    pub completed_at: Option<String>,
+    /// The test clock the session runs on; null when none.
+    pub test_clock_ref: Option<String>,
+    pub created_at: String,
+    pub etag: String,
+}
+
+impl Served for SessionRecord {
+    type Dto = SessionDto;
+    const PREFIX: Prefix = Prefix::CheckoutSession;
+    const WHAT: &'static str = "checkout session";
+    const PATH_PARAM: &'static str = "checkout_session_ref";
+    const STATUS: Option<StatusFilter> = status_of!(SessionStatus);
+    const REF_FILTERS: &'static [(&'static str, Prefix)] =
+        &[("config_ref", Prefix::CheckoutConfig)];
+
+    fn dto(&self, now: Timestamp) -> SessionDto {
+        SessionDto {
+            checkout_session_ref: self.checkout_session_ref.to_string(),
+            config_ref: self.config_ref.to_string(),
+            config_version: self.config_version,
+            status: self.effective_status(now).as_str().to_owned(),
+            mode: self.mode.as_str().to_owned(),
+            buyer: BuyerContactDto {
+                email: self.buyer_email.clone(),
+                name: self.buyer_name.clone(),
+            },
+            buyer_ref: self.buyer_ref.as_ref().map(Ref::to_string),
+            journey_ref: self.journey_ref.to_string(),
+            line_items: line_items(&self.line_items, self.amount_total.currency()),
+            amount_total: self.amount_total.into(),
+            custom_fields: self.custom_fields.clone(),
+            payment_intent_ref: self.payment_intent_ref.as_ref().map(Ref::to_string),
+            subscription_ref: self.subscription_ref.as_ref().map(Ref::to_string),
+            success_url: self.success_url.clone(),
+            cancel_url: self.cancel_url.clone(),
+            expires_at: ts(self.expires_at),
+            completed_at: opt_ts(self.completed_at),
+            test_clock_ref: self.test_clock_ref.as_ref().map(Ref::to_string),
+            created_at: ts(self.created_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        // Expiry changes what the session shows without a write.
+        let expired = self.effective_status(Timestamp::now()) == SessionStatus::Expired;
+        etag(
+            &format!("{}:{expired}", self.checkout_session_ref),
+            self.version,
+        )
+    }
+
+    fn position(&self) -> (i64, String) {
+        (
+            self.created_at.millis(),
+            self.checkout_session_ref.to_string(),
+        )
+    }
+}
+
+/// The steps' wire form of `kind` at `at`.
+pub fn step(kind: StepKind, at: Timestamp, payment: Option<&Ref>) -> Step {
+    Step {
+        kind: kind.as_str().to_owned(),
+        at: ts(at),
+        payment_intent_ref: payment.map(Ref::to_string),
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TestClockDto {
+    pub test_clock_ref: String,
+    pub name: Option<String>,
+    /// The clock's time (RFC 3339, UTC).
+    pub frozen_time: String,
+    /// `ready` or `advancing`.
+    pub status: String,
+    /// Where the running advance goes; null when ready.
+    pub advancing_to: Option<String>,
+    pub created_at: String,
+    pub etag: String,
+}
+
+impl Served for TestClockRecord {
+    type Dto = TestClockDto;
+    const PREFIX: Prefix = Prefix::TestClock;
+    const WHAT: &'static str = "test clock";
+    const PATH_PARAM: &'static str = "test_clock_ref";
+    const STATUS: Option<StatusFilter> = status_of!(TestClockStatus);
+    const REF_FILTERS: &'static [(&'static str, Prefix)] = &[];
+
+    fn dto(&self, _now: Timestamp) -> TestClockDto {
+        TestClockDto {
+            test_clock_ref: self.test_clock_ref.to_string(),
+            name: self.name.clone(),
+            frozen_time: ts(self.frozen_time),
+            status: self.status.as_str().to_owned(),
+            advancing_to: opt_ts(self.advance_to),
+            created_at: ts(self.created_at),
+            etag: Served::etag(self),
+        }
+    }
+
+    fn etag(&self) -> String {
+        etag(self.test_clock_ref.as_str(), self.version)
+    }
+
+    fn position(&self) -> (i64, String) {
+        (self.created_at.millis(), self.test_clock_ref.to_string())
     }
 }

@@ -2,33 +2,36 @@
 //! scheduled refund, settle a pending one (the sandbox processor answers
 //! within `SETTLE_AFTER_MS`), open the dispute of a `pm_card_dispute`
 //! payment, and a subscription's life over time (`crate::renewals`:
-//! renewals, dunning retries, cancels at period end, test clock advances). Each job runs in one unit of work that makes its effects, emits
-//! its events and deletes the job (`store::billing::jobs`), under a lease,
-//! so it survives a restart and runs once with any number of runners.
+//! renewals, dunning retries, cancels at period end; `crate::test_clocks`:
+//! test clock advances). Each job runs in one unit of work that makes its
+//! effects, emits its events and deletes the job (`store::billing::jobs`),
+//! under a lease, so it survives a restart and runs once with any number
+//! of runners.
 //!
-//! It lives here, not in `dispatcher`, because its events carry resources
-//! as the API shows them.
+//! The dispatcher role runs it (`run`); its events carry resources as the
+//! API shows them (`crate::shapes`).
 
-use crate::error::ApiError;
-use crate::handlers::events::emit;
-use crate::handlers::money::outside::dispute_body;
+use crate::events::emit;
 /// How long after a refund starts the sandbox settles it.
-pub use crate::handlers::money::refunds::SETTLE_AFTER_MS;
-use crate::handlers::money::refunds::{payment_scope, SETTLE, START};
-use crate::handlers::reads::Served;
+pub use crate::refunds::SETTLE_AFTER_MS;
+use crate::refunds::{SETTLE, START};
+use crate::shapes::outside::dispute_body;
+use crate::shapes::refunds::payment_scope;
+use crate::shapes::Served;
+use crate::CommerceError;
 use domain::checkout::renewal::DunningSchedule;
 use domain::checkout::sandbox::TestCard;
 use domain::outside::states::DisputeStatus;
 use domain::refunds::amounts::order_status_after;
 use domain::refunds::states::{AccessEffect, RefundStatus};
 use domain::{Prefix, Ref, Timestamp};
-use std::future::Future;
 use std::time::Duration;
 use store::billing::checkout::payments::PaymentRecord;
 use store::billing::jobs::{self, Job};
 use store::billing::outside::{self, DisputeRecord, Projection};
 use store::billing::refunds;
 use store::{Store, WriteTx};
+use tokio_util::sync::CancellationToken;
 
 /// The dispute a `pm_card_dispute` payment gets.
 pub const OPEN_DISPUTE: &str = "dispute.open";
@@ -49,14 +52,13 @@ pub struct Rules {
     pub dunning: DunningSchedule,
 }
 
-/// Runs due jobs until `shutdown` resolves: every [`POLL`], the jobs due
-/// by the wall clock (`run_due`).
-pub async fn run(store: Store, rules: Rules, shutdown: impl Future<Output = ()>) {
+/// Runs due jobs until `shutdown` is cancelled: every [`POLL`], the jobs
+/// due by the wall clock (`run_due`).
+pub async fn run(store: Store, rules: Rules, shutdown: CancellationToken) {
     let owner = format!("jobs-{}", Ref::generate(Prefix::Event));
-    tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            () = &mut shutdown => return,
+            () = shutdown.cancelled() => return,
             () = tokio::time::sleep(POLL) => {}
         }
         run_due(&store, &rules, &owner, Timestamp::now()).await;
@@ -85,7 +87,7 @@ pub async fn run_due(store: &Store, rules: &Rules, owner: &str, now: Timestamp) 
         let full = due.len() >= BATCH as usize;
         let (advances, group): (Vec<Job>, Vec<Job>) = due
             .into_iter()
-            .partition(|job| job.kind == crate::renewals::ADVANCE);
+            .partition(|job| job.kind == crate::test_clocks::ADVANCE);
         let grouped = run_group(store, rules, &group, owner, now, now).await;
         ran += grouped;
         let mut taken = grouped;
@@ -99,7 +101,7 @@ pub async fn run_due(store: &Store, rules: &Rules, owner: &str, now: Timestamp) 
                     continue;
                 }
             }
-            match crate::renewals::advance(store, rules, &job, owner).await {
+            match crate::test_clocks::advance(store, rules, &job, owner).await {
                 Ok(()) => ran += 1,
                 Err(e) => {
                     tracing::warn!(clock = %job.subject_ref, error = %e, "test clock advance failed")
@@ -161,7 +163,7 @@ async fn try_group(
     owner: &str,
     lease_now: Timestamp,
     now: Timestamp,
-) -> Result<usize, ApiError> {
+) -> Result<usize, CommerceError> {
     let until = lease_now.plus_seconds(LEASE_SECONDS);
     let mut tx = store.begin().await?;
     let mut ran = 0;
@@ -188,7 +190,7 @@ pub(crate) async fn run_leased(
         let mut tx = store.begin().await?;
         run_in(store, rules, &mut tx, job, owner, now).await?;
         tx.commit().await?;
-        Ok::<(), ApiError>(())
+        Ok::<(), CommerceError>(())
     };
     match run.await {
         Ok(()) => true,
@@ -207,7 +209,7 @@ async fn run_in(
     job: &Job,
     owner: &str,
     now: Timestamp,
-) -> Result<(), ApiError> {
+) -> Result<(), CommerceError> {
     // The job goes first, so that one that schedules its own kind again for
     // the same subject (a renewal's next period end) is not kept from it.
     jobs::complete(tx, job, owner).await?;
@@ -222,7 +224,7 @@ async fn run_in(
     Ok(())
 }
 
-async fn start_refund(tx: &mut WriteTx, job: &Job, now: Timestamp) -> Result<(), ApiError> {
+async fn start_refund(tx: &mut WriteTx, job: &Job, now: Timestamp) -> Result<(), CommerceError> {
     let refund = refunds::lock(tx, &job.subject_ref).await?;
     let Ok(next) = refund.status.start() else {
         return Ok(()); // canceled meanwhile
@@ -238,7 +240,7 @@ async fn settle_refund(
     tx: &mut WriteTx,
     job: &Job,
     now: Timestamp,
-) -> Result<(), ApiError> {
+) -> Result<(), CommerceError> {
     let refund = refunds::lock(tx, &job.subject_ref).await?;
     if refund.status != RefundStatus::Pending {
         return Ok(());
@@ -250,7 +252,7 @@ async fn settle_refund(
     let next = refund
         .status
         .settle(ok)
-        .map_err(|e| ApiError::Internal(Box::new(e)))?;
+        .map_err(|e| CommerceError::broken(format!("a pending refund: {e}")))?;
     let settled = refunds::set_status(tx, &refund, next, now).await?;
     let scope = payment_scope(&payment);
     if ok {
@@ -291,12 +293,12 @@ async fn settle_refund(
 
 /// Cancels the payment's scheduled refunds at `now`: a dispute opened on
 /// it.
-pub(crate) async fn cancel_scheduled_refunds(
+pub async fn cancel_scheduled_refunds(
     tx: &mut WriteTx,
     environment_ref: &Ref,
     payment: &PaymentRecord,
     now: Timestamp,
-) -> Result<(), ApiError> {
+) -> Result<(), CommerceError> {
     for refund in refunds::scheduled_of_payment(tx, &payment.payment_intent_ref).await? {
         let Ok(next) = refund.status.cancel() else {
             continue;
@@ -322,7 +324,7 @@ async fn open_dispute(
     tx: &mut WriteTx,
     job: &Job,
     now: Timestamp,
-) -> Result<(), ApiError> {
+) -> Result<(), CommerceError> {
     let payment: PaymentRecord = store.get(&job.environment_ref, &job.subject_ref).await?;
     let dispute_ref = Ref::generate(Prefix::Dispute);
     let body = dispute_body(
