@@ -22,7 +22,7 @@
 //! then `run` writes it all in the caller's unit of work.
 
 use crate::error::found;
-use crate::events::event;
+use crate::events::Batch;
 use crate::renewals::schedule_period_end;
 use crate::shapes::checkout::step;
 use crate::shapes::Served;
@@ -36,19 +36,16 @@ use domain::checkout::states::{
 use domain::principal::Mode;
 use domain::webhook::shaping::Scope;
 use domain::{Ref, Timestamp};
-use serde::Serialize;
 use store::billing::checkout::buyers::{self, BuyerOf, BuyerRecord};
-use store::billing::checkout::entitlements;
-use store::billing::checkout::invoice_numbers;
+use store::billing::checkout::entitlements::{self, EntitlementRecord};
 use store::billing::checkout::journeys::{self, Step};
 use store::billing::checkout::methods::{self, StoredMethodRecord};
-use store::billing::checkout::orders::{self, NewInvoice, NewOrder};
+use store::billing::checkout::orders::{self, InvoiceRecord, NewInvoice, NewOrder, OrderRecord};
 use store::billing::checkout::payments::{self, Finish, NewPayment, PaymentRecord};
 use store::billing::checkout::sessions::{self, Attempt, Completion, SessionRecord};
 use store::billing::checkout::subscriptions::{self, NewSubscription, SubscriptionRecord};
 use store::billing::jobs;
-use store::dispatch::outbox::Emit;
-use store::{EventRecord, Store, WriteTx};
+use store::{Store, WriteTx};
 
 /// What a pay call asks for.
 pub enum Request {
@@ -165,7 +162,6 @@ pub async fn run(
         session: claimed,
         email: &email,
         now,
-        events: Vec::new(),
     };
     match authenticated {
         None => match charge.card.outcome() {
@@ -248,6 +244,14 @@ struct Charge {
     stored: Option<Ref>,
 }
 
+/// What completing a session made (`Unit::complete`).
+struct Completed {
+    session: SessionRecord,
+    order: OrderRecord,
+    invoice: InvoiceRecord,
+    granted: Vec<EntitlementRecord>,
+}
+
 /// One pay's unit of work on its claimed session.
 struct Unit<'a> {
     tx: &'a mut WriteTx,
@@ -255,8 +259,6 @@ struct Unit<'a> {
     session: SessionRecord,
     email: &'a Email,
     now: Timestamp,
-    /// The events of this pay, written together (`flush`).
-    events: Vec<EventRecord>,
 }
 
 impl Unit<'_> {
@@ -268,23 +270,10 @@ impl Unit<'_> {
         }
     }
 
-    /// Adds an event to those the pay emits (`flush`, one statement).
-    fn emit(
-        &mut self,
-        event_type: &str,
-        scope: &Scope,
-        data: &impl Serialize,
-    ) -> Result<(), CommerceError> {
-        let event = event(self.env, event_type, scope, data, self.now)?;
-        self.events.push(event);
-        Ok(())
-    }
-
-    /// Writes the pay's events into the outbox.
-    async fn flush(&mut self) -> Result<(), CommerceError> {
-        let events = std::mem::take(&mut self.events);
-        self.tx.emit_all(&events).await?;
-        Ok(())
+    /// The events of this pay, concerning `buyer_ref`: written together,
+    /// in order (`Batch::flush`).
+    fn events(&self, buyer_ref: Option<&Ref>) -> Batch {
+        Batch::new(self.env, self.scope(buyer_ref), self.now)
     }
 
     fn steps(&self, kinds: &[StepKind], payment: &Ref) -> Vec<Step> {
@@ -329,12 +318,14 @@ impl Unit<'_> {
         Ok(payments::create(self.tx, self.env, new).await?)
     }
 
+    /// A pay that went through: the buyer found or made, the method kept,
+    /// the payment captured, the session completed with its order, invoice,
+    /// entitlements and subscriptions, the journey's steps, and the events.
     async fn succeed(
         mut self,
         charge: &Charge,
         waiting: Option<&PaymentRecord>,
     ) -> Result<Paid, CommerceError> {
-        let now = self.now;
         let buyer = buyers::find_or_create(
             self.tx,
             self.env,
@@ -342,33 +333,98 @@ impl Unit<'_> {
                 email: self.email,
                 name: self.session.buyer_name.as_deref(),
                 test_clock_ref: self.session.test_clock_ref.as_ref(),
-                now,
+                now: self.now,
             },
         )
         .await?;
-        let stored = match &charge.stored {
-            Some(r) => Some(r.clone()),
-            None if charge.save || self.is_recurring() => Some(
-                methods::store(
-                    self.tx,
-                    self.env,
-                    &buyer.buyer_ref,
-                    &charge.method,
-                    &charge.details,
-                    now,
-                )
-                .await?
-                .stored_payment_method_ref,
-            ),
-            None => None,
+        let buyer_ref = &buyer.buyer_ref;
+        let stored = self.kept_method(charge, buyer_ref).await?;
+        let payment = self
+            .captured(charge, waiting, buyer_ref, stored.as_ref())
+            .await?;
+        let subscriptions = self.start_subscriptions(buyer_ref, stored.as_ref()).await?;
+        let done = self
+            .complete(buyer_ref, &payment, subscriptions.first())
+            .await?;
+        let mut kinds = match waiting {
+            Some(_) => vec![StepKind::PaymentSucceeded],
+            None => vec![StepKind::PaymentAttempted, StepKind::PaymentSucceeded],
         };
+        kinds.extend(subscriptions.iter().map(|_| StepKind::SubscriptionStarted));
+        let steps = self.steps(&kinds, &payment.payment_intent_ref);
+        journeys::add_steps(self.tx, &done.session.journey_ref, &steps, Some(buyer_ref)).await?;
+
+        let now = self.now;
+        let mut events = self.events(Some(buyer_ref));
+        events.add("payment.succeeded", &payment.dto(now))?;
+        events.add("checkout_session.completed", &done.session.dto(now))?;
+        events.add("order.created", &done.order.dto(now))?;
+        // The invoice's number is taken last, at the commit: this event
+        // is made then, and the pay's events are written with it.
+        events.add_new_invoice("invoice.paid", &done.invoice)?;
+        for entitlement in &done.granted {
+            events.add("entitlement.granted", &entitlement.dto(now))?;
+        }
+        for subscription in &subscriptions {
+            events.add("subscription.started", &subscription.dto(now))?;
+        }
+        events.flush(self.tx).await?;
+        let result = if subscriptions.is_empty() {
+            PayResult::RetrievePaymentResponse
+        } else {
+            PayResult::SubscriptionStarted
+        };
+        Ok(Paid {
+            result,
+            payment,
+            subscription: subscriptions.into_iter().next(),
+            session: done.session,
+        })
+    }
+
+    /// The stored method a successful pay charged, or keeps: the one paid
+    /// with, else the card when asked to keep it or when a subscription
+    /// will charge it again.
+    async fn kept_method(
+        &mut self,
+        charge: &Charge,
+        buyer_ref: &Ref,
+    ) -> Result<Option<Ref>, CommerceError> {
+        if let Some(r) = &charge.stored {
+            return Ok(Some(r.clone()));
+        }
+        if !(charge.save || self.is_recurring()) {
+            return Ok(None);
+        }
+        let kept = methods::store(
+            self.tx,
+            self.env,
+            buyer_ref,
+            &charge.method,
+            &charge.details,
+            self.now,
+        )
+        .await?;
+        Ok(Some(kept.stored_payment_method_ref))
+    }
+
+    /// The succeeded payment (the waiting one finished, or a new one),
+    /// captured; a `pm_card_dispute` one also gets its sandbox dispute.
+    async fn captured(
+        &mut self,
+        charge: &Charge,
+        waiting: Option<&PaymentRecord>,
+        buyer_ref: &Ref,
+        stored: Option<&Ref>,
+    ) -> Result<PaymentRecord, CommerceError> {
+        let now = self.now;
         let payment = match waiting {
             Some(p) => {
                 let finish = Finish {
                     status: PaymentStatus::Succeeded,
                     failure_code: None,
-                    buyer_ref: Some(&buyer.buyer_ref),
-                    stored_payment_method_ref: stored.as_ref(),
+                    buyer_ref: Some(buyer_ref),
+                    stored_payment_method_ref: stored,
                     captured_at: Some(now),
                     at: now,
                 };
@@ -379,8 +435,8 @@ impl Unit<'_> {
                     charge,
                     PaymentStatus::Succeeded,
                     None,
-                    Some(&buyer.buyer_ref),
-                    stored.as_ref(),
+                    Some(buyer_ref),
+                    stored,
                 )
                 .await?
             }
@@ -388,26 +444,32 @@ impl Unit<'_> {
         payments::capture(self.tx, &payment, now).await?;
         if charge.card.opens_dispute() {
             let due = now.plus_seconds(crate::jobs::DISPUTE_AFTER_SECONDS);
-            let job = crate::jobs::OPEN_DISPUTE;
-            let clock = self.session.test_clock_ref.as_ref();
             jobs::schedule_on(
                 self.tx,
-                job,
+                crate::jobs::OPEN_DISPUTE,
                 &payment.payment_intent_ref,
                 self.env,
                 due,
-                clock,
+                self.session.test_clock_ref.as_ref(),
             )
             .await?;
         }
-        let subscriptions = self
-            .start_subscriptions(&buyer.buyer_ref, stored.as_ref())
-            .await?;
-        let first = subscriptions.first();
+        Ok(payment)
+    }
+
+    /// The session completed by `payment`, with its order, its invoice
+    /// (numbered at the commit) and an entitlement per product.
+    async fn complete(
+        &mut self,
+        buyer_ref: &Ref,
+        payment: &PaymentRecord,
+        first: Option<&SubscriptionRecord>,
+    ) -> Result<Completed, CommerceError> {
+        let now = self.now;
         let attempt = Attempt {
             payment_intent_ref: &payment.payment_intent_ref,
             completed: Some(Completion {
-                buyer_ref: &buyer.buyer_ref,
+                buyer_ref,
                 subscription_ref: first.map(|s| &s.subscription_ref),
             }),
         };
@@ -417,7 +479,7 @@ impl Unit<'_> {
             self.env,
             NewOrder {
                 checkout_session_ref: &session.checkout_session_ref,
-                buyer_ref: &buyer.buyer_ref,
+                buyer_ref,
                 payment_intent_ref: &payment.payment_intent_ref,
                 line_items: &session.line_items,
                 amount_total: session.amount_total,
@@ -436,57 +498,17 @@ impl Unit<'_> {
         .await?;
         let mut granted = Vec::new();
         for product_ref in session.product_refs() {
-            granted.push(
-                entitlements::grant(
-                    self.tx,
-                    self.env,
-                    &buyer.buyer_ref,
-                    &product_ref,
-                    &order.order_ref,
-                    now,
-                )
-                .await?,
-            );
+            let order_ref = &order.order_ref;
+            let entitlement =
+                entitlements::grant(self.tx, self.env, buyer_ref, &product_ref, order_ref, now)
+                    .await?;
+            granted.push(entitlement);
         }
-        let mut kinds = match waiting {
-            Some(_) => vec![StepKind::PaymentSucceeded],
-            None => vec![StepKind::PaymentAttempted, StepKind::PaymentSucceeded],
-        };
-        kinds.extend(subscriptions.iter().map(|_| StepKind::SubscriptionStarted));
-        let steps = self.steps(&kinds, &payment.payment_intent_ref);
-        journeys::add_steps(
-            self.tx,
-            &session.journey_ref,
-            &steps,
-            Some(&buyer.buyer_ref),
-        )
-        .await?;
-
-        let scope = self.scope(Some(&buyer.buyer_ref));
-        self.emit("payment.succeeded", &scope, &payment.dto(now))?;
-        self.emit("checkout_session.completed", &scope, &session.dto(now))?;
-        self.emit("order.created", &scope, &order.dto(now))?;
-        self.emit("invoice.paid", &scope, &invoice.dto(now))?;
-        for entitlement in &granted {
-            self.emit("entitlement.granted", &scope, &entitlement.dto(now))?;
-        }
-        for subscription in &subscriptions {
-            self.emit("subscription.started", &scope, &subscription.dto(now))?;
-        }
-        // The invoice's number is taken last, at the commit, and written
-        // into `invoice.paid` then.
-        invoice_numbers::number_at_commit(self.tx, &invoice, &self.events);
-        self.flush().await?;
-        let result = if subscriptions.is_empty() {
-            PayResult::RetrievePaymentResponse
-        } else {
-            PayResult::SubscriptionStarted
-        };
-        Ok(Paid {
-            result,
-            payment,
-            subscription: subscriptions.into_iter().next(),
+        Ok(Completed {
             session,
+            order,
+            invoice,
+            granted,
         })
     }
 
@@ -610,9 +632,9 @@ impl Unit<'_> {
         };
         let steps = self.steps(&kinds, &payment.payment_intent_ref);
         journeys::add_steps(self.tx, &session.journey_ref, &steps, None).await?;
-        let scope = self.scope(buyer_ref.as_ref());
-        self.emit("payment.failed", &scope, &payment.dto(self.now))?;
-        self.flush().await?;
+        let mut events = self.events(buyer_ref.as_ref());
+        events.add("payment.failed", &payment.dto(self.now))?;
+        events.flush(self.tx).await?;
         Ok(Paid {
             result: PayResult::RetrievePaymentResponse,
             payment,

@@ -11,7 +11,7 @@
 //! none of it and it runs once with any number of runners. The rules (which period comes next, what a card answers, when
 //! to retry) are `domain::checkout`'s; this module writes what they decide.
 
-use crate::events::event;
+use crate::events::Batch;
 use crate::jobs::Rules;
 use crate::shapes::Served;
 use crate::CommerceError;
@@ -22,17 +22,14 @@ use domain::checkout::states::{
 };
 use domain::webhook::shaping::Scope;
 use domain::{Money, Ref, Timestamp};
-use serde::Serialize;
 use store::billing::checkout::entitlements;
-use store::billing::checkout::invoice_numbers;
 use store::billing::checkout::methods::StoredMethodRecord;
 use store::billing::checkout::orders::{self, InvoiceRecord, RenewalInvoice, Retried};
 use store::billing::checkout::payments::{self, NewPayment, PaymentRecord};
 use store::billing::checkout::sessions::SessionRecord;
 use store::billing::checkout::subscriptions::{self, Move, SubscriptionRecord};
 use store::billing::jobs::{self, Job};
-use store::dispatch::outbox::Emit;
-use store::{EventRecord, Store, StoreError, WriteTx};
+use store::{Store, StoreError, WriteTx};
 
 /// The end of a subscription's current period.
 pub const RENEW: &str = "subscription.renew";
@@ -59,38 +56,15 @@ pub async fn schedule_period_end(
     .await
 }
 
-/// The events of one unit of work, at its time.
-struct Events {
-    env: Ref,
-    scope: Scope,
-    now: Timestamp,
-    list: Vec<EventRecord>,
-}
-
-impl Events {
-    fn of(s: &SubscriptionRecord, now: Timestamp) -> Events {
-        Events {
-            env: s.environment_ref.clone(),
-            scope: Scope {
-                product_refs: vec![s.product_ref.to_string()],
-                buyer_ref: s.buyer_ref.as_ref().map(Ref::to_string),
-                beneficiary_business_ref: None,
-            },
-            now,
-            list: Vec::new(),
-        }
-    }
-
-    fn add(&mut self, event_type: &str, data: &impl Serialize) -> Result<(), CommerceError> {
-        self.list
-            .push(event(&self.env, event_type, &self.scope, data, self.now)?);
-        Ok(())
-    }
-
-    async fn flush(self, tx: &mut WriteTx) -> Result<(), CommerceError> {
-        tx.emit_all(&self.list).await?;
-        Ok(())
-    }
+/// The events of a unit of work on `s`, at `now`: they concern its product
+/// and buyer.
+fn events_of(s: &SubscriptionRecord, now: Timestamp) -> Batch {
+    let scope = Scope {
+        product_refs: vec![s.product_ref.to_string()],
+        buyer_ref: s.buyer_ref.as_ref().map(Ref::to_string),
+        beneficiary_business_ref: None,
+    };
+    Batch::new(&s.environment_ref, scope, now)
 }
 
 /// A subscription's period end (`RENEW`), at `now`.
@@ -107,7 +81,7 @@ pub async fn period_end(
     if sub.current_period_end.is_none_or(|end| end > now) {
         return Ok(());
     }
-    let mut events = Events::of(&sub, now);
+    let mut events = events_of(&sub, now);
     match sub.status.at_period_end(sub.cancel_at_period_end) {
         None => return Ok(()),
         Some(AtPeriodEnd::Cancel) => {
@@ -195,9 +169,9 @@ async fn renew(
     rules: &Rules,
     tx: &mut WriteTx,
     sub: &SubscriptionRecord,
-    events: &mut Events,
+    events: &mut Batch,
 ) -> Result<(), CommerceError> {
-    let now = events.now;
+    let now = events.now();
     let (session, amount, interval) = charge_of(store, sub).await?;
     let current_end = sub
         .current_period_end
@@ -233,15 +207,13 @@ async fn renew(
     if paid {
         schedule_period_end(tx, &renewed).await?;
         events.add("payment.succeeded", &payment.dto(now))?;
-        events.add("invoice.paid", &invoice.dto(now))?;
+        events.add_new_invoice("invoice.paid", &invoice)?;
         events.add("subscription.renewed", &renewed.dto(now))?;
-        invoice_numbers::number_at_commit(tx, &invoice, &events.list);
         return Ok(());
     }
     events.add("payment.failed", &payment.dto(now))?;
     events.add("subscription.past_due", &renewed.dto(now))?;
-    events.add("invoice.payment_failed", &invoice.dto(now))?;
-    invoice_numbers::number_at_commit(tx, &invoice, &events.list);
+    events.add_new_invoice("invoice.payment_failed", &invoice)?;
     match rules
         .dunning
         .retry_at(invoice.issued_at, invoice.attempt_count)
@@ -275,7 +247,7 @@ async fn give_up(
     tx: &mut WriteTx,
     sub: &SubscriptionRecord,
     invoice: &InvoiceRecord,
-    events: &mut Events,
+    events: &mut Batch,
 ) -> Result<(), CommerceError> {
     // The invoice was written by this unit of work: marking it does not
     // count another try.
@@ -299,7 +271,7 @@ pub async fn retry(
     let Some(invoice) = orders::open_of_subscription(tx, &sub.subscription_ref).await? else {
         return Ok(());
     };
-    let mut events = Events::of(&sub, now);
+    let mut events = events_of(&sub, now);
     let (session, _, _) = charge_of(store, &sub).await?;
     let payment = charge(store, tx, &sub, &session, invoice.amount_total, now).await?;
     if payment.status == PaymentStatus::Succeeded {
@@ -341,9 +313,9 @@ async fn cancel(
     tx: &mut WriteTx,
     sub: &SubscriptionRecord,
     reason: CancelReason,
-    events: &mut Events,
+    events: &mut Batch,
 ) -> Result<SubscriptionRecord, CommerceError> {
-    let now = events.now;
+    let now = events.now();
     let moved = Move {
         status: Some(SubscriptionStatus::Canceled),
         canceled: Some(reason),
@@ -378,7 +350,7 @@ pub async fn cancel_now(
     sub: &SubscriptionRecord,
     now: Timestamp,
 ) -> Result<SubscriptionRecord, CommerceError> {
-    let mut events = Events::of(sub, now);
+    let mut events = events_of(sub, now);
     let canceled = cancel(tx, sub, CancelReason::Requested, &mut events).await?;
     events.flush(tx).await?;
     Ok(canceled)

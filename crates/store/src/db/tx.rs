@@ -48,6 +48,12 @@ impl WriteTx {
         self.0.at_commit(last)
     }
 
+    /// The transaction this one wraps, for a statement also run at the
+    /// commit (`at_commit`), where only the inner one is at hand.
+    pub(crate) fn inner(&mut self) -> &mut store_db::WriteTx {
+        &mut self.0
+    }
+
     pub(crate) fn signals<T: Any>(&self) -> Option<&T> {
         self.0.signals()
     }

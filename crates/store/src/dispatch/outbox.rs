@@ -39,42 +39,52 @@ impl Emit for WriteTx {
     }
 
     async fn emit_all(&mut self, events: &[EventRecord]) -> Result<(), StoreError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        const COLUMNS: usize = 7;
-        let now = Timestamp::now().millis();
-        let scopes: Vec<String> = events.iter().map(|e| to_json(&e.scope)).collect();
-        let mut marks = Marks::new(self.backend());
-        let rows: Vec<String> = (0..events.len())
-            .map(|_| format!("({})", marks.list(COLUMNS)))
-            .collect();
-        let mut args: Vec<Arg<'_>> = Vec::with_capacity(events.len() * COLUMNS);
-        for (event, scope) in events.iter().zip(&scopes) {
-            args.extend::<[Arg<'_>; COLUMNS]>([
-                event.event_ref.as_str().into(),
-                event.environment_ref.as_str().into(),
-                event.public_event_type.as_str().into(),
-                event.occurred_at.millis().into(),
-                scope.as_str().into(),
-                event.data.as_str().into(),
-                now.into(),
-            ]);
-        }
-        self.execute(
-            &format!(
-                "INSERT INTO outbox (event_ref, environment_ref, public_event_type, occurred_at, \
-                 scope, data, created_at) VALUES {}",
-                rows.join(", ")
-            ),
-            &args,
-        )
-        .await?;
-        if let Some(outbox) = self.signals::<Wakeups>().map(|wake| wake.outbox.clone()) {
-            self.wake_on_commit(&outbox);
-        }
-        Ok(())
+        insert(self.inner(), events).await
     }
+}
+
+/// Inserts `events` into the outbox with one statement, on the inner
+/// transaction: also what a function run at the commit uses
+/// (`invoice_numbers`).
+pub(crate) async fn insert(
+    tx: &mut store_db::WriteTx,
+    events: &[EventRecord],
+) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    const COLUMNS: usize = 7;
+    let now = Timestamp::now().millis();
+    let scopes: Vec<String> = events.iter().map(|e| to_json(&e.scope)).collect();
+    let mut marks = Marks::new(tx.backend());
+    let rows: Vec<String> = (0..events.len())
+        .map(|_| format!("({})", marks.list(COLUMNS)))
+        .collect();
+    let mut args: Vec<Arg<'_>> = Vec::with_capacity(events.len() * COLUMNS);
+    for (event, scope) in events.iter().zip(&scopes) {
+        args.extend::<[Arg<'_>; COLUMNS]>([
+            event.event_ref.as_str().into(),
+            event.environment_ref.as_str().into(),
+            event.public_event_type.as_str().into(),
+            event.occurred_at.millis().into(),
+            scope.as_str().into(),
+            event.data.as_str().into(),
+            now.into(),
+        ]);
+    }
+    tx.execute(
+        &format!(
+            "INSERT INTO outbox (event_ref, environment_ref, public_event_type, occurred_at, \
+             scope, data, created_at) VALUES {}",
+            rows.join(", ")
+        ),
+        &args,
+    )
+    .await?;
+    if let Some(outbox) = tx.signals::<Wakeups>().map(|wake| wake.outbox.clone()) {
+        tx.wake_on_commit(&outbox);
+    }
+    Ok(())
 }
 
 impl Store {

@@ -1,16 +1,18 @@
 //! Invoice numbers, taken last. An invoice is written with a pending number
 //! (`pending`: unique, as it holds the invoice's reference, and never of a
 //! number's shape), and its unit of work takes the environment's next
-//! number for the year as its last statement before the commit
-//! (`number_at_commit`, through `WriteTx::at_commit`), writing it into the
-//! invoice and into the events that carry the invoice.
+//! number for the year right before the commit (`number_at_commit`,
+//! through `WriteTx::at_commit`): the invoice gets it, then the unit's
+//! events are made from it by the caller's function, as typed values, and
+//! inserted into the outbox. The store never reads or rewrites event data.
 //!
 //! Why last: the counter row (`invoice_counters`) is one per environment
 //! and year, so every pay and renewal of an environment goes through it,
 //! and it stays locked until its unit of work ends. Taken early, it was
 //! held over the rest of the unit of work (entitlements, journey, events,
 //! idempotency record), and on PostgreSQL concurrent pays queued on it for
-//! all of that; taken last, it is held for the commit alone.
+//! all of that; taken last, it is held for the events' insert and the
+//! commit alone.
 //!
 //! Still gapless and unique: the counter moves in the unit of work that
 //! uses the number, so a rolled-back one gives its number back, and
@@ -19,16 +21,18 @@
 //! Numbering is part of the invoice's creation, so it keeps the invoice's
 //! `version` (the events carry that version's ETag).
 //!
-//! On PostgreSQL it is one statement (data-modifying `WITH`), so the lock
-//! is taken by the statement that precedes `COMMIT`. SQLite has no
-//! data-modifying `WITH`, and needs none: its one writer holds the whole
-//! database from `BEGIN IMMEDIATE`, so no row lock is waited on; there it
-//! is three statements. Either way the number is checked against
+//! On PostgreSQL the counter and the invoice are one statement
+//! (data-modifying `WITH`), so the lock is taken by the statement that
+//! precedes the events' insert and `COMMIT`. SQLite has no data-modifying
+//! `WITH`, and needs none: its one writer holds the whole database from
+//! `BEGIN IMMEDIATE`, so no row lock is waited on; there it is two
+//! statements. Either way the number is checked against
 //! `domain::checkout::invoice::InvoiceNumber` before the commit.
 
 use super::orders::InvoiceRecord;
 use crate::db::marks::Marks;
 use crate::db::tx::{int, single, text, Arg, WriteTx};
+use crate::dispatch::outbox;
 use crate::{Backend, EventRecord, StoreError};
 use domain::checkout::invoice::{year_of, InvoiceNumber};
 use domain::Ref;
@@ -41,12 +45,11 @@ pub(super) fn pending(invoice_ref: &Ref) -> String {
     format!("pending:{invoice_ref}")
 }
 
-/// How a number appears in an event's data (an invoice DTO's `number`):
-/// with its key and quotes, which only the document's structure can have
-/// (a quote inside a string value is escaped).
-fn in_data(number: &str) -> String {
-    format!("\"number\":\"{number}\"")
-}
+/// The events of a unit of work that carries a new invoice, made once the
+/// invoice has its number (in the order they are to be relayed), or why
+/// they cannot be.
+pub type EventsOf =
+    Box<dyn FnOnce(&InvoiceNumber) -> Result<Vec<EventRecord>, String> + Send + Sync>;
 
 /// What `number_at_commit` needs, owned: it runs at the commit.
 struct Pending {
@@ -54,34 +57,32 @@ struct Pending {
     year: i32,
     invoice_ref: String,
     pending: String,
-    /// The events whose data carries the pending number.
-    events: Vec<String>,
 }
 
 /// Gives `invoice`, written by this unit of work with its pending number,
-/// the environment's next number for its year as the last statement
-/// before the commit, and writes that number into `events` that carry it
-/// (those of `events` whose data holds the pending number; the others are
-/// left alone). Every writer of an invoice calls it in the same unit of
-/// work; until the commit the record's `number` is the pending one.
-pub fn number_at_commit(tx: &mut WriteTx, invoice: &InvoiceRecord, events: &[EventRecord]) {
-    let pending = pending(&invoice.invoice_ref);
-    let needle = in_data(&pending);
+/// the environment's next number for its year right before the commit,
+/// then inserts into the outbox the events `events` makes of that number.
+/// Every writer of an invoice calls it in the same unit of work, with the
+/// unit's events; until the commit the record's `number` is the pending
+/// one.
+pub fn number_at_commit(tx: &mut WriteTx, invoice: &InvoiceRecord, events: EventsOf) {
     let numbering = Pending {
         environment_ref: invoice.environment_ref.to_string(),
         year: year_of(invoice.issued_at),
         invoice_ref: invoice.invoice_ref.to_string(),
-        events: events
-            .iter()
-            .filter(|e| e.data.as_str().contains(&needle))
-            .map(|e| e.event_ref.to_string())
-            .collect(),
-        pending,
+        pending: pending(&invoice.invoice_ref),
     };
-    tx.at_commit(move |tx| Box::pin(number(tx, numbering)));
+    tx.at_commit(move |tx| {
+        Box::pin(async move {
+            let number = number(tx, numbering).await?;
+            let events = events(&number)
+                .map_err(|e| StoreError::Corrupt(format!("the events of invoice {number}: {e}")))?;
+            outbox::insert(tx, &events).await
+        })
+    });
 }
 
-async fn number(tx: &mut RunningTx, p: Pending) -> Result<(), StoreError> {
+async fn number(tx: &mut RunningTx, p: Pending) -> Result<InvoiceNumber, StoreError> {
     match tx.backend() {
         Backend::Postgres => number_in_one(tx, &p).await,
         Backend::Sqlite => number_in_steps(tx, &p).await,
@@ -110,31 +111,15 @@ const COUNTER: &str = "INSERT INTO invoice_counters (environment_ref, year, last
      VALUES ({m}, {m}, 1) ON CONFLICT (environment_ref, year) DO UPDATE \
      SET last_number = invoice_counters.last_number + 1 RETURNING last_number";
 
-/// PostgreSQL: the counter, the invoice and its events in one statement.
-/// The number is formatted in SQL, then checked against the domain's.
-async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError> {
+/// PostgreSQL: the counter and the invoice in one statement. The number
+/// is formatted in SQL, then checked against the domain's.
+async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<InvoiceNumber, StoreError> {
     let mut marks = Marks::new(tx.backend());
     let counter = COUNTER
         .replacen("{m}", &marks.next(), 1)
         .replacen("{m}", &marks.next(), 1);
     let year = p.year.to_string();
     let (year_mark, invoice_mark, pending_mark) = (marks.next(), marks.next(), marks.next());
-    let events = if p.events.is_empty() {
-        String::new()
-    } else {
-        let needle = marks.next();
-        format!(
-            ", events AS (UPDATE outbox SET data = replace(data, {needle}, \
-             '\"number\":\"' || numbered.number || '\"') FROM numbered \
-             WHERE outbox.event_ref IN ({}) RETURNING 1)",
-            marks.list(p.events.len())
-        )
-    };
-    let counted_events = if p.events.is_empty() {
-        "0"
-    } else {
-        "(SELECT COUNT(*) FROM events)"
-    };
     let sql = format!(
         "WITH counter AS ({counter}), \
          numbered AS (SELECT last_number, \
@@ -142,22 +127,16 @@ async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError
          FROM counter), \
          invoice AS (UPDATE invoices SET number = numbered.number FROM numbered \
          WHERE invoices.invoice_ref = {invoice_mark} AND invoices.number = {pending_mark} \
-         RETURNING 1){events} \
-         SELECT last_number, number, (SELECT COUNT(*) FROM invoice) AS invoices, \
-         CAST({counted_events} AS BIGINT) AS events FROM numbered"
+         RETURNING 1) \
+         SELECT last_number, number, (SELECT COUNT(*) FROM invoice) AS invoices FROM numbered"
     );
-    let needle = in_data(&p.pending);
-    let mut args: Vec<Arg<'_>> = vec![
+    let args: Vec<Arg<'_>> = vec![
         p.environment_ref.as_str().into(),
         i64::from(p.year).into(),
         year.as_str().into(),
         p.invoice_ref.as_str().into(),
         p.pending.as_str().into(),
     ];
-    if !p.events.is_empty() {
-        args.push(needle.as_str().into());
-        args.extend(p.events.iter().map(|e| Arg::from(e.as_str())));
-    }
     let rows = tx.fetch(&sql, &args).await?;
     let row = single(&rows)?;
     let number = checked(p.year, int(row, "last_number")?)?;
@@ -168,11 +147,11 @@ async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError
         )));
     }
     wrote("invoices", int(row, "invoices")?, 1)?;
-    wrote("events", int(row, "events")?, p.events.len())
+    Ok(number)
 }
 
-/// SQLite: the counter, then the invoice, then its events.
-async fn number_in_steps(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError> {
+/// SQLite: the counter, then the invoice.
+async fn number_in_steps(tx: &mut RunningTx, p: &Pending) -> Result<InvoiceNumber, StoreError> {
     let counter = COUNTER.replace("{m}", "?");
     let rows = tx
         .fetch(
@@ -180,33 +159,20 @@ async fn number_in_steps(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreErr
             &[p.environment_ref.as_str().into(), i64::from(p.year).into()],
         )
         .await?;
-    let number = checked(p.year, int(single(&rows)?, "last_number")?)?.to_string();
+    let number = checked(p.year, int(single(&rows)?, "last_number")?)?;
+    let written = number.to_string();
     let numbered = tx
         .execute(
             "UPDATE invoices SET number = $1 WHERE invoice_ref = $2 AND number = $3",
             &[
-                number.as_str().into(),
+                written.as_str().into(),
                 p.invoice_ref.as_str().into(),
                 p.pending.as_str().into(),
             ],
         )
         .await?;
     wrote("invoices", numbered as i64, 1)?;
-    if p.events.is_empty() {
-        return Ok(());
-    }
-    let mut marks = Marks::new(tx.backend());
-    let sql = format!(
-        "UPDATE outbox SET data = replace(data, {}, {}) WHERE event_ref IN ({})",
-        marks.next(),
-        marks.next(),
-        marks.list(p.events.len())
-    );
-    let (needle, replacement) = (in_data(&p.pending), in_data(&number));
-    let mut args: Vec<Arg<'_>> = vec![needle.as_str().into(), replacement.as_str().into()];
-    args.extend(p.events.iter().map(|e| Arg::from(e.as_str())));
-    let carried = tx.execute(&sql, &args).await?;
-    wrote("events", carried as i64, p.events.len())
+    Ok(number)
 }
 
 #[cfg(test)]
@@ -214,16 +180,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pending_number_is_never_a_number_and_is_found_only_as_one() {
+    fn a_pending_number_is_never_a_number() {
         let invoice_ref = Ref::generate(domain::Prefix::Invoice);
-        let pending = pending(&invoice_ref);
-        assert!(InvoiceNumber::parse(&pending).is_none());
-        let dto = serde_json::json!({
-            "invoice_ref": invoice_ref.as_str(),
-            "number": pending,
-            "note": format!("\"number\":\"{pending}\""),
-        })
-        .to_string();
-        assert_eq!(dto.matches(&in_data(&pending)).count(), 1, "{dto}");
+        assert!(InvoiceNumber::parse(&pending(&invoice_ref)).is_none());
     }
 }
