@@ -4,6 +4,8 @@
 pub mod app;
 pub mod bootstrap;
 pub mod config;
+#[cfg(test)]
+mod config_reference;
 pub mod events;
 pub mod secret_key;
 
