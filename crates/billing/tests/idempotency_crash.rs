@@ -17,8 +17,8 @@
 //! database per run) runs only with BILLING_TEST_FLEET=1.
 
 use crate::common::crash::{
-    client, fire_and_kill, on_embedded_store, on_fleet_store, post, replay_all, verdict, Answer,
-    Envs, Keyed, Replays, Site, Waves,
+    client, crash_tests, fire_and_kill, post, replay_all, verdict, Answer, Envs, Keyed, Replays,
+    Site, Waves,
 };
 use crate::common::{rand_u32, say};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -59,7 +59,17 @@ fn creates(api: &str, secret: &str, run: &str) -> impl Keyed {
     let (secret, run) = (secret.to_owned(), run.to_owned());
     move |i| {
         let (client, url, secret, run) = (client.clone(), url.clone(), secret.clone(), run.clone());
-        async move { post(&client, &url, &secret, &key_of(&run, i), None, &body_of(&run, i)).await }
+        async move {
+            post(
+                &client,
+                &url,
+                &secret,
+                &key_of(&run, i),
+                None,
+                &body_of(&run, i),
+            )
+            .await
+        }
     }
 }
 
@@ -161,7 +171,14 @@ async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str) 
                 now.short()
             ));
         }
-        replays.check(i, before.get(&i), now, &again[&i], principal_ref, &mut problems);
+        replays.check(
+            i,
+            before.get(&i),
+            now,
+            &again[&i],
+            principal_ref,
+            &mut problems,
+        );
         answered_refs.insert(i, reference.to_owned());
     }
 
@@ -262,24 +279,9 @@ async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str) 
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn embedded_crash_mid_flight_replays_every_key_once() {
-    on_embedded_store(|label, dir, envs, probe| async move {
-        crash_and_replay(label, &dir, envs, &probe).await
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fleet_crash_mid_flight_replays_every_key_once() {
-    // Redis database 7 is this test's.
-    on_fleet_store(
-        "fleet idempotency crash test",
-        "billing_idem",
-        7,
-        |label, dir, envs, store_url| async move {
-            crash_and_replay(label, &dir, envs, &store_url).await
-        },
-    )
-    .await;
-}
+crash_tests!(
+    embedded_crash_mid_flight_replays_every_key_once,
+    fleet_crash_mid_flight_replays_every_key_once,
+    on_fleet_store("fleet idempotency crash test", "billing_idem", 7),
+    |label, dir, envs, url, _fleet| crash_and_replay(label, dir, envs, url)
+);

@@ -30,14 +30,11 @@
 //! event types, which keep the data of every fanned-out event (as in
 //! `pay_crash.rs`).
 
-use crate::common::crash::{
-    client, count, json, on_embedded_store, on_fleet_store, probe, verdict, Envs,
-    Site,
-};
+use crate::common::crash::{client, count, crash_tests, probe, read_events, verdict, Envs, Site};
 use crate::common::poll::Poll;
 use crate::common::{
-    fleet, fleet_env, wait_ready, fresh_redis_schedule, rand_u32, say, text, FreshDatabase, FreshVhost,
-    Process, REDIS_URL,
+    fleet, fleet_env, fresh_redis_schedule, rand_u32, say, text, wait_ready, FreshDatabase,
+    FreshVhost, Process, REDIS_URL,
 };
 use domain::Timestamp;
 use sqlx::Connection;
@@ -346,104 +343,6 @@ async fn refund_statuses(
     by_status
 }
 
-/// One event, wherever it was found.
-struct Event {
-    event_type: String,
-    data: Option<serde_json::Value>,
-}
-
-/// Every event of the store, each event_ref once: from the outbox and the
-/// events queue, with its data from the outbox, the queue (while not
-/// fanned out), or else the endpoint's held delivery of it; and a summary
-/// of where they were.
-async fn read_events(
-    db: &mut sqlx::AnyConnection,
-    endpoint: &str,
-    problems: &mut Vec<String>,
-) -> (BTreeMap<String, Event>, String) {
-    let mut events: BTreeMap<String, Event> = BTreeMap::new();
-    let outbox: Vec<(String, String, String)> =
-        sqlx::query_as("SELECT event_ref, public_event_type, data FROM outbox")
-            .fetch_all(&mut *db)
-            .await
-            .unwrap();
-    let in_outbox = outbox.len();
-    for (event_ref, event_type, data) in outbox {
-        events.insert(
-            event_ref,
-            Event {
-                event_type,
-                data: Some(json(&data)),
-            },
-        );
-    }
-    let queued: Vec<(String, String, Option<String>)> =
-        sqlx::query_as("SELECT event_ref, public_event_type, data FROM events")
-            .fetch_all(&mut *db)
-            .await
-            .unwrap();
-    let (in_queue, mut in_both) = (queued.len(), 0);
-    for (event_ref, event_type, data) in queued {
-        let data = data.map(|d| json(&d));
-        match events.get_mut(&event_ref) {
-            Some(e) => {
-                in_both += 1;
-                if e.event_type != event_type || (data.is_some() && e.data != data) {
-                    problems.push(format!(
-                        "event {event_ref} differs between the outbox and the queue"
-                    ));
-                }
-            }
-            None => {
-                events.insert(event_ref, Event { event_type, data });
-            }
-        }
-    }
-    let deliveries: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT event_ref, public_event_type, event_data FROM webhook_deliveries \
-         WHERE endpoint_ref = $1",
-    )
-    .bind(endpoint)
-    .fetch_all(&mut *db)
-    .await
-    .unwrap();
-    let in_deliveries = deliveries.len();
-    let mut delivered: HashMap<String, usize> = HashMap::new();
-    for (event_ref, event_type, data) in deliveries {
-        *delivered.entry(event_ref.clone()).or_default() += 1;
-        let data = json(&data);
-        match events.get_mut(&event_ref) {
-            None => problems.push(format!(
-                "a delivery of event {event_ref} ({event_type}), which is neither in the outbox nor in the queue"
-            )),
-            Some(e) if e.event_type != event_type => problems.push(format!(
-                "event {event_ref} is {} but its delivery says {event_type}",
-                e.event_type
-            )),
-            Some(e) => match &e.data {
-                None => e.data = Some(data),
-                Some(d) if *d != data => problems.push(format!(
-                    "event {event_ref}'s delivery carries other data than the event"
-                )),
-                Some(_) => {}
-            },
-        }
-    }
-    for (event_ref, n) in delivered {
-        if n > 1 {
-            problems.push(format!(
-                "event {event_ref} has {n} deliveries to one endpoint"
-            ));
-        }
-    }
-    let summary = format!(
-        "{} events ({in_outbox} in the outbox, {in_queue} in the queue, {in_both} in both, \
-         {in_deliveries} held deliveries)",
-        events.len()
-    );
-    (events, summary)
-}
-
 /// The store's refunds, payments, captures, jobs and refund events against
 /// `refunds` (refund by payment). `settled`: every refund must have
 /// succeeded and no job be left; else (right after a kill) each refund's
@@ -624,7 +523,15 @@ async fn check_store(
 
     // Events: per refund, one refund.created, and one refund.succeeded if
     // it succeeded (none else); never failed or canceled.
-    let (events, event_summary) = read_events(&mut db, endpoint, problems).await;
+    let (events, sources) = read_events(&mut db, endpoint, problems).await;
+    let event_summary = format!(
+        "{} events ({} in the outbox, {} in the queue, {} in both, {} held deliveries)",
+        events.len(),
+        sources.outbox,
+        sources.queued_pending + sources.queued_processed,
+        sources.in_both,
+        sources.deliveries
+    );
     let mut of_refund: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     let mut refund_events = 0;
     for (event_ref, e) in &events {
@@ -778,8 +685,8 @@ async fn crash_and_restart(label: &str, dir: &Path, envs: Envs, probe_url: &str)
     let mut probe = self::probe(probe_url).await;
     // The lease runs on the restarted server's wall clock: waited out.
     let deadline = LEASE + Duration::from_secs(10);
-    let poll = Poll::within(deadline.saturating_sub(killed.elapsed()))
-        .every(Duration::from_millis(20));
+    let poll =
+        Poll::within(deadline.saturating_sub(killed.elapsed())).every(Duration::from_millis(20));
     loop {
         let by_status = refund_statuses(&mut probe, &ours).await;
         let jobs = count(&mut probe, "SELECT COUNT(*) FROM jobs").await;
@@ -828,27 +735,12 @@ async fn crash_and_restart(label: &str, dir: &Path, envs: Envs, probe_url: &str)
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn embedded_crash_with_scheduled_refunds_runs_each_once() {
-    on_embedded_store(|label, dir, envs, probe| async move {
-        crash_and_restart(label, &dir, envs, &probe).await
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fleet_crash_with_scheduled_refunds_runs_each_once() {
-    // Redis database 13 is this test's.
-    on_fleet_store(
-        "fleet jobs crash test",
-        "billing_jobs",
-        13,
-        |label, dir, envs, store_url| async move {
-            crash_and_restart(label, &dir, envs, &store_url).await
-        },
-    )
-    .await;
-}
+crash_tests!(
+    embedded_crash_with_scheduled_refunds_runs_each_once,
+    fleet_crash_with_scheduled_refunds_runs_each_once,
+    on_fleet_store("fleet jobs crash test", "billing_jobs", 13),
+    |label, dir, envs, url, _fleet| crash_and_restart(label, dir, envs, url)
+);
 
 /// The two-dispatcher scenario (module docs, 2).
 async fn two_dispatchers(dir: &Path, store_url: &str, queue_url: &str, scheduler: &str) {

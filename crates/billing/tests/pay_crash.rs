@@ -31,12 +31,12 @@
 //! database per run) runs only with BILLING_TEST_FLEET=1.
 
 use crate::common::crash::{
-    client, fire_and_kill, json, on_embedded_store, on_fleet_store, post, probe, replay_all,
-    verdict, Answer, Envs, Keyed, Replays, Site, Waves,
+    client, crash_tests, fire_and_kill, post, probe, read_events, replay_all, verdict, Answer,
+    Envs, Keyed, Replays, Site, Waves,
 };
 use crate::common::{rand_u32, say, text};
-use std::collections::{BTreeMap, HashMap, HashSet};
 use sqlx::Connection;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -72,9 +72,16 @@ async fn setup_post(
     body: serde_json::Value,
     expect: u16,
 ) -> serde_json::Value {
-    let a = post(&client(), &format!("{api}{path}"), secret, key, if_match, &body)
-        .await
-        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+    let a = post(
+        &client(),
+        &format!("{api}{path}"),
+        secret,
+        key,
+        if_match,
+        &body,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("POST {path}: {e}"));
     assert_eq!(a.status, expect, "POST {path} {body}: {}", a.short());
     a.body["data"].clone()
 }
@@ -294,127 +301,6 @@ fn pays(api: &str, secret: &str, run: &str, sessions: &[String]) -> impl Keyed {
         let url = format!("{api}{}", pay_path(&sessions[i]));
         async move { post(&client, &url, &secret, &key, None, &pay_body()).await }
     }
-}
-
-/// One event, wherever it was found.
-struct Event {
-    event_type: String,
-    scope: serde_json::Value,
-    data: Option<serde_json::Value>,
-}
-
-/// How many of the events were found where.
-#[derive(Default, Debug)]
-struct EventSources {
-    outbox: usize,
-    queued_pending: usize,
-    queued_processed: usize,
-    in_both: usize,
-}
-
-/// Every event of the store, each event_ref once: from the outbox and the
-/// events queue, with its data from the outbox, the queue (while pending),
-/// or else the endpoint's delivery of it.
-async fn read_events(
-    db: &mut sqlx::AnyConnection,
-    endpoint: &str,
-    problems: &mut Vec<String>,
-) -> (BTreeMap<String, Event>, EventSources) {
-    let mut events: BTreeMap<String, Event> = BTreeMap::new();
-    let mut sources = EventSources::default();
-    let outbox: Vec<(String, String, String, String)> = sqlx::query_as(
-        "SELECT event_ref, public_event_type, scope, data FROM outbox ORDER BY event_ref",
-    )
-    .fetch_all(&mut *db)
-    .await
-    .unwrap();
-    for (event_ref, event_type, scope, data) in outbox {
-        sources.outbox += 1;
-        events.insert(
-            event_ref,
-            Event {
-                event_type,
-                scope: json(&scope),
-                data: Some(json(&data)),
-            },
-        );
-    }
-    let queued: Vec<(String, String, String, Option<String>, String)> = sqlx::query_as(
-        "SELECT event_ref, public_event_type, scope, data, status FROM events ORDER BY event_ref",
-    )
-    .fetch_all(&mut *db)
-    .await
-    .unwrap();
-    for (event_ref, event_type, scope, data, status) in queued {
-        if status == "pending" {
-            sources.queued_pending += 1;
-        } else {
-            sources.queued_processed += 1;
-        }
-        let data = data.map(|d| json(&d));
-        match events.get_mut(&event_ref) {
-            Some(e) => {
-                sources.in_both += 1;
-                if e.event_type != event_type || e.scope != json(&scope) {
-                    problems.push(format!(
-                        "event {event_ref} differs between the outbox and the queue"
-                    ));
-                }
-                if data.is_some() && e.data != data {
-                    problems.push(format!(
-                        "event {event_ref}'s data differs between the outbox and the queue"
-                    ));
-                }
-            }
-            None => {
-                events.insert(
-                    event_ref,
-                    Event {
-                        event_type,
-                        scope: json(&scope),
-                        data,
-                    },
-                );
-            }
-        }
-    }
-    let deliveries: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT event_ref, public_event_type, event_data FROM webhook_deliveries \
-         WHERE endpoint_ref = $1 ORDER BY event_ref",
-    )
-    .bind(endpoint)
-    .fetch_all(&mut *db)
-    .await
-    .unwrap();
-    let mut delivered: HashMap<String, usize> = HashMap::new();
-    for (event_ref, event_type, data) in deliveries {
-        *delivered.entry(event_ref.clone()).or_default() += 1;
-        let data = json(&data);
-        match events.get_mut(&event_ref) {
-            None => problems.push(format!(
-                "a delivery of event {event_ref} ({event_type}), which is neither in the outbox nor in the queue"
-            )),
-            Some(e) if e.event_type != event_type => problems.push(format!(
-                "event {event_ref} is {} but its delivery says {event_type}",
-                e.event_type
-            )),
-            Some(e) => match &e.data {
-                None => e.data = Some(data),
-                Some(d) if *d != data => problems.push(format!(
-                    "event {event_ref}'s delivery carries other data than the event"
-                )),
-                Some(_) => {}
-            },
-        }
-    }
-    for (event_ref, n) in delivered {
-        if n > 1 {
-            problems.push(format!(
-                "event {event_ref} has {n} deliveries to one endpoint"
-            ));
-        }
-    }
-    (events, sources)
 }
 
 /// A pay's records as the store holds them.
@@ -925,7 +811,14 @@ async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str) 
                 now.short()
             ));
         }
-        replays.check(i, before.get(&i), now, &again[&i], payment_ref, &mut problems);
+        replays.check(
+            i,
+            before.get(&i),
+            now,
+            &again[&i],
+            payment_ref,
+            &mut problems,
+        );
         answered.insert(i, payment.to_owned());
     }
 
@@ -970,24 +863,9 @@ async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str) 
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn embedded_crash_mid_pays_leaves_each_payment_whole_once() {
-    on_embedded_store(|label, dir, envs, probe| async move {
-        crash_and_replay(label, &dir, envs, &probe).await
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fleet_crash_mid_pays_leaves_each_payment_whole_once() {
-    // Redis database 8 is this test's.
-    on_fleet_store(
-        "fleet pay crash test",
-        "billing_pay",
-        8,
-        |label, dir, envs, store_url| async move {
-            crash_and_replay(label, &dir, envs, &store_url).await
-        },
-    )
-    .await;
-}
+crash_tests!(
+    embedded_crash_mid_pays_leaves_each_payment_whole_once,
+    fleet_crash_mid_pays_leaves_each_payment_whole_once,
+    on_fleet_store("fleet pay crash test", "billing_pay", 8),
+    |label, dir, envs, url, _fleet| crash_and_replay(label, dir, envs, url)
+);

@@ -30,10 +30,7 @@
 //! `billing dispatcher` starts beside the new server, so two runners race
 //! for the advance and its renewals, and still each renewal runs once.
 
-use crate::common::crash::{
-    client, on_embedded_store, on_fleet_store, probe, role, verdict, Envs,
-    Site,
-};
+use crate::common::crash::{client, crash_tests, probe, role, verdict, Envs, Site};
 use crate::common::poll::Poll;
 use crate::common::{rand_u32, say, text};
 use serde_json::{json, Value};
@@ -520,11 +517,12 @@ async fn crash_mid_advance(
 
     // 3. The same store, a new process (and in a fleet a dispatcher beside
     //    it, the two racing for the advance), which finishes the advance.
-    let mut runner = second_runner
-        .then(|| role(dir, &site.without_api(), "dispatcher", "dispatcher-2.log"));
+    let mut runner =
+        second_runner.then(|| role(dir, &site.without_api(), "dispatcher", "dispatcher-2.log"));
     let mut second = site.serve("serve-2.log").await;
     let restarted_after = killed.elapsed();
-    let poll = Poll::within(WITHIN.saturating_sub(killed.elapsed())).every(Duration::from_millis(50));
+    let poll =
+        Poll::within(WITHIN.saturating_sub(killed.elapsed())).every(Duration::from_millis(50));
     let ready = loop {
         let c = api.get(&format!("/api/v1/test_clocks/{clock}")).await;
         if c["status"] == "ready" {
@@ -572,24 +570,9 @@ async fn crash_mid_advance(
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn embedded_crash_mid_advance_renews_each_subscription_once() {
-    on_embedded_store(|label, dir, envs, probe| async move {
-        crash_mid_advance(label, &dir, envs, &probe, false).await
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fleet_crash_mid_advance_renews_each_subscription_once() {
-    // Redis database 12 is this test's.
-    on_fleet_store(
-        "fleet renewal crash test",
-        "billing_renewal",
-        12,
-        |label, dir, envs, store_url| async move {
-            crash_mid_advance(label, &dir, envs, &store_url, true).await
-        },
-    )
-    .await;
-}
+crash_tests!(
+    embedded_crash_mid_advance_renews_each_subscription_once,
+    fleet_crash_mid_advance_renews_each_subscription_once,
+    on_fleet_store("fleet renewal crash test", "billing_renewal", 12),
+    |label, dir, envs, url, fleet| crash_mid_advance(label, dir, envs, url, fleet)
+);

@@ -56,7 +56,12 @@ async fn an_idle_service_sweeps_on_time() {
     Poll::within(Duration::from_secs(10))
         .every(Duration::from_millis(100))
         .until(
-            || format!("events still kept {:?} after the last delivery", delivered.elapsed()),
+            || {
+                format!(
+                    "events still kept {:?} after the last delivery",
+                    delivered.elapsed()
+                )
+            },
             || async {
                 let (pending, oldest_event) = rows().await;
                 (pending == 0 && oldest_event.is_none()).then_some(())

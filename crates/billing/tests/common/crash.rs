@@ -11,7 +11,7 @@ use super::poll::Poll;
 use super::{billing, bootstrap, fleet, fleet_env, free_port, fresh_redis_schedule, wait_ready};
 use super::{FreshDatabase, Process, Sandbox, REDIS_URL};
 use sqlx::Connection;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -72,7 +72,10 @@ impl Site {
     /// The store's variables, the API port and a fresh metrics port.
     pub fn envs(&self) -> Envs {
         let mut e = self.without_api();
-        e.push(("BILLING_API__LISTEN", format!("127.0.0.1:{}", self.api_port)));
+        e.push((
+            "BILLING_API__LISTEN",
+            format!("127.0.0.1:{}", self.api_port),
+        ));
         e
     }
 
@@ -113,6 +116,133 @@ pub async fn count(db: &mut sqlx::AnyConnection, sql: &str) -> i64 {
 /// JSON text as a value (`null` when it is not JSON).
 pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or(serde_json::Value::Null)
+}
+
+/// One event, wherever it was found.
+pub struct Event {
+    pub event_type: String,
+    pub scope: serde_json::Value,
+    pub data: Option<serde_json::Value>,
+}
+
+/// How many of the events were found where.
+#[derive(Default, Debug)]
+pub struct EventSources {
+    pub outbox: usize,
+    pub queued_pending: usize,
+    pub queued_processed: usize,
+    pub in_both: usize,
+    /// The endpoint's deliveries.
+    pub deliveries: usize,
+}
+
+/// Every event of the store, each event_ref once: from the outbox and the
+/// events queue, with its data from the outbox, the queue (while not fanned
+/// out), or else the delivery of it to `endpoint` (a paused endpoint
+/// subscribed to them all holds one of each). A delivery of an event not
+/// found, one that disagrees with it, or a second delivery of one event is
+/// a problem.
+pub async fn read_events(
+    db: &mut sqlx::AnyConnection,
+    endpoint: &str,
+    problems: &mut Vec<String>,
+) -> (BTreeMap<String, Event>, EventSources) {
+    let mut events: BTreeMap<String, Event> = BTreeMap::new();
+    let mut sources = EventSources::default();
+    let outbox: Vec<(String, String, String, String)> = sqlx::query_as(
+        "SELECT event_ref, public_event_type, scope, data FROM outbox ORDER BY event_ref",
+    )
+    .fetch_all(&mut *db)
+    .await
+    .unwrap();
+    for (event_ref, event_type, scope, data) in outbox {
+        sources.outbox += 1;
+        events.insert(
+            event_ref,
+            Event {
+                event_type,
+                scope: json(&scope),
+                data: Some(json(&data)),
+            },
+        );
+    }
+    let queued: Vec<(String, String, String, Option<String>, String)> = sqlx::query_as(
+        "SELECT event_ref, public_event_type, scope, data, status FROM events ORDER BY event_ref",
+    )
+    .fetch_all(&mut *db)
+    .await
+    .unwrap();
+    for (event_ref, event_type, scope, data, status) in queued {
+        if status == "pending" {
+            sources.queued_pending += 1;
+        } else {
+            sources.queued_processed += 1;
+        }
+        let data = data.map(|d| json(&d));
+        match events.get_mut(&event_ref) {
+            Some(e) => {
+                sources.in_both += 1;
+                if e.event_type != event_type || e.scope != json(&scope) {
+                    problems.push(format!(
+                        "event {event_ref} differs between the outbox and the queue"
+                    ));
+                }
+                if data.is_some() && e.data != data {
+                    problems.push(format!(
+                        "event {event_ref}'s data differs between the outbox and the queue"
+                    ));
+                }
+            }
+            None => {
+                events.insert(
+                    event_ref,
+                    Event {
+                        event_type,
+                        scope: json(&scope),
+                        data,
+                    },
+                );
+            }
+        }
+    }
+    let deliveries: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT event_ref, public_event_type, event_data FROM webhook_deliveries \
+         WHERE endpoint_ref = $1 ORDER BY event_ref",
+    )
+    .bind(endpoint)
+    .fetch_all(&mut *db)
+    .await
+    .unwrap();
+    sources.deliveries = deliveries.len();
+    let mut delivered: HashMap<String, usize> = HashMap::new();
+    for (event_ref, event_type, data) in deliveries {
+        *delivered.entry(event_ref.clone()).or_default() += 1;
+        let data = json(&data);
+        match events.get_mut(&event_ref) {
+            None => problems.push(format!(
+                "a delivery of event {event_ref} ({event_type}), which is neither in the outbox nor in the queue"
+            )),
+            Some(e) if e.event_type != event_type => problems.push(format!(
+                "event {event_ref} is {} but its delivery says {event_type}",
+                e.event_type
+            )),
+            Some(e) => match &e.data {
+                None => e.data = Some(data),
+                Some(d) if *d != data => problems.push(format!(
+                    "event {event_ref}'s delivery carries other data than the event"
+                )),
+                Some(_) => {}
+            },
+        }
+    }
+    for (event_ref, n) in delivered {
+        if n > 1 {
+            problems.push(format!(
+                "event {event_ref} has {n} deliveries to one endpoint"
+            ));
+        }
+    }
+    (events, sources)
 }
 
 /// One answer to a keyed POST.
@@ -519,3 +649,41 @@ where
     }
 }
 
+/// The two tests of a crash scenario: `$embedded` over the embedded store
+/// (always), `$fleet` over a fleet store (`on_fleet_store` with `$what`,
+/// `$db_prefix` and Redis database `$redis_db`; only with
+/// BILLING_TEST_FLEET=1). The scenario is `$body`, with `$label`, `$dir`
+/// (`&Path`), `$envs`, `$url` (`&str`, the probe of the store) and `$fleet`
+/// (which of the two runs) bound.
+macro_rules! crash_tests {
+    (
+        $embedded:ident, $fleet_test:ident,
+        on_fleet_store($what:literal, $db_prefix:literal, $redis_db:literal),
+        |$label:ident, $dir:ident, $envs:ident, $url:ident, $fleet:ident| $body:expr
+    ) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $embedded() {
+            $crate::common::crash::on_embedded_store(|$label, dir, $envs, url| async move {
+                let ($dir, $url, $fleet) = (dir.as_path(), url.as_str(), false);
+                $body.await
+            })
+            .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $fleet_test() {
+            // Redis database `$redis_db` is this test's alone.
+            $crate::common::crash::on_fleet_store(
+                $what,
+                $db_prefix,
+                $redis_db,
+                |$label, dir, $envs, url| async move {
+                    let ($dir, $url, $fleet) = (dir.as_path(), url.as_str(), true);
+                    $body.await
+                },
+            )
+            .await;
+        }
+    };
+}
+pub(crate) use crash_tests;

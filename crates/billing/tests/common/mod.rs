@@ -1,10 +1,12 @@
-//! Helpers shared by the process-level tests of the `billing` binary
-//! (`cli.rs`, `kill.rs`, `fleet_cli.rs`, `idempotency_crash.rs`): starting
-//! the binary with a clean environment, bootstrapping, waiting for `/readyz`,
-//! processes killed when a test ends early, a local webhook receiver, and
-//! the fleet's PostgreSQL databases and Redis schedules.
+//! Helpers shared by the process-level tests of the `billing` binary:
+//! starting the binary with a clean environment, bootstrapping, waiting for
+//! `/readyz`, processes killed when a test ends early, a local webhook
+//! receiver, and the fleet's PostgreSQL databases and Redis schedules.
+//! `crash` is the kit of the four crash tests; `poll` is the harness's
+//! polling (the same file as `billing_tests::poll`).
 //!
-//! Each test file includes it with `mod common;` and uses a part of it.
+//! `main.rs` declares it once (`mod common;`); each test module uses a part
+//! of it.
 #![allow(dead_code)]
 
 pub mod crash;
