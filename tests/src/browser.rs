@@ -10,10 +10,10 @@
 //! the run is CI's (`BILLING_TEST_FLEET=1`), where a missing browser is a
 //! failure, as a missing server is.
 
+use crate::poll::Poll;
 use fantoccini::{Client, ClientBuilder, Locator};
 use std::process::{Child, Command, Stdio};
 use std::sync::Once;
-use crate::poll::Poll;
 use std::time::Duration;
 
 /// Where Debian's packages put them; `CHROMIUM` and `CHROMEDRIVER`

@@ -11,10 +11,10 @@
 //! match no subscription here.
 
 use billing_tests::kit::settled;
+use billing_tests::poll::Poll;
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{fleet_enabled, fleet_or_say, Backend, TestApp, TestQueues, BROKER};
 use dispatcher::amqp;
-use billing_tests::poll::Poll;
 use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::{json, Value};

@@ -46,7 +46,8 @@ async fn the_wal_stays_bounded_under_a_steady_write_load() {
             while !done.load(Ordering::SeqCst) {
                 let size = std::fs::metadata(&wal).map_or(0, |m| m.len());
                 largest.fetch_max(size, Ordering::SeqCst);
-                poll.tick(|| "the publishers did not finish".to_owned()).await;
+                poll.tick(|| "the publishers did not finish".to_owned())
+                    .await;
             }
         })
     };

@@ -231,8 +231,8 @@ async fn run(
     let published = publish_all(app).await;
     let publish_took = began.elapsed();
 
-    let poll = Poll::within(DEADLINE.saturating_sub(began.elapsed()))
-        .every(Duration::from_millis(100));
+    let poll =
+        Poll::within(DEADLINE.saturating_sub(began.elapsed())).every(Duration::from_millis(100));
     let mut tally = Tally::default();
     let statuses = loop {
         tally.absorb(&receiver.received(), &published);
