@@ -10,10 +10,11 @@
 //! the run is CI's (`BILLING_TEST_FLEET=1`), where a missing browser is a
 //! failure, as a missing server is.
 
+use crate::poll::Poll;
 use fantoccini::{Client, ClientBuilder, Locator};
 use std::process::{Child, Command, Stdio};
 use std::sync::Once;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where Debian's packages put them; `CHROMIUM` and `CHROMEDRIVER`
 /// override.
@@ -91,7 +92,8 @@ impl Browser {
             }
         });
         let caps = caps.as_object().cloned().unwrap_or_default();
-        let deadline = Instant::now() + Duration::from_secs(30);
+        // chromedriver takes a moment to listen.
+        let poll = Poll::within(Duration::from_secs(30)).every(Duration::from_millis(100));
         loop {
             let connector = hyper_util::client::legacy::connect::HttpConnector::new();
             let attempt = ClientBuilder::new(connector)
@@ -100,9 +102,7 @@ impl Browser {
                 .await;
             match attempt {
                 Ok(client) => return Some(client),
-                Err(_) if Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(100)).await
-                }
+                Err(_) if poll.next().await => {}
                 Err(e) => {
                     eprintln!("WebDriver session not opened: {e}");
                     return None;
@@ -177,25 +177,24 @@ impl Browser {
     /// An element's text. Found again if the page reloaded meanwhile (a
     /// job's page refreshes itself).
     pub async fn text(&self, css: &str) -> String {
-        for _ in 0..50 {
-            if let Ok(t) = self.find(css).await.text().await {
-                return t;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the text of `{css}` could not be read");
+        reread()
+            .until(
+                || format!("the text of `{css}` could not be read"),
+                || async { self.find(css).await.text().await.ok() },
+            )
+            .await
     }
 
     /// An element's attribute (empty when absent), found again if the page
     /// reloaded meanwhile.
     pub async fn attr(&self, css: &str, name: &str) -> String {
-        for _ in 0..50 {
-            if let Ok(v) = self.find(css).await.attr(name).await {
-                return v.unwrap_or_default();
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the attribute {name} of `{css}` could not be read");
+        reread()
+            .until(
+                || format!("the attribute {name} of `{css}` could not be read"),
+                || async { self.find(css).await.attr(name).await.ok() },
+            )
+            .await
+            .unwrap_or_default()
     }
 
     pub async fn url(&self) -> String {
@@ -217,15 +216,15 @@ impl Browser {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let deadline = Instant::now() + Duration::from_secs(secs);
+        let poll = Poll::within(Duration::from_secs(secs)).every(Duration::from_millis(50));
         while !check().await {
-            assert!(
-                Instant::now() < deadline,
-                "{what}: not within {secs} s; at {}: {}",
-                self.url().await,
-                self.source().await
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            if !poll.next().await {
+                panic!(
+                    "{what}: not within {secs} s; at {}: {}",
+                    self.url().await,
+                    self.source().await
+                );
+            }
         }
     }
 
@@ -243,17 +242,11 @@ impl Browser {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = bool>,
     {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        loop {
-            if check().await {
-                return;
+        let poll = Poll::within(Duration::from_secs(secs)).every(Duration::from_millis(200));
+        while !check().await {
+            if !poll.next().await {
+                panic!("{what}: not within {secs} s; page: {}", self.source().await);
             }
-            assert!(
-                Instant::now() < deadline,
-                "{what}: not within {secs} s; page: {}",
-                self.source().await
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
             self.client.refresh().await.expect("reloaded");
         }
     }
@@ -277,4 +270,9 @@ impl Drop for Browser {
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
+}
+
+/// How long an element is looked for again while its page reloads.
+fn reread() -> Poll {
+    Poll::within(Duration::from_millis(2500)).every(Duration::from_millis(50))
 }

@@ -11,6 +11,7 @@ pub mod browser;
 pub mod console_kit;
 pub mod kit;
 pub mod pg;
+pub mod poll;
 pub mod receiver;
 pub mod redis;
 pub mod verifier;
@@ -556,9 +557,10 @@ impl TestApp {
     }
 
     /// Waits (at most `secs` seconds) until `receiver` got `n` distinct
-    /// deliveries, then a little longer, so that a duplicate would have
-    /// arrived too, and shuts `dispatchers` down; every `webhook-id`
-    /// received, duplicates included.
+    /// deliveries and the pipeline is [`TestApp::idle`] (each delivery
+    /// recorded, so that none is taken again), and shuts `dispatchers` down (each
+    /// finishes what it holds, so that a duplicate in flight arrives too);
+    /// every `webhook-id` received, duplicates included.
     pub async fn all_received(
         &self,
         receiver: &receiver::TestReceiver,
@@ -567,10 +569,9 @@ impl TestApp {
         dispatchers: Vec<DispatcherHandle>,
     ) -> Vec<String> {
         self.eventually(secs, || async {
-            (receiver.distinct_deliveries() >= n).then_some(())
+            (receiver.distinct_deliveries() >= n && self.idle().await).then_some(())
         })
         .await;
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
         for d in dispatchers {
             d.shutdown().await;
         }
@@ -607,23 +608,27 @@ impl TestApp {
             .expect("the backlog reads")
     }
 
+    /// Whether the store's event pipeline has nothing left to do: no event
+    /// in the outbox (not relayed), none in the events queue (not fanned
+    /// out), no delivery due within the hour (each recorded).
+    pub async fn idle(&self) -> bool {
+        let outbox = self.store.outbox_batch(1).await.expect("the outbox reads");
+        let queued = (self.store.dispatch().pending_events(1).await).expect("the queue reads");
+        outbox.is_empty() && queued.is_empty() && self.due_within_an_hour().await == 0
+    }
+
     /// Polls `f` until it returns `Some`, for at most `secs` seconds.
-    pub async fn eventually<T, F, Fut>(&self, secs: u64, mut f: F) -> T
+    pub async fn eventually<T, F, Fut>(&self, secs: u64, f: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-        loop {
-            if let Some(v) = f().await {
-                return v;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "condition not met within {secs} s"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-        }
+        poll::wait_until(
+            std::time::Duration::from_secs(secs),
+            || "condition not met".to_owned(),
+            f,
+        )
+        .await
     }
 }
 

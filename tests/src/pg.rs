@@ -93,17 +93,15 @@ impl TestDatabase {
         let template = template().await;
         let name = format!("billing_t_{}_{}", std::process::id(), suffix());
         let mut conn = admin().await;
-        let mut tries = 0;
+        // Two clones at once can briefly see each other on the template:
+        // PostgreSQL is asked again until the other has finished.
+        let poll = crate::poll::Poll::within(std::time::Duration::from_secs(10))
+            .every(std::time::Duration::from_millis(100));
         loop {
             let sql = format!("CREATE DATABASE \"{name}\" TEMPLATE \"{template}\"");
             match conn.execute(sql.as_str()).await {
                 Ok(_) => break,
-                // Two clones at once can briefly see each other on the template.
-                Err(e) if tries < 20 => {
-                    tries += 1;
-                    let _ = e;
-                    tokio::time::sleep(std::time::Duration::from_millis(50 * tries)).await;
-                }
+                Err(_) if poll.next().await => {}
                 Err(e) => panic!("could not create test database: {e}"),
             }
         }

@@ -162,6 +162,8 @@ async fn answer(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -
     match behaviour {
         Behaviour::Status(_) | Behaviour::FailRandomly(_) => status.into_response(),
         Behaviour::Hang(d) => {
+            // A receiver that keeps the dispatcher's socket waiting: the
+            // time is the behaviour under test.
             tokio::time::sleep(d).await;
             status.into_response()
         }
@@ -309,6 +311,7 @@ async fn play(
             loop {
                 socket.write_all(b"1\r\nx\r\n").await?;
                 counts.body_bytes.fetch_add(1, Ordering::SeqCst);
+                // A body trickled on the socket, a byte a second.
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }

@@ -219,9 +219,10 @@ async fn fresh_account(app: &TestApp) -> (String, String) {
     )
 }
 
-/// Lets the clock move so that two creations get distinct `created_at`.
+/// Waits for the wall clock to move, so that two creations get distinct
+/// `created_at`.
 async fn tick() {
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    billing_tests::poll::next_millisecond().await;
 }
 
 /// Moves the app's clock to a second past `t`.

@@ -26,7 +26,6 @@ use billing_tests::{
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Once;
-use std::time::Duration;
 
 /// The buyers of the two sessions, and the custom field values of the
 /// first: personal data that must not reach an endpoint whose grant does
@@ -311,15 +310,17 @@ async fn grant(app: &TestApp, endpoint_ref: &str, classes: &[&str], field_refs: 
     assert_eq!(r.data()["custom_field_refs"], json!(field_refs));
 }
 
-/// Waits until every endpoint's receiver got all its deliveries and the
-/// endpoint lists them all as succeeded; then a little longer, so that a
-/// duplicate would have arrived too.
+/// Waits until every endpoint's receiver got all its deliveries, the
+/// endpoint lists them all as succeeded, and the pipeline is idle (no event
+/// left to relay or fan out, no delivery due): a duplicate would have been
+/// made by then.
 async fn all_delivered(app: &TestApp, endpoints: &[&Endpoint]) {
     let total = total_deliveries();
     for e in endpoints {
         all_succeeded(app, &e.receiver, &e.endpoint_ref, total).await;
     }
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    app.eventually(15, || async { app.idle().await.then_some(()) })
+        .await;
 }
 
 // ---- what is expected -------------------------------------------------------------

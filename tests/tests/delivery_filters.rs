@@ -49,7 +49,7 @@ async fn each_filter_and_their_combinations_select_what_they_name(app: TestApp) 
     receiver.set(Behaviour::Status(404));
     let client_error = settle(&app, &endpoint, "invoice.paid", "failed").await;
     let middle = domain::Timestamp::now();
-    tokio::time::sleep(Duration::from_millis(5)).await;
+    billing_tests::poll::next_millisecond().await;
     receiver.set(Behaviour::Status(500));
     let server_error = settle(&app, &endpoint, "payment.succeeded", "failed").await;
     receiver.set(Behaviour::Hang(Duration::from_secs(2)));

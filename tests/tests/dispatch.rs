@@ -434,9 +434,24 @@ async fn a_pause_holds_deliveries_waiting_for_a_slot(app: TestApp) {
     app.eventually(10, || async { (receiver.count() == 1).then_some(()) })
         .await;
     set_paused(&app, &endpoint, "pause").await;
-    // The first attempt ends 800 ms after it began; the other two must
-    // not follow it.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The first attempt ends 800 ms after it began, and frees the slot;
+    // the other two must not follow it: once it is recorded and the
+    // dispatcher has given those two back held (no lease left on them),
+    // nothing can send them.
+    let pool = app.raw_pool().await;
+    app.eventually(10, || async {
+        let (succeeded, held): (i64, i64) = sqlx::query_as(
+            "SELECT COALESCE(SUM(CASE WHEN status = 'succeeded' THEN 1 ELSE 0 END), 0), \
+             COALESCE(SUM(CASE WHEN status = 'held' AND lease_owner IS NULL THEN 1 ELSE 0 END), 0) \
+             FROM webhook_deliveries WHERE endpoint_ref = $1",
+        )
+        .bind(endpoint.as_str())
+        .fetch_one(&pool)
+        .await
+        .expect("the deliveries read");
+        (succeeded == 1 && held == 2).then_some(())
+    })
+    .await;
     assert_eq!(receiver.count(), 1, "nothing is sent after the pause");
     set_paused(&app, &endpoint, "resume").await;
     app.eventually(20, || async { (receiver.count() == 3).then_some(()) })

@@ -11,11 +11,12 @@
 //! match no subscription here.
 
 use billing_tests::kit::settled;
+use billing_tests::poll::Poll;
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{fleet_enabled, fleet_or_say, Backend, TestApp, TestQueues, BROKER};
 use dispatcher::amqp;
-use lapin::options::{BasicAckOptions, BasicGetOptions};
-use lapin::types::AMQPValue;
+use lapin::options::{BasicAckOptions, BasicGetOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable};
 use serde_json::{json, Value};
 use std::sync::Once;
 use std::time::Duration;
@@ -87,10 +88,28 @@ impl Fleet {
             .expect("the broker confirms the message");
     }
 
+    /// How many messages wait in this test's queue, unconsumed (every
+    /// test's events reach it: at least this test's).
+    async fn waiting(&self) -> u32 {
+        self.queues
+            .channel
+            .queue_declare(
+                &self.queues.settings.queue,
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("the test's queue exists")
+            .message_count()
+    }
+
     /// Reads this test's dead letter queue until a message with `body`
     /// arrives; returns its `x-dead-reason`.
     async fn dead_letter(&self, body: &[u8]) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let poll = Poll::within(Duration::from_secs(20)).every(Duration::from_millis(50));
         loop {
             let got = self
                 .queues
@@ -111,12 +130,13 @@ impl Fleet {
                     }
                 }
                 None => {
-                    assert!(
-                        std::time::Instant::now() < deadline,
-                        "the message did not reach {}",
-                        self.queues.settings.dead_queue
-                    );
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    poll.tick(|| {
+                        format!(
+                            "the message did not reach {}",
+                            self.queues.settings.dead_queue
+                        )
+                    })
+                    .await
                 }
             }
         }
@@ -197,7 +217,10 @@ async fn a_duplicate_event_ref_is_delivered_once() {
     fleet.publish(&later_body, "refund.created").await;
     all_received(app, &receiver, &[&event_ref, &later]).await;
     settled(app, &endpoint, "succeeded").await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Nothing left to fan out or deliver: a second delivery of the
+    // duplicate would have been made by then.
+    app.eventually(15, || async { app.idle().await.then_some(()) })
+        .await;
     intake.shutdown().await;
     dispatcher.shutdown().await;
 
@@ -261,7 +284,8 @@ async fn events_published_while_the_consumer_is_down_are_delivered() {
     let data = json!({"invoice_ref": "inv_AAAAAAAAAAAA"});
     let (first, body) = fleet.envelope("invoice.paid", data.clone());
     fleet.publish(&body, "invoice.paid").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Confirmed by the broker, so in the queue by now.
+    assert!(fleet.waiting().await >= 1, "the queue keeps the message");
     assert_eq!(receiver.count(), 0);
     let intake = fleet.start_intake();
     all_received(app, &receiver, &[&first]).await;
@@ -272,11 +296,12 @@ async fn events_published_while_the_consumer_is_down_are_delivered() {
     fleet.publish(&body, "invoice.paid").await;
     let (third, body) = fleet.envelope("invoice.paid", data);
     fleet.publish(&body, "invoice.paid").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(fleet.waiting().await >= 2, "the queue keeps the messages");
     assert_eq!(receiver.count(), 1);
     let intake = fleet.start_intake();
     all_received(app, &receiver, &[&second, &third]).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    app.eventually(15, || async { app.idle().await.then_some(()) })
+        .await;
     intake.shutdown().await;
     dispatcher.shutdown().await;
     for e in [&first, &second, &third] {
@@ -396,20 +421,29 @@ async fn the_outbox_keeps_events_until_the_broker_confirms_them() {
         .collect();
     app.store.emit_events(&events).await.expect("emitted");
 
-    // A broker that is not there: nothing leaves the outbox.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    // A broker that does not answer: the relay's connections are taken and
+    // closed at once; nothing leaves the outbox.
+    let mute = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a free port");
     let dead_url = format!(
         "amqp://guest:guest@127.0.0.1:{}/%2f",
-        closed.local_addr().unwrap().port()
+        mute.local_addr().unwrap().port()
     );
-    drop(closed);
     let stop = CancellationToken::new();
     let relay = tokio::spawn(dispatcher::outbox::relay(
         app.store.clone(),
         dispatcher::outbox::Target::Amqp(dead_url),
         stop.clone(),
     ));
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Two attempts: the relay has tried, failed, and tried again.
+    for _ in 0..2 {
+        let (socket, _) = tokio::time::timeout(Duration::from_secs(20), mute.accept())
+            .await
+            .expect("the relay tries the broker")
+            .expect("accept");
+        drop(socket);
+    }
     stop.cancel();
     relay.await.expect("the relay stops");
     assert_eq!(app.store.outbox_batch(10).await.unwrap().len(), 5);

@@ -8,6 +8,7 @@
 //! only with `BILLING_TEST_FLEET=1`; then a node that cannot be started is
 //! a failure.
 
+use billing_tests::poll::Poll;
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{fleet_enabled, Backend, TestApp};
 use dispatcher::amqp::{self, AmqpSettings, Publisher};
@@ -15,7 +16,7 @@ use serde_json::json;
 use std::collections::HashSet;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 const SERVER: &str = "/usr/lib/rabbitmq/bin/rabbitmq-server";
@@ -54,17 +55,18 @@ impl PrivateBroker {
             child,
             killed: false,
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while amqp::connect(&url(port), "billing-test-probe")
-            .await
-            .is_err()
-        {
-            assert!(
-                Instant::now() < deadline,
-                "the private RabbitMQ node never came up"
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
+        Poll::within(Duration::from_secs(60))
+            .every(Duration::from_millis(250))
+            .until(
+                || "the private RabbitMQ node never came up".to_owned(),
+                || async {
+                    amqp::connect(&url(port), "billing-test-probe")
+                        .await
+                        .is_ok()
+                        .then_some(())
+                },
+            )
+            .await;
         broker
     }
 
@@ -117,18 +119,17 @@ async fn publish(environment_ref: String, port: u16, n: usize) -> Vec<String> {
     // An event whose confirm was lost is published again under the same
     // reference, as a real producer must: the broker may have kept it.
     let mut event_ref = domain::Ref::generate(domain::Prefix::Event).into_string();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // The broker is down for a while: a connection is tried again every
+    // 200 ms until it takes one.
+    let poll = Poll::within(Duration::from_secs(60)).every(Duration::from_millis(200));
     while refs.len() < n {
-        assert!(
-            Instant::now() < deadline,
-            "the broker never took the events"
-        );
+        assert!(!poll.expired(), "the broker never took the events");
         let p = match publisher.take() {
             Some(p) => p,
             None => match Publisher::connect(&url(port)).await {
                 Ok(p) => p,
                 Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    poll.next().await;
                     continue;
                 }
             },
@@ -196,6 +197,8 @@ async fn a_broker_killed_and_restarted_mid_run_loses_no_event() {
         .await;
     let at_outage = receiver.count();
     broker.kill();
+    // The outage itself: the real broker stays down for a second while
+    // the publisher and the intake keep trying it.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let _broker = PrivateBroker::start(port, dir.path()).await;
     let mut events = during.await.expect("the publisher finishes");

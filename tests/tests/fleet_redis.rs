@@ -8,6 +8,7 @@
 //! Each test keeps its keys under its own prefix and deletes only those:
 //! other tests share the server.
 
+use billing_tests::poll::Poll;
 use billing_tests::TestApp;
 use dispatcher::redis_schedule::{self as rs, RedisSchedule};
 use domain::Timestamp;
@@ -63,9 +64,22 @@ fn lease(ms: i64) -> (Timestamp, Timestamp) {
 
 /// Claims until nothing is due; returns the references claimed.
 async fn claim_all(f: &Fixture, owner: &str, batch: u32, lease_ms: i64) -> Vec<String> {
+    claim_all_ahead(f, owner, batch, lease_ms, 0).await
+}
+
+/// As `claim_all`, at `ahead_ms` past the wall clock: a lease that ends
+/// before then has ended.
+async fn claim_all_ahead(
+    f: &Fixture,
+    owner: &str,
+    batch: u32,
+    lease_ms: i64,
+    ahead_ms: i64,
+) -> Vec<String> {
     let mut got = Vec::new();
     loop {
-        let (now, until) = lease(lease_ms);
+        let now = Timestamp::now().plus_millis(ahead_ms);
+        let until = now.plus_millis(lease_ms);
         let claimed = rs::claim(&f.app.store, &f.schedule, owner, now, until, batch)
             .await
             .expect("claim");
@@ -201,10 +215,11 @@ async fn an_expired_lease_returns_to_the_due_set() {
         0,
         "a live lease stays"
     );
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // 400 ms on, past the 300 ms lease: reclaimed and claimed at that time.
+    const LATER: i64 = 400;
     assert_eq!(
         f.schedule
-            .reclaim_expired(Timestamp::now().millis())
+            .reclaim_expired(Timestamp::now().millis() + LATER)
             .await
             .unwrap(),
         5
@@ -212,7 +227,7 @@ async fn an_expired_lease_returns_to_the_due_set() {
     assert_eq!(f.schedule.due_len().await.unwrap(), 5);
     assert_eq!(f.schedule.leased_len().await.unwrap(), 0);
     // Another worker gets them: the store's lease expired too.
-    let alive = claim_all(&f, "alive-worker", 100, 60_000).await;
+    let alive = claim_all_ahead(&f, "alive-worker", 100, 60_000, LATER).await;
     assert_eq!(set(&alive), set(&f.refs));
     billing_tests::redis::delete_prefix(f.schedule.key_prefix()).await;
 }
@@ -259,9 +274,9 @@ async fn losing_all_redis_data_loses_no_delivery() {
             })
             .await,
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while got.len() < f.refs.len() && std::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(60)).await;
+    // The rest as the feeder (on the wall clock) brings them back.
+    let poll = Poll::within(Duration::from_secs(5)).every(Duration::from_millis(60));
+    while got.len() < f.refs.len() && poll.next().await {
         got.extend(claim_all(&f, "w2", 8, 60_000).await);
     }
     assert_eq!(got.len(), f.refs.len(), "each delivery claimed once");

@@ -8,6 +8,7 @@
 //! that process, through its `Child` handle. Runs only with
 //! `BILLING_TEST_FLEET=1`; then a missing `redis-server` is a failure.
 
+use billing_tests::poll::Poll;
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{fleet_enabled, Backend, TestApp};
 use dispatcher::redis_schedule::{redis, Keys, RedisSchedule};
@@ -15,7 +16,7 @@ use serde_json::json;
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A `redis-server` this test started; killed when dropped.
 struct PrivateRedis {
@@ -34,17 +35,13 @@ impl PrivateRedis {
             .spawn()
             .expect("BILLING_TEST_FLEET=1 but `redis-server` cannot be started");
         let server = PrivateRedis { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if server.ping().await {
-                return server;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the private redis-server never answered"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        Poll::within(Duration::from_secs(10))
+            .until(
+                || "the private redis-server never answered".to_owned(),
+                || async { server.ping().await.then_some(()) },
+            )
+            .await;
+        server
     }
 
     fn url(&self) -> String {
@@ -133,6 +130,8 @@ async fn a_redis_restarted_without_its_data_loses_no_delivery() {
     for _ in 0..AFTER / 2 {
         app.publish("order.created", json!({})).await;
     }
+    // The outage itself: the real redis-server stays down for a second
+    // while the dispatchers keep running against it.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let _server = PrivateRedis::start(port).await;
     for _ in 0..AFTER / 2 {

@@ -229,11 +229,13 @@ async fn a_slow_head_is_cut_off_while_other_clients_are_served() {
     // Slowloris: a head that never ends, one header line every 200 ms.
     let stream = TcpStream::connect(app.addr).await.expect("connect");
     let (mut reader, mut writer) = stream.into_split();
+    let (trickling, mut has_trickled) = tokio::sync::watch::channel(0);
     let trickle = tokio::spawn(async move {
         let _ = writer
             .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
             .await;
         for i in 0..50 {
+            // The slow client's pace on its socket.
             tokio::time::sleep(Duration::from_millis(200)).await;
             if writer
                 .write_all(format!("X-{i}: y\r\n").as_bytes())
@@ -242,12 +244,18 @@ async fn a_slow_head_is_cut_off_while_other_clients_are_served() {
             {
                 break;
             }
+            trickling.send_replace(i + 1);
         }
     });
     // A client that connects and sends nothing at all.
     let mut silent = Raw::connect(app.addr).await;
 
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Once the slow head is under way (a header line past the first), the
+    // others are served.
+    has_trickled
+        .wait_for(|lines| *lines >= 1)
+        .await
+        .expect("the slow head is sent");
     app.anon("GET", "/healthz").send().await.expect(200);
     app.get("/api/v1/environments").send().await.expect(200);
 
@@ -306,6 +314,7 @@ async fn a_stalled_body_is_answered_408_and_closed(app: TestApp) {
     raw.send(head("POST", "/api/v1/service_accounts", &headers).as_bytes())
         .await;
     for piece in body.chunks(8) {
+        // The slow client's pace on its socket.
         tokio::time::sleep(Duration::from_millis(300)).await;
         raw.send(piece).await;
     }
@@ -603,6 +612,8 @@ async fn shutdown_stops_accepting_and_finishes_requests_in_flight() {
     headers.push(format!("Content-Length: {}", body.len()));
     busy.send(head("POST", "/api/v1/service_accounts", &headers).as_bytes())
         .await;
+    // The server must read that head off the socket before the stop, so
+    // that the request is in flight: nothing tells the client when it has.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     stop.send(()).expect("server running");

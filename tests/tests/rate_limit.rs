@@ -3,6 +3,7 @@
 //! authentication, answered with 429 and `Retry-After`; with a Redis
 //! scheduler one bucket serves every API process of a fleet.
 
+use billing_tests::poll::wait_until;
 use billing_tests::{Backend, Resp, TestApp};
 use dispatcher::redis_schedule::{Keys, RedisSchedule};
 use std::sync::Arc;
@@ -42,6 +43,27 @@ async fn passes_until_refused(app: &TestApp, secret: &str, at_most: usize) -> (u
     panic!("{at_most} requests passed a limit that should have refused one");
 }
 
+/// What a request's round trip may add to a wait the server names.
+const LATENCY: Duration = Duration::from_millis(500);
+
+/// Asks until a request of `secret` passes, which must be `within`; a
+/// refusal meanwhile takes nothing from the bucket.
+async fn passes_within(app: &TestApp, secret: &str, within: Duration) {
+    wait_until(
+        within,
+        || "the credential did not pass again".to_owned(),
+        || async {
+            let r = app.get("/api/v1/environments").auth(secret).send().await;
+            if r.status == 429 {
+                return None;
+            }
+            r.expect(200);
+            Some(())
+        },
+    )
+    .await
+}
+
 async fn a_burst_passes_then_429_with_retry_after(backend: Backend) {
     let app = limited(backend, 5).await;
     let secret = app.sandbox.secret.clone();
@@ -54,14 +76,12 @@ async fn a_burst_passes_then_429_with_retry_after(backend: Backend) {
         "{passed} passed, refill {refill}"
     );
     assert_limited(&refused);
-    // After the time it names, the credential passes again.
+    // Within the time it names, the credential passes again (the bucket
+    // refills on the wall clock: it is asked until it does, each refusal
+    // taking nothing).
     let wait: u64 = refused.header("retry-after").unwrap().parse().unwrap();
-    tokio::time::sleep(Duration::from_secs(wait)).await;
-    app.get("/api/v1/environments")
-        .auth(&secret)
-        .send()
-        .await
-        .expect(200);
+    let within = Duration::from_secs(wait) + LATENCY;
+    passes_within(&app, &secret, within).await;
 }
 
 async fn each_credential_has_its_own_bucket(backend: Backend) {
@@ -114,18 +134,36 @@ async fn refused_writes_change_nothing(backend: Backend) {
     };
     let r = request().send().await;
     assert_limited(&r);
-    // The key was not taken: the same request runs once the bucket
-    // refills, and makes the only such account.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let created = request().send().await;
+    // The key was not taken: the same request, refused until the bucket
+    // refills, then runs, and makes the only such account.
+    let created = wait_until(
+        Duration::from_secs(3),
+        || "the bucket never refilled".to_owned(),
+        || async {
+            let r = request().send().await;
+            if r.status == 429 {
+                assert_limited(&r);
+                return None;
+            }
+            Some(r)
+        },
+    )
+    .await;
     created.expect(201);
     assert!(created.header("idempotent-replayed").is_none());
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let listed = app
-        .get("/api/v1/service_accounts")
-        .auth(&secret)
-        .send()
-        .await;
+    let listed = wait_until(
+        Duration::from_secs(3),
+        || "the bucket never refilled".to_owned(),
+        || async {
+            let r = app
+                .get("/api/v1/service_accounts")
+                .auth(&secret)
+                .send()
+                .await;
+            (r.status != 429).then_some(r)
+        },
+    )
+    .await;
     listed.expect(200);
     let named = listed.data()["items"]
         .as_array()

@@ -43,7 +43,6 @@ use domain::{Prefix, Ref, Timestamp};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Once;
-use std::time::Duration;
 
 /// The upstream reason of the dispute: markup and a control character,
 /// which only its safe form (`reason_safe`) may carry, cleaned.
@@ -211,7 +210,7 @@ async fn publish(app: &TestApp, event_type: &str, data: Value, occurred_at: Time
 /// A time strictly after every earlier one of this test, so that each
 /// outside event is newer than the one before it.
 async fn later() -> Timestamp {
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    billing_tests::poll::next_millisecond().await;
     Timestamp::now()
 }
 
@@ -253,13 +252,14 @@ async fn endpoint(app: &TestApp) -> Endpoint {
     }
 }
 
-/// Waits until the receiver got every delivery and the endpoint lists them
-/// all as succeeded; then a little longer, so that a duplicate would have
-/// arrived too.
+/// Waits until the receiver got every delivery, the endpoint lists them
+/// all as succeeded, and the pipeline is idle (no event left to relay or
+/// fan out, no delivery due): a duplicate would have been made by then.
 async fn all_delivered(app: &TestApp, e: &Endpoint) {
     let total = total_deliveries();
     all_succeeded(app, &e.receiver, &e.endpoint_ref, total).await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    app.eventually(15, || async { app.idle().await.then_some(()) })
+        .await;
 }
 
 // ---- what is expected -------------------------------------------------------------

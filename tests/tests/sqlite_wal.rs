@@ -4,6 +4,7 @@
 //!
 //! SQLite only: PostgreSQL manages its own WAL.
 
+use billing_tests::poll::Poll;
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{Backend, TestApp};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,10 +41,13 @@ async fn the_wal_stays_bounded_under_a_steady_write_load() {
     let watcher = {
         let (wal, largest, done) = (wal.clone(), largest.clone(), done.clone());
         tokio::spawn(async move {
+            // A sample every 20 ms while the publishers run.
+            let poll = Poll::within(Duration::from_secs(600)).every(Duration::from_millis(20));
             while !done.load(Ordering::SeqCst) {
                 let size = std::fs::metadata(&wal).map_or(0, |m| m.len());
                 largest.fetch_max(size, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                poll.tick(|| "the publishers did not finish".to_owned())
+                    .await;
             }
         })
     };

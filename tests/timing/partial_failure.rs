@@ -16,6 +16,7 @@
 //! and fleet (PostgreSQL and the Redis schedule; only with
 //! BILLING_TEST_FLEET=1, and then unreachable services are a failure).
 
+use billing_tests::poll::Poll;
 use billing_tests::receiver::{Behaviour, Received, TestReceiver};
 use billing_tests::{Backend, DispatcherHandle, TestApp};
 use dispatcher::DispatchSettings;
@@ -46,8 +47,6 @@ const ALLOWED_P99: Duration = Duration::from_secs(4 + 2);
 const EARLY_TOLERANCE: Duration = Duration::from_millis(50);
 /// From the first publish to the end of the wait.
 const DEADLINE: Duration = Duration::from_secs(60);
-/// After everything settled, how long to watch for stray attempts.
-const QUIET: Duration = Duration::from_millis(500);
 
 /// Nearest-rank percentile `p` of sorted `values` (zero when empty).
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -232,7 +231,8 @@ async fn run(
     let published = publish_all(app).await;
     let publish_took = began.elapsed();
 
-    let deadline = began + DEADLINE;
+    let poll =
+        Poll::within(DEADLINE.saturating_sub(began.elapsed())).every(Duration::from_millis(100));
     let mut tally = Tally::default();
     let statuses = loop {
         tally.absorb(&receiver.received(), &published);
@@ -242,16 +242,18 @@ async fn run(
                 break Some(statuses);
             }
         }
-        if Instant::now() >= deadline {
+        if !poll.next().await {
             break None;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     };
     let took = began.elapsed();
     let timed_out = statuses.is_none();
     if !timed_out {
-        // Anything sent after this is a stray attempt.
-        tokio::time::sleep(QUIET).await;
+        // Every delivery has its last status: nothing is left due, so
+        // whatever is sent after this is a stray attempt; the shutdown
+        // lets one in flight land.
+        app.eventually(5, || async { app.idle().await.then_some(()) })
+            .await;
     }
     dispatcher.shutdown().await;
     let got = receiver.received();

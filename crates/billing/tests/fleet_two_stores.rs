@@ -18,6 +18,7 @@
 //! Runs with `BILLING_TEST_FLEET=1` (then a missing server is a failure).
 //! Redis database 11 is this test's; it is emptied first.
 
+use crate::common::poll::Poll;
 use crate::common::{
     billing, bootstrap, first_readyz, fleet, fleet_env, free_port, FreshDatabase, FreshVhost,
     Process, Sandbox, REDIS_URL,
@@ -28,7 +29,7 @@ use dispatcher::redis_schedule::redis;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How late a retry may start after the time its attempt row planned.
 const ON_TIME: i64 = 500;
@@ -292,7 +293,7 @@ async fn publish_type(vhost: &str, environment_ref: &str, event_type: &str) -> V
 
 /// Waits until `hook` got every one of `events` answered 200.
 async fn all_delivered(fleet: &Fleet, hook: &Hook, events: &[String]) {
-    let start = Instant::now();
+    let poll = Poll::within(Duration::from_secs(30)).every(Duration::from_millis(100));
     loop {
         let mut got = hook.delivered();
         got.sort();
@@ -301,13 +302,14 @@ async fn all_delivered(fleet: &Fleet, hook: &Hook, events: &[String]) {
         if got == want {
             return;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "{}: delivered {got:?}, want {want:?}\n{}",
-            fleet.name,
-            fleet.process.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        poll.tick(|| {
+            format!(
+                "{}: delivered {got:?}, want {want:?}\n{}",
+                fleet.name,
+                fleet.process.log_tail()
+            )
+        })
+        .await;
     }
 }
 
@@ -437,20 +439,36 @@ async fn two_stores_on_one_redis_and_one_vhost_keep_to_their_own() {
     )
     .await;
     let left = publish_type(&vhost.url, &environment_ref, "order.created").await;
-    let start = Instant::now();
+    let poll = Poll::within(Duration::from_secs(20)).every(Duration::from_millis(20));
     while hook_down.deliveries() < left.len() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "the failing endpoint got {} of {} first attempts\n{}",
-            hook_down.deliveries(),
-            left.len(),
-            pg.process.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        poll.tick(|| {
+            format!(
+                "the failing endpoint got {} of {} first attempts\n{}",
+                hook_down.deliveries(),
+                left.len(),
+                pg.process.log_tail()
+            )
+        })
+        .await;
     }
-    // Past the recording of those attempts (their retries are due 0.8 s
-    // or more after them), then a crash: no shutdown tidies anything.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Once those attempts are recorded (each failed one's retry, due 0.8 s
+    // or more after it, waits in Redis), a crash: no shutdown tidies
+    // anything.
+    let poll = Poll::within(Duration::from_secs(10)).every(Duration::from_millis(20));
+    loop {
+        let due = due_members(&mut conn, &db.url).await;
+        if due >= left.len() as u64 {
+            break;
+        }
+        poll.tick(|| {
+            format!(
+                "{due} of {} failed attempts have their retry in Redis\n{}",
+                left.len(),
+                pg.process.log_tail()
+            )
+        })
+        .await;
+    }
     pg.process.kill_hard();
     let stranded = due_members(&mut conn, &db.url).await;
     assert!(stranded > 0, "the stopped fleet left retries in Redis");

@@ -30,9 +30,11 @@
 //! event types, which keep the data of every fanned-out event (as in
 //! `pay_crash.rs`).
 
+use crate::common::crash::{client, count, crash_tests, probe, read_events, verdict, Envs, Site};
+use crate::common::poll::Poll;
 use crate::common::{
-    billing, bootstrap, fleet, fleet_env, free_port, fresh_redis_schedule, on_embedded_store,
-    on_fleet_store, rand_u32, say, wait_ready, FreshDatabase, FreshVhost, Process, REDIS_URL,
+    fleet, fleet_env, fresh_redis_schedule, rand_u32, say, text, wait_ready, FreshDatabase,
+    FreshVhost, Process, REDIS_URL,
 };
 use domain::Timestamp;
 use sqlx::Connection;
@@ -58,23 +60,6 @@ const REFUND_EVENTS: [&str; 4] = [
     "refund.failed",
     "refund.canceled",
 ];
-
-/// `billing <role>` with its stderr in `log_name` (in `dir`); killed
-/// (SIGKILL) if the test ends early.
-fn spawn_role(dir: &Path, envs: &[(&str, String)], role: &str, log_name: &str) -> Process {
-    Process::spawn_logged(
-        billing(dir, envs).arg(role).env("RUST_LOG", "warn"),
-        dir.join(log_name),
-    )
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .connect_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap()
-}
 
 /// The API of a server, as one sandbox secret.
 #[derive(Clone)]
@@ -122,13 +107,6 @@ impl Api {
         let answer: serde_json::Value = serde_json::from_str(&raw).unwrap();
         answer["data"].clone()
     }
-}
-
-fn text(v: &serde_json::Value, field: &str) -> String {
-    v[field]
-        .as_str()
-        .unwrap_or_else(|| panic!("no {field} in {v}"))
-        .to_owned()
 }
 
 /// What the test sells and watches.
@@ -365,115 +343,6 @@ async fn refund_statuses(
     by_status
 }
 
-async fn count(db: &mut sqlx::AnyConnection, sql: &str) -> i64 {
-    sqlx::query_scalar::<_, i64>(sql)
-        .fetch_one(&mut *db)
-        .await
-        .unwrap()
-}
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or(serde_json::Value::Null)
-}
-
-/// One event, wherever it was found.
-struct Event {
-    event_type: String,
-    data: Option<serde_json::Value>,
-}
-
-/// Every event of the store, each event_ref once: from the outbox and the
-/// events queue, with its data from the outbox, the queue (while not
-/// fanned out), or else the endpoint's held delivery of it; and a summary
-/// of where they were.
-async fn read_events(
-    db: &mut sqlx::AnyConnection,
-    endpoint: &str,
-    problems: &mut Vec<String>,
-) -> (BTreeMap<String, Event>, String) {
-    let mut events: BTreeMap<String, Event> = BTreeMap::new();
-    let outbox: Vec<(String, String, String)> =
-        sqlx::query_as("SELECT event_ref, public_event_type, data FROM outbox")
-            .fetch_all(&mut *db)
-            .await
-            .unwrap();
-    let in_outbox = outbox.len();
-    for (event_ref, event_type, data) in outbox {
-        events.insert(
-            event_ref,
-            Event {
-                event_type,
-                data: Some(json(&data)),
-            },
-        );
-    }
-    let queued: Vec<(String, String, Option<String>)> =
-        sqlx::query_as("SELECT event_ref, public_event_type, data FROM events")
-            .fetch_all(&mut *db)
-            .await
-            .unwrap();
-    let (in_queue, mut in_both) = (queued.len(), 0);
-    for (event_ref, event_type, data) in queued {
-        let data = data.map(|d| json(&d));
-        match events.get_mut(&event_ref) {
-            Some(e) => {
-                in_both += 1;
-                if e.event_type != event_type || (data.is_some() && e.data != data) {
-                    problems.push(format!(
-                        "event {event_ref} differs between the outbox and the queue"
-                    ));
-                }
-            }
-            None => {
-                events.insert(event_ref, Event { event_type, data });
-            }
-        }
-    }
-    let deliveries: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT event_ref, public_event_type, event_data FROM webhook_deliveries \
-         WHERE endpoint_ref = $1",
-    )
-    .bind(endpoint)
-    .fetch_all(&mut *db)
-    .await
-    .unwrap();
-    let in_deliveries = deliveries.len();
-    let mut delivered: HashMap<String, usize> = HashMap::new();
-    for (event_ref, event_type, data) in deliveries {
-        *delivered.entry(event_ref.clone()).or_default() += 1;
-        let data = json(&data);
-        match events.get_mut(&event_ref) {
-            None => problems.push(format!(
-                "a delivery of event {event_ref} ({event_type}), which is neither in the outbox nor in the queue"
-            )),
-            Some(e) if e.event_type != event_type => problems.push(format!(
-                "event {event_ref} is {} but its delivery says {event_type}",
-                e.event_type
-            )),
-            Some(e) => match &e.data {
-                None => e.data = Some(data),
-                Some(d) if *d != data => problems.push(format!(
-                    "event {event_ref}'s delivery carries other data than the event"
-                )),
-                Some(_) => {}
-            },
-        }
-    }
-    for (event_ref, n) in delivered {
-        if n > 1 {
-            problems.push(format!(
-                "event {event_ref} has {n} deliveries to one endpoint"
-            ));
-        }
-    }
-    let summary = format!(
-        "{} events ({in_outbox} in the outbox, {in_queue} in the queue, {in_both} in both, \
-         {in_deliveries} held deliveries)",
-        events.len()
-    );
-    (events, summary)
-}
-
 /// The store's refunds, payments, captures, jobs and refund events against
 /// `refunds` (refund by payment). `settled`: every refund must have
 /// succeeded and no job be left; else (right after a kill) each refund's
@@ -486,9 +355,7 @@ async fn check_store(
     settled: bool,
     problems: &mut Vec<String>,
 ) -> String {
-    let mut db = sqlx::AnyConnection::connect(probe_url)
-        .await
-        .expect("the store can be read");
+    let mut db = probe(probe_url).await;
 
     // Refunds: ours, one per payment, of 500 each.
     let rows: Vec<(String, String, String, String, i64, Option<i64>)> = sqlx::query_as(
@@ -656,7 +523,15 @@ async fn check_store(
 
     // Events: per refund, one refund.created, and one refund.succeeded if
     // it succeeded (none else); never failed or canceled.
-    let (events, event_summary) = read_events(&mut db, endpoint, problems).await;
+    let (events, sources) = read_events(&mut db, endpoint, problems).await;
+    let event_summary = format!(
+        "{} events ({} in the outbox, {} in the queue, {} in both, {} held deliveries)",
+        events.len(),
+        sources.outbox,
+        sources.queued_pending + sources.queued_processed,
+        sources.in_both,
+        sources.deliveries
+    );
     let mut of_refund: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     let mut refund_events = 0;
     for (event_ref, e) in &events {
@@ -730,31 +605,14 @@ async fn check_store(
 
 /// The crash scenario (module docs, 1) against a store the environment
 /// variables `envs` name; `probe_url` reads that store beside the server.
-async fn crash_and_restart(
-    label: &str,
-    dir: &Path,
-    envs: Vec<(&'static str, String)>,
-    probe_url: &str,
-) {
+async fn crash_and_restart(label: &str, dir: &Path, envs: Envs, probe_url: &str) {
     let run = format!("{label}-{:08x}", rand_u32());
-    let api_port = free_port();
-    let with_ports = || {
-        let mut e = envs.clone();
-        e.push(("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")));
-        e.push((
-            "BILLING_METRICS__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ));
-        e
-    };
-    let api = format!("http://127.0.0.1:{api_port}");
-    let sandbox = bootstrap(dir, &with_ports());
-    let secret = sandbox.secret;
+    let site = Site::new(dir, envs);
+    let sandbox = site.bootstrap();
 
     let started = Instant::now();
-    let mut first = spawn_role(dir, &with_ports(), "serve", "serve-1.log");
-    wait_ready(&client(), &api, || first.log_tail()).await;
-    let calls = Api::new(&api, &secret);
+    let mut first = site.serve("serve-1.log").await;
+    let calls = Api::new(&site.api, &sandbox.secret);
     let shop = open_shop(&calls, &sandbox.environment_ref, &run).await;
     let payments = pay_all(&calls, &run, &shop.config, REFUNDS).await;
     let paid_after = started.elapsed();
@@ -765,21 +623,21 @@ async fn crash_and_restart(
     // 1. SIGKILL once a tenth of the refunds have succeeded: by then more
     //    are pending, and the last ones (due up to 4 s after their request)
     //    are still scheduled.
-    sqlx::any::install_default_drivers();
-    let mut probe = sqlx::AnyConnection::connect(probe_url)
-        .await
-        .expect("the store can be read beside the server");
+    let mut probe = probe(probe_url).await;
+    // Looked at every 5 ms: the kill must land while refunds are pending.
+    let poll = Poll::within(Duration::from_secs(20)).every(Duration::from_millis(5));
     loop {
         let by_status = refund_statuses(&mut probe, &ours).await;
         if by_status.get("succeeded").copied().unwrap_or(0) >= REFUNDS / 10 {
             break;
         }
-        assert!(
-            requested.elapsed() < Duration::from_secs(20),
-            "20 s after the refunds were requested, only {by_status:?}\n{}",
-            first.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        poll.tick(|| {
+            format!(
+                "after the refunds were requested, only {by_status:?}\n{}",
+                first.log_tail()
+            )
+        })
+        .await;
     }
     let pid = first.pid();
     first.kill_hard();
@@ -822,24 +680,27 @@ async fn crash_and_restart(
 
     // 3. The same store, a new process: every refund succeeds. A job the
     //    killed server had leased waits for its lease to end.
-    let mut second = spawn_role(dir, &with_ports(), "serve", "serve-2.log");
-    wait_ready(&client(), &api, || second.log_tail()).await;
+    let mut second = site.serve("serve-2.log").await;
     let restarted_after = killed.elapsed();
-    let mut probe = sqlx::AnyConnection::connect(probe_url).await.unwrap();
+    let mut probe = self::probe(probe_url).await;
+    // The lease runs on the restarted server's wall clock: waited out.
     let deadline = LEASE + Duration::from_secs(10);
+    let poll =
+        Poll::within(deadline.saturating_sub(killed.elapsed())).every(Duration::from_millis(20));
     loop {
         let by_status = refund_statuses(&mut probe, &ours).await;
         let jobs = count(&mut probe, "SELECT COUNT(*) FROM jobs").await;
         if by_status.get("succeeded") == Some(&REFUNDS) && jobs == 0 {
             break;
         }
-        assert!(
-            killed.elapsed() < deadline,
-            "[{label}] {} s after the kill, the refunds are {by_status:?} and {jobs} jobs are left\n{log_1}\n{}",
-            deadline.as_secs(),
-            second.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        poll.tick(|| {
+            format!(
+                "[{label}] {} s after the kill, the refunds are {by_status:?} and {jobs} jobs are left\n{log_1}\n{}",
+                deadline.as_secs(),
+                second.log_tail()
+            )
+        })
+        .await;
     }
     let done_after = killed.elapsed();
     drop(probe.close().await);
@@ -865,63 +726,33 @@ async fn crash_and_restart(
         problems.len(),
         started.elapsed().as_millis(),
     ));
-    assert!(
-        problems.is_empty(),
-        "[{label}] {} problems with refunds across a crash:\n{}\n{log_1}\n{log_2}",
-        problems.len(),
-        problems.join("\n")
-    );
-    assert!(
+    verdict(
+        label,
+        "with refunds across a crash",
+        &problems,
+        &format!("{log_1}\n{log_2}"),
         clean_exit,
-        "[{label}] the restarted server did not exit cleanly on SIGTERM\n{log_2}"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn embedded_crash_with_scheduled_refunds_runs_each_once() {
-    on_embedded_store(|label, dir, envs, probe| async move {
-        crash_and_restart(label, &dir, envs, &probe).await
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fleet_crash_with_scheduled_refunds_runs_each_once() {
-    // Redis database 13 is this test's.
-    on_fleet_store(
-        "fleet jobs crash test",
-        "billing_jobs",
-        13,
-        |label, dir, envs, store_url| async move {
-            crash_and_restart(label, &dir, envs, &store_url).await
-        },
-    )
-    .await;
-}
+crash_tests!(
+    embedded_crash_with_scheduled_refunds_runs_each_once,
+    fleet_crash_with_scheduled_refunds_runs_each_once,
+    on_fleet_store("fleet jobs crash test", "billing_jobs", 13),
+    |label, dir, envs, url, _fleet| crash_and_restart(label, dir, envs, url)
+);
 
 /// The two-dispatcher scenario (module docs, 2).
 async fn two_dispatchers(dir: &Path, store_url: &str, queue_url: &str, scheduler: &str) {
     let run = format!("fleet2-{:08x}", rand_u32());
-    let api_port = free_port();
-    let envs = fleet_env(store_url, queue_url, scheduler);
-    let with_ports = || {
-        let mut e = envs.clone();
-        e.push(("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")));
-        e.push((
-            "BILLING_METRICS__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ));
-        e
-    };
-    let api = format!("http://127.0.0.1:{api_port}");
-    let sandbox = bootstrap(dir, &with_ports());
-    let secret = sandbox.secret;
+    let site = Site::new(dir, fleet_env(store_url, queue_url, scheduler));
+    let sandbox = site.bootstrap();
 
     let started = Instant::now();
     let mut processes: Vec<Process> = vec![
-        spawn_role(dir, &with_ports(), "api", "api.log"),
-        spawn_role(dir, &with_ports(), "dispatcher", "dispatcher-1.log"),
-        spawn_role(dir, &with_ports(), "dispatcher", "dispatcher-2.log"),
+        site.role("api", "api.log"),
+        site.role("dispatcher", "dispatcher-1.log"),
+        site.role("dispatcher", "dispatcher-2.log"),
     ];
     let logs = |processes: &[Process]| {
         processes
@@ -930,8 +761,8 @@ async fn two_dispatchers(dir: &Path, store_url: &str, queue_url: &str, scheduler
             .collect::<Vec<_>>()
             .join("\n")
     };
-    wait_ready(&client(), &api, || logs(&processes)).await;
-    let calls = Api::new(&api, &secret);
+    wait_ready(&client(), &site.api, || logs(&processes)).await;
+    let calls = Api::new(&site.api, &sandbox.secret);
     let shop = open_shop(&calls, &sandbox.environment_ref, &run).await;
     let payments = pay_all(&calls, &run, &shop.config, FLEET_REFUNDS).await;
     let paid_after = started.elapsed();
@@ -942,9 +773,9 @@ async fn two_dispatchers(dir: &Path, store_url: &str, queue_url: &str, scheduler
     // Every refund succeeded, no job left, and every refund.succeeded
     // relayed through the broker into the events queue; the owners of the
     // leases seen on the way (which runners took jobs).
-    sqlx::any::install_default_drivers();
-    let mut probe = sqlx::AnyConnection::connect(store_url).await.unwrap();
+    let mut probe = probe(store_url).await;
     let mut owners: BTreeSet<String> = BTreeSet::new();
+    let poll = Poll::within(Duration::from_secs(30)).every(Duration::from_millis(10));
     loop {
         let leased: Vec<(String,)> =
             sqlx::query_as("SELECT lease_owner FROM jobs WHERE lease_owner IS NOT NULL")
@@ -967,19 +798,20 @@ async fn two_dispatchers(dir: &Path, store_url: &str, queue_url: &str, scheduler
         {
             break;
         }
-        assert!(
-            requested.elapsed() < Duration::from_secs(30),
-            "30 s after the refunds were requested: {by_status:?}, {jobs} jobs, {outbox} events \
-             in the outbox, {queued} refund.succeeded in the queue\n{}",
-            logs(&processes)
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        poll.tick(|| {
+            format!(
+                "after the refunds were requested: {by_status:?}, {jobs} jobs, {outbox} events \
+                 in the outbox, {queued} refund.succeeded in the queue\n{}",
+                logs(&processes)
+            )
+        })
+        .await;
     }
     let done_after = requested.elapsed();
-    // A moment for anything still on its way (a second run's event would
-    // be), then stop everything.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
     drop(probe.close().await);
+    // Stop everything: each process finishes what it holds first, so that
+    // anything still on its way (a second run of a job, its event) is in
+    // the store when it is checked.
     let log = logs(&processes);
     let clean: Vec<bool> = processes
         .iter_mut()

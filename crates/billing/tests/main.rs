@@ -2,8 +2,9 @@
 //! module starts the real binary (`CARGO_BIN_EXE_billing`) over real
 //! stores and brokers, and its docs say what it shows. `common` holds the
 //! shared kit (starting, bootstrapping, killing, receivers, fresh
-//! databases, virtual hosts and Redis schedules), `outage` the outage
-//! tests' load and checks.
+//! databases, virtual hosts and Redis schedules; `common::crash` the crash
+//! tests' kit, `common::poll` the polling), `outage` the outage tests' load
+//! and checks.
 //!
 //! Run one with `cargo test -p billing --test process <module>::`.
 

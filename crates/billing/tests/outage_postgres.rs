@@ -205,16 +205,7 @@ async fn a_postgres_stopped_and_started_loses_nothing_and_answers_503_meanwhile(
         "PostgreSQL stopped in {} ms",
         down.elapsed().as_millis()
     ));
-    let readyz = api
-        .wait_unready(
-            "store",
-            Duration::from_secs(8),
-            Duration::from_secs(4),
-            logs,
-        )
-        .await;
-    say(&format!("/readyz during the outage: {readyz}"));
-    tokio::time::sleep(OUTAGE.saturating_sub(down.elapsed())).await;
+    api.through_outage("store", down, OUTAGE, logs).await;
     let up = Instant::now();
     cluster.start();
     say(&format!(

@@ -18,7 +18,8 @@
 //! through its `Child` handle. Runs only with `BILLING_TEST_FLEET=1`; then
 //! a missing `redis-server` or PostgreSQL is a failure.
 
-use crate::common::{fleet, fleet_env, free_port, fresh_redis_schedule, say, FreshDatabase};
+use crate::common::poll::Poll;
+use crate::common::{fleet, fleet_env, free_port, fresh_redis_schedule, FreshDatabase};
 use crate::outage::Service;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -46,14 +47,13 @@ impl PrivateRedis {
             .spawn()
             .expect("BILLING_TEST_FLEET=1 but `redis-server` cannot be started");
         let server = PrivateRedis { child, port };
-        let started = Instant::now();
-        while !server.answers().await {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "the private redis-server never answered"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        Poll::within(Duration::from_secs(10))
+            .every(Duration::from_millis(50))
+            .until(
+                || "the private redis-server never answered".to_owned(),
+                || async { server.answers().await.then_some(()) },
+            )
+            .await;
         server
     }
 
@@ -104,16 +104,7 @@ async fn a_redis_outage_answers_in_time_and_loses_no_event() {
 
     let down = Instant::now();
     redis.kill();
-    let readyz = api
-        .wait_unready(
-            "scheduler",
-            Duration::from_secs(8),
-            Duration::from_secs(4),
-            logs,
-        )
-        .await;
-    say(&format!("/readyz during the outage: {readyz}"));
-    tokio::time::sleep(OUTAGE.saturating_sub(down.elapsed())).await;
+    api.through_outage("scheduler", down, OUTAGE, logs).await;
     let up = Instant::now();
     // Empty, as a Redis restarted without persistence comes back.
     let _redis = PrivateRedis::start(port).await;

@@ -15,6 +15,7 @@
 //! is the test's own (a fresh temporary folder) and is always unmounted
 //! (`Tmpfs`' `Drop`), after `billing` is stopped.
 
+use crate::common::poll::Poll;
 use crate::common::{say, SECRETS_KEY};
 use crate::outage::{check_answers, Service};
 use std::io::Write;
@@ -129,28 +130,25 @@ async fn a_full_disk_answers_503_to_writes_keeps_reads_and_loses_nothing() {
     ));
     // Writes need room sooner or later (the log grows, the file grows):
     // wait for the first refusal, then keep the disk full a while.
-    let started = Instant::now();
-    let refused = loop {
-        let first = load
-            .seen()
-            .into_iter()
-            .filter(|s| s.at >= full && s.what != "read" && !s.answer.ok())
-            .map(|s| s.at)
-            .next();
-        if let Some(at) = first {
-            break at;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "no write was refused within 20 s of a full disk\n{}",
-            logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let refused = Poll::within(Duration::from_secs(20))
+        .every(Duration::from_millis(50))
+        .until(
+            || format!("no write was refused with a full disk\n{}", logs()),
+            || async {
+                load.seen()
+                    .into_iter()
+                    .filter(|s| s.at >= full && s.what != "read" && !s.answer.ok())
+                    .map(|s| s.at)
+                    .next()
+            },
+        )
+        .await;
     say(&format!(
         "first write refused {} ms after the disk was full",
         refused.duration_since(full).as_millis()
     ));
+    // The disk stays full this long while the load goes on against the
+    // real server.
     tokio::time::sleep(FULL_FOR).await;
     let (status, body, _) = api.readyz().await;
     say(&format!("/readyz with a full disk: {status} {body}"));

@@ -30,24 +30,23 @@
 //! Embedded mode (a SQLite file) always runs; fleet mode (PostgreSQL, a fresh
 //! database per run) runs only with BILLING_TEST_FLEET=1.
 
-use crate::common::{
-    billing, bootstrap, free_port, on_embedded_store, on_fleet_store, rand_u32, say, wait_ready,
-    Process,
+use crate::common::crash::{
+    client, crash_tests, fire_and_kill, post, probe, read_events, replay_all, verdict, Answer,
+    Envs, Keyed, Replays, Site, Waves,
 };
+use crate::common::{rand_u32, say, text};
 use sqlx::Connection;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 const PAYS: usize = 120;
 /// The pays go in two waves, each all at once: wave A (a quarter of the
 /// keys) first, wave B (the rest) as soon as the first answer of wave A
 /// arrives. The server is killed once half of wave B's payments are in the
-/// store (as in `idempotency_crash.rs`: a kill decided by answers alone
-/// finds nothing in flight with SQLite's single writer).
+/// store (see `common::crash::fire_and_kill`).
 const WAVE_A: usize = PAYS / 4;
-const WAVE_B: usize = PAYS - WAVE_A;
 
 /// What a successful pay emits, with the newest dto version of each (the
 /// one its data is written in).
@@ -59,81 +58,8 @@ const PAID_EVENTS: [(&str, u32); 5] = [
     ("entitlement.granted", 1),
 ];
 
-/// `billing serve` with its stderr in `log_name` (in `dir`); killed
-/// (SIGKILL) if the test ends early.
-fn serve(dir: &Path, envs: &[(&str, String)], log_name: &str) -> Process {
-    Process::spawn_logged(
-        billing(dir, envs).arg("serve").env("RUST_LOG", "warn"),
-        dir.join(log_name),
-    )
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .connect_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap()
-}
-
-/// One answer to a POST.
-#[derive(Debug, Clone)]
-struct Answer {
-    status: u16,
-    replayed: bool,
-    raw: String,
-    body: serde_json::Value,
-}
-
-impl Answer {
-    fn data(&self) -> &serde_json::Value {
-        &self.body["data"]
-    }
-
-    fn payment_ref(&self) -> Option<&str> {
-        self.data()["payment"]["payment_intent_ref"].as_str()
-    }
-
-    fn short(&self) -> String {
-        let mut raw = self.raw.clone();
-        raw.truncate(300);
-        format!("{} replayed={} {raw}", self.status, self.replayed)
-    }
-}
-
-/// A POST of `body` to `path` with `Idempotency-Key: key` (and `If-Match`
-/// when given).
-async fn post(
-    client: &reqwest::Client,
-    api: &str,
-    secret: &str,
-    path: &str,
-    key: &str,
-    if_match: Option<&str>,
-    body: &serde_json::Value,
-) -> Result<Answer, String> {
-    let mut req = client
-        .post(format!("{api}{path}"))
-        .bearer_auth(secret)
-        .header("Idempotency-Key", key)
-        .json(body);
-    if let Some(tag) = if_match {
-        req = req.header("If-Match", tag);
-    }
-    let r = req.send().await.map_err(|e| format!("{e:?}"))?;
-    let status = r.status().as_u16();
-    let replayed = r
-        .headers()
-        .get("idempotent-replayed")
-        .is_some_and(|v| v.as_bytes() == b"true");
-    let raw = r.text().await.map_err(|e| format!("{e:?}"))?;
-    let body = serde_json::from_str(&raw).unwrap_or(serde_json::Value::Null);
-    Ok(Answer {
-        status,
-        replayed,
-        raw,
-        body,
-    })
+fn payment_ref(a: &Answer) -> Option<&str> {
+    a.data()["payment"]["payment_intent_ref"].as_str()
 }
 
 /// A setup POST, which must answer `expect`: its `data`.
@@ -146,18 +72,18 @@ async fn setup_post(
     body: serde_json::Value,
     expect: u16,
 ) -> serde_json::Value {
-    let a = post(&client(), api, secret, path, key, if_match, &body)
-        .await
-        .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+    let a = post(
+        &client(),
+        &format!("{api}{path}"),
+        secret,
+        key,
+        if_match,
+        &body,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("POST {path}: {e}"));
     assert_eq!(a.status, expect, "POST {path} {body}: {}", a.short());
     a.body["data"].clone()
-}
-
-fn text(v: &serde_json::Value, field: &str) -> String {
-    v[field]
-        .as_str()
-        .unwrap_or_else(|| panic!("no {field} in {v}"))
-        .to_owned()
 }
 
 /// The wave of request `i` (`a` or `b`), which its buyer's e-mail starts
@@ -365,205 +291,16 @@ async fn open_shop(api: &str, secret: &str, environment_ref: &str, run: &str) ->
     }
 }
 
-async fn pay(
-    client: &reqwest::Client,
-    api: &str,
-    secret: &str,
-    run: &str,
-    session: &str,
-    i: usize,
-) -> Result<Answer, String> {
-    post(
-        client,
-        api,
-        secret,
-        &pay_path(session),
-        &key_of(run, i),
-        None,
-        &pay_body(),
-    )
-    .await
-}
-
-/// A pay after the restart: a 409 (the key still executing) or 503 (a
-/// backing service busy) keeps nothing (contract section 4), so a client
-/// retries it; anything else is the key's answer. Retries for up to 15 s;
-/// the number of retries taken is returned beside the answer.
-async fn pay_settled(
-    client: &reqwest::Client,
-    api: &str,
-    secret: &str,
-    run: &str,
-    session: &str,
-    i: usize,
-) -> (Result<Answer, String>, usize) {
-    let started = Instant::now();
-    let mut retries = 0;
-    loop {
-        let a = pay(client, api, secret, run, session, i).await;
-        let retry = matches!(&a, Ok(a) if a.status == 409 || a.status == 503);
-        if !retry || started.elapsed() > Duration::from_secs(15) {
-            return (a, retries);
-        }
-        retries += 1;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+/// The pay of session `i` of `sessions` under its key of `run`, as a
+/// [`Keyed`] request.
+fn pays(api: &str, secret: &str, run: &str, sessions: &[String]) -> impl Keyed {
+    let (client, api, secret, run) = (client(), api.to_owned(), secret.to_owned(), run.to_owned());
+    let sessions: Arc<[String]> = sessions.into();
+    move |i| {
+        let (client, secret, key) = (client.clone(), secret.clone(), key_of(&run, i));
+        let url = format!("{api}{}", pay_path(&sessions[i]));
+        async move { post(&client, &url, &secret, &key, None, &pay_body()).await }
     }
-}
-
-/// Every pay of `run`, all at once; the answers by request number.
-async fn replay_all(
-    api: &str,
-    secret: &str,
-    run: &str,
-    sessions: &[String],
-) -> (BTreeMap<usize, Result<Answer, String>>, usize) {
-    let client = client();
-    let mut tasks = Vec::with_capacity(PAYS);
-    for (i, session) in sessions.iter().enumerate() {
-        let (client, api, secret, run, session) = (
-            client.clone(),
-            api.to_owned(),
-            secret.to_owned(),
-            run.to_owned(),
-            session.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            pay_settled(&client, &api, &secret, &run, &session, i).await
-        }));
-    }
-    let mut answers = BTreeMap::new();
-    let mut retries = 0;
-    for (i, t) in tasks.into_iter().enumerate() {
-        let (a, r) = t.await.unwrap();
-        retries += r;
-        answers.insert(i, a);
-    }
-    (answers, retries)
-}
-
-/// One event, wherever it was found.
-struct Event {
-    event_type: String,
-    scope: serde_json::Value,
-    data: Option<serde_json::Value>,
-}
-
-/// How many of the events were found where.
-#[derive(Default, Debug)]
-struct EventSources {
-    outbox: usize,
-    queued_pending: usize,
-    queued_processed: usize,
-    in_both: usize,
-}
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text).unwrap_or(serde_json::Value::Null)
-}
-
-/// Every event of the store, each event_ref once: from the outbox and the
-/// events queue, with its data from the outbox, the queue (while pending),
-/// or else the endpoint's delivery of it.
-async fn read_events(
-    db: &mut sqlx::AnyConnection,
-    endpoint: &str,
-    problems: &mut Vec<String>,
-) -> (BTreeMap<String, Event>, EventSources) {
-    let mut events: BTreeMap<String, Event> = BTreeMap::new();
-    let mut sources = EventSources::default();
-    let outbox: Vec<(String, String, String, String)> = sqlx::query_as(
-        "SELECT event_ref, public_event_type, scope, data FROM outbox ORDER BY event_ref",
-    )
-    .fetch_all(&mut *db)
-    .await
-    .unwrap();
-    for (event_ref, event_type, scope, data) in outbox {
-        sources.outbox += 1;
-        events.insert(
-            event_ref,
-            Event {
-                event_type,
-                scope: json(&scope),
-                data: Some(json(&data)),
-            },
-        );
-    }
-    let queued: Vec<(String, String, String, Option<String>, String)> = sqlx::query_as(
-        "SELECT event_ref, public_event_type, scope, data, status FROM events ORDER BY event_ref",
-    )
-    .fetch_all(&mut *db)
-    .await
-    .unwrap();
-    for (event_ref, event_type, scope, data, status) in queued {
-        if status == "pending" {
-            sources.queued_pending += 1;
-        } else {
-            sources.queued_processed += 1;
-        }
-        let data = data.map(|d| json(&d));
-        match events.get_mut(&event_ref) {
-            Some(e) => {
-                sources.in_both += 1;
-                if e.event_type != event_type || e.scope != json(&scope) {
-                    problems.push(format!(
-                        "event {event_ref} differs between the outbox and the queue"
-                    ));
-                }
-                if data.is_some() && e.data != data {
-                    problems.push(format!(
-                        "event {event_ref}'s data differs between the outbox and the queue"
-                    ));
-                }
-            }
-            None => {
-                events.insert(
-                    event_ref,
-                    Event {
-                        event_type,
-                        scope: json(&scope),
-                        data,
-                    },
-                );
-            }
-        }
-    }
-    let deliveries: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT event_ref, public_event_type, event_data FROM webhook_deliveries \
-         WHERE endpoint_ref = $1 ORDER BY event_ref",
-    )
-    .bind(endpoint)
-    .fetch_all(&mut *db)
-    .await
-    .unwrap();
-    let mut delivered: HashMap<String, usize> = HashMap::new();
-    for (event_ref, event_type, data) in deliveries {
-        *delivered.entry(event_ref.clone()).or_default() += 1;
-        let data = json(&data);
-        match events.get_mut(&event_ref) {
-            None => problems.push(format!(
-                "a delivery of event {event_ref} ({event_type}), which is neither in the outbox nor in the queue"
-            )),
-            Some(e) if e.event_type != event_type => problems.push(format!(
-                "event {event_ref} is {} but its delivery says {event_type}",
-                e.event_type
-            )),
-            Some(e) => match &e.data {
-                None => e.data = Some(data),
-                Some(d) if *d != data => problems.push(format!(
-                    "event {event_ref}'s delivery carries other data than the event"
-                )),
-                Some(_) => {}
-            },
-        }
-    }
-    for (event_ref, n) in delivered {
-        if n > 1 {
-            problems.push(format!(
-                "event {event_ref} has {n} deliveries to one endpoint"
-            ));
-        }
-    }
-    (events, sources)
 }
 
 /// A pay's records as the store holds them.
@@ -584,9 +321,7 @@ async fn check_store(
     all_paid: bool,
     problems: &mut Vec<String>,
 ) -> String {
-    let mut db = sqlx::AnyConnection::connect(probe_url)
-        .await
-        .expect("the store can be read after the server");
+    let mut db = probe(probe_url).await;
 
     // Sessions: all ours, each complete and naming its payment.
     let sessions: Vec<(String, String, Option<String>, Option<String>)> = sqlx::query_as(
@@ -986,126 +721,33 @@ fn event_type_of(name: &str) -> &'static str {
 
 /// The scenario of the module docs against a store the environment
 /// variables `envs` name; `probe_url` reads that store beside the server.
-async fn crash_and_replay(
-    label: &str,
-    dir: &Path,
-    envs: Vec<(&'static str, String)>,
-    probe_url: &str,
-) {
+async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str) {
     let run = format!("{label}-{:08x}", rand_u32());
-    let api_port = free_port();
-    let with_ports = || {
-        let mut e = envs.clone();
-        e.push(("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")));
-        e.push((
-            "BILLING_METRICS__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ));
-        e
-    };
-    let api = format!("http://127.0.0.1:{api_port}");
-    let sandbox = bootstrap(dir, &with_ports());
+    let site = Site::new(dir, envs);
+    let api = site.api.clone();
+    let sandbox = site.bootstrap();
     let secret = sandbox.secret;
 
     let started = Instant::now();
-    let mut first = serve(dir, &with_ports(), "serve-1.log");
-    wait_ready(&client(), &api, || first.log_tail()).await;
+    let mut first = site.serve("serve-1.log").await;
     let ready_after = started.elapsed();
     let shop = open_shop(&api, &secret, &sandbox.environment_ref, &run).await;
     let setup_after = started.elapsed();
 
     // 1. Wave A at once, then wave B at once as soon as wave A starts
     //    answering; SIGKILL once half of wave B's payments are in the store.
-    sqlx::any::install_default_drivers();
-    let mut probe = sqlx::AnyConnection::connect(probe_url)
-        .await
-        .expect("the store can be read beside the server");
-    let client = client();
-    let (go_b, go_b_rx) = tokio::sync::watch::channel(false);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    for (i, session) in shop.sessions.iter().enumerate() {
-        let (client, api, secret, run, session, mut go, tx) = (
-            client.clone(),
-            api.clone(),
-            secret.clone(),
-            run.clone(),
-            session.clone(),
-            go_b_rx.clone(),
-            tx.clone(),
-        );
-        tokio::spawn(async move {
-            if i >= WAVE_A && go.wait_for(|go| *go).await.is_err() {
-                return;
-            }
-            let a = pay(&client, &api, &secret, &run, &session, i).await;
-            let _ = tx.send((i, a, Instant::now()));
-        });
-    }
-    drop(tx);
-    let fired = Instant::now();
-    let mut before: BTreeMap<usize, Answer> = BTreeMap::new();
-    let mut failed_before_kill: Vec<String> = Vec::new();
-    let mut b_in_store = 0;
-    let mut b_fired_after = None;
-    loop {
-        while let Ok((i, a, _)) = rx.try_recv() {
-            match a {
-                Ok(a) => {
-                    before.insert(i, a);
-                }
-                Err(e) => failed_before_kill.push(format!("key {i}: {e}")),
-            }
-            if b_fired_after.is_none() {
-                go_b.send_replace(true);
-                b_fired_after = Some(fired.elapsed());
-            }
-        }
-        if b_fired_after.is_some() {
-            b_in_store = sqlx::query_scalar::<_, i64>(
-                "SELECT COUNT(*) FROM payments WHERE buyer_email LIKE 'buyer-b%'",
-            )
-            .fetch_one(&mut probe)
-            .await
-            .unwrap();
-            if b_in_store >= (WAVE_B / 2) as i64 {
-                break;
-            }
-        }
-        assert!(
-            fired.elapsed() < Duration::from_secs(30),
-            "after 30 s, {} pays answered and {b_in_store} of wave B's payments are in the store; no kill yet\n{}",
-            before.len(),
-            first.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let pid = first.pid();
-    let killed = Instant::now();
-    first.kill_hard();
-    let at_decision = before.len();
-    drop(probe.close().await);
-    let killed_after = killed - fired;
-    // Answers that were complete before the kill may still be in the
-    // channel; everything else ends with a transport error.
-    let mut lost: BTreeMap<usize, String> = BTreeMap::new();
-    while let Some((i, a, at)) = rx.recv().await {
-        match a {
-            Ok(a) => {
-                before.insert(i, a);
-            }
-            Err(e) if at < killed => failed_before_kill.push(format!("key {i}: {e}")),
-            Err(e) => {
-                lost.insert(i, e);
-            }
-        }
-    }
-    let log_1 = first.log_tail();
+    let waves = Waves {
+        n: PAYS,
+        wave_a: WAVE_A,
+        what: "pay",
+        count_b: "SELECT COUNT(*) FROM payments WHERE buyer_email LIKE $1",
+        b_pattern: "buyer-b%".to_owned(),
+        probe_url,
+    };
+    let pays = || pays(&api, &secret, &run, &shop.sessions);
+    let kill = fire_and_kill(&mut first, waves, pays()).await;
     drop(first);
-    assert!(
-        failed_before_kill.is_empty(),
-        "pays failed before the kill (the server was up):\n{}\n{log_1}",
-        failed_before_kill.join("\n")
-    );
+    let (before, log_1) = (&kill.before, &kill.log);
     let not_paid: Vec<String> = before
         .iter()
         .filter(|(_, a)| a.status != 200 || a.data()["payment"]["status"] != "succeeded")
@@ -1118,16 +760,12 @@ async fn crash_and_replay(
         before.len(),
         not_paid.join("\n")
     );
-    assert!(
-        !lost.is_empty(),
-        "every pay answered before the kill landed; the test killed nothing in flight"
-    );
 
     // 2. The store as the kill left it: each session paid whole or not at
     //    all, the events of the committed pays in the outbox or the queue.
     let answered_before: HashMap<usize, String> = before
         .iter()
-        .filter_map(|(i, a)| Some((*i, a.payment_ref()?.to_owned())))
+        .filter_map(|(i, a)| Some((*i, payment_ref(a)?.to_owned())))
         .collect();
     let mut problems_at_kill: Vec<String> = Vec::new();
     let counted_at_kill = check_store(
@@ -1140,32 +778,23 @@ async fn crash_and_replay(
     .await;
 
     // 3. The same store, a new process; every key again, with its body.
-    let mut second = serve(dir, &with_ports(), "serve-2.log");
-    wait_ready(&self::client(), &api, || second.log_tail()).await;
-    let restarted_after = killed.elapsed();
-    let (after, retries) = replay_all(&api, &secret, &run, &shop.sessions).await;
+    let mut second = site.serve("serve-2.log").await;
+    let restarted_after = kill.killed.elapsed();
+    let (after, retries) = replay_all(PAYS, pays()).await;
     // And once more: whatever ran after the restart is now a kept result.
-    let (again, retries_again) = replay_all(&api, &secret, &run, &shop.sessions).await;
+    let (again, retries_again) = replay_all(PAYS, pays()).await;
 
     let mut problems: Vec<String> = problems_at_kill
         .into_iter()
         .map(|p| format!("at the kill: {p}"))
         .collect();
-    let (mut replayed_lost, mut ran_lost) = (0, 0);
+    let mut replays = Replays::default();
     let mut answered: HashMap<usize, String> = HashMap::new();
     for (i, session) in shop.sessions.iter().enumerate() {
-        let now = match &after[&i] {
-            Ok(a) => a,
-            Err(e) => {
-                problems.push(format!("key {i}: no answer after the restart: {e}"));
-                continue;
-            }
-        };
-        if now.status != 200 {
-            problems.push(format!("key {i}: after the restart {}", now.short()));
+        let Some(now) = Replays::after(i, &after, 200, &mut problems) else {
             continue;
-        }
-        let Some(payment) = now.payment_ref() else {
+        };
+        let Some(payment) = payment_ref(now) else {
             problems.push(format!("key {i}: no payment_intent_ref in {}", now.short()));
             continue;
         };
@@ -1182,35 +811,14 @@ async fn crash_and_replay(
                 now.short()
             ));
         }
-        if let Some(original) = before.get(&i) {
-            if !now.replayed {
-                problems.push(format!(
-                    "key {i}: answered {} before the kill, but ran again after it (no Idempotent-Replayed): {}",
-                    original.payment_ref().unwrap_or("?"),
-                    now.short()
-                ));
-            }
-            if now.status != original.status || now.body != original.body {
-                problems.push(format!(
-                    "key {i}: replay differs from the original answer\n  before: {}\n  after:  {}",
-                    original.short(),
-                    now.short()
-                ));
-            }
-        } else if now.replayed {
-            replayed_lost += 1;
-        } else {
-            ran_lost += 1;
-        }
-        match &again[&i] {
-            Ok(a) if a.status == now.status && a.replayed && a.body == now.body => {}
-            Ok(a) => problems.push(format!(
-                "key {i}: second replay differs\n  first:  {}\n  second: {}",
-                now.short(),
-                a.short()
-            )),
-            Err(e) => problems.push(format!("key {i}: no answer to the second replay: {e}")),
-        }
+        replays.check(
+            i,
+            before.get(&i),
+            now,
+            &again[&i],
+            payment_ref,
+            &mut problems,
+        );
         answered.insert(i, payment.to_owned());
     }
 
@@ -1221,58 +829,43 @@ async fn crash_and_replay(
     let counted = check_store(probe_url, &shop, &answered, true, &mut problems).await;
 
     say(&format!(
-        "pay crash [{label}]: server ready in {} ms, shop of {PAYS} sessions open after {} ms; SIGKILL (pid {pid}) {} ms after firing {PAYS} pays, \
-         wave B fired after {} ms, {b_in_store} of wave B's payments in the store at the kill; {} answered (all 200; {at_decision} of them seen before the kill) and {} not; \
+        "pay crash [{label}]: server ready in {} ms, shop of {PAYS} sessions open after {} ms; SIGKILL (pid {}) {} ms after firing {PAYS} pays, \
+         wave B fired after {} ms, {} of wave B's payments in the store at the kill; {} answered (all 200; {} of them seen before the kill) and {} not; \
          after the restart ({} ms to ready) {} of those replayed (committed before the kill) and {} ran now; {} + {} retries on 409/503; \
          store at the kill: {counted_at_kill}; store at the end: {counted}; {} problems; total {} ms",
         ready_after.as_millis(),
         setup_after.as_millis(),
-        killed_after.as_millis(),
-        b_fired_after.unwrap_or_default().as_millis(),
+        kill.pid,
+        kill.killed_after.as_millis(),
+        kill.b_fired_after.as_millis(),
+        kill.b_in_store,
         before.len(),
-        lost.len(),
+        kill.at_decision,
+        kill.lost.len(),
         restarted_after.as_millis(),
-        replayed_lost,
-        ran_lost,
+        replays.replayed_lost,
+        replays.ran_lost,
         retries,
         retries_again,
         problems.len(),
         started.elapsed().as_millis(),
     ));
     assert!(
-        problems.is_empty(),
-        "[{label}] {} problems after a crash mid-flight:\n{}\n{log_1}\n{log_2}",
-        problems.len(),
-        problems.join("\n")
-    );
-    assert!(
-        ran_lost > 0,
+        replays.ran_lost > 0,
         "[{label}] every pay had committed by the time of the kill: nothing uncommitted was in flight"
     );
-    assert!(
+    verdict(
+        label,
+        "after a crash mid-flight",
+        &problems,
+        &format!("{log_1}\n{log_2}"),
         clean_exit,
-        "[{label}] the restarted server did not exit cleanly on SIGTERM\n{log_2}"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn embedded_crash_mid_pays_leaves_each_payment_whole_once() {
-    on_embedded_store(|label, dir, envs, probe| async move {
-        crash_and_replay(label, &dir, envs, &probe).await
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fleet_crash_mid_pays_leaves_each_payment_whole_once() {
-    // Redis database 8 is this test's.
-    on_fleet_store(
-        "fleet pay crash test",
-        "billing_pay",
-        8,
-        |label, dir, envs, store_url| async move {
-            crash_and_replay(label, &dir, envs, &store_url).await
-        },
-    )
-    .await;
-}
+crash_tests!(
+    embedded_crash_mid_pays_leaves_each_payment_whole_once,
+    fleet_crash_mid_pays_leaves_each_payment_whole_once,
+    on_fleet_store("fleet pay crash test", "billing_pay", 8),
+    |label, dir, envs, url, _fleet| crash_and_replay(label, dir, envs, url)
+);

@@ -30,10 +30,9 @@
 //! `billing dispatcher` starts beside the new server, so two runners race
 //! for the advance and its renewals, and still each renewal runs once.
 
-use crate::common::{
-    billing, bootstrap, free_port, on_embedded_store, on_fleet_store, rand_u32, say, wait_ready,
-    Process,
-};
+use crate::common::crash::{client, crash_tests, probe, role, verdict, Envs, Site};
+use crate::common::poll::Poll;
+use crate::common::{rand_u32, say, text};
 use serde_json::{json, Value};
 use sqlx::Connection;
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,35 +66,6 @@ const PAID_ON: [&str; MONTHS + 1] = [
 /// How long the advance may take to reach `KILL_FROM`, and the restarted
 /// server to finish it.
 const WITHIN: Duration = Duration::from_secs(90);
-
-/// `billing serve` with its stderr in `log_name` (in `dir`); killed
-/// (SIGKILL) if the test ends early.
-fn serve(dir: &Path, envs: &[(&str, String)], log_name: &str) -> Process {
-    role(dir, envs, "serve", log_name)
-}
-
-/// `billing <command>` (`serve` or `dispatcher`), as `serve` above.
-fn role(dir: &Path, envs: &[(&str, String)], command: &str, log_name: &str) -> Process {
-    Process::spawn_logged(
-        billing(dir, envs).arg(command).env("RUST_LOG", "warn"),
-        dir.join(log_name),
-    )
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .connect_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap()
-}
-
-fn text(v: &Value, field: &str) -> String {
-    v[field]
-        .as_str()
-        .unwrap_or_else(|| panic!("no {field} in {v}"))
-        .to_owned()
-}
 
 /// The API of a server, as the sandbox's admin.
 #[derive(Clone)]
@@ -291,7 +261,8 @@ async fn subscribe_all(api: &Api, config: &str, clock: &str) -> Vec<Value> {
 /// `KILL_FROM` with the clock still `advancing`; the newest payment's time
 /// then, and how many polls it took.
 async fn await_kill_point(api: &Api, clock: &str, context: impl Fn() -> String) -> (String, usize) {
-    let started = Instant::now();
+    // Looked at every 5 ms: the kill must land mid-advance.
+    let poll = Poll::within(WITHIN).every(Duration::from_millis(5));
     let mut polls = 0;
     loop {
         polls += 1;
@@ -306,12 +277,13 @@ async fn await_kill_point(api: &Api, clock: &str, context: impl Fn() -> String) 
         if at.as_str() >= KILL_FROM {
             return (at, polls);
         }
-        assert!(
-            started.elapsed() < WITHIN,
-            "the advance did not reach {KILL_FROM} within {WITHIN:?} (newest payment of {at})\n{}",
-            context()
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        poll.tick(|| {
+            format!(
+                "the advance did not reach {KILL_FROM} (newest payment of {at})\n{}",
+                context()
+            )
+        })
+        .await;
     }
 }
 
@@ -319,10 +291,7 @@ async fn await_kill_point(api: &Api, clock: &str, context: impl Fn() -> String) 
 /// changes, read beside the stopped server. Each renewal is whole or not
 /// there: one payment, one invoice and one change.
 async fn at_the_kill(probe_url: &str) -> (i64, i64, i64) {
-    sqlx::any::install_default_drivers();
-    let mut probe = sqlx::AnyConnection::connect(probe_url)
-        .await
-        .expect("the store can be read beside the server");
+    let mut probe = probe(probe_url).await;
     let mut counts = [0i64; 3];
     for (n, sql) in counts.iter_mut().zip([
         "SELECT COUNT(*) FROM payments",
@@ -495,31 +464,20 @@ async fn check_renewed_once(api: &Api, subs: &[Value], problems: &mut Vec<String
 async fn crash_mid_advance(
     label: &str,
     dir: &Path,
-    envs: Vec<(&'static str, String)>,
+    envs: Envs,
     probe_url: &str,
     second_runner: bool,
 ) {
-    let api_port = free_port();
-    let with_ports = || {
-        let mut e = envs.clone();
-        e.push(("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")));
-        e.push((
-            "BILLING_METRICS__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ));
-        e
-    };
-    let sandbox = bootstrap(dir, &with_ports());
+    let site = Site::new(dir, envs);
     let api = Api {
         client: client(),
-        url: format!("http://127.0.0.1:{api_port}"),
-        secret: sandbox.secret,
+        url: site.api.clone(),
+        secret: site.bootstrap().secret,
         run: format!("renewal-crash-{label}-{:08x}", rand_u32()),
     };
 
     let started = Instant::now();
-    let mut first = serve(dir, &with_ports(), "serve-1.log");
-    wait_ready(&api.client, &api.url, || first.log_tail()).await;
+    let mut first = site.serve("serve-1.log").await;
     let (config, clock) = open_shop(&api).await;
     let subs = subscribe_all(&api, &config, &clock).await;
     let setup_after = started.elapsed();
@@ -559,28 +517,24 @@ async fn crash_mid_advance(
 
     // 3. The same store, a new process (and in a fleet a dispatcher beside
     //    it, the two racing for the advance), which finishes the advance.
-    let mut second = serve(dir, &with_ports(), "serve-2.log");
-    let mut runner = second_runner.then(|| {
-        let mut e = envs.clone();
-        e.push((
-            "BILLING_METRICS__LISTEN",
-            format!("127.0.0.1:{}", free_port()),
-        ));
-        role(dir, &e, "dispatcher", "dispatcher-2.log")
-    });
-    wait_ready(&api.client, &api.url, || second.log_tail()).await;
+    let mut runner =
+        second_runner.then(|| role(dir, &site.without_api(), "dispatcher", "dispatcher-2.log"));
+    let mut second = site.serve("serve-2.log").await;
     let restarted_after = killed.elapsed();
+    let poll =
+        Poll::within(WITHIN.saturating_sub(killed.elapsed())).every(Duration::from_millis(50));
     let ready = loop {
         let c = api.get(&format!("/api/v1/test_clocks/{clock}")).await;
         if c["status"] == "ready" {
             break c;
         }
-        assert!(
-            killed.elapsed() < WITHIN,
-            "[{label}] the clock was not ready {WITHIN:?} after the kill: {c}\n{}",
-            second.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        poll.tick(|| {
+            format!(
+                "[{label}] the clock was not ready {WITHIN:?} after the kill: {c}\n{}",
+                second.log_tail()
+            )
+        })
+        .await;
     };
     let ready_after = killed.elapsed();
     assert_eq!(ready["frozen_time"], TARGET, "{ready}");
@@ -607,36 +561,18 @@ async fn crash_mid_advance(
         problems.len(),
         started.elapsed().as_millis(),
     ));
-    assert!(
-        problems.is_empty(),
-        "[{label}] {} problems after a crash mid-advance:\n{}\n{log_1}\n{log_2}",
-        problems.len(),
-        problems.join("\n")
-    );
-    assert!(
+    verdict(
+        label,
+        "after a crash mid-advance",
+        &problems,
+        &format!("{log_1}\n{log_2}"),
         clean_exit,
-        "[{label}] the restarted server did not exit cleanly on SIGTERM\n{log_2}"
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn embedded_crash_mid_advance_renews_each_subscription_once() {
-    on_embedded_store(|label, dir, envs, probe| async move {
-        crash_mid_advance(label, &dir, envs, &probe, false).await
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn fleet_crash_mid_advance_renews_each_subscription_once() {
-    // Redis database 12 is this test's.
-    on_fleet_store(
-        "fleet renewal crash test",
-        "billing_renewal",
-        12,
-        |label, dir, envs, store_url| async move {
-            crash_mid_advance(label, &dir, envs, &store_url, true).await
-        },
-    )
-    .await;
-}
+crash_tests!(
+    embedded_crash_mid_advance_renews_each_subscription_once,
+    fleet_crash_mid_advance_renews_each_subscription_once,
+    on_fleet_store("fleet renewal crash test", "billing_renewal", 12),
+    |label, dir, envs, url, fleet| crash_mid_advance(label, dir, envs, url, fleet)
+);

@@ -19,7 +19,8 @@
 //! in `BILLING_SECRETS__KEY`, and JSON logs at debug level with the key
 //! generated into the key file (`data/secret.key`).
 
-use crate::common::{billing, free_port, output_ok, wait_ready, Process};
+use crate::common::poll::Poll;
+use crate::common::{billing, free_port, output_ok, text, wait_ready, Process};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
@@ -30,7 +31,7 @@ use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where a secret may be shown: once, where it was made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,13 +117,6 @@ fn random_body() -> String {
         .take(32)
         .map(char::from)
         .collect()
-}
-
-fn text(v: &Value, field: &str) -> String {
-    v[field]
-        .as_str()
-        .unwrap_or_else(|| panic!("no {field} in {v}"))
-        .to_owned()
 }
 
 fn items(v: &Value) -> Vec<Value> {
@@ -383,17 +377,13 @@ impl Run {
 
     /// Polls `path` until `done` holds of its `data`, for up to 60 s.
     async fn wait_for(&mut self, path: &str, what: &str, done: impl Fn(&Value) -> bool) {
-        let started = Instant::now();
+        let poll = Poll::within(Duration::from_secs(60)).every(Duration::from_millis(200));
         loop {
             let data = self.get(path).await;
             if done(&data) {
                 return;
             }
-            assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "{what} within 60 s: {data}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            poll.tick(|| format!("{what}: {data}")).await;
         }
     }
 }
@@ -1026,10 +1016,9 @@ async fn webhooks(run: &mut Run, receiver: &Receiver, base: &str) {
     let body = json!({"delivery_refs": refs, "reason": "leak test batch"});
     run.post("/api/v1/webhook_deliveries/redrive", Some("*"), body)
         .await;
-    let started = Instant::now();
+    let poll = Poll::within(Duration::from_secs(60)).every(Duration::from_millis(100));
     while receiver.count("/hook") <= before {
-        assert!(started.elapsed() < Duration::from_secs(60), "redriven");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        poll.tick(|| "redriven".to_owned()).await;
     }
 
     for path in [&ep, &failing] {

@@ -9,7 +9,7 @@ pub(super) async fn lists(app: TestApp) {
             &create_product(&app, &format!("P{i}")).await["product_ref"],
         ));
         // Distinct creation times, so that newest first is creation order reversed.
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        billing_tests::poll::next_millisecond().await;
     }
     for p in &made[..2] {
         publish(&app, &at(PRODUCTS, p, "/publish"))
@@ -66,7 +66,7 @@ pub(super) async fn lists(app: TestApp) {
         ),
         newest[..2].to_vec()
     );
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    billing_tests::poll::next_millisecond().await;
     create_product(&app, "Newer").await;
     let mut rest = Vec::new();
     let mut next = Some(cursor);

@@ -44,15 +44,19 @@ pub(super) async fn concurrent_pays_of_one_session(app: TestApp) {
 /// keeps nothing: contract 4), until it is decided.
 pub(super) async fn pay_decided(app: &TestApp, session: &str, body: Value) -> Resp {
     let key = unique_key();
-    for _ in 0..200 {
-        let r = pay_keyed(app, session, &key, &body).await;
-        if r.status != 409 {
-            return r;
-        }
-        r.expect_error(409, "version_conflict");
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    panic!("the pay of {session} stayed in conflict");
+    billing_tests::poll::wait_until(
+        std::time::Duration::from_secs(5),
+        || format!("the pay of {session} stayed in conflict"),
+        || async {
+            let r = pay_keyed(app, session, &key, &body).await;
+            if r.status != 409 {
+                return Some(r);
+            }
+            r.expect_error(409, "version_conflict");
+            None
+        },
+    )
+    .await
 }
 
 /// 50 pays at once after a first one: the 51 invoices are numbered 1 to

@@ -1,11 +1,19 @@
-//! Helpers shared by the process-level tests of the `billing` binary
-//! (`cli.rs`, `kill.rs`, `fleet_cli.rs`, `idempotency_crash.rs`): starting
-//! the binary with a clean environment, bootstrapping, waiting for `/readyz`,
-//! processes killed when a test ends early, a local webhook receiver, and
-//! the fleet's PostgreSQL databases and Redis schedules.
+//! Helpers shared by the process-level tests of the `billing` binary:
+//! starting the binary with a clean environment, bootstrapping, waiting for
+//! `/readyz`, processes killed when a test ends early, a local webhook
+//! receiver, and the fleet's PostgreSQL databases and Redis schedules.
+//! `crash` is the kit of the four crash tests; `poll` is the harness's
+//! polling (the same file as `billing_tests::poll`).
 //!
-//! Each test file includes it with `mod common;` and uses a part of it.
+//! `main.rs` declares it once (`mod common;`); each test module uses a part
+//! of it.
 #![allow(dead_code)]
+
+pub mod crash;
+/// The harness's polling (`tests/src/poll.rs`, the same file): the one
+/// place these tests pause between two looks.
+#[path = "../../../../tests/src/poll.rs"]
+pub mod poll;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -39,6 +47,14 @@ pub fn fleet(what: &str) -> bool {
         say(&format!("{what} not run: set BILLING_TEST_FLEET=1"));
     }
     on
+}
+
+/// The string `field` of `v`, which must have one.
+pub fn text(v: &serde_json::Value, field: &str) -> String {
+    v[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {field} in {v}"))
+        .to_owned()
 }
 
 /// A port free on 127.0.0.1 at the time of the call.
@@ -180,6 +196,8 @@ impl Process {
                 let _ = c.wait();
                 return None;
             }
+            // The process is waited on (without blocking past the
+            // deadline): `Child` has no wait with a timeout.
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -225,20 +243,20 @@ async fn poll_readyz(
     accept: fn(reqwest::StatusCode) -> bool,
     context: impl Fn() -> String,
 ) -> serde_json::Value {
-    let started = Instant::now();
-    loop {
-        if let Ok(r) = client.get(format!("{api}/readyz")).send().await {
-            if accept(r.status()) {
-                return r.json().await.unwrap();
-            }
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the API at {api} was not ready within 30 s\n{}",
-            context()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll::Poll::within(Duration::from_secs(30))
+        .every(Duration::from_millis(50))
+        .until(
+            || format!("the API at {api} was not ready\n{}", context()),
+            || async {
+                let r = client.get(format!("{api}/readyz")).send().await.ok()?;
+                if accept(r.status()) {
+                    Some(r.json().await.unwrap())
+                } else {
+                    None
+                }
+            },
+        )
+        .await
 }
 
 /// Waits (up to 30 s) for the API at `api` to answer `/readyz` at all; the
@@ -425,60 +443,6 @@ impl FreshVhost {
     /// Deletes the vhost with everything in it; a failure is ignored.
     pub fn remove(self) {
         drop(rabbitmqctl(&["delete_vhost", &self.name]));
-    }
-}
-
-/// Runs a crash scenario `scenario(label, dir, envs, probe)` over the
-/// embedded store: a SQLite file in a fresh folder `dir`, the variables
-/// `envs` that name it, and `probe`, a read-only URL of the same file for
-/// the scenario's own checks.
-pub async fn on_embedded_store<F, Fut>(scenario: F)
-where
-    F: FnOnce(&'static str, PathBuf, Vec<(&'static str, String)>, String) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("data/billing.db");
-    let store = format!("sqlite://{}", file.display());
-    let probe = format!("sqlite://{}?mode=ro", file.display());
-    scenario(
-        "embedded",
-        dir.path().to_owned(),
-        vec![("BILLING_STORE__URL", store)],
-        probe,
-    )
-    .await;
-}
-
-/// Runs a crash scenario over a fleet store (only with
-/// `BILLING_TEST_FLEET=1`; `what` names it otherwise): a fresh PostgreSQL
-/// database (named after `db_prefix`, dropped whatever the outcome; the
-/// scenario's panic is the test's) and Redis database `redis_db`, emptied
-/// and marked as fed for it. The events queue stays in the store, so that
-/// the server joins no broker queue and its events can be counted there.
-pub async fn on_fleet_store<F, Fut>(what: &str, db_prefix: &str, redis_db: u8, scenario: F)
-where
-    F: FnOnce(&'static str, PathBuf, Vec<(&'static str, String)>, String) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    if !fleet(what) {
-        return;
-    }
-    let db = FreshDatabase::create(db_prefix).await;
-    let scheduler = format!("{REDIS_URL}/{redis_db}");
-    fresh_redis_schedule(&scheduler, &db.url).await;
-    let dir = tempfile::tempdir().unwrap();
-    let envs = fleet_env(&db.url, "embedded", &scheduler);
-    let outcome = tokio::spawn(scenario(
-        "fleet",
-        dir.path().to_owned(),
-        envs,
-        db.url.clone(),
-    ))
-    .await;
-    db.remove().await;
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
     }
 }
 

@@ -2,6 +2,7 @@
 //! answer with its status, error code, `Retry-After` and how long it took,
 //! and `/readyz` polling.
 
+use crate::common::poll::Poll;
 use std::time::{Duration, Instant};
 
 /// How long a client waits for any answer: far past every bound the tests
@@ -176,7 +177,7 @@ impl Api {
         answer_within: Duration,
         context: impl Fn() -> String,
     ) -> serde_json::Value {
-        let started = Instant::now();
+        let poll = Poll::within(within).every(Duration::from_millis(100));
         loop {
             let (status, body, took) = self.readyz().await;
             assert!(
@@ -192,31 +193,56 @@ impl Api {
             {
                 return body;
             }
-            assert!(
-                started.elapsed() < within,
-                "/readyz did not name `{service}` as missing within {} s; last: {status} {body}\n{}",
-                within.as_secs(),
-                context()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            poll.tick(|| {
+                format!(
+                    "/readyz did not name `{service}` as missing; last: {status} {body}\n{}",
+                    context()
+                )
+            })
+            .await;
         }
+    }
+
+    /// The outage of `service`, which went down at `down`: waits until
+    /// `/readyz` names it as missing (within 8 s, each answer within 4 s),
+    /// says what it answered, and returns once `outage` has passed since
+    /// `down`.
+    pub async fn through_outage(
+        &self,
+        service: &str,
+        down: Instant,
+        outage: Duration,
+        context: impl Fn() -> String,
+    ) {
+        let readyz = self
+            .wait_unready(
+                service,
+                Duration::from_secs(8),
+                Duration::from_secs(4),
+                context,
+            )
+            .await;
+        crate::common::say(&format!("/readyz during the outage: {readyz}"));
+        // The outage itself: the real service stays down this long while
+        // the load goes on against the server.
+        tokio::time::sleep(outage.saturating_sub(down.elapsed())).await;
     }
 
     /// Polls `/readyz` until it answers 200 (within `within`).
     pub async fn wait_ready(&self, within: Duration, context: impl Fn() -> String) {
-        let started = Instant::now();
+        let poll = Poll::within(within).every(Duration::from_millis(100));
         loop {
             let (status, body, _) = self.readyz().await;
             if status == 200 {
                 return;
             }
-            assert!(
-                started.elapsed() < within,
-                "/readyz was not 200 within {} s after the outage; last: {status} {body}\n{}",
-                within.as_secs(),
-                context()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            poll.tick(|| {
+                format!(
+                    "/readyz was not 200 after the outage; last: {status} {body}\n{}",
+                    context()
+                )
+            })
+            .await;
         }
     }
 }

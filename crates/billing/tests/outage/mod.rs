@@ -33,10 +33,4 @@ pub fn tail(path: &std::path::Path, n: usize) -> String {
     )
 }
 
-/// The string `field` of `v`, which must have it.
-pub fn text(v: &serde_json::Value, field: &str) -> String {
-    v[field]
-        .as_str()
-        .unwrap_or_else(|| panic!("no {field} in {v}"))
-        .to_owned()
-}
+pub use crate::common::text;
