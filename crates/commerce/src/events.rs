@@ -36,15 +36,17 @@ pub fn event(
     })
 }
 
-/// Emits an event of `event_type` that happens now, in the unit of work.
+/// Emits an event of `event_type` that happens at `now`, in the unit of
+/// work.
 pub async fn emit(
     tx: &mut WriteTx,
     environment_ref: &Ref,
     event_type: &str,
     scope: &Scope,
     data: &impl Serialize,
+    now: Timestamp,
 ) -> Result<(), CommerceError> {
-    let event = event(environment_ref, event_type, scope, data, Timestamp::now())?;
+    let event = event(environment_ref, event_type, scope, data, now)?;
     tx.emit(&event).await?;
     Ok(())
 }

@@ -263,6 +263,7 @@ async fn settle_refund(
             "refund.succeeded",
             &scope,
             &settled.dto(now),
+            now,
         )
         .await?;
         if let (AccessEffect::Revoke, Some(order_ref)) = (settled.access_effect, order) {
@@ -273,6 +274,7 @@ async fn settle_refund(
                     "entitlement.revoked",
                     &scope,
                     &entitlement.dto(now),
+                    now,
                 )
                 .await?;
             }
@@ -285,6 +287,7 @@ async fn settle_refund(
             "refund.failed",
             &scope,
             &settled.dto(now),
+            now,
         )
         .await?;
     }
@@ -312,6 +315,7 @@ pub async fn cancel_scheduled_refunds(
             "refund.canceled",
             &payment_scope(payment),
             &canceled.dto(now),
+            now,
         )
         .await?;
     }
@@ -354,6 +358,7 @@ async fn open_dispute(
         "dispute.opened",
         &payment_scope(&payment),
         &record.dto(now),
+        now,
     )
     .await?;
     Ok(())

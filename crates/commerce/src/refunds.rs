@@ -138,6 +138,7 @@ pub async fn create(
         "refund.created",
         &payment_scope(payment),
         &refund.dto(now),
+        now,
     )
     .await?;
     Ok(refund)

@@ -244,7 +244,10 @@ async fn execute(
         Auth::As(caller) => caller,
     };
     trace.caller = Some(caller.clone());
-    state.limiter.check(&caller.credential_ref).await?;
+    state
+        .limiter
+        .check(&caller.credential_ref, state.settings.clock.now())
+        .await?;
     if !caller.holds(op.permission) {
         return Err(ApiError::Forbidden(op.permission));
     }

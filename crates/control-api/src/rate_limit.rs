@@ -54,9 +54,10 @@ impl RateLimiter {
         self
     }
 
-    /// Takes one request from `credential`'s bucket, or answers
+    /// Takes one request from `credential`'s bucket at `now` (the API's
+    /// clock; a fleet's shared buckets keep their own), or answers
     /// `rate_limited` with the seconds until it would pass.
-    pub async fn check(&self, credential: &Ref) -> Result<(), ApiError> {
+    pub async fn check(&self, credential: &Ref, now: Timestamp) -> Result<(), ApiError> {
         let Some(rate) = self.rate else {
             return Ok(());
         };
@@ -65,10 +66,10 @@ impl RateLimiter {
                 Ok(wait) => wait,
                 Err(e) => {
                     self.warn(&e);
-                    self.take_local(credential, rate)
+                    self.take_local(credential, rate, now)
                 }
             },
-            None => self.take_local(credential, rate),
+            None => self.take_local(credential, rate, now),
         };
         match outcome {
             None => Ok(()),
@@ -78,8 +79,8 @@ impl RateLimiter {
         }
     }
 
-    fn take_local(&self, credential: &Ref, rate: Rate) -> Option<u64> {
-        let now = Timestamp::now().millis();
+    fn take_local(&self, credential: &Ref, rate: Rate, now: Timestamp) -> Option<u64> {
+        let now = now.millis();
         let mut buckets = self.local.lock().unwrap_or_else(|e| e.into_inner());
         if buckets.len() >= PRUNE_AT {
             buckets.retain(|_, b| !b.is_full_at(rate, now));
@@ -110,6 +111,11 @@ mod tests {
     use super::*;
     use domain::Prefix;
 
+    /// A moment `ms` after a fixed one.
+    fn at(ms: i64) -> Timestamp {
+        Timestamp::from_millis(1_800_000_000_000 + ms)
+    }
+
     #[tokio::test]
     async fn the_burst_passes_then_the_credential_waits() {
         let limiter = RateLimiter::new(5);
@@ -118,9 +124,9 @@ mod tests {
             Ref::generate(Prefix::Credential),
         );
         for _ in 0..10 {
-            limiter.check(&a).await.unwrap();
+            limiter.check(&a, at(0)).await.unwrap();
         }
-        let refused = limiter.check(&a).await.unwrap_err();
+        let refused = limiter.check(&a, at(0)).await.unwrap_err();
         assert!(matches!(
             refused,
             ApiError::RateLimited {
@@ -128,7 +134,19 @@ mod tests {
             }
         ));
         // Another credential has a bucket of its own.
-        limiter.check(&b).await.unwrap();
+        limiter.check(&b, at(0)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_bucket_refills_as_the_clock_moves() {
+        let limiter = RateLimiter::new(5);
+        let a = Ref::generate(Prefix::Credential);
+        for _ in 0..10 {
+            limiter.check(&a, at(0)).await.unwrap();
+        }
+        assert!(limiter.check(&a, at(0)).await.is_err());
+        assert!(limiter.check(&a, at(199)).await.is_err());
+        limiter.check(&a, at(200)).await.unwrap();
     }
 
     #[tokio::test]
@@ -136,7 +154,7 @@ mod tests {
         let limiter = RateLimiter::new(0);
         let a = Ref::generate(Prefix::Credential);
         for _ in 0..10_000 {
-            limiter.check(&a).await.unwrap();
+            limiter.check(&a, at(0)).await.unwrap();
         }
     }
 
@@ -146,9 +164,9 @@ mod tests {
             Arc::new(|_, _| Box::pin(async { Err("connection refused".to_owned()) }));
         let limiter = RateLimiter::new(1).with_shared(shared);
         let a = Ref::generate(Prefix::Credential);
-        limiter.check(&a).await.unwrap();
-        limiter.check(&a).await.unwrap();
-        assert!(limiter.check(&a).await.is_err());
+        limiter.check(&a, at(0)).await.unwrap();
+        limiter.check(&a, at(0)).await.unwrap();
+        assert!(limiter.check(&a, at(0)).await.is_err());
     }
 
     #[tokio::test]
@@ -156,7 +174,7 @@ mod tests {
         let shared: SharedBuckets = Arc::new(|_, _| Box::pin(async { Ok(Some(2_500)) }));
         let limiter = RateLimiter::new(1000).with_shared(shared);
         let refused = limiter
-            .check(&Ref::generate(Prefix::Credential))
+            .check(&Ref::generate(Prefix::Credential), at(0))
             .await
             .unwrap_err();
         assert!(matches!(

@@ -30,7 +30,7 @@ impl Served for ProductRecord {
     const STATUS: Option<StatusFilter> = status_of!(ProductStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[];
 
-    fn dto(&self, _now: Timestamp) -> ProductDto {
+    fn dto(&self, now: Timestamp) -> ProductDto {
         ProductDto {
             product_ref: self.product_ref.to_string(),
             name: self.name.clone(),
@@ -39,11 +39,11 @@ impl Served for ProductRecord {
             created_at: ts(self.created_at),
             updated_at: ts(self.updated_at),
             published_at: opt_ts(self.published_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.product_ref.as_str(), self.version)
     }
 
@@ -78,7 +78,7 @@ impl Served for PriceRecord {
     const STATUS: Option<StatusFilter> = status_of!(PriceStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("product_ref", Prefix::Product)];
 
-    fn dto(&self, _now: Timestamp) -> PriceDto {
+    fn dto(&self, now: Timestamp) -> PriceDto {
         PriceDto {
             price_ref: self.price_ref.to_string(),
             product_ref: self.product_ref.to_string(),
@@ -89,11 +89,11 @@ impl Served for PriceRecord {
             created_at: ts(self.created_at),
             published_at: opt_ts(self.published_at),
             superseded_at: opt_ts(self.superseded_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.price_ref.as_str(), self.version)
     }
 

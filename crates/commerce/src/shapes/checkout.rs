@@ -93,7 +93,7 @@ impl Served for PaymentRecord {
     const STATUS: Option<StatusFilter> = status_of!(PaymentStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
 
-    fn dto(&self, _now: Timestamp) -> PaymentDto {
+    fn dto(&self, now: Timestamp) -> PaymentDto {
         PaymentDto {
             payment_ref: self.payment_intent_ref.to_string(),
             payment_intent_ref: self.payment_intent_ref.to_string(),
@@ -119,11 +119,11 @@ impl Served for PaymentRecord {
                 }),
             captured_at: opt_ts(self.captured_at),
             created_at: ts(self.created_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.payment_intent_ref.as_str(), self.version)
     }
 
@@ -152,7 +152,7 @@ impl Served for CaptureRecord {
     const REF_FILTERS: &'static [(&'static str, Prefix)] =
         &[("payment_intent_ref", Prefix::Payment)];
 
-    fn dto(&self, _now: Timestamp) -> CaptureDto {
+    fn dto(&self, now: Timestamp) -> CaptureDto {
         CaptureDto {
             capture_ref: self.capture_ref.to_string(),
             payment_intent_ref: self.payment_intent_ref.to_string(),
@@ -160,11 +160,11 @@ impl Served for CaptureRecord {
             amount_refunded: self.amount_refunded.into(),
             captured_at: ts(self.captured_at),
             created_at: ts(self.created_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.capture_ref.as_str(), self.version)
     }
 
@@ -223,7 +223,7 @@ impl Served for OrderRecord {
     const STATUS: Option<StatusFilter> = status_of!(OrderStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
 
-    fn dto(&self, _now: Timestamp) -> OrderDto {
+    fn dto(&self, now: Timestamp) -> OrderDto {
         OrderDto {
             order_ref: self.order_ref.to_string(),
             checkout_session_ref: self.checkout_session_ref.to_string(),
@@ -234,11 +234,11 @@ impl Served for OrderRecord {
             status: self.status.as_str().to_owned(),
             created_at: ts(self.created_at),
             updated_at: ts(self.updated_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.order_ref.as_str(), self.version)
     }
 
@@ -277,7 +277,7 @@ impl Served for InvoiceRecord {
     const STATUS: Option<StatusFilter> = status_of!(InvoiceStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
 
-    fn dto(&self, _now: Timestamp) -> InvoiceDto {
+    fn dto(&self, now: Timestamp) -> InvoiceDto {
         InvoiceDto {
             invoice_ref: self.invoice_ref.to_string(),
             number: self.number.clone(),
@@ -291,11 +291,11 @@ impl Served for InvoiceRecord {
             payment_intent_ref: opt_ref(&self.payment_intent_ref),
             attempt_count: self.attempt_count,
             created_at: ts(self.created_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.invoice_ref.as_str(), self.version)
     }
 
@@ -329,7 +329,7 @@ impl Served for EntitlementRecord {
         ("buyer_ref", Prefix::Buyer),
     ];
 
-    fn dto(&self, _now: Timestamp) -> EntitlementDto {
+    fn dto(&self, now: Timestamp) -> EntitlementDto {
         EntitlementDto {
             entitlement_ref: self.entitlement_ref.to_string(),
             buyer_ref: self.buyer_ref.to_string(),
@@ -339,11 +339,11 @@ impl Served for EntitlementRecord {
             granted_at: ts(self.granted_at),
             revoked_at: opt_ts(self.revoked_at),
             created_at: ts(self.created_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.entitlement_ref.as_str(), self.version)
     }
 
@@ -371,18 +371,18 @@ impl Served for BuyerRecord {
     const STATUS: Option<StatusFilter> = None;
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[];
 
-    fn dto(&self, _now: Timestamp) -> BuyerDto {
+    fn dto(&self, now: Timestamp) -> BuyerDto {
         BuyerDto {
             buyer_ref: self.buyer_ref.to_string(),
             email: self.email.clone(),
             name: self.name.clone(),
             test_clock_ref: opt_ref(&self.test_clock_ref),
             created_at: ts(self.created_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.buyer_ref.as_str(), self.version)
     }
 
@@ -413,7 +413,7 @@ impl Served for StoredMethodRecord {
     const STATUS: Option<StatusFilter> = status_of!(StoredMethodStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[("buyer_ref", Prefix::Buyer)];
 
-    fn dto(&self, _now: Timestamp) -> StoredMethodDto {
+    fn dto(&self, now: Timestamp) -> StoredMethodDto {
         StoredMethodDto {
             stored_payment_method_ref: self.stored_payment_method_ref.to_string(),
             buyer_ref: self.buyer_ref.to_string(),
@@ -423,11 +423,11 @@ impl Served for StoredMethodRecord {
             exp_year: self.card.exp_year,
             status: self.status.as_str().to_owned(),
             created_at: ts(self.created_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.stored_payment_method_ref.as_str(), self.version)
     }
 
@@ -470,7 +470,7 @@ impl Served for SubscriptionRecord {
         ("buyer_ref", Prefix::Buyer),
     ];
 
-    fn dto(&self, _now: Timestamp) -> SubscriptionDto {
+    fn dto(&self, now: Timestamp) -> SubscriptionDto {
         SubscriptionDto {
             subscription_ref: self.subscription_ref.to_string(),
             buyer_ref: opt_ref(&self.buyer_ref),
@@ -486,11 +486,11 @@ impl Served for SubscriptionRecord {
             cancel_reason: self.cancel_reason.map(|r| r.as_str().to_owned()),
             test_clock_ref: opt_ref(&self.test_clock_ref),
             created_at: ts(self.created_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.subscription_ref.as_str(), self.version)
     }
 
@@ -521,7 +521,7 @@ impl Served for ChangeRecord {
     const REF_FILTERS: &'static [(&'static str, Prefix)] =
         &[("subscription_ref", Prefix::Subscription)];
 
-    fn dto(&self, _now: Timestamp) -> ChangeDto {
+    fn dto(&self, now: Timestamp) -> ChangeDto {
         ChangeDto {
             subscription_change_ref: self.subscription_change_ref.to_string(),
             subscription_ref: self.subscription_ref.to_string(),
@@ -530,11 +530,11 @@ impl Served for ChangeRecord {
             to_price_ref: opt_ref(&self.to_price_ref),
             effective_at: ts(self.effective_at),
             created_at: ts(self.created_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.subscription_change_ref.as_str(), self.version)
     }
 
@@ -594,11 +594,11 @@ impl Served for JourneyRecord {
                 .collect(),
             created_at: ts(self.created_at),
             updated_at: ts(self.updated_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.journey_ref.as_str(), self.version)
     }
 
@@ -670,13 +670,13 @@ impl Served for SessionRecord {
             completed_at: opt_ts(self.completed_at),
             test_clock_ref: self.test_clock_ref.as_ref().map(Ref::to_string),
             created_at: ts(self.created_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, now: Timestamp) -> String {
         // Expiry changes what the session shows without a write.
-        let expired = self.effective_status(Timestamp::now()) == SessionStatus::Expired;
+        let expired = self.effective_status(now) == SessionStatus::Expired;
         etag(
             &format!("{}:{expired}", self.checkout_session_ref),
             self.version,
@@ -722,7 +722,7 @@ impl Served for TestClockRecord {
     const STATUS: Option<StatusFilter> = status_of!(TestClockStatus);
     const REF_FILTERS: &'static [(&'static str, Prefix)] = &[];
 
-    fn dto(&self, _now: Timestamp) -> TestClockDto {
+    fn dto(&self, now: Timestamp) -> TestClockDto {
         TestClockDto {
             test_clock_ref: self.test_clock_ref.to_string(),
             name: self.name.clone(),
@@ -730,11 +730,11 @@ impl Served for TestClockRecord {
             status: self.status.as_str().to_owned(),
             advancing_to: opt_ts(self.advance_to),
             created_at: ts(self.created_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.test_clock_ref.as_str(), self.version)
     }
 

@@ -66,7 +66,7 @@ pub trait Served: Resource + Send + Sync + 'static {
     /// Its reference filters besides `status` (names of `Resource::FILTERS`).
     const REF_FILTERS: &'static [(&'static str, Prefix)];
     fn dto(&self, now: Timestamp) -> Self::Dto;
-    fn etag(&self) -> String;
+    fn etag(&self, _now: Timestamp) -> String;
     /// `(created_at_ms, ref)`: its position in a list.
     fn position(&self) -> (i64, String);
 }

@@ -90,7 +90,7 @@ macro_rules! served {
                 with_etag(self)
             }
 
-            fn etag(&self) -> String {
+            fn etag(&self, _now: Timestamp) -> String {
                 etag(self.reference.as_str(), self.version)
             }
 

@@ -43,7 +43,7 @@ impl Served for RefundRecord {
     const REF_FILTERS: &'static [(&'static str, Prefix)] =
         &[("payment_intent_ref", Prefix::Payment)];
 
-    fn dto(&self, _now: Timestamp) -> RefundDto {
+    fn dto(&self, now: Timestamp) -> RefundDto {
         RefundDto {
             refund_ref: self.refund_ref.to_string(),
             payment_intent_ref: self.payment_intent_ref.to_string(),
@@ -60,11 +60,11 @@ impl Served for RefundRecord {
             canceled_at: opt_ts(self.canceled_at),
             created_at: ts(self.created_at),
             updated_at: ts(self.updated_at),
-            etag: Served::etag(self),
+            etag: Served::etag(self, now),
         }
     }
 
-    fn etag(&self) -> String {
+    fn etag(&self, _now: Timestamp) -> String {
         etag(self.refund_ref.as_str(), self.version)
     }
 

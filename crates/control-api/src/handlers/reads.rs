@@ -28,7 +28,8 @@ pub(crate) async fn load_by_ref<T: Served>(
 }
 
 pub(crate) fn one<T: Served>(ctx: &Ctx, record: &T) -> Reply {
-    Reply::one(record.dto(ctx.now()), Some(record.etag()))
+    let now = ctx.now();
+    Reply::one(record.dto(now), Some(record.etag(now)))
 }
 
 pub async fn retrieve<T: Served>(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {

@@ -64,8 +64,8 @@ fn offer_etag(o: &OfferRecord, promotion: Option<&PromotionRecord>) -> String {
     )
 }
 
-pub(crate) fn dto(o: &OfferRecord) -> OfferDto {
-    let (amount, promotion) = amount_at(o, Timestamp::now());
+pub(crate) fn dto(o: &OfferRecord, now: Timestamp) -> OfferDto {
+    let (amount, promotion) = amount_at(o, now);
     OfferDto {
         offer_ref: o.offer.offer_ref.to_string(),
         product_ref: o.offer.product_ref.to_string(),
@@ -82,8 +82,8 @@ pub(crate) fn dto(o: &OfferRecord) -> OfferDto {
     }
 }
 
-fn reply(o: &OfferRecord) -> Reply {
-    let d = dto(o);
+fn reply(o: &OfferRecord, now: Timestamp) -> Reply {
+    let d = dto(o, now);
     let tag = d.etag.clone();
     Reply::one(d, Some(tag))
 }
@@ -107,11 +107,12 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         .billing()
         .list_offers(ctx.env(), status, product_ref.as_ref(), &query.page)
         .await?;
+    let now = ctx.now();
     Ok(Reply::page(
         page,
         &query.scope,
         |o| (o.offer.created_at.millis(), o.offer.offer_ref.to_string()),
-        dto,
+        |o| dto(o, now),
     ))
 }
 
@@ -125,7 +126,7 @@ async fn load(ctx: &Ctx, input: &Input) -> Result<OfferRecord, ApiError> {
 
 pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    Ok(reply(&load(ctx, &input).await?))
+    Ok(reply(&load(ctx, &input).await?, ctx.now()))
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -151,6 +152,7 @@ pub async fn reprice(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     check_text("reason", &body.reason, 1, 200)?;
     let offer = load(ctx, &input).await?;
     same_currency(offer.price.amount, amount)?;
+    let now = ctx.now();
     let env = ctx.env().clone();
     let offer_refs = [offer.offer.offer_ref.to_string()];
     let tx = ctx.tx().await?;
@@ -171,5 +173,5 @@ pub async fn reprice(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     };
     let price = prices::create(tx, &env, new).await?;
     let moved = offers::point_at(tx, &env, &current.offer.product_ref, &price.price_ref).await?;
-    Ok(reply(&moved))
+    Ok(reply(&moved, now))
 }

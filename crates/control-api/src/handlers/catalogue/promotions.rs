@@ -109,7 +109,7 @@ fn time_field(field: &str, value: Option<&String>) -> Result<Option<Timestamp>, 
         .transpose()
 }
 
-fn checked(input: &Input) -> Result<Plan, ApiError> {
+fn checked(input: &Input, now: Timestamp) -> Result<Plan, ApiError> {
     let body: PromotionBody = input.body()?;
     if body.offer_refs.is_empty() || body.offer_refs.len() > MAX_OFFERS {
         return Err(ApiError::validation(
@@ -134,7 +134,7 @@ fn checked(input: &Input) -> Result<Plan, ApiError> {
     let starts_at = time_field("starts_at", body.starts_at.as_ref())?;
     let ends_at = time_field("ends_at", body.ends_at.as_ref())?;
     if let Some(end) = ends_at {
-        if end <= starts_at.unwrap_or_else(Timestamp::now) || end <= Timestamp::now() {
+        if end <= starts_at.unwrap_or(now) || end <= now {
             return Err(ApiError::validation(
                 "ends_at",
                 "must be after starts_at and in the future",
@@ -178,8 +178,11 @@ fn digest(input: &Input, offers: &[OfferRecord]) -> String {
     plan_digest(&input.body, &reads)
 }
 
-fn changes(plan: &Plan, offers: &[OfferRecord]) -> Result<Vec<ChangeDto>, ApiError> {
-    let now = Timestamp::now();
+fn changes(
+    plan: &Plan,
+    offers: &[OfferRecord],
+    now: Timestamp,
+) -> Result<Vec<ChangeDto>, ApiError> {
     offers
         .iter()
         .map(|o| {
@@ -194,14 +197,15 @@ fn changes(plan: &Plan, offers: &[OfferRecord]) -> Result<Vec<ChangeDto>, ApiErr
 }
 
 pub async fn plan(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let plan = checked(&input)?;
+    let now = ctx.now();
+    let plan = checked(&input, now)?;
     let read = ctx
         .store()
         .billing()
         .offers(ctx.env(), &plan.offer_refs)
         .await?;
     let offers = in_order(&plan, read)?;
-    let changes = changes(&plan, &offers)?;
+    let changes = changes(&plan, &offers, now)?;
     let plan_digest = digest(&input, &offers);
     let tag = format!("\"{plan_digest}\"");
     let dto = PlanDto {
@@ -212,21 +216,22 @@ pub async fn plan(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     Ok(Reply::one(dto, Some(tag)))
 }
 
-fn promotion_dto(p: &PromotionRecord) -> PromotionDto {
+fn promotion_dto(p: &PromotionRecord, now: Timestamp) -> PromotionDto {
     PromotionDto {
         promotion_ref: p.promotion_ref.to_string(),
         offer_refs: p.offer_refs.clone(),
         discount: p.discount.into(),
         starts_at: ts(p.window.starts_at()),
         ends_at: opt_ts(p.window.ends_at()),
-        status: p.window.status_at(Timestamp::now()).as_str().to_owned(),
+        status: p.window.status_at(now).as_str().to_owned(),
         created_at: ts(p.created_at),
         etag: etag(p.promotion_ref.as_str(), p.version),
     }
 }
 
 pub async fn apply(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let plan = checked(&input)?;
+    let now = ctx.now();
+    let plan = checked(&input, now)?;
     let env = ctx.env().clone();
     let tx = ctx.tx().await?;
     let locked = match offers::lock(tx, &env, &plan.offer_refs).await {
@@ -235,10 +240,9 @@ pub async fn apply(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     };
     let offers = in_order(&plan, locked)?;
     input.check_etag(&format!("\"{}\"", digest(&input, &offers)))?;
-    changes(&plan, &offers)?;
-    let window = Window::new(plan.starts_at.unwrap_or_else(Timestamp::now), plan.ends_at)
+    changes(&plan, &offers, now)?;
+    let window = Window::new(plan.starts_at.unwrap_or(now), plan.ends_at)
         .map_err(|e| ApiError::validation("ends_at", e.to_string()))?;
-    let now = Timestamp::now();
     for o in &offers {
         if let Some(other) = o
             .promotions
@@ -256,7 +260,7 @@ pub async fn apply(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let row = promotions::create(tx, &env, &plan.offer_refs, plan.discount, window).await?;
     offers::touch(tx, &plan.offer_refs).await?;
     Ok(Reply::one(
-        promotion_dto(&row),
+        promotion_dto(&row, now),
         Some(etag(row.promotion_ref.as_str(), row.version)),
     ))
 }

@@ -41,7 +41,7 @@ pub async fn cancel(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         ));
     }
     let sub = load::<SubscriptionRecord>(ctx, &input).await?;
-    input.check_etag(&Served::etag(&sub))?;
+    input.check_etag(&Served::etag(&sub, ctx.now()))?;
     sub.status.check_cancel().map_err(refused)?;
     let now = time_of(ctx, sub.test_clock_ref.as_ref()).await?;
     let tx = ctx.tx().await?;
