@@ -211,13 +211,6 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
         });
     }
     if matches!(role, Role::All | Role::Dispatcher) {
-        let token = shutdown.clone();
-        let upkeep_store = store.clone();
-        let retention = config.idempotency_retention();
-        tasks.spawn(async move {
-            maintenance(upkeep_store, retention, token).await;
-            Ok("maintenance")
-        });
         let policy = config
             .retention_policy()
             .context("invalid retention settings")?;
@@ -291,23 +284,6 @@ fn report(r: Result<anyhow::Result<&'static str>, tokio::task::JoinError>) {
         Ok(Ok(name)) => tracing::info!(task = name, "stopped"),
         Ok(Err(e)) => tracing::error!(error = format!("{e:#}"), "task failed"),
         Err(e) => tracing::error!(error = %e, "task panicked"),
-    }
-}
-
-/// Background upkeep: deletes idempotency records past their retention.
-async fn maintenance(store: Store, retention: Duration, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_secs(300));
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let cutoff = domain::Timestamp::now().plus_seconds(-(retention.as_secs() as i64));
-        match store.admin().purge_idempotency_keys(cutoff).await {
-            Ok(n) if n > 0 => tracing::info!(purged = n, "expired idempotency records deleted"),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "idempotency purge failed"),
-        }
     }
 }
 
