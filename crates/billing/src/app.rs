@@ -332,7 +332,11 @@ mod tests {
             "data": {"order_ref": "ord_AAAAAAAAAAAA"},
         });
         let event = dispatcher::intake::parse(body.to_string().as_bytes()).expect("an event");
-        store.emit_events(&[event]).await.expect("emitted");
+        let mut tx = store.begin().await.expect("a unit of work");
+        store::dispatch::outbox::Emit::emit(&mut tx, &event)
+            .await
+            .expect("emitted");
+        tx.commit().await.expect("emitted");
         tokio::time::timeout(Duration::from_secs(5), written.notified())
             .await
             .expect("the commit woke the relay");
