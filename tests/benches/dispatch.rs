@@ -30,11 +30,11 @@
 //!    (`VmRSS`) before, during `BENCH_BACKLOG_SECONDS` (default 10) of the
 //!    dispatcher running over that backlog (with a light live load to a
 //!    second, healthy endpoint), and after. The backlog is written through
-//!    the store's own dispatch API (`fan_out`, `claim_due_deliveries`,
-//!    `record_attempts`), in chunks, without HTTP: the rows are those a
-//!    failed first attempt leaves (a `failed` attempt answered 500, the
-//!    delivery `pending` with its next attempt due in 48-72 min), but no
-//!    request was sent and no `events` rows exist for them.
+//!    the store's own dispatch API (`write_events`, the intake's path, then
+//!    `claim_due_deliveries`, `record_attempts`), in chunks, without HTTP:
+//!    the rows are those a failed first attempt leaves (a `failed` attempt
+//!    answered 500, the delivery `pending` with its next attempt due in
+//!    48-72 min), but no request was sent.
 //! 4. Store costs. The store calls of `BENCH_EVENTS` deliveries, timed
 //!    alone (no HTTP): the intake with its fan-out, claims of 256, records
 //!    of 256 results. With the bare loop's CPU time per request, it prints
@@ -76,7 +76,8 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use store::{AttemptResult, NewDelivery, Store};
+use store::fanout::EventRow;
+use store::{AttemptResult, Store};
 
 const TARGET_RATE: f64 = 5_000.0;
 const TARGET_RATIO: f64 = 0.5;
@@ -930,7 +931,7 @@ async fn memory(cfg: &Config, summary: &mut Summary) {
     println!("   RSS before seeding: {rss:.1} MiB");
 
     let started = Instant::now();
-    let seeded = match seed_backlog(&app, &failing_ref, &payment, n, cfg.backlog_chunk).await {
+    let seeded = match seed_backlog(&app, &payment, n, cfg.backlog_chunk).await {
         Ok(s) => s,
         Err(e) => {
             summary.error(format!("seeding the backlog failed: {e}"));
@@ -943,7 +944,7 @@ async fn memory(cfg: &Config, summary: &mut Summary) {
     }
     let (_, hwm_seed) = rss_mb();
     println!(
-        "   seeded {seeded} deliveries in {:.1} s ({:.0}/s) through Dispatch::fan_out + claim_due_deliveries + record_attempts, chunks of {}; no HTTP, no events rows",
+        "   seeded {seeded} deliveries in {:.1} s ({:.0}/s) through Dispatch::write_events + claim_due_deliveries + record_attempts, chunks of {}; no HTTP",
         seeding.as_secs_f64(),
         rate(seeded, seeding),
         cfg.backlog_chunk
@@ -1093,50 +1094,36 @@ async fn memory(cfg: &Config, summary: &mut Summary) {
 }
 
 /// Writes `n` deliveries that wait for a retry, in chunks; returns how many.
+/// Events of `kind`, whose one subscribed endpoint has each delivery.
 async fn seed_backlog(
     app: &TestApp,
-    endpoint_ref: &str,
     kind: &Kind,
     n: usize,
     chunk: usize,
 ) -> Result<usize, store::StoreError> {
     let environment = Ref::from_trusted(app.sandbox.environment_ref.clone());
-    let endpoint = Ref::from_trusted(endpoint_ref.to_owned());
     let schedule = RetrySchedule::parse("0s,1h").expect("schedule");
-    let reasons = serde_json::json!([{
-        "kind": "subscription",
-        "public_event_type": kind.name,
-        "scope_type": "environment",
-        "scope_ref": app.sandbox.environment_ref,
-        "dto_version": kind.version,
-    }]);
+    let scope = shaping::Scope::default();
+    let scope_json = serde_json::to_string(&scope).expect("a scope");
+    let data_json = kind.data.to_string();
     let mut done = 0;
     let mut last_report = Instant::now();
     while done < n {
         let size = chunk.min(n - done);
         let now = Timestamp::now();
-        let batch: Vec<(Ref, Vec<NewDelivery>)> = (0..size)
-            .map(|_| {
-                let event_ref = Ref::generate(Prefix::Event);
-                let delivery = NewDelivery {
-                    environment_ref: environment.clone(),
-                    endpoint_ref: endpoint.clone(),
-                    event_ref: event_ref.clone(),
-                    public_event_type: kind.name.to_owned(),
-                    dto_version: kind.version,
-                    status: DeliveryStatus::Pending,
-                    diagnostic: false,
-                    occurred_at: now,
-                    event_data: kind.data.to_string(),
-                    match_reasons: reasons.clone(),
-                    payload: String::new(),
-                };
-                (event_ref, vec![delivery])
+        let batch: Vec<EventRow> = (0..size)
+            .map(|_| EventRow {
+                event_ref: Ref::generate(Prefix::Event),
+                environment_ref: environment.clone(),
+                public_event_type: kind.name.to_owned(),
+                occurred_at: now,
+                scope: scope.clone(),
+                scope_json: scope_json.clone(),
+                data_json: data_json.clone(),
             })
             .collect();
-        app.store.dispatch().fan_out(&batch).await?;
-        drop(batch);
-        // Due as of now: `fan_out` stamps them with its own clock.
+        app.store.dispatch().write_events::<()>(batch, None).await?;
+        // Due as of now: the intake stamps them with its own clock.
         let now = Timestamp::now();
         let claimed = app
             .store

@@ -9,6 +9,7 @@ use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, unique_key, verifier, TestApp};
 use serde_json::{json, Value};
 use std::time::Duration;
+use store::dispatch::outbox::Emit;
 
 fn payment() -> Value {
     domain::webhook::catalogue::example("payment.succeeded", 2).expect("example")
@@ -167,10 +168,9 @@ async fn an_events_data_is_kept_only_until_its_fan_out(app: TestApp) {
     // start-up drain fans it out.
     let (relayed, envelope) = app.envelope("payment.succeeded", payment());
     let event = dispatcher::intake::parse(envelope.as_bytes()).expect("a valid event");
-    app.store
-        .emit_events(std::slice::from_ref(&event))
-        .await
-        .unwrap();
+    let mut tx = app.store.begin().await.unwrap();
+    tx.emit(&event).await.unwrap();
+    tx.commit().await.unwrap();
     let pool = app.raw_pool().await;
     sqlx::query(
         "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, \
@@ -676,10 +676,9 @@ async fn emitted_events_leave_through_the_outbox(app: TestApp) {
     )
     .expect("a valid event");
     // Emitted before any relay runs: it waits in the outbox.
-    app.store
-        .emit_events(std::slice::from_ref(&event))
-        .await
-        .expect("emitted");
+    let mut tx = app.store.begin().await.unwrap();
+    tx.emit(&event).await.expect("emitted");
+    tx.commit().await.expect("emitted");
     assert_eq!(
         app.store.outbox_batch(10).await.unwrap(),
         vec![event.clone()]

@@ -20,6 +20,7 @@ use lapin::types::{AMQPValue, FieldTable};
 use serde_json::{json, Value};
 use std::sync::Once;
 use std::time::Duration;
+use store::dispatch::outbox::Emit;
 use tokio_util::sync::CancellationToken;
 
 /// A test's app, its own queues, and a broker connection to inspect them.
@@ -419,7 +420,9 @@ async fn the_outbox_keeps_events_until_the_broker_confirms_them() {
             dispatcher::intake::parse(&body).expect("a valid event")
         })
         .collect();
-    app.store.emit_events(&events).await.expect("emitted");
+    let mut tx = app.store.begin().await.unwrap();
+    tx.emit_all(&events).await.expect("emitted");
+    tx.commit().await.expect("emitted");
 
     // A broker that does not answer: the relay's connections are taken and
     // closed at once; nothing leaves the outbox.

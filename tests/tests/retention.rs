@@ -339,7 +339,8 @@ async fn postgres_sweeps_scan_indexes_at_a_million_rows() {
     // The secondary indexes are built once the rows are in, as a bulk
     // load does: the same definitions, read back from the catalogue, at a
     // fraction of the cost of keeping them up row by row.
-    let tables = "'webhook_deliveries', 'events', 'dead_events', 'request_logs'";
+    let tables =
+        "'webhook_deliveries', 'events', 'dead_events', 'request_logs', 'idempotency_keys'";
     let secondary: Vec<(String, String)> = sqlx::query_as(&format!(
         "SELECT indexname::text, indexdef FROM pg_indexes WHERE tablename IN ({tables}) \
          AND indexname NOT IN (SELECT conname::text FROM pg_constraint)"
@@ -380,6 +381,11 @@ async fn postgres_sweeps_scan_indexes_at_a_million_rows() {
         format!(
             "INSERT INTO request_logs (request_log_ref, method, path, status, duration_ms, created_at) \
              SELECT 'req_' || i, 'GET', '/', 200, 1, {now} - i FROM generate_series(1, 200000) AS i"
+        ),
+        format!(
+            "INSERT INTO idempotency_keys (environment_ref, principal_ref, operation_id, idem_key, \
+             fingerprint, state, created_at, locked_at) SELECT '{env}', 'sa_x', 'createProduct', \
+             'key_' || i, 'f', 'done', {now} - i, {now} - i FROM generate_series(1, 200000) AS i"
         ),
     ]
     .into_iter()

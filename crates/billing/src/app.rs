@@ -211,13 +211,6 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
         });
     }
     if matches!(role, Role::All | Role::Dispatcher) {
-        let token = shutdown.clone();
-        let upkeep_store = store.clone();
-        let retention = config.idempotency_retention();
-        tasks.spawn(async move {
-            maintenance(upkeep_store, retention, token).await;
-            Ok("maintenance")
-        });
         let policy = config
             .retention_policy()
             .context("invalid retention settings")?;
@@ -294,23 +287,6 @@ fn report(r: Result<anyhow::Result<&'static str>, tokio::task::JoinError>) {
     }
 }
 
-/// Background upkeep: deletes idempotency records past their retention.
-async fn maintenance(store: Store, retention: Duration, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_secs(300));
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        let cutoff = domain::Timestamp::now().plus_seconds(-(retention.as_secs() as i64));
-        match store.admin().purge_idempotency_keys(cutoff).await {
-            Ok(n) if n > 0 => tracing::info!(purged = n, "expired idempotency records deleted"),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "idempotency purge failed"),
-        }
-    }
-}
-
 /// Resolves on SIGTERM or Ctrl-C.
 pub async fn termination_signal() {
     let ctrl_c = async {
@@ -356,7 +332,11 @@ mod tests {
             "data": {"order_ref": "ord_AAAAAAAAAAAA"},
         });
         let event = dispatcher::intake::parse(body.to_string().as_bytes()).expect("an event");
-        store.emit_events(&[event]).await.expect("emitted");
+        let mut tx = store.begin().await.expect("a unit of work");
+        store::dispatch::outbox::Emit::emit(&mut tx, &event)
+            .await
+            .expect("emitted");
+        tx.commit().await.expect("emitted");
         tokio::time::timeout(Duration::from_secs(5), written.notified())
             .await
             .expect("the commit woke the relay");

@@ -304,6 +304,9 @@ impl Config {
         if schedule.is_empty() {
             return Err(invalid("delivery.retry_schedule", "must not be empty"));
         }
+        if self.idempotency_retention() < Duration::from_secs(3600) {
+            return Err(invalid("idempotency.retention", "must be at least 1h"));
+        }
         if let Err(e) = self.retention_policy() {
             return Err(invalid(e.setting, "must be at least 1s"));
         }
@@ -315,9 +318,6 @@ impl Config {
         }
         if let Err(e) = self.dunning_schedule() {
             return Err(invalid("billing.dunning_schedule", &e.to_string()));
-        }
-        if self.idempotency_retention() < Duration::from_secs(3600) {
-            return Err(invalid("idempotency.retention", "must be at least 1h"));
         }
         let store_ok = ["sqlite://", "postgres://", "postgresql://"]
             .iter()
@@ -434,7 +434,6 @@ impl Config {
         domain::duration::parse(value).unwrap_or_default()
     }
 
-    /// The retention policy of `retention.*` and `delivery.body_retention`.
     /// `billing.dunning_schedule`, parsed.
     pub fn dunning_schedule(
         &self,
@@ -443,6 +442,8 @@ impl Config {
         domain::checkout::DunningSchedule::parse(&self.billing.dunning_schedule)
     }
 
+    /// The retention policy of `retention.*`, `delivery.body_retention`
+    /// and `idempotency.retention`.
     pub fn retention_policy(
         &self,
     ) -> Result<domain::retention::RetentionPolicy, domain::retention::RetentionError> {
@@ -451,7 +452,8 @@ impl Config {
             Config::duration(&self.delivery.body_retention),
             Config::duration(&self.retention.dead_letters),
             Config::duration(&self.retention.request_logs),
-        )
+        )?
+        .keeping_idempotency_keys(self.idempotency_retention())
     }
 
     pub fn idempotency_retention(&self) -> Duration {
@@ -519,6 +521,11 @@ mod tests {
             policy.keep(domain::retention::RetentionKind::Bodies),
             Duration::from_secs(1),
             "a body never outlives its delivery"
+        );
+        assert_eq!(
+            policy.keep(domain::retention::RetentionKind::IdempotencyKeys),
+            c.idempotency_retention(),
+            "idempotency records are swept after idempotency.retention"
         );
     }
 

@@ -4,8 +4,8 @@
 //! The rules: settled deliveries (with their attempts) go `deliveries`
 //! after they settled, their events once no delivery of them remains (and
 //! never before the same cut-off), bodies `bodies` after they settled but
-//! never later than their delivery, dead letters and request logs after
-//! their own settings. Live deliveries (`pending`, `held`) and billing
+//! never later than their delivery, dead letters, request logs and
+//! idempotency records after their own settings. Live deliveries (`pending`, `held`) and billing
 //! records are never swept: no kind here names them.
 //!
 //! Pure rules only: the store runs the statements, a sweeper the clock.
@@ -15,6 +15,11 @@ use std::time::Duration;
 
 /// The least retention a setting may have (short values exist for tests).
 pub const MIN_RETENTION: Duration = Duration::from_secs(1);
+
+/// How long idempotency records are kept unless a policy says otherwise
+/// (`RetentionPolicy::keeping_idempotency_keys`): the default of the
+/// `idempotency.retention` setting.
+pub const IDEMPOTENCY_RETENTION: Duration = Duration::from_secs(86_400);
 
 /// What the sweep deletes, as the metrics label it (`kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -29,6 +34,9 @@ pub enum RetentionKind {
     DeadLetters,
     /// A request log line.
     RequestLogs,
+    /// An idempotency record (a request's key and its kept result), past
+    /// the time it may be replayed.
+    IdempotencyKeys,
 }
 
 impl RetentionKind {
@@ -37,12 +45,13 @@ impl RetentionKind {
     /// delivery goes in the same pass is deleted with it rather than
     /// emptied first (with the default settings, the two cut-offs are the
     /// same and every body would be rewritten just before its row goes).
-    pub const ALL: [RetentionKind; 5] = [
+    pub const ALL: [RetentionKind; 6] = [
         RetentionKind::Deliveries,
         RetentionKind::Events,
         RetentionKind::Bodies,
         RetentionKind::DeadLetters,
         RetentionKind::RequestLogs,
+        RetentionKind::IdempotencyKeys,
     ];
 
     /// The metrics label.
@@ -53,6 +62,7 @@ impl RetentionKind {
             RetentionKind::Bodies => "bodies",
             RetentionKind::DeadLetters => "dead_letters",
             RetentionKind::RequestLogs => "request_logs",
+            RetentionKind::IdempotencyKeys => "idempotency_keys",
         }
     }
 }
@@ -64,18 +74,21 @@ pub struct RetentionError {
     pub setting: &'static str,
 }
 
-/// How long each kind is kept; built only through `new`, so every value
-/// is at least `MIN_RETENTION` and bodies never outlive their deliveries.
+/// How long each kind is kept; built only through `new` (and
+/// `keeping_idempotency_keys`), so every value is at least
+/// `MIN_RETENTION` and bodies never outlive their deliveries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionPolicy {
     deliveries: Duration,
     bodies: Duration,
     dead_letters: Duration,
     request_logs: Duration,
+    idempotency_keys: Duration,
 }
 
 impl RetentionPolicy {
     /// The policy of these settings; `bodies` is capped by `deliveries`.
+    /// Idempotency records are kept `IDEMPOTENCY_RETENTION`.
     pub fn new(
         deliveries: Duration,
         bodies: Duration,
@@ -88,15 +101,28 @@ impl RetentionPolicy {
             ("retention.dead_letters", dead_letters),
             ("retention.request_logs", request_logs),
         ] {
-            if value < MIN_RETENTION {
-                return Err(RetentionError { setting });
-            }
+            at_least_min(setting, value)?;
         }
         Ok(RetentionPolicy {
             deliveries,
             bodies: bodies.min(deliveries),
             dead_letters,
             request_logs,
+            idempotency_keys: IDEMPOTENCY_RETENTION,
+        })
+    }
+
+    /// This policy with idempotency records kept `keep` (the
+    /// `idempotency.retention` setting, also how long a result is
+    /// replayed).
+    pub fn keeping_idempotency_keys(
+        self,
+        keep: Duration,
+    ) -> Result<RetentionPolicy, RetentionError> {
+        at_least_min("idempotency.retention", keep)?;
+        Ok(RetentionPolicy {
+            idempotency_keys: keep,
+            ..self
         })
     }
 
@@ -107,6 +133,7 @@ impl RetentionPolicy {
             RetentionKind::Bodies => self.bodies,
             RetentionKind::DeadLetters => self.dead_letters,
             RetentionKind::RequestLogs => self.request_logs,
+            RetentionKind::IdempotencyKeys => self.idempotency_keys,
         }
     }
 
@@ -115,6 +142,14 @@ impl RetentionPolicy {
     pub fn cutoff(&self, kind: RetentionKind, now: Timestamp) -> Timestamp {
         let keep = i64::try_from(self.keep(kind).as_millis()).unwrap_or(i64::MAX);
         Timestamp::from_millis(now.millis().saturating_sub(keep))
+    }
+}
+
+/// `setting` is at least `MIN_RETENTION`.
+fn at_least_min(setting: &'static str, value: Duration) -> Result<(), RetentionError> {
+    match value < MIN_RETENTION {
+        true => Err(RetentionError { setting }),
+        false => Ok(()),
     }
 }
 
@@ -136,6 +171,26 @@ mod tests {
             })
         );
         assert!(RetentionPolicy::new(ok, ok, ok, ok).is_ok());
+        assert_eq!(
+            RetentionPolicy::new(ok, ok, ok, ok)
+                .unwrap()
+                .keeping_idempotency_keys(short),
+            Err(RetentionError {
+                setting: "idempotency.retention"
+            })
+        );
+    }
+
+    #[test]
+    fn idempotency_records_keep_their_own_setting() {
+        let p = RetentionPolicy::new(30 * DAY, 7 * DAY, DAY, 2 * DAY).unwrap();
+        assert_eq!(
+            p.keep(RetentionKind::IdempotencyKeys),
+            IDEMPOTENCY_RETENTION
+        );
+        let p = p.keeping_idempotency_keys(3 * DAY).unwrap();
+        assert_eq!(p.keep(RetentionKind::IdempotencyKeys), 3 * DAY);
+        assert_eq!(p.keep(RetentionKind::RequestLogs), 2 * DAY);
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub mod billing;
 pub mod db;
 pub mod dispatch;
 mod identity;
+pub(crate) mod lease;
 pub mod resource;
 pub mod retention;
 pub mod webhooks;

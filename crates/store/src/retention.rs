@@ -29,6 +29,10 @@
 //! takes them. On SQLite the sync it skips would hold the one writer; on
 //! PostgreSQL it would wait for the WAL's flush beside the live writes.
 //!
+//! Idempotency records past `idempotency.retention` are one more kind:
+//! a record so old is never replayed (`Store::claim_idempotency_key`
+//! reads it as absent), so deleting it changes no answer.
+//!
 //! This module never deletes a live delivery (`pending`, `held`) nor a
 //! billing record: its statements name neither.
 
@@ -109,6 +113,9 @@ impl Retention<'_> {
                     RetentionKind::DeadLetters | RetentionKind::RequestLogs => {
                         sweep_log(&mut tx, kind, cutoff, limit).await?
                     }
+                    RetentionKind::IdempotencyKeys => {
+                        sweep_idempotency_keys(&mut tx, cutoff, limit).await?
+                    }
                 };
                 tx.commit().await?;
                 Ok(swept)
@@ -131,6 +138,9 @@ impl Retention<'_> {
             RetentionKind::Events => "SELECT MIN(received_at) FROM events".to_owned(),
             RetentionKind::DeadLetters => "SELECT MIN(received_at) FROM dead_events".to_owned(),
             RetentionKind::RequestLogs => "SELECT MIN(created_at) FROM request_logs".to_owned(),
+            RetentionKind::IdempotencyKeys => {
+                "SELECT MIN(created_at) FROM idempotency_keys".to_owned()
+            }
         };
         let at = read::scalar_int(self.0.pool(), &sql, &[]).await?;
         Ok(at.map(Timestamp::from_millis))
@@ -178,7 +188,60 @@ pub fn candidates(kind: RetentionKind, backend: Backend, limit: u32) -> String {
                 skip_locked(backend, table)
             )
         }
+        RetentionKind::IdempotencyKeys => format!(
+            "SELECT {IDEMPOTENCY_KEY} FROM idempotency_keys WHERE created_at < {} \
+             ORDER BY created_at LIMIT {limit}{}",
+            marks.next(),
+            skip_locked(backend, "idempotency_keys")
+        ),
     }
+}
+
+/// The primary key of `idempotency_keys`, which has no one-column key.
+const IDEMPOTENCY_KEY: &str = "environment_ref, principal_ref, operation_id, idem_key";
+
+/// Deletes up to `limit` idempotency records created before `cutoff`:
+/// the batch's candidates, by their whole primary key.
+async fn sweep_idempotency_keys(
+    tx: &mut WriteTx,
+    cutoff: Timestamp,
+    limit: u32,
+) -> Result<Swept, StoreError> {
+    let kind = RetentionKind::IdempotencyKeys;
+    let sql = candidates(kind, tx.backend(), limit);
+    let rows = tx.fetch(&sql, &[cutoff.millis().into()]).await?;
+    let columns: Vec<&str> = IDEMPOTENCY_KEY.split(", ").collect();
+    let mut keys: Vec<String> = Vec::with_capacity(rows.len() * columns.len());
+    for row in &rows {
+        for column in &columns {
+            keys.push(text(row, column)?);
+        }
+    }
+    let deleted = if rows.is_empty() {
+        0
+    } else {
+        let mut marks = Marks::new(tx.backend());
+        let values: Vec<String> = (0..rows.len())
+            .map(|_| {
+                let casts: Vec<String> = columns
+                    .iter()
+                    .map(|_| format!("CAST({} AS TEXT)", marks.next()))
+                    .collect();
+                format!("({})", casts.join(", "))
+            })
+            .collect();
+        let sql = format!(
+            "DELETE FROM idempotency_keys WHERE ({IDEMPOTENCY_KEY}) IN (VALUES {})",
+            values.join(", ")
+        );
+        let args: Vec<Arg> = keys.iter().map(|k| Arg::from(k.as_str())).collect();
+        tx.execute(&sql, &args).await?
+    };
+    Ok(Swept {
+        deleted: vec![(kind, deleted)],
+        full: rows.len() >= limit as usize,
+        reached: None,
+    })
 }
 
 /// The row lock a sweep's candidates take: PostgreSQL skips rows another
@@ -409,4 +472,56 @@ async fn advance(tx: &mut WriteTx, kind: RetentionKind, to: i64) -> Result<(), S
     );
     tx.execute(&sql, &[kind.as_str().into(), to.into()]).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Idempotency records go by their whole key: a batch deletes those
+    /// created before the cut-off, oldest first, and never a newer record
+    /// that shares all but one of an older one's key columns.
+    #[tokio::test]
+    async fn idempotency_records_go_by_their_whole_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::connect(&format!("sqlite://{}/r.db", dir.path().display()))
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        let rows = [
+            ("env_a", "key_1", 100),
+            ("env_a", "key_2", 200),
+            ("env_b", "key_1", 300),
+            // The same key as the first but another environment: kept.
+            ("env_c", "key_1", 5_000),
+        ];
+        for (env, key, at) in rows {
+            sqlx::query(
+                "INSERT INTO idempotency_keys (environment_ref, principal_ref, operation_id, \
+                 idem_key, fingerprint, state, created_at, locked_at) \
+                 VALUES ($1, 'sa_x', 'createProduct', $2, 'f', 'done', $3, $3)",
+            )
+            .bind(env)
+            .bind(key)
+            .bind(at as i64)
+            .execute(store.pool())
+            .await
+            .unwrap();
+        }
+        let kind = RetentionKind::IdempotencyKeys;
+        let cutoff = Timestamp::from_millis(1_000);
+        let first = store.retention().sweep(kind, 0, cutoff, 2).await.unwrap();
+        assert_eq!((first.deleted.clone(), first.full), (vec![(kind, 2)], true));
+        assert_eq!(
+            store.retention().oldest(kind).await.unwrap(),
+            Some(Timestamp::from_millis(300))
+        );
+        let rest = store.retention().sweep(kind, 0, cutoff, 2).await.unwrap();
+        assert_eq!((rest.deleted, rest.full), (vec![(kind, 1)], false));
+        let left: Vec<String> = sqlx::query_scalar("SELECT environment_ref FROM idempotency_keys")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(left, ["env_c"]);
+    }
 }

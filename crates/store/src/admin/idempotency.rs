@@ -12,7 +12,6 @@
 //! flight": a claim lives in this process's memory and in the open
 //! transaction, so it ends with them, however they end.
 
-use super::Admin;
 use crate::db::read;
 use crate::db::tx::{int, text, WriteTx};
 use crate::{Backend, Store, StoreError};
@@ -180,18 +179,6 @@ impl Store {
             Some(None) => owned(true),
             Some(Some(decided)) => decided,
         })
-    }
-}
-
-impl Admin<'_> {
-    /// Deletes records past retention; returns how many.
-    pub async fn purge_idempotency_keys(&self, cutoff: Timestamp) -> Result<u64, StoreError> {
-        self.0
-            .write_alone(
-                "DELETE FROM idempotency_keys WHERE created_at < $1",
-                &[cutoff.millis().into()],
-            )
-            .await
     }
 }
 

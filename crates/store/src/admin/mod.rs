@@ -22,9 +22,10 @@ use sqlx::AnyPool;
 /// The administration domain's read repository, borrowing the store
 /// (`Store::admin`): environments, service accounts, credentials (with
 /// `authenticate` and `touch_credential`), grants, request logs
-/// (`insert_request_log`, `list_request_logs`) and the purge of expired
-/// idempotency records. Claiming a key, which opens a request's unit of
-/// work, stays `Store::claim_idempotency_key`.
+/// (`insert_request_log`, `list_request_logs`). Claiming an idempotency
+/// key, which opens a request's unit of work, is
+/// `Store::claim_idempotency_key`; expired records go with the retention
+/// sweep (`Store::retention`).
 #[derive(Clone, Copy)]
 pub struct Admin<'a>(&'a Store);
 

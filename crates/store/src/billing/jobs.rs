@@ -1,7 +1,7 @@
 //! Timed work: a row per thing to do later, keyed by its kind and subject
 //! (`refund.start` of a refund, …). A runner takes due jobs under a lease
-//! (`lease`), does each in a unit of work that also deletes it
-//! (`complete`), so a job's effects commit exactly once: a crash before the
+//! (`claim`, on the store's one lease primitive, `crate::lease`), does
+//! each in a unit of work that also deletes it (`complete`), so a job's effects commit exactly once: a crash before the
 //! commit leaves the job to run again once its lease ends; another runner
 //! whose lease was lost finds nothing to delete and rolls back.
 //!
@@ -14,6 +14,7 @@
 
 use crate::db::read;
 use crate::db::tx::{int, text, Columns, WriteTx};
+use crate::lease;
 use crate::{Store, StoreError};
 use domain::{Ref, Timestamp};
 
@@ -90,7 +91,10 @@ pub async fn cancel(tx: &mut WriteTx, kind: &str, subject_ref: &Ref) -> Result<(
 pub async fn complete(tx: &mut WriteTx, job: &Job, owner: &str) -> Result<(), StoreError> {
     let gone = tx
         .execute(
-            "DELETE FROM jobs WHERE kind = $1 AND subject_ref = $2 AND lease_owner = $3",
+            &format!(
+                "DELETE FROM jobs WHERE kind = $1 AND subject_ref = $2 AND {}",
+                lease::held_by("$3")
+            ),
             &[
                 job.kind.as_str().into(),
                 job.subject_ref.as_str().into(),
@@ -115,8 +119,8 @@ impl Store {
             self.pool(),
             &format!(
                 "SELECT * FROM jobs WHERE due_at <= $1 AND test_clock_ref IS NULL \
-                 AND (lease_until IS NULL OR lease_until < $1) \
-                 ORDER BY due_at, kind, subject_ref LIMIT {limit}"
+                 AND {} ORDER BY due_at, kind, subject_ref LIMIT {limit}",
+                lease::free("$1")
             ),
             &[now.millis().into()],
             |row| decode(row),
@@ -137,8 +141,8 @@ impl Store {
             self.pool(),
             &format!(
                 "SELECT * FROM jobs WHERE test_clock_ref = $1 AND due_at <= $2 \
-                 AND (lease_until IS NULL OR lease_until < $3) \
-                 ORDER BY due_at, subject_ref LIMIT {limit}"
+                 AND {} ORDER BY due_at, subject_ref LIMIT {limit}",
+                lease::free("$3")
             ),
             &[
                 clock.as_str().into(),
@@ -172,8 +176,7 @@ impl Store {
         let mut tx = self.begin().await?;
         let changed = tx
             .execute(
-                "UPDATE jobs SET lease_until = $1 WHERE kind = $2 AND subject_ref = $3 \
-                 AND lease_owner = $4",
+                &lease::renew("jobs", "$1", "kind = $2 AND subject_ref = $3", "$4"),
                 &[
                     until.millis().into(),
                     job.kind.as_str().into(),
@@ -216,8 +219,12 @@ pub async fn claim(
 ) -> Result<bool, StoreError> {
     let changed = tx
         .execute(
-            "UPDATE jobs SET lease_owner = $1, lease_until = $2 WHERE kind = $3 \
-             AND subject_ref = $4 AND (lease_until IS NULL OR lease_until < $5)",
+            &lease::take(
+                "jobs",
+                "$1",
+                "$2",
+                &format!("kind = $3 AND subject_ref = $4 AND {}", lease::free("$5")),
+            ),
             &[
                 owner.into(),
                 until.millis().into(),

@@ -7,7 +7,6 @@ use crate::db::codec::{json_col, to_json};
 use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
-use crate::dispatch::signals::signal_due;
 use crate::webhooks::deliveries::{mark_url_immutable, NewDelivery};
 use crate::{Backend, StoreError};
 use domain::webhook::DeliveryStatus;
@@ -40,23 +39,10 @@ impl Dispatch<'_> {
     }
 
     /// Records events' deliveries and marks the events processed (which
-    /// drops their data: the deliveries carry it), in one transaction. A delivery that exists already (same event, endpoint and
-    /// dto version) is left as it is, so fanning out twice is harmless.
-    pub async fn fan_out(&self, events: &[(Ref, Vec<NewDelivery>)]) -> Result<usize, StoreError> {
-        let (store, events) = (self.0.clone(), events.to_vec());
-        self.on_lane(async move {
-            let mut tx = store.begin_write().await?;
-            let created = store.dispatch().fan_out_in(&mut tx, &events).await?;
-            if created > 0 {
-                signal_due(&mut tx).await?;
-            }
-            tx.commit().await?;
-            Ok(created)
-        })
-        .await
-    }
-
-    /// `fan_out`'s writes, inside `tx`.
+    /// drops their data: the deliveries carry it), inside `tx`
+    /// (`fan_out_pending`). A delivery that exists already (same event,
+    /// endpoint and dto version) is left as it is, so fanning out twice is
+    /// harmless.
     pub(crate) async fn fan_out_in(
         &self,
         tx: &mut WriteTx,

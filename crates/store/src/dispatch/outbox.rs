@@ -88,17 +88,6 @@ pub(crate) async fn insert(
 }
 
 impl Store {
-    /// Emits events in a transaction of their own: for producers whose
-    /// change is not in this store (the operator's CLI, other systems'
-    /// adapters). A write of the store emits through its own `WriteTx`.
-    pub async fn emit_events(&self, events: &[EventRecord]) -> Result<(), StoreError> {
-        let mut tx = self.begin().await?;
-        for event in events {
-            tx.emit(event).await?;
-        }
-        tx.commit().await
-    }
-
     /// Signalled after this process emitted events, so its relay starts at
     /// once instead of at its next poll (never, for a store without
     /// `Wakeups`).

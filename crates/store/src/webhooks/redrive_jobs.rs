@@ -15,6 +15,7 @@ use crate::db::marks::Marks;
 use crate::db::page::{Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
+use crate::lease;
 use crate::resource::{Resource, Scope};
 use crate::{Store, StoreError};
 use domain::webhook::redrive_job::RedriveJobStatus;
@@ -147,9 +148,12 @@ pub async fn cancel(
 ) -> Result<RedriveJobRecord, StoreError> {
     let rows = tx
         .fetch(
-            "UPDATE webhook_redrive_jobs SET status = $1, finished_at = $2, updated_at = $2, \
-             lease_owner = NULL, lease_until = NULL, version = version + 1 \
-             WHERE redrive_job_ref = $3 AND status IN ('counting', 'running') RETURNING *",
+            &format!(
+                "UPDATE webhook_redrive_jobs SET status = $1, finished_at = $2, updated_at = $2, \
+                 {}, version = version + 1 \
+                 WHERE redrive_job_ref = $3 AND status IN ('counting', 'running') RETURNING *",
+                lease::RELEASE
+            ),
             &[
                 next.as_str().into(),
                 now.millis().into(),
@@ -218,8 +222,8 @@ impl Store {
             self.pool(),
             &format!(
                 "SELECT * FROM webhook_redrive_jobs WHERE status IN ('counting', 'running') \
-                 AND (lease_until IS NULL OR lease_until < $1 OR lease_owner = $2) \
-                 ORDER BY created_at LIMIT {limit}"
+                 AND {} ORDER BY created_at LIMIT {limit}",
+                lease::free_or_held_by("$1", "$2")
             ),
             &[now.millis().into(), owner.into()],
             from_row,
@@ -239,9 +243,18 @@ impl Store {
         let mut tx = self.begin().await?;
         let rows = tx
             .fetch(
-                "UPDATE webhook_redrive_jobs SET lease_owner = $1, lease_until = $2 \
-                 WHERE redrive_job_ref = $3 AND status IN ('counting', 'running') \
-                 AND (lease_until IS NULL OR lease_until < $4 OR lease_owner = $1) RETURNING *",
+                &format!(
+                    "{} RETURNING *",
+                    lease::take(
+                        "webhook_redrive_jobs",
+                        "$1",
+                        "$2",
+                        &format!(
+                            "redrive_job_ref = $3 AND status IN ('counting', 'running') AND {}",
+                            lease::free_or_held_by("$4", "$1")
+                        )
+                    )
+                ),
                 &[
                     owner.into(),
                     until.millis().into(),
@@ -442,20 +455,19 @@ async fn current(
     owner: &str,
     status: RedriveJobStatus,
 ) -> Result<Option<RedriveJobRecord>, StoreError> {
-    let lock = match tx.backend() {
-        crate::Backend::Postgres => " FOR UPDATE",
-        crate::Backend::Sqlite => "",
-    };
     let rows = tx
         .fetch(
-            &format!("SELECT * FROM webhook_redrive_jobs WHERE redrive_job_ref = $1{lock}"),
+            &format!(
+                "SELECT * FROM webhook_redrive_jobs WHERE redrive_job_ref = $1{}",
+                lease::for_update(tx.backend())
+            ),
             &[job.as_str().into()],
         )
         .await?;
     let Some(row) = rows.first() else {
         return Ok(None);
     };
-    let held = row.text("lease_owner")?.as_deref() == Some(owner);
+    let held = lease::is_held_by(row.text("lease_owner")?.as_deref(), owner);
     let record = from_row(row)?;
     Ok((held && record.status == status).then_some(record))
 }
