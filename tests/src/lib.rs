@@ -302,7 +302,7 @@ impl TestApp {
             state,
             listener,
             control_api::ServeLimits::default(),
-            std::future::pending(),
+            tokio_util::sync::CancellationToken::new(),
         ));
         TestApp {
             addr,

@@ -41,7 +41,7 @@ async fn serving(mut app: TestApp, limits: ServeLimits) -> TestApp {
         state,
         listener,
         limits,
-        std::future::pending(),
+        tokio_util::sync::CancellationToken::new(),
     ));
     app.addr = addr;
     app.base = format!("http://{addr}");
@@ -593,14 +593,12 @@ async fn a_body_of_one_mib_and_one_byte_is_413(app: TestApp) {
 async fn shutdown_stops_accepting_and_finishes_requests_in_flight() {
     let app = TestApp::spawn(Backend::Sqlite).await;
     let (listener, addr, state) = own_server(&app).await;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let stop = tokio_util::sync::CancellationToken::new();
     let server = tokio::spawn(control_api::run_with(
         state,
         listener,
         limits(5000, 16),
-        async move {
-            let _ = stopped.await;
-        },
+        stop.clone(),
     ));
     // An idle keep-alive connection, and a request whose body is late.
     let mut idle = Raw::connect(addr).await;
@@ -616,7 +614,7 @@ async fn shutdown_stops_accepting_and_finishes_requests_in_flight() {
     // that the request is in flight: nothing tells the client when it has.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    stop.send(()).expect("server running");
+    stop.cancel();
     idle.expect_closed(5 * SECOND).await;
     busy.send(body).await;
     let r = busy.expect_response(5 * SECOND).await;

@@ -230,7 +230,11 @@ async fn a_fleet_shares_each_bucket_through_redis() {
             control_api::AppState::new(app.store.clone(), settings).with_shared_rate_limit(buckets);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         bases.push(format!("http://{}", listener.local_addr().unwrap()));
-        tokio::spawn(control_api::run(state, listener, std::future::pending()));
+        tokio::spawn(control_api::run(
+            state,
+            listener,
+            tokio_util::sync::CancellationToken::new(),
+        ));
     }
     let client = reqwest::Client::new();
     let started = Instant::now();

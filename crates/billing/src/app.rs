@@ -202,12 +202,10 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
             println!("operator console at http://{addr}/console");
         }
         tasks.spawn(async move {
-            control_api::run_router(router, state, listener, limits, async move {
-                token.cancelled().await
-            })
-            .await
-            .context("API server failed")
-            .map(|()| "api")
+            control_api::run_router(router, state, listener, limits, token)
+                .await
+                .context("API server failed")
+                .map(|()| "api")
         });
     }
     if matches!(role, Role::All | Role::Dispatcher) {

@@ -27,15 +27,15 @@ pub use router::router;
 pub use serve::{run_router, run_with, ServeLimits};
 pub use state::{ApiSettings, AppState};
 
-use std::future::Future;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 /// Serves the API on `listener` with the default `ServeLimits` until
-/// `shutdown` resolves, then finishes in-flight requests.
+/// `shutdown` is cancelled, then finishes in-flight requests.
 pub async fn run(
     state: AppState,
     listener: TcpListener,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     run_with(state, listener, ServeLimits::default(), shutdown).await
 }

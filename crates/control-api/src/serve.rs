@@ -17,7 +17,7 @@
 //!   `Content-Length` and `Transfer-Encoding` (`transport::Framing`) is
 //!   answered 400 (`validation_failed`, field `Transfer-Encoding`) on every
 //!   route, without reaching the router, and its connection closed;
-//! - graceful shutdown: when the shutdown future resolves it stops
+//! - graceful shutdown: when the shutdown token is cancelled it stops
 //!   accepting, closes idle connections and waits for in-flight requests.
 //!
 //! It must never interpret a request itself beyond these refusals (routes,
@@ -44,12 +44,12 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use store::RequestLogRecord;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 /// The smallest read buffer hyper allows (`http1::Builder::max_buf_size`).
 const MIN_BUF_SIZE: usize = 8192;
@@ -77,13 +77,13 @@ impl Default for ServeLimits {
     }
 }
 
-/// Serves the API on `listener` within `limits` until `shutdown` resolves,
-/// then stops accepting and finishes in-flight requests.
+/// Serves the API on `listener` within `limits` until `shutdown` is
+/// cancelled, then stops accepting and finishes in-flight requests.
 pub async fn run_with(
     state: AppState,
     listener: TcpListener,
     limits: ServeLimits,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let router = crate::router(state.clone());
     run_router(router, state, listener, limits, shutdown).await
@@ -96,7 +96,7 @@ pub async fn run_router(
     state: AppState,
     listener: TcpListener,
     limits: ServeLimits,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let head_bytes = limits.max_header_bytes.max(MIN_BUF_SIZE);
@@ -107,26 +107,25 @@ pub async fn run_router(
         .max_header_size(head_bytes)
         .max_buf_size(head_bytes);
     let graceful = GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let permit = tokio::select! {
             permit = permits.clone().acquire_owned() => match permit {
                 Ok(permit) => permit,
                 Err(_) => break,
             },
-            () = &mut shutdown => break,
+            () = shutdown.cancelled() => break,
         };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
-                    if !pause_after_accept_error(e, &mut shutdown).await {
+                    if !pause_after_accept_error(e, &shutdown).await {
                         break;
                     }
                     continue;
                 }
             },
-            () = &mut shutdown => break,
+            () = shutdown.cancelled() => break,
         };
         let connection = Arc::new(Connection {
             router: router.clone(),
@@ -166,10 +165,7 @@ fn watched(
 /// skipped at once; anything else (such as running out of file
 /// descriptors) is logged and retried after a second. Returns `false` when
 /// shutdown came first.
-async fn pause_after_accept_error(
-    e: std::io::Error,
-    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
-) -> bool {
+async fn pause_after_accept_error(e: std::io::Error, shutdown: &CancellationToken) -> bool {
     use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
     if matches!(
         e.kind(),
@@ -180,7 +176,7 @@ async fn pause_after_accept_error(
     tracing::error!(error = %e, "accepting a connection failed; retrying in 1 s");
     tokio::select! {
         () = tokio::time::sleep(Duration::from_secs(1)) => true,
-        () = shutdown.as_mut() => false,
+        () = shutdown.cancelled() => false,
     }
 }
 
