@@ -1,6 +1,7 @@
 //! The events billing writes emit (contract 10.1, "Events are the
 //! resource"): an event's data is the resource as the API shows it, and it
-//! is written into the outbox in the unit of work that makes its change.
+//! is written into the outbox in the unit of work that makes its change,
+//! always through a `Batch`.
 
 use crate::shapes::checkout::InvoiceDto;
 use crate::shapes::Served;
@@ -15,7 +16,7 @@ use store::dispatch::outbox::Emit;
 use store::{EventData, EventRecord, WriteTx};
 
 /// A new event of `event_type` carrying `data` (a wire DTO).
-pub fn event(
+fn event(
     environment_ref: &Ref,
     event_type: &str,
     scope: &Scope,
@@ -34,21 +35,6 @@ pub fn event(
         scope: scope.clone(),
         data,
     })
-}
-
-/// Emits an event of `event_type` that happens at `now`, in the unit of
-/// work.
-pub async fn emit(
-    tx: &mut WriteTx,
-    environment_ref: &Ref,
-    event_type: &str,
-    scope: &Scope,
-    data: &impl Serialize,
-    now: Timestamp,
-) -> Result<(), CommerceError> {
-    let event = event(environment_ref, event_type, scope, data, now)?;
-    tx.emit(&event).await?;
-    Ok(())
 }
 
 /// The events of one unit of work, at its time, relayed in the order they

@@ -11,7 +11,7 @@
 //! The dispatcher role runs it (`run`); its events carry resources as the
 //! API shows them (`crate::shapes`).
 
-use crate::events::emit;
+use crate::events::Batch;
 /// How long after a refund starts the sandbox settles it.
 pub use crate::refunds::SETTLE_AFTER_MS;
 use crate::refunds::{SETTLE, START};
@@ -254,43 +254,20 @@ async fn settle_refund(
         .settle(ok)
         .map_err(|e| CommerceError::broken(format!("a pending refund: {e}")))?;
     let settled = refunds::set_status(tx, &refund, next, now).await?;
-    let scope = payment_scope(&payment);
+    let mut events = Batch::new(&job.environment_ref, payment_scope(&payment), now);
     if ok {
         let order = refunds::apply_success(tx, &settled, order_status_after, now).await?;
-        emit(
-            tx,
-            &job.environment_ref,
-            "refund.succeeded",
-            &scope,
-            &settled.dto(now),
-            now,
-        )
-        .await?;
+        events.add("refund.succeeded", &settled.dto(now))?;
         if let (AccessEffect::Revoke, Some(order_ref)) = (settled.access_effect, order) {
             for entitlement in refunds::revoke_entitlements(tx, &order_ref, now).await? {
-                emit(
-                    tx,
-                    &job.environment_ref,
-                    "entitlement.revoked",
-                    &scope,
-                    &entitlement.dto(now),
-                    now,
-                )
-                .await?;
+                events.add("entitlement.revoked", &entitlement.dto(now))?;
             }
         }
     } else {
         refunds::release(tx, &settled).await?;
-        emit(
-            tx,
-            &job.environment_ref,
-            "refund.failed",
-            &scope,
-            &settled.dto(now),
-            now,
-        )
-        .await?;
+        events.add("refund.failed", &settled.dto(now))?;
     }
+    events.flush(tx).await?;
     Ok(())
 }
 
@@ -302,6 +279,7 @@ pub async fn cancel_scheduled_refunds(
     payment: &PaymentRecord,
     now: Timestamp,
 ) -> Result<(), CommerceError> {
+    let mut events = Batch::new(environment_ref, payment_scope(payment), now);
     for refund in refunds::scheduled_of_payment(tx, &payment.payment_intent_ref).await? {
         let Ok(next) = refund.status.cancel() else {
             continue;
@@ -309,16 +287,9 @@ pub async fn cancel_scheduled_refunds(
         let canceled = refunds::set_status(tx, &refund, next, now).await?;
         refunds::release(tx, &canceled).await?;
         jobs::cancel(tx, START, &canceled.refund_ref).await?;
-        emit(
-            tx,
-            environment_ref,
-            "refund.canceled",
-            &payment_scope(payment),
-            &canceled.dto(now),
-            now,
-        )
-        .await?;
+        events.add("refund.canceled", &canceled.dto(now))?;
     }
+    events.flush(tx).await?;
     Ok(())
 }
 
@@ -352,14 +323,7 @@ async fn open_dispute(
     let (dispute, _) = outside::project::<DisputeStatus>(tx, projection).await?;
     cancel_scheduled_refunds(tx, &job.environment_ref, &payment, now).await?;
     let record: &DisputeRecord = &dispute;
-    emit(
-        tx,
-        &job.environment_ref,
-        "dispute.opened",
-        &payment_scope(&payment),
-        &record.dto(now),
-        now,
-    )
-    .await?;
-    Ok(())
+    let mut events = Batch::new(&job.environment_ref, payment_scope(&payment), now);
+    events.add("dispute.opened", &record.dto(now))?;
+    events.flush(tx).await
 }

@@ -5,7 +5,7 @@
 //! caller's unit of work. What happens later (start, settle, cancel when a
 //! dispute opens) is timed work (`crate::jobs`).
 
-use crate::events::emit;
+use crate::events::Batch;
 use crate::shapes::refunds::payment_scope;
 use crate::shapes::Served;
 use crate::CommerceError;
@@ -132,14 +132,8 @@ pub async fn create(
             jobs::schedule(tx, SETTLE, &refund.refund_ref, environment_ref, due).await?
         }
     }
-    emit(
-        tx,
-        environment_ref,
-        "refund.created",
-        &payment_scope(payment),
-        &refund.dto(now),
-        now,
-    )
-    .await?;
+    let mut events = Batch::new(environment_ref, payment_scope(payment), now);
+    events.add("refund.created", &refund.dto(now))?;
+    events.flush(tx).await?;
     Ok(refund)
 }

@@ -12,12 +12,11 @@ pub mod checkout;
 pub mod outside;
 pub mod refunds;
 
+use crate::CommerceError;
 use domain::{Money, MoneyError, Prefix, Ref, Timestamp};
 use serde::{Deserialize, Serialize};
 use store::resource::Resource;
 use utoipa::ToSchema;
-
-use crate::CommerceError;
 
 /// Timestamps on the wire: RFC 3339, UTC, milliseconds.
 pub fn ts(t: Timestamp) -> String {

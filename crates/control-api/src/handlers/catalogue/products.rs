@@ -12,7 +12,7 @@ use crate::wire::EmptyBody;
 use crate::wire::{found, refused};
 use domain::Prefix;
 use serde::Deserialize;
-use store::billing::products::{self};
+use store::billing::products;
 use utoipa::ToSchema;
 
 #[derive(Debug, Deserialize, ToSchema)]

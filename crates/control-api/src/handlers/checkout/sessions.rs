@@ -3,18 +3,17 @@
 
 use crate::error::ApiError;
 use crate::handlers::catalogue::offers::amount_at;
-use crate::wire::{found, money_error};
-use commerce::shapes::checkout::step;
-
 use crate::handlers::Ctx;
 use crate::input::Input;
 use crate::reply::Reply;
+use crate::wire::{found, money_error};
+use commerce::shapes::checkout::step;
 use domain::catalogue::checkout_config::check_values;
 use domain::checkout::buyer::{BuyerName, Email};
 use domain::checkout::states::{StepKind, SESSION_TTL_SECONDS};
 use domain::{Money, Prefix, Ref};
 use serde::Deserialize;
-use store::billing::checkout::journeys::{self};
+use store::billing::checkout::journeys;
 use store::billing::checkout::sessions::{self, NewSession};
 use store::billing::checkout::PricedItem;
 use utoipa::ToSchema;
