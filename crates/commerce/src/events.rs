@@ -3,14 +3,12 @@
 //! is written into the outbox in the unit of work that makes its change,
 //! always through a `Batch`.
 
-use crate::shapes::checkout::InvoiceDto;
 use crate::shapes::Served;
 use crate::CommerceError;
-use domain::checkout::invoice::InvoiceNumber;
 use domain::webhook::shaping::Scope;
 use domain::{Prefix, Ref, Timestamp};
 use serde::Serialize;
-use store::billing::checkout::invoice_numbers;
+use store::billing::checkout::invoice_numbers::{self, Slot, UnitEvent};
 use store::billing::checkout::orders::InvoiceRecord;
 use store::dispatch::outbox::Emit;
 use store::{EventData, EventRecord, WriteTx};
@@ -37,27 +35,18 @@ fn event(
     })
 }
 
-/// The events of one unit of work, at its time, relayed in the order they
-/// were added. An event that carries an invoice this unit created is made at
-/// the commit, from its typed shape, once the invoice has its number
-/// (`invoice_numbers::number_at_commit`); the whole batch then goes into the
-/// outbox there, so that its order holds.
+/// The events of one unit of work, at its time, written together. When
+/// the unit created an invoice, the batch goes into the outbox with the
+/// invoice's number, at the commit (`invoice_numbers::number_at_commit`);
+/// each event that carries the invoice tells where its number goes (its
+/// `Slot`, found as the shape is serialised).
 pub struct Batch {
     env: Ref,
     scope: Scope,
     now: Timestamp,
-    entries: Vec<Entry>,
+    events: Vec<UnitEvent>,
     /// The invoice this unit created, numbered at the commit.
     numbered: Option<InvoiceRecord>,
-}
-
-enum Entry {
-    Made(EventRecord),
-    /// An event carrying the new invoice, whose shape waits for its number.
-    Invoice {
-        event_type: String,
-        dto: InvoiceDto,
-    },
 }
 
 impl Batch {
@@ -66,7 +55,7 @@ impl Batch {
             env: env.clone(),
             scope,
             now,
-            entries: Vec::new(),
+            events: Vec::new(),
             numbered: None,
         }
     }
@@ -76,14 +65,10 @@ impl Batch {
         self.now
     }
 
-    pub fn scope(&self) -> &Scope {
-        &self.scope
-    }
-
     /// Adds an event of `event_type` carrying `data` (a resource's shape).
     pub fn add(&mut self, event_type: &str, data: &impl Serialize) -> Result<(), CommerceError> {
         let event = event(&self.env, event_type, &self.scope, data, self.now)?;
-        self.entries.push(Entry::Made(event));
+        self.events.push(UnitEvent::Whole(event));
         Ok(())
     }
 
@@ -101,51 +86,62 @@ impl Batch {
                 ));
             }
         }
+        let dto = invoice.dto(self.now);
+        let event = event(&self.env, event_type, &self.scope, &dto, self.now)?;
+        let slot = slot_of(event.data.as_str(), &invoice.number)?;
         self.numbered = Some(invoice.clone());
-        self.entries.push(Entry::Invoice {
-            event_type: event_type.to_owned(),
-            dto: invoice.dto(self.now),
-        });
+        self.events.push(UnitEvent::Carrying(event, slot));
         Ok(())
     }
 
-    /// Writes the batch into the unit of work's outbox: now, or at the
-    /// commit when it carries a new invoice.
+    /// Writes the batch into the unit of work's outbox: now, or with the
+    /// invoice's number at the commit.
     pub async fn flush(self, tx: &mut WriteTx) -> Result<(), CommerceError> {
-        let Batch {
-            env,
-            scope,
-            now,
-            entries,
-            numbered,
-        } = self;
-        let Some(invoice) = numbered else {
-            let made: Vec<EventRecord> = entries
-                .into_iter()
-                .filter_map(|e| match e {
-                    Entry::Made(event) => Some(event),
-                    Entry::Invoice { .. } => None,
-                })
-                .collect();
-            tx.emit_all(&made).await?;
-            return Ok(());
-        };
-        let make = move |number: &InvoiceNumber| {
-            entries
-                .into_iter()
-                .map(|e| match e {
-                    Entry::Made(event) => Ok(event),
-                    Entry::Invoice {
-                        event_type,
-                        mut dto,
-                    } => {
-                        dto.number = number.to_string();
-                        event(&env, &event_type, &scope, &dto, now).map_err(|e| e.to_string())
-                    }
-                })
-                .collect()
-        };
-        invoice_numbers::number_at_commit(tx, &invoice, Box::new(make));
+        match &self.numbered {
+            Some(invoice) => invoice_numbers::number_at_commit(tx, invoice, self.events),
+            None => {
+                let made: Vec<EventRecord> = self
+                    .events
+                    .into_iter()
+                    .map(|e| match e {
+                        UnitEvent::Whole(event) | UnitEvent::Carrying(event, _) => event,
+                    })
+                    .collect();
+                tx.emit_all(&made).await?;
+            }
+        }
         Ok(())
+    }
+}
+
+/// Where `data`, a shape just serialised, holds `pending` (an invoice's
+/// pending number, unique to it) as a JSON string: exactly once.
+fn slot_of(data: &str, pending: &str) -> Result<Slot, CommerceError> {
+    let quoted = serde_json::to_string(pending)
+        .map_err(|e| CommerceError::broken(format!("a pending number: {e}")))?;
+    let mut found = data.match_indices(&quoted);
+    match (found.next(), found.next()) {
+        (Some((at, _)), None) => Ok(Slot {
+            at,
+            len: quoted.len(),
+        }),
+        _ => Err(CommerceError::broken(
+            "an invoice's event must hold its pending number once",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slot_is_the_pending_numbers_one_place() {
+        let data = r#"{"invoice_ref":"inv_1","number":"pending:inv_1"}"#;
+        let slot = slot_of(data, "pending:inv_1").unwrap();
+        assert_eq!(&data[slot.at..slot.at + slot.len], r#""pending:inv_1""#);
+        let twice = r#"{"a":"pending:inv_1","number":"pending:inv_1"}"#;
+        assert!(slot_of(twice, "pending:inv_1").is_err());
+        assert!(slot_of("{}", "pending:inv_1").is_err());
     }
 }

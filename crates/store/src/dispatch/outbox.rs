@@ -81,10 +81,15 @@ pub(crate) async fn insert(
         &args,
     )
     .await?;
+    wake_relay_on_commit(tx);
+    Ok(())
+}
+
+/// Wakes this process's relay when `tx` commits: it wrote into the outbox.
+pub(crate) fn wake_relay_on_commit(tx: &mut store_db::WriteTx) {
     if let Some(outbox) = tx.signals::<Wakeups>().map(|wake| wake.outbox.clone()) {
         tx.wake_on_commit(&outbox);
     }
-    Ok(())
 }
 
 impl Store {

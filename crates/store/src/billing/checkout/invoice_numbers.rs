@@ -1,18 +1,19 @@
 //! Invoice numbers, taken last. An invoice is written with a pending number
 //! (`pending`: unique, as it holds the invoice's reference, and never of a
 //! number's shape), and its unit of work takes the environment's next
-//! number for the year right before the commit (`number_at_commit`,
-//! through `WriteTx::at_commit`): the invoice gets it, then the unit's
-//! events are made from it by the caller's function, as typed values, and
-//! inserted into the outbox. The store never reads or rewrites event data.
+//! number for the year as its last statement before the commit
+//! (`number_at_commit`, through `WriteTx::at_commit`): the invoice gets it,
+//! and the unit's events go into the outbox with it. An event that carries
+//! the invoice comes with its slot (`Slot`: where in its data, as its
+//! caller serialised it, the number's JSON string goes); the store fills
+//! the slot and never reads or searches event data.
 //!
 //! Why last: the counter row (`invoice_counters`) is one per environment
 //! and year, so every pay and renewal of an environment goes through it,
 //! and it stays locked until its unit of work ends. Taken early, it was
 //! held over the rest of the unit of work (entitlements, journey, events,
 //! idempotency record), and on PostgreSQL concurrent pays queued on it for
-//! all of that; taken last, it is held for the events' insert and the
-//! commit alone.
+//! all of that; taken last, it is held for the commit alone.
 //!
 //! Still gapless and unique: the counter moves in the unit of work that
 //! uses the number, so a rolled-back one gives its number back, and
@@ -21,21 +22,22 @@
 //! Numbering is part of the invoice's creation, so it keeps the invoice's
 //! `version` (the events carry that version's ETag).
 //!
-//! On PostgreSQL the counter and the invoice are one statement
-//! (data-modifying `WITH`), so the lock is taken by the statement that
-//! precedes the events' insert and `COMMIT`. SQLite has no data-modifying
-//! `WITH`, and needs none: its one writer holds the whole database from
-//! `BEGIN IMMEDIATE`, so no row lock is waited on; there it is two
-//! statements. Either way the number is checked against
+//! On PostgreSQL it is one statement (data-modifying `WITH`: the counter,
+//! the invoice and the events' insert), so the lock is taken by the
+//! statement that precedes `COMMIT`. SQLite has no data-modifying `WITH`,
+//! and needs none: its one writer holds the whole database from `BEGIN
+//! IMMEDIATE`, so no row lock is waited on; there it is three statements.
+//! Either way the number is checked against
 //! `domain::checkout::invoice::InvoiceNumber` before the commit.
 
 use super::orders::InvoiceRecord;
+use crate::db::codec::to_json;
 use crate::db::marks::Marks;
 use crate::db::tx::{int, single, text, Arg, WriteTx};
 use crate::dispatch::outbox;
-use crate::{Backend, EventRecord, StoreError};
+use crate::{Backend, EventData, EventRecord, StoreError};
 use domain::checkout::invoice::{year_of, InvoiceNumber};
-use domain::Ref;
+use domain::{Ref, Timestamp};
 
 /// The transaction as `at_commit` hands it over, at its commit.
 type RunningTx = store_db::WriteTx;
@@ -45,11 +47,58 @@ pub(super) fn pending(invoice_ref: &Ref) -> String {
     format!("pending:{invoice_ref}")
 }
 
-/// The events of a unit of work that carries a new invoice, made once the
-/// invoice has its number (in the order they are to be relayed), or why
-/// they cannot be.
-pub type EventsOf =
-    Box<dyn FnOnce(&InvoiceNumber) -> Result<Vec<EventRecord>, String> + Send + Sync>;
+/// Where an event's data holds the pending number as a JSON string: its
+/// bytes `at..at + len`, which take the number's JSON string at the commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub at: usize,
+    pub len: usize,
+}
+
+/// An event of a unit of work that numbers an invoice.
+pub enum UnitEvent {
+    /// Written as made.
+    Whole(EventRecord),
+    /// It carries the invoice: its data's `Slot` takes the number.
+    Carrying(EventRecord, Slot),
+}
+
+impl UnitEvent {
+    fn record(&self) -> &EventRecord {
+        match self {
+            UnitEvent::Whole(e) | UnitEvent::Carrying(e, _) => e,
+        }
+    }
+
+    /// The data's text around its slot, if it has one: before, after.
+    fn parts(&self) -> Result<(&str, Option<&str>), StoreError> {
+        match self {
+            UnitEvent::Whole(e) => Ok((e.data.as_str(), None)),
+            UnitEvent::Carrying(e, slot) => {
+                let data = e.data.as_str();
+                let end = slot.at.checked_add(slot.len);
+                match end.and_then(|end| Some((data.get(..slot.at)?, data.get(end..)?))) {
+                    Some((head, tail)) => Ok((head, Some(tail))),
+                    None => Err(StoreError::Corrupt(format!(
+                        "event {}: its number's slot is outside its data",
+                        e.event_ref
+                    ))),
+                }
+            }
+        }
+    }
+
+    /// The record with `number` in its slot.
+    fn filled(&self, number: &str) -> Result<EventRecord, StoreError> {
+        let (head, tail) = self.parts()?;
+        let mut event = self.record().clone();
+        if let Some(tail) = tail {
+            event.data = EventData::parse(format!("{head}\"{number}\"{tail}"))
+                .map_err(|e| StoreError::Corrupt(format!("event {}: {e}", event.event_ref)))?;
+        }
+        Ok(event)
+    }
+}
 
 /// What `number_at_commit` needs, owned: it runs at the commit.
 struct Pending {
@@ -57,32 +106,27 @@ struct Pending {
     year: i32,
     invoice_ref: String,
     pending: String,
+    events: Vec<UnitEvent>,
 }
 
 /// Gives `invoice`, written by this unit of work with its pending number,
-/// the environment's next number for its year right before the commit,
-/// then inserts into the outbox the events `events` makes of that number.
-/// Every writer of an invoice calls it in the same unit of work, with the
-/// unit's events; until the commit the record's `number` is the pending
-/// one.
-pub fn number_at_commit(tx: &mut WriteTx, invoice: &InvoiceRecord, events: EventsOf) {
+/// the environment's next number for its year as the last statement before
+/// the commit, and writes the unit's `events` into the outbox with it (each
+/// that carries the invoice with the number in its slot). Every writer of
+/// an invoice calls it in the same unit of work, with the unit's events;
+/// until the commit the record's `number` is the pending one.
+pub fn number_at_commit(tx: &mut WriteTx, invoice: &InvoiceRecord, events: Vec<UnitEvent>) {
     let numbering = Pending {
         environment_ref: invoice.environment_ref.to_string(),
         year: year_of(invoice.issued_at),
         invoice_ref: invoice.invoice_ref.to_string(),
         pending: pending(&invoice.invoice_ref),
+        events,
     };
-    tx.at_commit(move |tx| {
-        Box::pin(async move {
-            let number = number(tx, numbering).await?;
-            let events = events(&number)
-                .map_err(|e| StoreError::Corrupt(format!("the events of invoice {number}: {e}")))?;
-            outbox::insert(tx, &events).await
-        })
-    });
+    tx.at_commit(move |tx| Box::pin(number(tx, numbering)));
 }
 
-async fn number(tx: &mut RunningTx, p: Pending) -> Result<InvoiceNumber, StoreError> {
+async fn number(tx: &mut RunningTx, p: Pending) -> Result<(), StoreError> {
     match tx.backend() {
         Backend::Postgres => number_in_one(tx, &p).await,
         Backend::Sqlite => number_in_steps(tx, &p).await,
@@ -111,15 +155,53 @@ const COUNTER: &str = "INSERT INTO invoice_counters (environment_ref, year, last
      VALUES ({m}, {m}, 1) ON CONFLICT (environment_ref, year) DO UPDATE \
      SET last_number = invoice_counters.last_number + 1 RETURNING last_number";
 
-/// PostgreSQL: the counter and the invoice in one statement. The number
-/// is formatted in SQL, then checked against the domain's.
-async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<InvoiceNumber, StoreError> {
+/// The outbox's columns, as `emit` writes them.
+const OUTBOX: &str =
+    "outbox (event_ref, environment_ref, public_event_type, occurred_at, scope, data, created_at)";
+
+/// PostgreSQL: the counter, the invoice and the events in one statement.
+/// The number is formatted in SQL, then checked against the domain's.
+async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError> {
     let mut marks = Marks::new(tx.backend());
     let counter = COUNTER
         .replacen("{m}", &marks.next(), 1)
         .replacen("{m}", &marks.next(), 1);
     let year = p.year.to_string();
     let (year_mark, invoice_mark, pending_mark) = (marks.next(), marks.next(), marks.next());
+    let rows: Vec<String> = (0..p.events.len())
+        .map(|_| {
+            format!(
+                "(CAST({} AS TEXT), CAST({} AS TEXT), CAST({} AS TEXT), CAST({} AS BIGINT), \
+                 CAST({} AS TEXT), CAST({} AS TEXT), CAST({} AS TEXT))",
+                marks.next(),
+                marks.next(),
+                marks.next(),
+                marks.next(),
+                marks.next(),
+                marks.next(),
+                marks.next()
+            )
+        })
+        .collect();
+    let created = marks.next();
+    let events = if rows.is_empty() {
+        String::new()
+    } else {
+        format!(
+            ", events AS (INSERT INTO {OUTBOX} \
+             SELECT v.r, v.e, v.t, v.o, v.s, \
+             CASE WHEN v.tail IS NULL THEN v.head \
+             ELSE v.head || '\"' || numbered.number || '\"' || v.tail END, CAST({created} AS BIGINT) \
+             FROM (VALUES {}) AS v (r, e, t, o, s, head, tail) CROSS JOIN numbered \
+             RETURNING 1)",
+            rows.join(", ")
+        )
+    };
+    let counted_events = if rows.is_empty() {
+        "0"
+    } else {
+        "(SELECT COUNT(*) FROM events)"
+    };
     let sql = format!(
         "WITH counter AS ({counter}), \
          numbered AS (SELECT last_number, \
@@ -127,16 +209,36 @@ async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<InvoiceNumber,
          FROM counter), \
          invoice AS (UPDATE invoices SET number = numbered.number FROM numbered \
          WHERE invoices.invoice_ref = {invoice_mark} AND invoices.number = {pending_mark} \
-         RETURNING 1) \
-         SELECT last_number, number, (SELECT COUNT(*) FROM invoice) AS invoices FROM numbered"
+         RETURNING 1){events} \
+         SELECT last_number, number, (SELECT COUNT(*) FROM invoice) AS invoices, \
+         CAST({counted_events} AS BIGINT) AS events FROM numbered"
     );
-    let args: Vec<Arg<'_>> = vec![
+    let scopes: Vec<String> = p
+        .events
+        .iter()
+        .map(|e| to_json(&e.record().scope))
+        .collect();
+    let mut args: Vec<Arg<'_>> = vec![
         p.environment_ref.as_str().into(),
         i64::from(p.year).into(),
         year.as_str().into(),
         p.invoice_ref.as_str().into(),
         p.pending.as_str().into(),
     ];
+    for (event, scope) in p.events.iter().zip(&scopes) {
+        let (head, tail) = event.parts()?;
+        let e = event.record();
+        args.extend::<[Arg<'_>; 7]>([
+            e.event_ref.as_str().into(),
+            e.environment_ref.as_str().into(),
+            e.public_event_type.as_str().into(),
+            e.occurred_at.millis().into(),
+            scope.as_str().into(),
+            head.into(),
+            tail.into(),
+        ]);
+    }
+    args.push(Timestamp::now().millis().into());
     let rows = tx.fetch(&sql, &args).await?;
     let row = single(&rows)?;
     let number = checked(p.year, int(row, "last_number")?)?;
@@ -147,11 +249,16 @@ async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<InvoiceNumber,
         )));
     }
     wrote("invoices", int(row, "invoices")?, 1)?;
-    Ok(number)
+    wrote("events", int(row, "events")?, p.events.len())?;
+    if !p.events.is_empty() {
+        outbox::wake_relay_on_commit(tx);
+    }
+    Ok(())
 }
 
-/// SQLite: the counter, then the invoice.
-async fn number_in_steps(tx: &mut RunningTx, p: &Pending) -> Result<InvoiceNumber, StoreError> {
+/// SQLite: the counter, the invoice, then the events with the number in
+/// their slots.
+async fn number_in_steps(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError> {
     let counter = COUNTER.replace("{m}", "?");
     let rows = tx
         .fetch(
@@ -159,25 +266,69 @@ async fn number_in_steps(tx: &mut RunningTx, p: &Pending) -> Result<InvoiceNumbe
             &[p.environment_ref.as_str().into(), i64::from(p.year).into()],
         )
         .await?;
-    let number = checked(p.year, int(single(&rows)?, "last_number")?)?;
-    let written = number.to_string();
+    let number = checked(p.year, int(single(&rows)?, "last_number")?)?.to_string();
     let numbered = tx
         .execute(
             "UPDATE invoices SET number = $1 WHERE invoice_ref = $2 AND number = $3",
             &[
-                written.as_str().into(),
+                number.as_str().into(),
                 p.invoice_ref.as_str().into(),
                 p.pending.as_str().into(),
             ],
         )
         .await?;
     wrote("invoices", numbered as i64, 1)?;
-    Ok(number)
+    let events = p
+        .events
+        .iter()
+        .map(|e| e.filled(&number))
+        .collect::<Result<Vec<_>, _>>()?;
+    outbox::insert(tx, &events).await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use domain::webhook::shaping::Scope;
+    use domain::Prefix;
+
+    fn event(data: &str) -> EventRecord {
+        EventRecord {
+            event_ref: Ref::generate(Prefix::Event),
+            environment_ref: Ref::generate(Prefix::Environment),
+            public_event_type: "invoice.paid".into(),
+            occurred_at: Timestamp::from_millis(0),
+            scope: Scope::default(),
+            data: EventData::parse(data.to_owned()).unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_slot_takes_the_number_and_nothing_else_changes() {
+        let data = r#"{"invoice_ref":"inv_1","number":"pending:inv_1","note":"pending:inv_1"}"#;
+        let at = data.find(r#""pending:inv_1""#).unwrap();
+        let slot = Slot {
+            at,
+            len: r#""pending:inv_1""#.len(),
+        };
+        let filled = UnitEvent::Carrying(event(data), slot)
+            .filled("2026-000001")
+            .unwrap();
+        assert_eq!(
+            filled.data.as_str(),
+            r#"{"invoice_ref":"inv_1","number":"2026-000001","note":"pending:inv_1"}"#
+        );
+        let whole = UnitEvent::Whole(event(data)).filled("2026-000001").unwrap();
+        assert_eq!(whole.data.as_str(), data);
+    }
+
+    #[test]
+    fn a_slot_outside_the_data_is_refused() {
+        let slot = Slot { at: 5, len: 100 };
+        assert!(UnitEvent::Carrying(event("{}"), slot)
+            .filled("2026-000001")
+            .is_err());
+    }
 
     #[test]
     fn a_pending_number_is_never_a_number() {
