@@ -12,6 +12,7 @@
 //! It must never know HTTP (no status, header or request type) nor write
 //! SQL; its rules' arithmetic and state machines are `domain`'s.
 //!
+//! - `checkout`: a checkout session opened, priced from its config.
 //! - `pay`: checkout's pay, one unit of work per call.
 //! - `refunds`: a refund asked for; `jobs` starts and settles it.
 //! - `renewals`: a subscription's period end, dunning retries, cancels.
@@ -21,6 +22,7 @@
 //!   participations.
 //! - `events`: how a use case emits an event into its unit of work.
 
+pub mod checkout;
 pub mod error;
 pub mod events;
 pub mod jobs;

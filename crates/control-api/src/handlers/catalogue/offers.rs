@@ -10,7 +10,7 @@ use crate::reply::Reply;
 use crate::wire::check_text;
 use crate::wire::ts;
 use crate::wire::{found, money_error, MoneyDto};
-use domain::catalogue::promotion::PromotionStatus;
+use commerce::checkout::amount_at;
 use domain::catalogue::{OfferStatus, PriceStatus};
 use domain::etag::etag;
 use domain::{Money, Prefix, Timestamp};
@@ -42,16 +42,6 @@ pub struct OfferDto {
     pub created_at: String,
     pub updated_at: String,
     pub etag: String,
-}
-
-/// The promotion active at `now`, and the amount it makes.
-pub(crate) fn amount_at(o: &OfferRecord, now: Timestamp) -> (Money, Option<&PromotionRecord>) {
-    let base = o.price.amount;
-    o.promotions
-        .iter()
-        .find(|p| p.window.status_at(now) == PromotionStatus::Active)
-        .and_then(|p| p.discount.apply(base).ok().map(|amount| (amount, Some(p))))
-        .unwrap_or((base, None))
 }
 
 /// The offer's tag: its row version and what is computed from the clock,

@@ -2,13 +2,13 @@
 //! digests the plan and every row it read) and apply (the same body under
 //! that ETag: recomputed in the unit of work, after locking the offers).
 
-use super::offers::amount_at;
 use crate::error::ApiError;
 use crate::handlers::{distinct_refs, Ctx};
 use crate::input::Input;
 use crate::reply::Reply;
 use crate::wire::{money_error, MoneyDto};
 use crate::wire::{opt_ts, ts};
+use commerce::checkout::amount_at;
 use domain::catalogue::plan::plan_digest;
 use domain::catalogue::promotion::{Discount, Percent, Window};
 use domain::etag::etag;
