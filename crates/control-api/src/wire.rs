@@ -15,6 +15,8 @@ use utoipa::ToSchema;
 #[serde(deny_unknown_fields)]
 pub struct EmptyBody {}
 
+/// `value`, at `field`, is `min` to `max` characters, none of them a
+/// control character.
 pub fn check_text(field: &str, value: &str, min: usize, max: usize) -> Result<(), ApiError> {
     let n = value.chars().count();
     if n < min || n > max {
