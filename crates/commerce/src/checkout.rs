@@ -11,7 +11,7 @@ use domain::catalogue::checkout_config::check_values;
 use domain::catalogue::promotion::PromotionStatus;
 use domain::checkout::buyer::{BuyerName, Email};
 use domain::checkout::states::{StepKind, SESSION_TTL_SECONDS};
-use domain::{Money, MoneyError, Ref, Timestamp};
+use domain::{Money, Ref, Timestamp};
 use std::collections::BTreeMap;
 use store::billing::checkout::journeys;
 use store::billing::checkout::sessions::{self, NewSession, SessionRecord};
@@ -52,11 +52,6 @@ pub fn amount_at(o: &OfferRecord, now: Timestamp) -> (Money, Option<&PromotionRe
         .find(|p| p.window.status_at(now) == PromotionStatus::Active)
         .and_then(|p| p.discount.apply(base).ok().map(|amount| (amount, Some(p))))
         .unwrap_or((base, None))
-}
-
-/// Amounts of two currencies met, or too large a sum.
-fn refused(e: MoneyError) -> CommerceError {
-    CommerceError::refused(e.to_string())
 }
 
 /// Reads the config's published version and checks the custom field
@@ -127,12 +122,10 @@ fn priced_items(
             .find(|o| o.offer.offer_ref.as_str() == line.offer_ref)
             .ok_or_else(|| CommerceError::refused("an offer of the checkout config is gone"))?;
         let unit = amount_at(offer, now).0;
-        let amount = unit
-            .checked_mul(u64::from(line.quantity))
-            .map_err(refused)?;
+        let amount = unit.checked_mul(u64::from(line.quantity))?;
         total = Some(match total {
             None => amount,
-            Some(t) => t.checked_add(amount).map_err(refused)?,
+            Some(t) => t.checked_add(amount)?,
         });
         let recurrence = &offer.price.recurrence;
         items.push(PricedItem {

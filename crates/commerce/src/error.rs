@@ -51,6 +51,13 @@ impl From<domain::catalogue::StateError> for CommerceError {
     }
 }
 
+/// Amounts of two currencies met, or a sum too large.
+impl From<domain::MoneyError> for CommerceError {
+    fn from(e: domain::MoneyError) -> CommerceError {
+        CommerceError::Refused(e.to_string())
+    }
+}
+
 /// `StoreError::NotFound` as "no such `what`".
 pub fn found<T>(r: Result<T, StoreError>, what: &'static str) -> Result<T, CommerceError> {
     match r {

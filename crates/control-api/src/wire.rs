@@ -4,6 +4,7 @@
 
 use crate::error::ApiError;
 pub use commerce::shapes::{opt_ts, ts, MoneyDto};
+use commerce::CommerceError;
 use domain::catalogue::StateError;
 use domain::MoneyError;
 use serde::Deserialize;
@@ -34,20 +35,17 @@ pub fn check_text(field: &str, value: &str, min: usize, max: usize) -> Result<()
     Ok(())
 }
 
-/// A refused transition: `422`, naming the state.
+/// A refused transition: `422`, naming the state (as `commerce` maps it).
 pub fn refused(e: StateError) -> ApiError {
-    ApiError::semantic(e.to_string())
+    CommerceError::from(e).into()
 }
 
-/// Amounts of two currencies met: `422`.
+/// Amounts of two currencies met: `422` (as `commerce` maps it).
 pub fn money_error(e: MoneyError) -> ApiError {
-    ApiError::semantic(e.to_string())
+    CommerceError::from(e).into()
 }
 
 /// `StoreError::NotFound` as the contract's 404 for `what`.
-pub fn found<T>(r: Result<T, StoreError>, what: &str) -> Result<T, ApiError> {
-    match r {
-        Err(StoreError::NotFound) => Err(ApiError::not_found(what)),
-        other => Ok(other?),
-    }
+pub fn found<T>(r: Result<T, StoreError>, what: &'static str) -> Result<T, ApiError> {
+    Ok(commerce::error::found(r, what)?)
 }

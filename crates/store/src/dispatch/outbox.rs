@@ -43,6 +43,22 @@ impl Emit for WriteTx {
     }
 }
 
+/// The outbox's columns, in the order every insert binds them.
+pub(crate) const COLUMNS: &str =
+    "event_ref, environment_ref, public_event_type, occurred_at, scope, data, created_at";
+
+/// The values of an event's columns up to `data` (`COLUMNS`), its scope
+/// given as JSON text.
+pub(crate) fn leading_args<'a>(event: &'a EventRecord, scope: &'a str) -> [Arg<'a>; 5] {
+    [
+        event.event_ref.as_str().into(),
+        event.environment_ref.as_str().into(),
+        event.public_event_type.as_str().into(),
+        event.occurred_at.millis().into(),
+        scope.into(),
+    ]
+}
+
 /// Inserts `events` into the outbox with one statement, on the inner
 /// transaction: also what a function run at the commit uses
 /// (`invoice_numbers`).
@@ -53,31 +69,20 @@ pub(crate) async fn insert(
     if events.is_empty() {
         return Ok(());
     }
-    const COLUMNS: usize = 7;
+    const PER_ROW: usize = 7;
     let now = Timestamp::now().millis();
     let scopes: Vec<String> = events.iter().map(|e| to_json(&e.scope)).collect();
     let mut marks = Marks::new(tx.backend());
     let rows: Vec<String> = (0..events.len())
-        .map(|_| format!("({})", marks.list(COLUMNS)))
+        .map(|_| format!("({})", marks.list(PER_ROW)))
         .collect();
-    let mut args: Vec<Arg<'_>> = Vec::with_capacity(events.len() * COLUMNS);
+    let mut args: Vec<Arg<'_>> = Vec::with_capacity(events.len() * PER_ROW);
     for (event, scope) in events.iter().zip(&scopes) {
-        args.extend::<[Arg<'_>; COLUMNS]>([
-            event.event_ref.as_str().into(),
-            event.environment_ref.as_str().into(),
-            event.public_event_type.as_str().into(),
-            event.occurred_at.millis().into(),
-            scope.as_str().into(),
-            event.data.as_str().into(),
-            now.into(),
-        ]);
+        args.extend(leading_args(event, scope));
+        args.extend::<[Arg<'_>; 2]>([event.data.as_str().into(), now.into()]);
     }
     tx.execute(
-        &format!(
-            "INSERT INTO outbox (event_ref, environment_ref, public_event_type, occurred_at, \
-             scope, data, created_at) VALUES {}",
-            rows.join(", ")
-        ),
+        &format!("INSERT INTO outbox ({COLUMNS}) VALUES {}", rows.join(", ")),
         &args,
     )
     .await?;

@@ -155,10 +155,6 @@ const COUNTER: &str = "INSERT INTO invoice_counters (environment_ref, year, last
      VALUES ({m}, {m}, 1) ON CONFLICT (environment_ref, year) DO UPDATE \
      SET last_number = invoice_counters.last_number + 1 RETURNING last_number";
 
-/// The outbox's columns, as `emit` writes them.
-const OUTBOX: &str =
-    "outbox (event_ref, environment_ref, public_event_type, occurred_at, scope, data, created_at)";
-
 /// PostgreSQL: the counter, the invoice and the events in one statement.
 /// The number is formatted in SQL, then checked against the domain's.
 async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError> {
@@ -188,12 +184,13 @@ async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError
         String::new()
     } else {
         format!(
-            ", events AS (INSERT INTO {OUTBOX} \
+            ", events AS (INSERT INTO outbox ({}) \
              SELECT v.r, v.e, v.t, v.o, v.s, \
              CASE WHEN v.tail IS NULL THEN v.head \
              ELSE v.head || '\"' || numbered.number || '\"' || v.tail END, CAST({created} AS BIGINT) \
              FROM (VALUES {}) AS v (r, e, t, o, s, head, tail) CROSS JOIN numbered \
              RETURNING 1)",
+            outbox::COLUMNS,
             rows.join(", ")
         )
     };
@@ -227,16 +224,8 @@ async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError
     ];
     for (event, scope) in p.events.iter().zip(&scopes) {
         let (head, tail) = event.parts()?;
-        let e = event.record();
-        args.extend::<[Arg<'_>; 7]>([
-            e.event_ref.as_str().into(),
-            e.environment_ref.as_str().into(),
-            e.public_event_type.as_str().into(),
-            e.occurred_at.millis().into(),
-            scope.as_str().into(),
-            head.into(),
-            tail.into(),
-        ]);
+        args.extend(outbox::leading_args(event.record(), scope));
+        args.extend::<[Arg<'_>; 2]>([head.into(), tail.into()]);
     }
     args.push(Timestamp::now().millis().into());
     let rows = tx.fetch(&sql, &args).await?;
