@@ -1120,6 +1120,7 @@ async fn seed_backlog(
                 scope: scope.clone(),
                 scope_json: scope_json.clone(),
                 data_json: data_json.clone(),
+                order: None,
             })
             .collect();
         app.store.dispatch().write_events::<()>(batch, None).await?;
@@ -1162,6 +1163,7 @@ async fn seed_backlog(
                     delivery_status: DeliveryStatus::Pending,
                     payload,
                     disable_endpoint: false,
+                    ordered_key: None,
                 }
             })
             .collect();
@@ -1170,7 +1172,8 @@ async fn seed_backlog(
             .store
             .dispatch()
             .record_attempts(SEEDER, &results)
-            .await?;
+            .await?
+            .recorded;
         if last_report.elapsed() > Duration::from_secs(15) {
             last_report = Instant::now();
             println!("   ... seeded {done} of {n}");
@@ -1270,6 +1273,7 @@ async fn store_costs(cfg: &Config, summary: &mut Summary) {
                 delivery_status: DeliveryStatus::Succeeded,
                 payload: payload.clone(),
                 disable_endpoint: false,
+                ordered_key: None,
             })
             .collect();
         let t = Instant::now();

@@ -22,6 +22,7 @@ fn event(app: &TestApp, event_type: &str) -> EventRecord {
         occurred_at: Timestamp::now(),
         scope: Default::default(),
         data: EventData::parse(r#"{"refund_ref": "ref_AAAAAAAAAAAA"}"#.to_owned()).unwrap(),
+        order: None,
     }
 }
 

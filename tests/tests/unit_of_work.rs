@@ -35,6 +35,7 @@ fn event(app: &TestApp) -> EventRecord {
         occurred_at: Timestamp::now(),
         scope: Scope::default(),
         data: EventData::parse(r#"{"amount": 1}"#.to_owned()).expect("an object"),
+        order: None,
     }
 }
 

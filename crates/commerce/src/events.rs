@@ -5,21 +5,25 @@
 
 use crate::shapes::Served;
 use crate::CommerceError;
+use domain::webhook::event::EventOrder;
+use domain::webhook::ordering::OrderingKey;
 use domain::webhook::shaping::Scope;
 use domain::{Prefix, Ref, Timestamp};
 use serde::Serialize;
 use store::billing::checkout::invoice_numbers::{self, Slot, UnitEvent};
 use store::billing::checkout::orders::InvoiceRecord;
+use store::billing::checkout::subscriptions;
 use store::dispatch::outbox::Emit;
 use store::{EventData, EventRecord, WriteTx};
 
-/// A new event of `event_type` carrying `data` (a wire DTO).
+/// A new event of `event_type` carrying `data` (a wire DTO), with `key`.
 fn event(
     environment_ref: &Ref,
     event_type: &str,
     scope: &Scope,
     data: &impl Serialize,
     occurred_at: Timestamp,
+    key: Option<&OrderingKey>,
 ) -> Result<EventRecord, CommerceError> {
     let text = serde_json::to_string(data)
         .map_err(|e| CommerceError::broken(format!("an event's data: {e}")))?;
@@ -32,7 +36,18 @@ fn event(
         occurred_at,
         scope: scope.clone(),
         data,
+        order: key.cloned().map(EventOrder::key),
     })
+}
+
+/// The ordering key of a checkout's events and of everything that later
+/// happens to its payments (contract 13.1): the first subscription it
+/// started, read in the unit of work (which may have just made it), or the
+/// session itself.
+pub async fn checkout_key(tx: &mut WriteTx, checkout_session_ref: &Ref) -> Result<Ref, CommerceError> {
+    Ok(subscriptions::first_of_session(tx, checkout_session_ref)
+        .await?
+        .unwrap_or_else(|| checkout_session_ref.clone()))
 }
 
 /// The events of one unit of work, at its time, written together. When
@@ -47,6 +62,8 @@ pub struct Batch {
     events: Vec<UnitEvent>,
     /// The invoice this unit created, numbered at the commit.
     numbered: Option<InvoiceRecord>,
+    /// The ordering key of every event of the unit (contract 13.1).
+    key: Option<OrderingKey>,
 }
 
 impl Batch {
@@ -57,7 +74,27 @@ impl Batch {
             now,
             events: Vec::new(),
             numbered: None,
+            key: None,
         }
+    }
+
+    /// The batch with `key` (a subscription or checkout session reference)
+    /// as its events' ordering key.
+    pub fn keyed(mut self, key: &Ref) -> Batch {
+        self.set_key(key);
+        self
+    }
+
+    /// Gives the batch's events `key` as their ordering key, those added
+    /// already too.
+    pub fn set_key(&mut self, key: &Ref) {
+        // A reference is always a valid key: short, printable.
+        let key = OrderingKey::parse(key.as_str()).ok();
+        for e in &mut self.events {
+            let (UnitEvent::Whole(e) | UnitEvent::Carrying(e, _)) = e;
+            e.order = key.clone().map(EventOrder::key);
+        }
+        self.key = key;
     }
 
     /// The time of the unit of work.
@@ -67,7 +104,7 @@ impl Batch {
 
     /// Adds an event of `event_type` carrying `data` (a resource's shape).
     pub fn add(&mut self, event_type: &str, data: &impl Serialize) -> Result<(), CommerceError> {
-        let event = event(&self.env, event_type, &self.scope, data, self.now)?;
+        let event = event(&self.env, event_type, &self.scope, data, self.now, self.key.as_ref())?;
         self.events.push(UnitEvent::Whole(event));
         Ok(())
     }
@@ -87,7 +124,7 @@ impl Batch {
             }
         }
         let dto = invoice.dto(self.now);
-        let event = event(&self.env, event_type, &self.scope, &dto, self.now)?;
+        let event = event(&self.env, event_type, &self.scope, &dto, self.now, self.key.as_ref())?;
         let slot = slot_of(event.data.as_str(), &invoice.number)?;
         self.numbered = Some(invoice.clone());
         self.events.push(UnitEvent::Carrying(event, slot));

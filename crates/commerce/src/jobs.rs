@@ -11,7 +11,7 @@
 //! The dispatcher role runs it (`run`); its events carry resources as the
 //! API shows them (`crate::shapes`).
 
-use crate::events::Batch;
+use crate::events::{checkout_key, Batch};
 /// How long after a refund starts the sandbox settles it.
 pub use crate::refunds::SETTLE_AFTER_MS;
 use crate::refunds::{SETTLE, START};
@@ -254,7 +254,8 @@ async fn settle_refund(
         .settle(ok)
         .map_err(|e| CommerceError::broken(format!("a pending refund: {e}")))?;
     let settled = refunds::set_status(tx, &refund, next, now).await?;
-    let mut events = Batch::new(&job.environment_ref, payment_scope(&payment), now);
+    let key = checkout_key(tx, &payment.checkout_session_ref).await?;
+    let mut events = Batch::new(&job.environment_ref, payment_scope(&payment), now).keyed(&key);
     if ok {
         let order = refunds::apply_success(tx, &settled, order_status_after, now).await?;
         events.add("refund.succeeded", &settled.dto(now))?;
@@ -279,7 +280,8 @@ pub async fn cancel_scheduled_refunds(
     payment: &PaymentRecord,
     now: Timestamp,
 ) -> Result<(), CommerceError> {
-    let mut events = Batch::new(environment_ref, payment_scope(payment), now);
+    let key = checkout_key(tx, &payment.checkout_session_ref).await?;
+    let mut events = Batch::new(environment_ref, payment_scope(payment), now).keyed(&key);
     for refund in refunds::scheduled_of_payment(tx, &payment.payment_intent_ref).await? {
         let Ok(next) = refund.status.cancel() else {
             continue;
@@ -323,7 +325,8 @@ async fn open_dispute(
     let (dispute, _) = outside::project::<DisputeStatus>(tx, projection).await?;
     cancel_scheduled_refunds(tx, &job.environment_ref, &payment, now).await?;
     let record: &DisputeRecord = &dispute;
-    let mut events = Batch::new(&job.environment_ref, payment_scope(&payment), now);
+    let key = checkout_key(tx, &payment.checkout_session_ref).await?;
+    let mut events = Batch::new(&job.environment_ref, payment_scope(&payment), now).keyed(&key);
     events.add("dispute.opened", &record.dto(now))?;
     events.flush(tx).await
 }

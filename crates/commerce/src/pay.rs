@@ -22,7 +22,7 @@
 //! then `run` writes it all in the caller's unit of work.
 
 use crate::error::found;
-use crate::events::Batch;
+use crate::events::{checkout_key, Batch};
 use crate::renewals::schedule_period_end;
 use crate::shapes::checkout::step;
 use crate::shapes::Served;
@@ -368,6 +368,7 @@ impl Unit<'_> {
         for subscription in &subscriptions {
             events.add("subscription.started", &subscription.dto(now))?;
         }
+        events.set_key(&checkout_key(self.tx, &self.session.checkout_session_ref).await?);
         events.flush(self.tx).await?;
         let result = if subscriptions.is_empty() {
             PayResult::RetrievePaymentResponse
@@ -634,6 +635,7 @@ impl Unit<'_> {
         journeys::add_steps(self.tx, &session.journey_ref, &steps, None).await?;
         let mut events = self.events(buyer_ref.as_ref());
         events.add("payment.failed", &payment.dto(self.now))?;
+        events.set_key(&checkout_key(self.tx, &self.session.checkout_session_ref).await?);
         events.flush(self.tx).await?;
         Ok(Paid {
             result: PayResult::RetrievePaymentResponse,

@@ -5,7 +5,7 @@
 //! caller's unit of work. What happens later (start, settle, cancel when a
 //! dispute opens) is timed work (`crate::jobs`).
 
-use crate::events::Batch;
+use crate::events::{checkout_key, Batch};
 use crate::shapes::refunds::payment_scope;
 use crate::shapes::Served;
 use crate::CommerceError;
@@ -132,7 +132,8 @@ pub async fn create(
             jobs::schedule(tx, SETTLE, &refund.refund_ref, environment_ref, due).await?
         }
     }
-    let mut events = Batch::new(environment_ref, payment_scope(payment), now);
+    let key = checkout_key(tx, &payment.checkout_session_ref).await?;
+    let mut events = Batch::new(environment_ref, payment_scope(payment), now).keyed(&key);
     events.add("refund.created", &refund.dto(now))?;
     events.flush(tx).await?;
     Ok(refund)

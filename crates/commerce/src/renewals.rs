@@ -64,7 +64,7 @@ fn events_of(s: &SubscriptionRecord, now: Timestamp) -> Batch {
         buyer_ref: s.buyer_ref.as_ref().map(Ref::to_string),
         beneficiary_business_ref: None,
     };
-    Batch::new(&s.environment_ref, scope, now)
+    Batch::new(&s.environment_ref, scope, now).keyed(&s.subscription_ref)
 }
 
 /// A subscription's period end (`RENEW`), at `now`.

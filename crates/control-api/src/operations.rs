@@ -23,7 +23,7 @@ use crate::handlers::money::refunds as rf;
 use crate::handlers::reads as read;
 use crate::handlers::webhooks::{
     data_profiles as dp, dead_letters as dlq, deliveries as dl, endpoints as ep, event_types as et,
-    health as hl, redrive as rd, redrive_jobs as rj, secrets as sec, subscriptions as sub,
+    health as hl, redrive as rd, redrive_jobs as rj, secrets as sec, skip as sk, subscriptions as sub,
     test_send as ts,
 };
 use crate::operation::{bind, find, permissions_of};
@@ -142,6 +142,7 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Get "/api/v1/webhook_deliveries/{delivery_ref}/attempts" "listWebhookDeliveryAttempts" "webhooks:read_list_attempts" false false true E1 => 200 bind!(dl::attempts, resp: dl::AttemptDto)),
     op!(Get "/api/v1/webhook_deliveries/{delivery_ref}/body" "retrieveWebhookDeliveryBody" "webhooks:read_delivery_body" false false false E1 => 200 bind!(dl::body, resp: dl::DeliveryBodyDto)),
     op!(Post "/api/v1/webhook_deliveries/{delivery_ref}/redrive" "redriveWebhookDelivery" "webhooks:redrive_unit" true true false E3 => 200 bind!(rd::single, req: rd::Redrive, resp: rd::RedriveOutcomeDto)),
+    op!(Post "/api/v1/webhook_deliveries/{delivery_ref}/skip" "skipWebhookDelivery" "webhooks:redrive_unit" true true false E3 => 200 bind!(sk::skip, req: sk::Skip, resp: dl::DeliveryDto)),
     op!(Post "/api/v1/webhook_deliveries/redrive" "batchRedriveWebhookDeliveries" "webhooks:redrive_batch" true true false E3 => 200 bind!(rd::batch, req: rd::BatchRedrive, resp: rd::BatchRedriveDto)),
     op!(Get "/api/v1/webhook_endpoints" "listWebhookEndpoints" "webhooks:read_list_endpoints" false false true E1 => 200 bind!(ep::list, resp: ep::EndpointDto, filters: ep::filters)),
     op!(Post "/api/v1/webhook_endpoints" "createWebhookEndpoint" "webhooks:manage_create_endpoint" true false false E3 => 201 bind!(ep::create, req: ep::CreateEndpoint, resp: ep::EndpointDto)),

@@ -43,6 +43,10 @@ pub async fn run(
         delivery.environment_ref.as_str(),
         &data,
     )
+    .ordered(
+        delivery.order.as_ref().map(|o| o.key.as_str()),
+        delivery.order.as_ref().and_then(|o| o.sequence),
+    )
     .to_json();
     let headers = signing::headers(
         delivery.delivery_ref.as_str(),
@@ -186,5 +190,10 @@ async fn conclude(
         delivery_status: next.status,
         payload: body,
         disable_endpoint: next.disable_endpoint,
+        ordered_key: delivery
+            .order
+            .as_ref()
+            .filter(|_| delivery.ordered)
+            .map(|o| o.key.to_string()),
     }
 }

@@ -10,6 +10,8 @@ pub const ATTEMPTS: &str = "billing_webhook_attempts_total";
 pub const ATTEMPT_SECONDS: &str = "billing_webhook_attempt_duration_seconds";
 pub const FIRST_ATTEMPT_LAG_SECONDS: &str = "billing_webhook_event_to_first_attempt_seconds";
 pub const DUE_BACKLOG: &str = "billing_webhook_due_backlog";
+/// Keys of `per_key` endpoints whose failed head keeps the rest waiting.
+pub const BLOCKED_KEYS: &str = "billing_webhook_blocked_keys";
 pub const IN_FLIGHT: &str = "billing_webhook_attempts_in_flight";
 pub const ENDPOINTS: &str = "billing_webhook_endpoints";
 pub const EVENTS_CONSUMED: &str = "billing_events_consumed_total";

@@ -50,13 +50,16 @@ pub async fn run(
                 _ = &mut window => break,
             }
         }
-        record(&store, &owner, &batch).await;
+        let released = record(&store, &owner, &batch).await;
         // A result the store dropped (its lease was lost) schedules a stale
-        // member at worst, which a claim skips.
+        // member at worst, which a claim skips. An ordered key's next
+        // delivery, released by its predecessor's success, is due now.
+        let now = domain::Timestamp::now().millis();
         let retries: Vec<(String, i64)> = batch
             .iter()
             .filter(|a| a.delivery_status == domain::webhook::DeliveryStatus::Pending)
             .filter_map(|a| Some((a.delivery_ref.to_string(), a.next_attempt_at?.millis())))
+            .chain(released.iter().map(|r| (r.to_string(), now)))
             .collect();
         if let Some(r) = &redis {
             let refs: Vec<String> = batch.iter().map(|a| a.delivery_ref.to_string()).collect();
@@ -73,14 +76,15 @@ pub async fn run(
 }
 
 /// Writes `batch`, waiting out an unavailable store however long it
-/// lasts, and giving up on any other failure after `OTHER_FAILURES` tries.
-async fn record(store: &Store, owner: &str, batch: &[AttemptResult]) {
+/// lasts, and giving up on any other failure after `OTHER_FAILURES` tries;
+/// returns the ordered deliveries its successes released.
+async fn record(store: &Store, owner: &str, batch: &[AttemptResult]) -> Vec<domain::Ref> {
     const OTHER_FAILURES: u32 = 8;
     let mut backoff = Duration::from_millis(50);
     let mut failures = 0;
     loop {
         match store.dispatch().record_attempts(owner, batch).await {
-            Ok(_) => return,
+            Ok(recorded) => return recorded.released,
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, "recording attempts: the store is unavailable; waiting");
             }
@@ -90,7 +94,7 @@ async fn record(store: &Store, owner: &str, batch: &[AttemptResult]) {
             }
             Err(e) => {
                 tracing::error!(error = %e, count = batch.len(), "attempt results not recorded; their leases will expire and they will be retried");
-                return;
+                return Vec::new();
             }
         }
         tokio::time::sleep(backoff).await;

@@ -46,7 +46,7 @@ pub use dispatch::dead_letters::DeadLetterRecord;
 pub use dispatch::intake::{EventsWritten, Leased, Leasing};
 pub use dispatch::signals::Wakeups;
 pub use dispatch::{fanout, projection, signals};
-pub use dispatch::{AttemptResult, EventData, EventRecord};
+pub use dispatch::{AttemptResult, EventData, EventRecord, Recorded};
 pub use webhooks::data_profiles::{DataProfileGrantRecord, NewDataProfileGrant, StoredBody};
 pub use webhooks::deliveries::{AttemptRecord, DeliveryFilter, DeliveryRecord, NewDelivery};
 pub use webhooks::endpoints::{EndpointRecord, NewSecret, StoredSecretVersion};

@@ -481,7 +481,14 @@ pub async fn embedded_subscribed(
         ciphertext: SecretCipher::new(key).encrypt(secret.as_bytes()),
         hint: secret.hint(),
     };
-    let endpoint = endpoints::create(&mut tx, &env, url, None, sealed)
+    let endpoint = endpoints::create(
+        &mut tx,
+        &env,
+        url,
+        None,
+        domain::webhook::ordering::EndpointOrdering::None,
+        sealed,
+    )
         .await
         .unwrap();
     let sub = store::NewSubscription {
@@ -514,6 +521,7 @@ pub async fn enqueue_orders(
             scope: Default::default(),
             data: store::EventData::parse(r#"{"order_ref": "ord_AAAAAAAAAAAA"}"#.to_owned())
                 .unwrap(),
+            order: None,
         };
         assert!(queue.enqueue(&event).await.unwrap());
     }

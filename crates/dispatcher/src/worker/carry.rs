@@ -199,6 +199,10 @@ mod tests {
             created_at: now,
             updated_at: now,
             version: 1,
+            order: None,
+            ordered: false,
+            skipped_at: None,
+            skip_reason: None,
         }
     }
 

@@ -34,7 +34,7 @@ pub(super) async fn drain_pending(store: Store, wake: Arc<Notify>, shutdown: Can
     }
 }
 
-/// Keeps the due-backlog and endpoint health gauges current, every
+/// Keeps the due-backlog, blocked-key and endpoint health gauges current, every
 /// `GAUGE_EVERY`, on a task of its own: however long their reads take,
 /// they never delay a fan-out or a wake-up of the claim loop.
 pub(super) async fn gauge_loop(store: Store, shutdown: CancellationToken) {
@@ -49,6 +49,10 @@ pub(super) async fn gauge_loop(store: Store, shutdown: CancellationToken) {
             match store.dispatch().due_backlog(Timestamp::now()).await {
                 Ok(n) => metrics::gauge!(m::DUE_BACKLOG).set(n as f64),
                 Err(e) => tracing::warn!(error = %e, "due backlog gauge not updated"),
+            }
+            match store.webhooks().blocked_keys(None).await {
+                Ok(n) => metrics::gauge!(m::BLOCKED_KEYS).set(n as f64),
+                Err(e) => tracing::warn!(error = %e, "blocked keys gauge not updated"),
             }
             if let Err(e) = m::record_endpoint_health(&store).await {
                 tracing::warn!(error = %e, "endpoint health gauge not updated");

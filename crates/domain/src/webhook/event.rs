@@ -8,6 +8,7 @@
 //! decides what becomes of a parsed event.
 
 use crate::webhook::catalogue;
+use crate::webhook::ordering::{OrderingKey, OrderingKeyError};
 use crate::webhook::shaping::Scope;
 use crate::{Prefix, Ref, RefError, Timestamp};
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,28 @@ pub struct EventRecord {
     pub occurred_at: Timestamp,
     pub scope: Scope,
     pub data: EventData,
+    /// Its key and place in the key's order, if it has a key.
+    pub order: Option<EventOrder>,
+}
+
+/// An event's place in the order of its key (contract 13.1). `sequence`
+/// is assigned once: by the unit of work that emits one of the service's
+/// own events, or by the intake when it accepts one from a queue; until
+/// then it is `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventOrder {
+    pub key: OrderingKey,
+    pub sequence: Option<i64>,
+}
+
+impl EventOrder {
+    /// A key whose sequence is still to be assigned.
+    pub fn key(key: OrderingKey) -> EventOrder {
+        EventOrder {
+            key,
+            sequence: None,
+        }
+    }
 }
 
 /// An event's `data`: a JSON object, kept as the text it arrived in. The
@@ -78,6 +101,12 @@ struct Envelope {
     /// never projected again.
     #[serde(default)]
     producer: Option<String>,
+    #[serde(default)]
+    ordering_key: Option<String>,
+    /// Read only from the service's own events; the intake numbers the
+    /// others' (contract 13.1), so any value is accepted and ignored.
+    #[serde(default)]
+    sequence: Option<serde_json::Value>,
     /// Kept as text (`EventData`): checked to be an object, not parsed.
     data: Box<RawValue>,
 }
@@ -113,6 +142,8 @@ pub enum EnvelopeError {
     /// `data` is not a JSON object (`EventData::object`'s reason).
     #[error("{0}")]
     Data(String),
+    #[error("{0}")]
+    OrderingKey(#[from] OrderingKeyError),
     /// The projection refused the data (`store::projection`'s reason).
     #[error("{0}")]
     Projection(String),
@@ -161,6 +192,18 @@ pub fn parse_with_producer(body: &[u8]) -> Result<(EventRecord, Option<String>),
             "scope.beneficiary_business_ref",
         )?;
     }
+    let own = e.producer.as_deref() == Some(PRODUCER);
+    let order = match e.ordering_key.as_deref() {
+        None => None,
+        Some(key) => Some(EventOrder {
+            key: OrderingKey::parse(key)?,
+            sequence: e
+                .sequence
+                .filter(|_| own)
+                .and_then(|s| s.as_i64())
+                .filter(|s| *s > 0),
+        }),
+    };
     let event = EventRecord {
         event_ref,
         environment_ref,
@@ -172,6 +215,7 @@ pub fn parse_with_producer(body: &[u8]) -> Result<(EventRecord, Option<String>),
             beneficiary_business_ref: e.scope.beneficiary_business_ref,
         },
         data,
+        order,
     };
     Ok((event, e.producer))
 }
@@ -187,10 +231,16 @@ pub fn envelope(e: &EventRecord) -> String {
         environment_ref: &'a str,
         occurred_at: String,
         scope: &'a Scope,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        ordering_key: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sequence: Option<i64>,
         data: &'a EventData,
     }
     serde_json::to_string(&Out {
         producer: PRODUCER,
+        ordering_key: e.order.as_ref().map(|o| o.key.as_str()),
+        sequence: e.order.as_ref().and_then(|o| o.sequence),
         event_ref: e.event_ref.as_str(),
         public_event_type: &e.public_event_type,
         environment_ref: e.environment_ref.as_str(),

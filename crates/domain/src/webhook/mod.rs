@@ -1,6 +1,7 @@
 //! Webhook rules: the kinds and states of endpoints, secrets, grants and
 //! deliveries, the event catalogue, payload shaping, signing, destination
-//! checks, endpoint health and the retry schedule (contract section 9).
+//! checks, endpoint health, the retry schedule (contract section 9) and
+//! order per key (13.1).
 //!
 //! Pure functions and types only: no I/O, no clock reads except through
 //! arguments, no HTTP.
@@ -12,6 +13,7 @@ pub mod event;
 pub mod fanout;
 pub mod health;
 pub mod kinds;
+pub mod ordering;
 pub mod redrive_job;
 pub mod retry;
 pub mod secret_version;

@@ -11,16 +11,18 @@ use crate::db::tx::{Arg, WriteTx};
 use crate::{Backend, StoreError};
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, EndpointStatus, ResponseClass};
 use domain::{Prefix, Ref, Timestamp};
+use std::collections::BTreeSet;
 
 impl Dispatch<'_> {
     /// Records attempts and their deliveries' next states in one unit of
     /// work. A result whose lease was lost (expired and taken by another
-    /// worker) is dropped; returns how many were recorded.
+    /// worker) is dropped. A success of an ordered delivery releases its
+    /// key's next, in the same unit of work (`ordering::release`).
     pub async fn record_attempts(
         &self,
         owner: &str,
         results: &[AttemptResult],
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         let (store, owner, results) = (self.0.clone(), owner.to_owned(), results.to_vec());
         self.on_lane(async move { store.dispatch().record_on_lane(&owner, &results).await })
             .await
@@ -30,7 +32,7 @@ impl Dispatch<'_> {
         &self,
         owner: &str,
         results: &[AttemptResult],
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Recorded, StoreError> {
         let now = Timestamp::now().millis();
         // A delivery has one lease, so one result each; a repeated one
         // would have found the lease gone, and is dropped as it was then.
@@ -40,16 +42,21 @@ impl Dispatch<'_> {
             .filter(|r| seen.insert(r.delivery_ref.as_str()))
             .collect();
         if unique.is_empty() {
-            return Ok(0);
+            return Ok(Recorded::default());
         }
         let attempt_refs: Vec<Ref> = (0..unique.len())
             .map(|_| Ref::generate(Prefix::DeliveryAttempt))
             .collect();
         if self.backend() == Backend::Postgres
             && unique.len() <= ONE_STATEMENT_ROWS
-            && !unique.iter().any(|r| r.disable_endpoint)
+            && !unique.iter().any(|r| r.disable_endpoint || r.releases_key())
         {
-            return record_in_one_statement(self.0, owner, &unique, &attempt_refs, now).await;
+            let recorded =
+                record_in_one_statement(self.0, owner, &unique, &attempt_refs, now).await?;
+            return Ok(Recorded {
+                recorded,
+                released: Vec::new(),
+            });
         }
         let mut tx = self.begin_write().await?;
         by_primary_key(&mut tx, self.backend()).await?;
@@ -106,8 +113,21 @@ impl Dispatch<'_> {
             }
             tx.execute(&sql, &args).await?;
         }
+        let keys: BTreeSet<ordering::KeyOf> = recorded
+            .iter()
+            .filter(|(r, _)| r.releases_key())
+            .filter_map(|(r, _)| Some((r.environment_ref.to_string(), r.ordered_key.clone()?)))
+            .collect();
+        let mut released = Vec::new();
+        if !keys.is_empty() {
+            ordering::lock_keys(tx.inner(), &keys).await?;
+            released = ordering::release(tx.inner(), &keys, Timestamp::from_millis(now)).await?;
+        }
         tx.commit().await?;
-        Ok(recorded.len())
+        Ok(Recorded {
+            recorded: recorded.len(),
+            released,
+        })
     }
 
     /// When the endpoint's current run of failures began: its oldest

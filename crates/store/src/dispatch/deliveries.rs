@@ -9,6 +9,8 @@ use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::webhooks::deliveries::{mark_url_immutable, NewDelivery};
 use crate::{Backend, StoreError};
+use domain::webhook::event::EventOrder;
+use domain::webhook::ordering::OrderingKey;
 use domain::webhook::DeliveryStatus;
 use domain::{Prefix, Ref, Timestamp};
 
@@ -21,7 +23,22 @@ pub(crate) fn event_from_row(row: &dyn Columns) -> Result<EventRecord, StoreErro
         occurred_at: Timestamp::from_millis(int(row, "occurred_at")?),
         scope: json_col(row, "scope")?,
         data: EventData::parse(text(row, "data")?).map_err(StoreError::Corrupt)?,
+        order: order_from_row(row)?,
     })
+}
+
+/// An event's or a delivery's key and sequence, from its `ordering_key`
+/// and `sequence` columns.
+pub(crate) fn order_from_row(row: &dyn Columns) -> Result<Option<EventOrder>, StoreError> {
+    let Some(key) = row.text("ordering_key")? else {
+        return Ok(None);
+    };
+    let key = OrderingKey::parse(&key)
+        .map_err(|e| StoreError::Corrupt(format!("ordering key {key:?}: {e}")))?;
+    Ok(Some(EventOrder {
+        key,
+        sequence: row.int("sequence")?,
+    }))
 }
 
 impl Dispatch<'_> {
@@ -95,7 +112,7 @@ pub(crate) enum Source {
 
 /// The columns a new delivery is written with, in order: the one layout
 /// that `insert_deliveries` and the intake's one statement both write.
-pub(crate) const NEW_DELIVERY: [(&str, Source); 20] = [
+pub(crate) const NEW_DELIVERY: [(&str, Source); 23] = [
     ("delivery_ref", Source::Bound("TEXT")),
     ("environment_ref", Source::Bound("TEXT")),
     ("endpoint_ref", Source::Bound("TEXT")),
@@ -117,10 +134,13 @@ pub(crate) const NEW_DELIVERY: [(&str, Source); 20] = [
     ("updated_at", Source::Bound("BIGINT")),
     ("lease_owner", Source::Bound("TEXT")),
     ("lease_until", Source::Bound("BIGINT")),
+    ("ordering_key", Source::Bound("TEXT")),
+    ("sequence", Source::Bound("BIGINT")),
+    ("ordered_key", Source::Bound("TEXT")),
 ];
 
 /// Values bound per new delivery: the `Bound` columns of `NEW_DELIVERY`.
-pub(crate) const DELIVERY_VALUES: usize = 16;
+pub(crate) const DELIVERY_VALUES: usize = 19;
 
 /// The names of `NEW_DELIVERY`'s columns, joined for an `INSERT`.
 pub(crate) fn delivery_columns() -> String {
@@ -139,10 +159,13 @@ impl<'a> DeliveryRow<'a> {
     }
 
     /// The values the row binds, written at `now` (a pending delivery is
-    /// due then): one per `Bound` column of `NEW_DELIVERY`, in its order.
+    /// due then, unless it is ordered: it waits for its key's release,
+    /// `ordering::release`): one per `Bound` column of `NEW_DELIVERY`, in
+    /// its order.
     pub(crate) fn values(&self, now: i64) -> [Arg<'_>; DELIVERY_VALUES] {
         let d = self.new;
-        let due = (d.status == DeliveryStatus::Pending).then_some(now);
+        let due = (d.status == DeliveryStatus::Pending && !d.ordered).then_some(now);
+        let order = d.order.as_ref();
         [
             self.delivery_ref.as_str().into(),
             d.environment_ref.as_str().into(),
@@ -160,6 +183,9 @@ impl<'a> DeliveryRow<'a> {
             now.into(),
             self.lease.map(|(owner, _)| owner).into(),
             self.lease.map(|(_, until)| until).into(),
+            order.map(|o| o.key.as_str()).into(),
+            order.and_then(|o| o.sequence).into(),
+            order.filter(|_| d.ordered).map(|o| o.key.as_str()).into(),
         ]
     }
 }

@@ -22,6 +22,8 @@ use crate::webhooks::subscriptions::{subscribed, subscribed_in, SubscriptionRow}
 use crate::{NewDelivery, StoreError, SubscriptionRecord};
 use domain::webhook::fanout::{self, Subscribed};
 use domain::webhook::shaping::{convert, converts, Scope};
+use domain::webhook::event::EventOrder;
+use domain::webhook::ordering::EndpointOrdering;
 use domain::webhook::{catalogue, DeliveryStatus, EndpointStatus};
 use domain::{Ref, Timestamp};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -41,6 +43,8 @@ pub struct EventRow {
     pub scope: Scope,
     pub scope_json: String,
     pub data_json: String,
+    /// Its key and, once numbered, its sequence.
+    pub order: Option<EventOrder>,
 }
 
 impl From<&EventRecord> for EventRow {
@@ -53,6 +57,7 @@ impl From<&EventRecord> for EventRow {
             scope: e.scope.clone(),
             scope_json: to_json(&e.scope),
             data_json: e.data.as_str().to_owned(),
+            order: e.order.clone(),
         }
     }
 }
@@ -144,6 +149,7 @@ fn asked(events: &[EventRow]) -> (Vec<&str>, Vec<&str>) {
 fn plan_all(events: &[EventRow], read: Vec<SubscriptionRow>) -> Planned {
     let mut statuses = EndpointVersions::new();
     let mut url_fixed = HashSet::new();
+    let mut ordered = HashSet::new();
     let mut subscriptions: HashMap<(String, String), Vec<SubscriptionRecord>> = HashMap::new();
     for SubscriptionRow {
         environment_ref,
@@ -155,6 +161,9 @@ fn plan_all(events: &[EventRow], read: Vec<SubscriptionRow>) -> Planned {
             let endpoint_ref = subscription.endpoint_ref.to_string();
             if e.url_fixed {
                 url_fixed.insert(endpoint_ref.clone());
+            }
+            if e.ordering == EndpointOrdering::PerKey {
+                ordered.insert(endpoint_ref.clone());
             }
             statuses.insert(endpoint_ref, (e.version, e.status));
         }
@@ -171,7 +180,7 @@ fn plan_all(events: &[EventRow], read: Vec<SubscriptionRow>) -> Planned {
                 .get(&key)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            (e.event_ref.clone(), plan(e, subs, &statuses))
+            (e.event_ref.clone(), plan(e, subs, &statuses, &ordered))
         })
         .collect();
     (plan, statuses, url_fixed)
@@ -181,11 +190,13 @@ fn plan_all(events: &[EventRow], read: Vec<SubscriptionRow>) -> Planned {
 /// environment and type), as `domain::webhook::fanout::plan` matches them;
 /// `statuses` maps endpoint references to their version and status (a
 /// paused or disabled endpoint's delivery is held). Each delivery carries
-/// the event's data in its own dto version.
+/// the event's data in its own dto version, and its key; on an endpoint of
+/// `ordered` (`per_key`), a delivery of an event with a key is ordered.
 fn plan(
     event: &EventRow,
     subscriptions: &[SubscriptionRecord],
     statuses: &EndpointVersions,
+    ordered: &HashSet<String>,
 ) -> Vec<NewDelivery> {
     let subscribed = subscriptions.iter().map(|s| Subscribed {
         endpoint_ref: &s.endpoint_ref,
@@ -216,6 +227,8 @@ fn plan(
                 event_data: event.data_as(newest, p.dto_version),
                 match_reasons: p.match_reasons,
                 payload: String::new(),
+                ordered: event.order.is_some() && ordered.contains(p.endpoint_ref.as_str()),
+                order: event.order.clone(),
             }
         })
         .collect()

@@ -18,6 +18,7 @@ use super::Dispatch;
 use crate::db::marks::Marks;
 use crate::db::tx::Arg;
 use crate::dispatch::fanout::{plan_fan_out, EventRow, Plan};
+use crate::dispatch::ordering;
 use crate::dispatch::signals::signal_due;
 use crate::dispatch::{insert_deliveries, DeliveryRow};
 use crate::webhooks::endpoints::EndpointVersions;
@@ -31,7 +32,7 @@ use std::time::Duration;
 mod one_statement;
 use one_statement::Tried;
 
-/// Event rows per INSERT statement (7 values each).
+/// Event rows per INSERT statement (9 values each).
 const EVENT_ROWS: usize = 100;
 
 /// Which fresh deliveries are born leased, and to whom: `room` is asked
@@ -79,17 +80,17 @@ impl Dispatch<'_> {
     /// they are returned for the caller to hand on (`left_due`).
     pub async fn write_events<T: Send + 'static>(
         &self,
-        events: Vec<EventRow>,
+        mut events: Vec<EventRow>,
         leasing: Option<Leasing<T>>,
     ) -> Result<EventsWritten<T>, StoreError> {
         let store = self.0.clone();
-        self.on_lane(async move { store.dispatch().insert_events(&events, leasing).await })
+        self.on_lane(async move { store.dispatch().insert_events(&mut events, leasing).await })
             .await
     }
 
     async fn insert_events<T>(
         &self,
-        events: &[EventRow],
+        events: &mut [EventRow],
         mut leasing: Option<Leasing<T>>,
     ) -> Result<EventsWritten<T>, StoreError> {
         let mut planned = None;
@@ -101,6 +102,9 @@ impl Dispatch<'_> {
         }
         let owner = leasing.as_ref().map(|l| l.owner.clone());
         let mut tx = self.begin_write().await?;
+        // Numbered first: the fan-out copies each event's sequence.
+        let keys = ordering::accept(tx.inner(), events).await?;
+        let events = &*events;
         let (plan, versions, url_fixed) = match planned {
             Some(read) => read,
             None => plan_fan_out(&mut tx, events).await?,
@@ -127,7 +131,13 @@ impl Dispatch<'_> {
         };
         let created =
             insert_deliveries(&mut tx, self.backend(), &rows, now.millis(), &url_fixed).await?;
-        let written = written(&rows, rooms, &created, new, &versions, now);
+        let mut written = written(&rows, rooms, &created, new, &versions, now);
+        if !keys.is_empty() {
+            ordering::advance(tx.inner(), &keys).await?;
+            let keys = keys.into_iter().collect();
+            let released = ordering::release(tx.inner(), &keys, now).await?;
+            written.left_due.extend(released.into_iter().map(|r| (r, now)));
+        }
         // With no dispatcher here to take them, other processes' are told.
         if !written.left_due.is_empty() && leasing.is_none() {
             signal_due(&mut tx).await?;
@@ -146,19 +156,20 @@ pub(super) fn events_insert(marks: &mut Marks, n: usize) -> String {
         .map(|_| {
             let columns = marks.list(5);
             let (received, processed) = (marks.next(), marks.next());
-            format!("({columns}, 'processed', {received}, {processed})")
+            let (key, sequence) = (marks.next(), marks.next());
+            format!("({columns}, 'processed', {received}, {processed}, {key}, {sequence})")
         })
         .collect();
     format!(
         "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, \
-         status, received_at, processed_at) VALUES {} \
+         status, received_at, processed_at, ordering_key, sequence) VALUES {} \
          ON CONFLICT (event_ref) DO NOTHING RETURNING event_ref",
         rows.join(", ")
     )
 }
 
 /// What `events_insert` binds for `e`, accepted at `now`.
-pub(super) fn event_values(e: &EventRow, now: Timestamp) -> [Arg<'_>; 7] {
+pub(super) fn event_values(e: &EventRow, now: Timestamp) -> [Arg<'_>; 9] {
     [
         e.event_ref.as_str().into(),
         e.environment_ref.as_str().into(),
@@ -167,6 +178,8 @@ pub(super) fn event_values(e: &EventRow, now: Timestamp) -> [Arg<'_>; 7] {
         e.scope_json.as_str().into(),
         now.millis().into(),
         now.millis().into(),
+        e.order.as_ref().map(|o| o.key.as_str()).into(),
+        e.order.as_ref().and_then(|o| o.sequence).into(),
     ]
 }
 
@@ -191,7 +204,8 @@ pub(super) fn lease_rows<'a, T>(
 ) -> Vec<(usize, T)> {
     let mut rooms = Vec::new();
     for (i, row) in rows.iter_mut().enumerate() {
-        if row.new.status != DeliveryStatus::Pending {
+        // An ordered delivery waits for its key's release.
+        if row.new.status != DeliveryStatus::Pending || row.new.ordered {
             continue;
         }
         if let Some(got) = room(&row.new.endpoint_ref) {
@@ -226,6 +240,7 @@ pub(super) fn written<T>(
         .filter(|r| {
             r.lease.is_none()
                 && r.new.status == DeliveryStatus::Pending
+                && !r.new.ordered
                 && created.contains(r.delivery_ref.as_str())
         })
         .map(|r| (r.delivery_ref.clone(), now))
@@ -276,5 +291,9 @@ fn leased_record(row: &DeliveryRow, now: Timestamp) -> DeliveryRecord {
         created_at: now,
         updated_at: now,
         version: 1,
+        order: d.order.clone(),
+        ordered: d.ordered,
+        skipped_at: None,
+        skip_reason: None,
     }
 }

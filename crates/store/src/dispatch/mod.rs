@@ -12,7 +12,8 @@
 //! the delivery rows), `fanout.rs`, `leases.rs` (claims, give-backs,
 //! schedule reads, and `statements`, the one definition of a claimable
 //! delivery), `attempts.rs` (results and next states), `dead_letters.rs`,
-//! `outbox.rs`, `projection.rs`, `signals.rs`.
+//! `outbox.rs`, `projection.rs`, `signals.rs`, `ordering.rs` (order per
+//! key: numbering, and the release of waiting deliveries).
 
 mod attempts;
 pub mod dead_letters;
@@ -20,11 +21,12 @@ mod deliveries;
 pub mod fanout;
 pub mod intake;
 mod leases;
+pub mod ordering;
 pub mod outbox;
 pub mod projection;
 pub mod signals;
 
-pub(crate) use deliveries::{event_from_row, insert_deliveries, DeliveryRow};
+pub(crate) use deliveries::{event_from_row, insert_deliveries, order_from_row, DeliveryRow};
 pub use leases::statements;
 pub(crate) use leases::*;
 
@@ -77,6 +79,25 @@ pub struct AttemptResult {
     pub payload: String,
     /// Disable the endpoint (410 Gone, or failing for too long).
     pub disable_endpoint: bool,
+    /// The delivery's key when it is ordered (`DeliveryRecord::ordered`):
+    /// its success releases the key's next delivery.
+    pub ordered_key: Option<String>,
+}
+
+impl AttemptResult {
+    /// Whether recording it may let a waiting delivery of its key start.
+    fn releases_key(&self) -> bool {
+        self.ordered_key.is_some() && self.delivery_status == DeliveryStatus::Succeeded
+    }
+}
+
+/// What `Dispatch::record_attempts` wrote.
+#[derive(Debug, Default)]
+pub struct Recorded {
+    /// Results recorded (the others' leases were lost).
+    pub recorded: usize,
+    /// Waiting deliveries of the successes' keys released, due now.
+    pub released: Vec<Ref>,
 }
 
 /// Attempt rows per INSERT statement (14 parameters each, well under

@@ -44,8 +44,8 @@ impl Emit for WriteTx {
 }
 
 /// The outbox's columns, in the order every insert binds them.
-pub(crate) const COLUMNS: &str =
-    "event_ref, environment_ref, public_event_type, occurred_at, scope, data, created_at";
+pub(crate) const COLUMNS: &str = "event_ref, environment_ref, public_event_type, occurred_at, \
+     scope, data, created_at, ordering_key, sequence";
 
 /// The values of an event's columns up to `data` (`COLUMNS`), its scope
 /// given as JSON text.
@@ -59,9 +59,18 @@ pub(crate) fn leading_args<'a>(event: &'a EventRecord, scope: &'a str) -> [Arg<'
     ]
 }
 
+/// The values of an event's key and sequence (the last of `COLUMNS`).
+pub(crate) fn order_args(event: &EventRecord) -> [Arg<'_>; 2] {
+    let order = event.order.as_ref();
+    [
+        order.map(|o| o.key.as_str()).into(),
+        order.and_then(|o| o.sequence).into(),
+    ]
+}
+
 /// Inserts `events` into the outbox with one statement, on the inner
-/// transaction: also what a function run at the commit uses
-/// (`invoice_numbers`).
+/// transaction, numbering those with a key first (`ordering::number`):
+/// also what a function run at the commit uses (`invoice_numbers`).
 pub(crate) async fn insert(
     tx: &mut store_db::WriteTx,
     events: &[EventRecord],
@@ -69,7 +78,15 @@ pub(crate) async fn insert(
     if events.is_empty() {
         return Ok(());
     }
-    const PER_ROW: usize = 7;
+    let mut numbered;
+    let events = if events.iter().any(|e| e.order.as_ref().is_some_and(|o| o.sequence.is_none())) {
+        numbered = events.to_vec();
+        crate::dispatch::ordering::number(tx, &mut numbered).await?;
+        &numbered[..]
+    } else {
+        events
+    };
+    const PER_ROW: usize = 9;
     let now = Timestamp::now().millis();
     let scopes: Vec<String> = events.iter().map(|e| to_json(&e.scope)).collect();
     let mut marks = Marks::new(tx.backend());
@@ -80,6 +97,7 @@ pub(crate) async fn insert(
     for (event, scope) in events.iter().zip(&scopes) {
         args.extend(leading_args(event, scope));
         args.extend::<[Arg<'_>; 2]>([event.data.as_str().into(), now.into()]);
+        args.extend(order_args(event));
     }
     tx.execute(
         &format!("INSERT INTO outbox ({COLUMNS}) VALUES {}", rows.join(", ")),

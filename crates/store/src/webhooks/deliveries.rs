@@ -13,6 +13,7 @@ use crate::db::tx::{int, text, Arg, CellRow, Columns, WriteTx};
 use crate::dispatch::signals::signal_due;
 use crate::resource::{Resource, Scope};
 use crate::StoreError;
+use domain::webhook::event::EventOrder;
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, ResponseClass};
 use domain::{Prefix, Ref, Timestamp};
 use std::collections::HashMap;
@@ -98,6 +99,14 @@ pub struct DeliveryRecord {
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub version: i64,
+    /// The event's key and sequence (contract 13.1).
+    pub order: Option<EventOrder>,
+    /// Written for a `per_key` endpoint: it starts only after its key's
+    /// earlier deliveries settled (`store::dispatch::ordering`).
+    pub ordered: bool,
+    /// A failed delivery skipped past, releasing its key.
+    pub skipped_at: Option<Timestamp>,
+    pub skip_reason: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -114,6 +123,10 @@ pub struct NewDelivery {
     pub event_data: String,
     pub match_reasons: serde_json::Value,
     pub payload: String,
+    /// The event's key and sequence.
+    pub order: Option<EventOrder>,
+    /// On a `per_key` endpoint: it waits for its key's earlier deliveries.
+    pub ordered: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -154,6 +167,10 @@ pub(crate) fn delivery_from_row(row: &dyn Columns) -> Result<DeliveryRecord, Sto
         created_at: Timestamp::from_millis(int(row, "created_at")?),
         updated_at: Timestamp::from_millis(int(row, "updated_at")?),
         version: int(row, "version")?,
+        order: crate::dispatch::order_from_row(row)?,
+        ordered: row.text("ordered_key")?.is_some(),
+        skipped_at: opt_ts(row, "skipped_at")?,
+        skip_reason: row.text("skip_reason")?,
     })
 }
 
@@ -208,7 +225,8 @@ pub async fn start_generation(
     status: DeliveryStatus,
 ) -> Result<DeliveryRecord, StoreError> {
     let now = Timestamp::now().millis();
-    let due = (status == DeliveryStatus::Pending).then_some(now);
+    // An ordered delivery waits for its key's release, below.
+    let due = (status == DeliveryStatus::Pending && !current.ordered).then_some(now);
     let rows = tx
         .fetch(
             "UPDATE webhook_deliveries SET generation = generation + 1, attempt_count = 0, \
@@ -226,6 +244,81 @@ pub async fn start_generation(
     let record = delivery_from_row(rows.first().ok_or(StoreError::Conflict)?)?;
     if due.is_some() {
         signal_due(tx).await?;
+    }
+    match (&record.order, record.ordered, status) {
+        (Some(order), true, DeliveryStatus::Pending) => {
+            requeue_ordered(tx, &record, order, Timestamp::from_millis(now)).await
+        }
+        _ => Ok(record),
+    }
+}
+
+/// A redriven ordered delivery: the later ones of its key that have not
+/// started wait behind it again, and it starts now unless an earlier one
+/// of its key blocks it (contract 13.1). Returns it as it now stands.
+async fn requeue_ordered(
+    tx: &mut WriteTx,
+    record: &DeliveryRecord,
+    order: &EventOrder,
+    now: Timestamp,
+) -> Result<DeliveryRecord, StoreError> {
+    use crate::dispatch::ordering;
+    let Some(sequence) = order.sequence else {
+        return Ok(record.clone());
+    };
+    let keys = [ordering::key_of(&record.environment_ref, order)].into();
+    ordering::lock_keys(tx.inner(), &keys).await?;
+    ordering::wait_behind(
+        tx.inner(),
+        &record.endpoint_ref,
+        order.key.as_str(),
+        sequence,
+        now,
+    )
+    .await?;
+    let released = ordering::release(tx.inner(), &keys, now).await?;
+    if released.is_empty() {
+        return Ok(record.clone());
+    }
+    signal_due(tx).await?;
+    let rows = tx
+        .fetch(
+            "SELECT * FROM webhook_deliveries WHERE delivery_ref = $1",
+            &[record.delivery_ref.as_str().into()],
+        )
+        .await?;
+    delivery_from_row(rows.first().ok_or(StoreError::Conflict)?)
+}
+
+/// Skips a failed delivery (contract 13.1): it stays failed, with
+/// `skipped_at` and the reason, and its key's next deliveries are released.
+/// `Conflict` if the delivery is no longer at its read version.
+pub async fn skip(
+    tx: &mut WriteTx,
+    current: &DeliveryRecord,
+    reason: &str,
+    now: Timestamp,
+) -> Result<DeliveryRecord, StoreError> {
+    use crate::dispatch::ordering;
+    let rows = tx
+        .fetch(
+            "UPDATE webhook_deliveries SET skipped_at = $1, skip_reason = $2, updated_at = $1, \
+             version = version + 1 WHERE delivery_ref = $3 AND version = $4 RETURNING *",
+            &[
+                now.millis().into(),
+                reason.into(),
+                current.delivery_ref.as_str().into(),
+                current.version.into(),
+            ],
+        )
+        .await?;
+    let record = delivery_from_row(rows.first().ok_or(StoreError::Conflict)?)?;
+    if let (Some(order), true) = (&record.order, record.ordered) {
+        let keys = [ordering::key_of(&record.environment_ref, order)].into();
+        ordering::lock_keys(tx.inner(), &keys).await?;
+        if !ordering::release(tx.inner(), &keys, now).await?.is_empty() {
+            signal_due(tx).await?;
+        }
     }
     Ok(record)
 }

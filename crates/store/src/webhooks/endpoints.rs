@@ -15,6 +15,7 @@ use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::dispatch::signals::signal_due;
 use crate::resource::{Resource, Scope};
 use crate::StoreError;
+use domain::webhook::ordering::EndpointOrdering;
 use domain::webhook::secret_version::{SecretVersion, SecretVersionStatus};
 use domain::webhook::{DeliveryStatus, EndpointStatus};
 use domain::{Prefix, Ref, Timestamp};
@@ -27,6 +28,7 @@ pub struct EndpointRecord {
     pub description: Option<String>,
     pub status: EndpointStatus,
     pub url_immutable: bool,
+    pub ordering: EndpointOrdering,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub version: i64,
@@ -57,6 +59,7 @@ fn endpoint_from_row(row: &dyn Columns) -> Result<EndpointRecord, StoreError> {
         description: row.text("description")?,
         status: state(row, "status", EndpointStatus::parse)?,
         url_immutable: int(row, "url_immutable")? != 0,
+        ordering: state(row, "ordering", EndpointOrdering::parse)?,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
         updated_at: Timestamp::from_millis(int(row, "updated_at")?),
         version: int(row, "version")?,
@@ -105,6 +108,7 @@ pub async fn create(
     environment_ref: &Ref,
     url: &str,
     description: Option<&str>,
+    ordering: EndpointOrdering,
     secret: NewSecret,
 ) -> Result<EndpointRecord, StoreError> {
     let now = Timestamp::now();
@@ -112,7 +116,8 @@ pub async fn create(
     let rows = tx
         .fetch(
             "INSERT INTO webhook_endpoints (endpoint_ref, environment_ref, url, description, \
-             status, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $6) RETURNING *",
+             status, created_at, updated_at, ordering) VALUES ($1, $2, $3, $4, $5, $6, $6, $7) \
+             RETURNING *",
             &[
                 endpoint_ref.as_str().into(),
                 environment_ref.as_str().into(),
@@ -120,6 +125,7 @@ pub async fn create(
                 description.into(),
                 EndpointStatus::Active.as_str().into(),
                 now.millis().into(),
+                ordering.as_str().into(),
             ],
         )
         .await?;
@@ -148,7 +154,8 @@ pub async fn create(
 }
 
 /// Moves an endpoint to `status` if it is still at its read version.
-/// Resuming releases its held deliveries (they become due).
+/// Resuming releases its held deliveries (they become due; an ordered one
+/// waits again, and those of them that may start are released).
 pub async fn set_status(
     tx: &mut WriteTx,
     current: &EndpointRecord,
@@ -170,14 +177,21 @@ pub async fn set_status(
     let row = rows.first().ok_or(StoreError::Conflict)?;
     if status == EndpointStatus::Active {
         tx.execute(
-            "UPDATE webhook_deliveries SET status = $1, next_attempt_at = $2, updated_at = $2, \
-             version = version + 1 WHERE endpoint_ref = $3 AND status = $4",
+            "UPDATE webhook_deliveries SET status = $1, \
+             next_attempt_at = CASE WHEN ordered_key IS NULL THEN $2 ELSE NULL END, \
+             updated_at = $2, version = version + 1 WHERE endpoint_ref = $3 AND status = $4",
             &[
                 DeliveryStatus::Pending.as_str().into(),
                 now.into(),
                 current.endpoint_ref.as_str().into(),
                 DeliveryStatus::Held.as_str().into(),
             ],
+        )
+        .await?;
+        crate::dispatch::ordering::release_endpoint(
+            tx.inner(),
+            &current.endpoint_ref,
+            Timestamp::from_millis(now),
         )
         .await?;
         signal_due(tx).await?;

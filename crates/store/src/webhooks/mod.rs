@@ -19,6 +19,7 @@ pub mod activity;
 pub mod data_profiles;
 pub mod deliveries;
 pub mod endpoints;
+pub mod keys;
 pub mod redrive_jobs;
 pub mod subscriptions;
 

@@ -6,6 +6,7 @@ use crate::db::codec::{json_col, state, to_json};
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::resource::{Resource, Scope};
 use crate::{Backend, StoreError};
+use domain::webhook::ordering::EndpointOrdering;
 use domain::webhook::{EndpointStatus, ScopeType};
 use domain::{Ref, Timestamp};
 
@@ -65,6 +66,7 @@ pub(crate) struct EndpointNow {
     pub status: EndpointStatus,
     /// Its url is fixed already (`url_immutable` never goes back).
     pub url_fixed: bool,
+    pub ordering: EndpointOrdering,
 }
 
 /// The statement and its values that read the subscriptions to any of
@@ -82,7 +84,7 @@ fn subscribed_query<'a>(
     let mut marks = crate::db::marks::Marks::new(backend);
     let sql = format!(
         "SELECT s.*, e.version AS endpoint_version, e.status AS endpoint_status, \
-         e.url_immutable AS endpoint_url_immutable \
+         e.url_immutable AS endpoint_url_immutable, e.ordering AS endpoint_ordering \
          FROM webhook_subscriptions s LEFT JOIN webhook_endpoints e \
          ON e.endpoint_ref = s.endpoint_ref \
          WHERE s.environment_ref IN ({}) AND s.public_event_type IN ({}) \
@@ -104,6 +106,7 @@ fn subscribed_row(row: &dyn Columns) -> Result<SubscriptionRow, StoreError> {
             version,
             status: state(row, "endpoint_status", EndpointStatus::parse)?,
             url_fixed: int(row, "endpoint_url_immutable")? != 0,
+            ordering: state(row, "endpoint_ordering", EndpointOrdering::parse)?,
         }),
         None => None,
     };

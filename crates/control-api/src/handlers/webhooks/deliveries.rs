@@ -11,7 +11,9 @@ use crate::wire::{opt_ts, ts};
 use domain::cursor::scope;
 use domain::etag::etag;
 use domain::webhook::{catalogue, BodyStatus, DeliveryStatus, ResponseClass};
+use domain::Ref;
 use serde::Serialize;
+use std::collections::HashMap;
 use store::{AttemptRecord, DeliveryFilter, DeliveryRecord};
 use utoipa::ToSchema;
 
@@ -20,9 +22,19 @@ pub struct DeliveryDto {
     pub delivery_ref: String,
     pub endpoint_ref: String,
     pub event_ref: String,
+    /// The event's ordering key, or null (contract 13.1).
+    pub ordering_key: Option<String>,
+    /// The event's place among its key's events, from 1; null without a key.
+    pub sequence: Option<i64>,
     pub public_event_type: String,
     /// `pending`, `held`, `succeeded` or `failed`.
     pub status: String,
+    /// On a `per_key` endpoint, the earlier delivery of its key this one
+    /// waits for; null otherwise.
+    pub waiting_for: Option<String>,
+    /// When a failed delivery was skipped, releasing its key.
+    pub skipped_at: Option<String>,
+    pub skip_reason: Option<String>,
     pub diagnostic: bool,
     pub dto_version: u32,
     pub generation: u32,
@@ -39,13 +51,20 @@ pub(crate) fn delivery_etag(d: &DeliveryRecord) -> String {
     etag(d.delivery_ref.as_str(), d.version)
 }
 
-pub(crate) fn dto(d: &DeliveryRecord) -> DeliveryDto {
+/// The delivery's wire form; `waiting_for` is read apart
+/// (`Webhooks::waiting_for`).
+pub(crate) fn dto(d: &DeliveryRecord, waiting_for: Option<&Ref>) -> DeliveryDto {
     DeliveryDto {
         delivery_ref: d.delivery_ref.to_string(),
         endpoint_ref: d.endpoint_ref.to_string(),
         event_ref: d.event_ref.to_string(),
+        ordering_key: d.order.as_ref().map(|o| o.key.to_string()),
+        sequence: d.order.as_ref().and_then(|o| o.sequence),
         public_event_type: d.public_event_type.clone(),
         status: d.status.as_str().to_owned(),
+        waiting_for: waiting_for.map(Ref::to_string),
+        skipped_at: opt_ts(d.skipped_at),
+        skip_reason: d.skip_reason.clone(),
         diagnostic: d.diagnostic,
         dto_version: d.dto_version,
         generation: d.generation,
@@ -58,8 +77,12 @@ pub(crate) fn dto(d: &DeliveryRecord) -> DeliveryDto {
     }
 }
 
-pub(crate) fn reply(d: &DeliveryRecord) -> Reply {
-    Reply::one(dto(d), Some(delivery_etag(d)))
+pub(crate) async fn reply(ctx: &Ctx, d: &DeliveryRecord) -> Result<Reply, ApiError> {
+    let waiting_for = ctx.store().webhooks().waiting_for(d).await?;
+    Ok(Reply::one(
+        dto(d, waiting_for.as_ref()),
+        Some(delivery_etag(d)),
+    ))
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -110,7 +133,8 @@ impl From<&AttemptRecord> for AttemptDto {
 
 pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
-    Ok(reply(&load_delivery(ctx, &input).await?))
+    let d = load_delivery(ctx, &input).await?;
+    reply(ctx, &d).await
 }
 
 pub async fn body(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
@@ -205,10 +229,16 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         .webhooks()
         .list_deliveries(ctx.env(), &endpoint.endpoint_ref, &filter, &query.page)
         .await?;
+    let mut waiting = HashMap::new();
+    for d in &page.items {
+        if let Some(w) = ctx.store().webhooks().waiting_for(d).await? {
+            waiting.insert(d.delivery_ref.clone(), w);
+        }
+    }
     Ok(Reply::page(
         page,
         &query.scope,
         |d| (d.created_at.millis(), d.delivery_ref.to_string()),
-        dto,
+        |d| dto(d, waiting.get(&d.delivery_ref)),
     ))
 }

@@ -15,6 +15,7 @@ use domain::principal::Mode;
 use domain::webhook::secret_version::SecretVersion;
 use domain::webhook::signing::SigningSecret;
 use domain::webhook::url::{forbidden_ip, EndpointUrl};
+use domain::webhook::ordering::EndpointOrdering;
 use domain::webhook::EndpointStatus;
 use domain::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -43,6 +44,8 @@ pub struct EndpointDto {
     pub url: String,
     pub description: Option<String>,
     pub url_immutable: bool,
+    /// `none` or `per_key` (contract 13.1).
+    pub ordering: String,
     /// `active`, `paused` or `disabled`.
     pub status: String,
     pub secret_versions: Vec<SecretVersionDto>,
@@ -84,6 +87,7 @@ pub(crate) fn dto(
         url: e.url.clone(),
         description: e.description.clone(),
         url_immutable: e.url_immutable,
+        ordering: e.ordering.as_str().to_owned(),
         status: e.status.as_str().to_owned(),
         secret_versions: e
             .secret_versions
@@ -131,6 +135,9 @@ pub struct CreateEndpoint {
     /// Absolute `https` url (`http` in sandbox, or in live with `delivery.allow_http`).
     pub url: String,
     pub description: Option<String>,
+    /// `none` (the default) or `per_key`: each ordering key's deliveries one
+    /// after another (contract 13.1).
+    pub ordering: Option<String>,
 }
 
 pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
@@ -138,6 +145,11 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     if let Some(d) = &body.description {
         crate::wire::check_text("description", d, 0, 500)?;
     }
+    let ordering = match body.ordering.as_deref() {
+        None => EndpointOrdering::None,
+        Some(o) => EndpointOrdering::parse(o)
+            .ok_or_else(|| ApiError::validation("ordering", "must be none or per_key"))?,
+    };
     let settings = &ctx.state.settings.webhooks;
     let allow_http = ctx.caller.mode == Mode::Sandbox || settings.allow_http;
     let url = EndpointUrl::parse(&body.url, allow_http, settings.allow_private_networks)
@@ -153,6 +165,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         &env,
         url.as_str(),
         body.description.as_deref(),
+        ordering,
         sealed,
     )
     .await?;

@@ -20,6 +20,9 @@ pub struct EndpointHealthDto {
     pub health: String,
     /// The status of the newest delivery, or null.
     pub last_delivery_status: Option<String>,
+    /// Keys whose failed head keeps their later deliveries waiting
+    /// (contract 13.1); 0 on an endpoint that is not `per_key`.
+    pub blocked_keys: i64,
 }
 
 pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
@@ -35,11 +38,17 @@ pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         .webhooks()
         .latest_delivery_status(&endpoint.endpoint_ref)
         .await?;
+    let blocked_keys = ctx
+        .store()
+        .webhooks()
+        .blocked_keys(Some(&endpoint.endpoint_ref))
+        .await?;
     Ok(Reply::one(
         EndpointHealthDto {
             endpoint_ref: endpoint.endpoint_ref.to_string(),
             health: health(endpoint.status, &recent).as_str().to_owned(),
             last_delivery_status: last.map(|s| s.as_str().to_owned()),
+            blocked_keys,
         },
         None,
     ))

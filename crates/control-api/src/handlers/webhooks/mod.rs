@@ -11,6 +11,7 @@ pub mod health;
 pub mod redrive;
 pub mod redrive_jobs;
 pub mod secrets;
+pub mod skip;
 pub mod subscriptions;
 pub mod test_send;
 

@@ -61,8 +61,10 @@ pub async fn send(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         event_data: example.to_string(),
         match_reasons: serde_json::json!([{"kind": "test_send"}]),
         payload,
+        order: None,
+        ordered: false,
     };
     // Only a row is written here: the dispatcher sends it after the commit.
     let delivery = deliveries::create(ctx.tx().await?, new).await?;
-    Ok(reply(&delivery))
+    reply(ctx, &delivery).await
 }

@@ -70,6 +70,12 @@ impl UnitEvent {
         }
     }
 
+    fn record_mut(&mut self) -> &mut EventRecord {
+        match self {
+            UnitEvent::Whole(e) | UnitEvent::Carrying(e, _) => e,
+        }
+    }
+
     /// The data's text around its slot, if it has one: before, after.
     fn parts(&self) -> Result<(&str, Option<&str>), StoreError> {
         match self {
@@ -126,7 +132,13 @@ pub fn number_at_commit(tx: &mut WriteTx, invoice: &InvoiceRecord, events: Vec<U
     tx.at_commit(move |tx| Box::pin(number(tx, numbering)));
 }
 
-async fn number(tx: &mut RunningTx, p: Pending) -> Result<(), StoreError> {
+async fn number(tx: &mut RunningTx, mut p: Pending) -> Result<(), StoreError> {
+    // The events' keys are numbered at the commit too: held for it alone.
+    let mut records: Vec<EventRecord> = p.events.iter().map(|e| e.record().clone()).collect();
+    crate::dispatch::ordering::number(tx, &mut records).await?;
+    for (event, record) in p.events.iter_mut().zip(records) {
+        event.record_mut().order = record.order;
+    }
     match tx.backend() {
         Backend::Postgres => number_in_one(tx, &p).await,
         Backend::Sqlite => number_in_steps(tx, &p).await,
@@ -168,7 +180,10 @@ async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError
         .map(|_| {
             format!(
                 "(CAST({} AS TEXT), CAST({} AS TEXT), CAST({} AS TEXT), CAST({} AS BIGINT), \
-                 CAST({} AS TEXT), CAST({} AS TEXT), CAST({} AS TEXT))",
+                 CAST({} AS TEXT), CAST({} AS TEXT), CAST({} AS TEXT), CAST({} AS TEXT), \
+                 CAST({} AS BIGINT))",
+                marks.next(),
+                marks.next(),
                 marks.next(),
                 marks.next(),
                 marks.next(),
@@ -187,8 +202,9 @@ async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError
             ", events AS (INSERT INTO outbox ({}) \
              SELECT v.r, v.e, v.t, v.o, v.s, \
              CASE WHEN v.tail IS NULL THEN v.head \
-             ELSE v.head || '\"' || numbered.number || '\"' || v.tail END, CAST({created} AS BIGINT) \
-             FROM (VALUES {}) AS v (r, e, t, o, s, head, tail) CROSS JOIN numbered \
+             ELSE v.head || '\"' || numbered.number || '\"' || v.tail END, CAST({created} AS BIGINT), \
+             v.k, v.q \
+             FROM (VALUES {}) AS v (r, e, t, o, s, head, tail, k, q) CROSS JOIN numbered \
              RETURNING 1)",
             outbox::COLUMNS,
             rows.join(", ")
@@ -226,6 +242,7 @@ async fn number_in_one(tx: &mut RunningTx, p: &Pending) -> Result<(), StoreError
         let (head, tail) = event.parts()?;
         args.extend(outbox::leading_args(event.record(), scope));
         args.extend::<[Arg<'_>; 2]>([head.into(), tail.into()]);
+        args.extend(outbox::order_args(event.record()));
     }
     args.push(Timestamp::now().millis().into());
     let rows = tx.fetch(&sql, &args).await?;
@@ -289,6 +306,7 @@ mod tests {
             occurred_at: Timestamp::from_millis(0),
             scope: Scope::default(),
             data: EventData::parse(data.to_owned()).unwrap(),
+            order: None,
         }
     }
 

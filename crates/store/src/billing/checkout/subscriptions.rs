@@ -120,6 +120,24 @@ pub async fn create(
     SubscriptionRecord::decode(single(&rows)?)
 }
 
+/// The first subscription a session started (in any state), if any: the
+/// ordering key of the session's events (contract 13.1).
+pub async fn first_of_session(
+    tx: &mut WriteTx,
+    checkout_session_ref: &Ref,
+) -> Result<Option<Ref>, StoreError> {
+    let rows = tx
+        .fetch(
+            "SELECT subscription_ref FROM subscriptions WHERE checkout_session_ref = $1 \
+             ORDER BY created_at, subscription_ref LIMIT 1",
+            &[checkout_session_ref.as_str().into()],
+        )
+        .await?;
+    rows.first()
+        .map(|r| Ok(Ref::from_trusted(crate::db::tx::text(r, "subscription_ref")?)))
+        .transpose()
+}
+
 /// The incomplete subscriptions a session's payment left waiting.
 pub async fn incomplete_of_session(
     tx: &mut WriteTx,

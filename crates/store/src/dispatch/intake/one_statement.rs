@@ -56,7 +56,12 @@ pub(super) async fn insert<T>(
     events: &[EventRow],
     leasing: &mut Leasing<T>,
 ) -> Result<Tried<T>, StoreError> {
-    if store.backend() != Backend::Postgres || events.is_empty() || events.len() > EVENTS {
+    // An event with a key is numbered in the transaction (`ordering`).
+    if store.backend() != Backend::Postgres
+        || events.is_empty()
+        || events.len() > EVENTS
+        || events.iter().any(|e| e.order.is_some())
+    {
         return Ok(Tried::Declined(None));
     }
     let (plan, versions, url_fixed) = plan_fan_out_apart(store, events).await?;
