@@ -740,7 +740,10 @@ async fn a_result_is_recorded_only_under_its_lease(app: TestApp) {
         .subscribed_endpoint("https://example.com/hook", "invoice.paid", 1)
         .await;
     let dispatch = app.store.dispatch();
-    assert_eq!(dispatch.record_attempts("a", &[]).await.unwrap().recorded, 0);
+    assert_eq!(
+        dispatch.record_attempts("a", &[]).await.unwrap().recorded,
+        0
+    );
     for n in [1usize, 6, 20] {
         for _ in 0..n {
             app.publish("invoice.paid", json!({})).await;
@@ -761,8 +764,14 @@ async fn a_result_is_recorded_only_under_its_lease(app: TestApp) {
         assert_eq!(second.len(), taken);
         let a: Vec<_> = first.iter().map(succeeded).collect();
         let b: Vec<_> = second.iter().map(succeeded).collect();
-        assert_eq!(dispatch.record_attempts("a", &a).await.unwrap().recorded, n - taken);
-        assert_eq!(dispatch.record_attempts("b", &b).await.unwrap().recorded, taken);
+        assert_eq!(
+            dispatch.record_attempts("a", &a).await.unwrap().recorded,
+            n - taken
+        );
+        assert_eq!(
+            dispatch.record_attempts("b", &b).await.unwrap().recorded,
+            taken
+        );
         // A result repeated after its lease was cleared is dropped too.
         assert_eq!(dispatch.record_attempts("b", &b).await.unwrap().recorded, 0);
     }

@@ -26,6 +26,7 @@ mod fleet_redis_outage;
 mod fuzz_regressions;
 mod hostile_clients;
 mod hostile_receivers;
+mod ordering;
 mod projection;
 mod rate_limit;
 mod redrive_jobs;

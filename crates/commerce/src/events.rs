@@ -44,7 +44,10 @@ fn event(
 /// happens to its payments (contract 13.1): the first subscription it
 /// started, read in the unit of work (which may have just made it), or the
 /// session itself.
-pub async fn checkout_key(tx: &mut WriteTx, checkout_session_ref: &Ref) -> Result<Ref, CommerceError> {
+pub async fn checkout_key(
+    tx: &mut WriteTx,
+    checkout_session_ref: &Ref,
+) -> Result<Ref, CommerceError> {
     Ok(subscriptions::first_of_session(tx, checkout_session_ref)
         .await?
         .unwrap_or_else(|| checkout_session_ref.clone()))
@@ -104,7 +107,14 @@ impl Batch {
 
     /// Adds an event of `event_type` carrying `data` (a resource's shape).
     pub fn add(&mut self, event_type: &str, data: &impl Serialize) -> Result<(), CommerceError> {
-        let event = event(&self.env, event_type, &self.scope, data, self.now, self.key.as_ref())?;
+        let event = event(
+            &self.env,
+            event_type,
+            &self.scope,
+            data,
+            self.now,
+            self.key.as_ref(),
+        )?;
         self.events.push(UnitEvent::Whole(event));
         Ok(())
     }
@@ -124,7 +134,14 @@ impl Batch {
             }
         }
         let dto = invoice.dto(self.now);
-        let event = event(&self.env, event_type, &self.scope, &dto, self.now, self.key.as_ref())?;
+        let event = event(
+            &self.env,
+            event_type,
+            &self.scope,
+            &dto,
+            self.now,
+            self.key.as_ref(),
+        )?;
         let slot = slot_of(event.data.as_str(), &invoice.number)?;
         self.numbered = Some(invoice.clone());
         self.events.push(UnitEvent::Carrying(event, slot));

@@ -23,8 +23,8 @@ use crate::handlers::money::refunds as rf;
 use crate::handlers::reads as read;
 use crate::handlers::webhooks::{
     data_profiles as dp, dead_letters as dlq, deliveries as dl, endpoints as ep, event_types as et,
-    health as hl, redrive as rd, redrive_jobs as rj, secrets as sec, skip as sk, subscriptions as sub,
-    test_send as ts,
+    health as hl, redrive as rd, redrive_jobs as rj, secrets as sec, skip as sk,
+    subscriptions as sub, test_send as ts,
 };
 use crate::operation::{bind, find, permissions_of};
 pub use crate::operation::{ErrorSet, Method, Operation};

@@ -489,8 +489,8 @@ pub async fn embedded_subscribed(
         domain::webhook::ordering::EndpointOrdering::None,
         sealed,
     )
-        .await
-        .unwrap();
+    .await
+    .unwrap();
     let sub = store::NewSubscription {
         public_event_type: event_type,
         scope_type: domain::webhook::ScopeType::Environment,

@@ -90,10 +90,7 @@ pub fn blocks(status: DeliveryStatus, skipped: bool) -> bool {
 /// key's events were accepted without a gap (`accepted_through`): every
 /// event before it was accepted, and none of their deliveries blocks.
 pub fn may_start(sequence: i64, accepted_through: i64, others: &[Standing]) -> bool {
-    sequence <= accepted_through
-        && !others
-            .iter()
-            .any(|o| o.sequence < sequence && o.blocks())
+    sequence <= accepted_through && !others.iter().any(|o| o.sequence < sequence && o.blocks())
 }
 
 /// How far a key's events were accepted without a gap: from `through`,

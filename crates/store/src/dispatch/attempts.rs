@@ -49,7 +49,9 @@ impl Dispatch<'_> {
             .collect();
         if self.backend() == Backend::Postgres
             && unique.len() <= ONE_STATEMENT_ROWS
-            && !unique.iter().any(|r| r.disable_endpoint || r.releases_key())
+            && !unique
+                .iter()
+                .any(|r| r.disable_endpoint || r.releases_key())
         {
             let recorded =
                 record_in_one_statement(self.0, owner, &unique, &attempt_refs, now).await?;

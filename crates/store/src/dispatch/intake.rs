@@ -136,7 +136,9 @@ impl Dispatch<'_> {
             ordering::advance(tx.inner(), &keys).await?;
             let keys = keys.into_iter().collect();
             let released = ordering::release(tx.inner(), &keys, now).await?;
-            written.left_due.extend(released.into_iter().map(|r| (r, now)));
+            written
+                .left_due
+                .extend(released.into_iter().map(|r| (r, now)));
         }
         // With no dispatcher here to take them, other processes' are told.
         if !written.left_due.is_empty() && leasing.is_none() {

@@ -64,7 +64,12 @@ async fn take(tx: &mut WriteTx, key: &KeyOf, n: usize) -> Result<(i64, i64), Sto
     let rows = tx
         .fetch(
             &sql,
-            &[key.0.as_str().into(), key.1.as_str().into(), n.into(), n.into()],
+            &[
+                key.0.as_str().into(),
+                key.1.as_str().into(),
+                n.into(),
+                n.into(),
+            ],
         )
         .await?;
     let row = crate::db::tx::single(&rows)?;

@@ -79,7 +79,10 @@ pub(crate) async fn insert(
         return Ok(());
     }
     let mut numbered;
-    let events = if events.iter().any(|e| e.order.as_ref().is_some_and(|o| o.sequence.is_none())) {
+    let events = if events
+        .iter()
+        .any(|e| e.order.as_ref().is_some_and(|o| o.sequence.is_none()))
+    {
         numbered = events.to_vec();
         crate::dispatch::ordering::number(tx, &mut numbered).await?;
         &numbered[..]

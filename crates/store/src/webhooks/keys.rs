@@ -85,7 +85,10 @@ impl Webhooks<'_> {
         let rows = read::all(
             self.pool(),
             &sql,
-            &[endpoint_ref.as_str().into(), environment_ref.as_str().into()],
+            &[
+                endpoint_ref.as_str().into(),
+                environment_ref.as_str().into(),
+            ],
             delivery_from_row,
         )
         .await?;
@@ -113,6 +116,9 @@ mod tests {
             .lines()
             .find(|l| l.contains("INDEX webhook_deliveries_blocking "))
             .expect("the blocking index");
-        assert!(index.ends_with(&format!("WHERE {};", blocking())), "{index}");
+        assert!(
+            index.ends_with(&format!("WHERE {};", blocking())),
+            "{index}"
+        );
     }
 }

@@ -134,7 +134,12 @@ pub async fn first_of_session(
         )
         .await?;
     rows.first()
-        .map(|r| Ok(Ref::from_trusted(crate::db::tx::text(r, "subscription_ref")?)))
+        .map(|r| {
+            Ok(Ref::from_trusted(crate::db::tx::text(
+                r,
+                "subscription_ref",
+            )?))
+        })
         .transpose()
 }
 
