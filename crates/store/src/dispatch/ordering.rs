@@ -377,3 +377,125 @@ pub mod statements {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::statements;
+    use domain::webhook::ordering::{blocks, may_start, Standing};
+    use domain::webhook::DeliveryStatus;
+    use proptest::prelude::*;
+
+    /// A delivery of one key, as the property test writes it.
+    #[derive(Debug, Clone)]
+    struct Row {
+        endpoint: usize,
+        sequence: i64,
+        status: DeliveryStatus,
+        skipped: bool,
+        waiting: bool,
+    }
+
+    fn row() -> impl Strategy<Value = Row> {
+        (0usize..2, 1i64..12, 0usize..4, any::<bool>(), any::<bool>()).prop_map(
+            |(endpoint, sequence, s, skipped, waiting)| Row {
+                endpoint,
+                sequence,
+                status: DeliveryStatus::ALL[s],
+                skipped,
+                waiting,
+            },
+        )
+    }
+
+    fn database(rows: &[Row], accepted_through: i64) -> rusqlite::Connection {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE webhook_deliveries (delivery_ref TEXT PRIMARY KEY, \
+             environment_ref TEXT, endpoint_ref TEXT, ordered_key TEXT, sequence BIGINT, \
+             status TEXT, skipped_at BIGINT, next_attempt_at BIGINT, version BIGINT); \
+             CREATE TABLE ordering_keys (environment_ref TEXT, ordering_key TEXT, \
+             last_sequence BIGINT, accepted_through BIGINT);",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO ordering_keys VALUES ('env', 'k', 100, ?1)",
+            [accepted_through],
+        )
+        .unwrap();
+        for (i, r) in rows.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO webhook_deliveries VALUES (?1, 'env', ?2, 'k', ?3, ?4, ?5, ?6, 1)",
+                rusqlite::params![
+                    format!("d{i}"),
+                    format!("e{}", r.endpoint),
+                    r.sequence,
+                    r.status.as_str(),
+                    r.skipped.then_some(1),
+                    (!r.waiting).then_some(1),
+                ],
+            )
+            .unwrap();
+        }
+        conn
+    }
+
+    /// The SQL predicate and the domain's agree, status by status.
+    #[test]
+    fn blocking_in_sql_and_in_rust_agree() {
+        for &status in DeliveryStatus::ALL {
+            for skipped in [false, true] {
+                let r = Row {
+                    endpoint: 0,
+                    sequence: 1,
+                    status,
+                    skipped,
+                    waiting: false,
+                };
+                let conn = database(&[r], 0);
+                let sql = format!(
+                    "SELECT COUNT(*) FROM webhook_deliveries p WHERE {}",
+                    statements::blocks("p")
+                );
+                let n: i64 = conn.query_row(&sql, [], |row| row.get(0)).unwrap();
+                assert_eq!(n == 1, blocks(status, skipped), "{status:?} {skipped}");
+            }
+        }
+    }
+
+    proptest! {
+        /// The release statement releases exactly the waiting deliveries the
+        /// domain's rule lets start (`may_start`), each against the others
+        /// of its key on its own endpoint, and no other row.
+        #[test]
+        fn release_is_the_domains_rule(
+            rows in proptest::collection::vec(row(), 0..14),
+            accepted_through in 0i64..14,
+        ) {
+            // One delivery per (endpoint, sequence), as one per event.
+            let mut seen = std::collections::HashSet::new();
+            let rows: Vec<Row> = rows
+                .into_iter()
+                .filter(|r| seen.insert((r.endpoint, r.sequence)))
+                .collect();
+            let conn = database(&rows, accepted_through);
+            let sql = statements::release("?1", "ordered_key = 'k'").replace("$", "?");
+            let mut stmt = conn.prepare(&sql).unwrap();
+            let released: std::collections::HashSet<String> = stmt
+                .query_map([5_000i64], |row| row.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            for (i, r) in rows.iter().enumerate() {
+                let others: Vec<Standing> = rows
+                    .iter()
+                    .filter(|o| o.endpoint == r.endpoint)
+                    .map(|o| Standing { sequence: o.sequence, status: o.status, skipped: o.skipped })
+                    .collect();
+                let expected = r.waiting
+                    && r.status == DeliveryStatus::Pending
+                    && may_start(r.sequence, accepted_through, &others);
+                prop_assert_eq!(released.contains(&format!("d{i}")), expected, "{:?}", r);
+            }
+        }
+    }
+}
