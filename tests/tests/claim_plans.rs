@@ -297,3 +297,88 @@ async fn the_health_gauge_reads_attempts_by_index_whatever_their_spread() {
         plan.0
     );
 }
+
+/// The release of ordered deliveries (contract 13.1) reads a key's live
+/// work, never its history: among 20,000 keys (one a subscription), with
+/// 20,000 settled deliveries of 100 of them on
+/// a `per_key` endpoint beside a few open ones per key, releasing 50 keys
+/// walks the index of open and blocking ordered deliveries alone, and so
+/// does the read of what a waiting delivery waits for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releasing_a_key_reads_its_open_deliveries_only() {
+    const KEYS: usize = 100;
+    const SETTLED_PER_KEY: usize = 200;
+    const OPEN_PER_KEY: usize = 3;
+    let Some(app) = TestApp::spawn_fleet().await else {
+        return;
+    };
+    let (endpoint, _) = app
+        .subscribed_endpoint("http://127.0.0.1:9/hook", "order.created", 1)
+        .await;
+    let mut conn = PgConnection::connect(&app.database_url)
+        .await
+        .expect("connect");
+    let env = &app.sandbox.environment_ref;
+    let per_key = SETTLED_PER_KEY + OPEN_PER_KEY;
+    conn.execute(
+        format!(
+            "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, event_ref, \
+             public_event_type, dto_version, status, diagnostic, generation, attempt_count, \
+             next_attempt_at, occurred_at, event_data, match_reasons, body_status, created_at, \
+             updated_at, ordering_key, sequence, ordered_key) \
+             SELECT 'wdl_ord' || lpad(i::text, 8, '0'), '{env}', '{endpoint}', 'evt_ord' || i, \
+             'order.created', 1, CASE WHEN s <= {SETTLED_PER_KEY} THEN 'succeeded' ELSE 'pending' END, \
+             0, 1, 1, NULL, 0, '{{}}', '[]', 'available', 0, 0, 'key-' || k, s, 'key-' || k \
+             FROM (SELECT i, i % {KEYS} AS k, i / {KEYS} + 1 AS s \
+             FROM generate_series(0, {total} - 1) AS i) AS g",
+            total = KEYS * per_key,
+        )
+        .as_str(),
+    )
+    .await
+    .expect("seed deliveries");
+    conn.execute(
+        format!(
+            "INSERT INTO ordering_keys (environment_ref, ordering_key, last_sequence, accepted_through) \
+             SELECT '{env}', 'key-' || k, {per_key}, {per_key} FROM generate_series(0, {KEYS} - 1) AS k \
+             UNION ALL SELECT '{env}', 'other-' || k, 1, 1 FROM generate_series(1, 20000) AS k"
+        )
+        .as_str(),
+    )
+    .await
+    .expect("seed keys");
+    conn.execute("ANALYZE").await.expect("analyze");
+
+    let keys: Vec<Value> = (0..50).map(|k| Value::from(format!("key-{k}"))).collect();
+    let marks: Vec<String> = (0..keys.len()).map(|i| format!("${}", i + 2)).collect();
+    let sql = store::dispatch::ordering::statements::release(
+        "$1",
+        &format!("ordered_key IN ({})", marks.join(", ")),
+    );
+    let mut args = vec![Value::from(1_800_000_000_000i64)];
+    args.extend(keys);
+    let release = explain_in(&mut conn, None, &sql, &args).await;
+    let (indexes, buffers) = plan_facts(&release);
+    assert!(!indexes.iter().any(|i| i == "Seq Scan"), "{release:#}");
+    assert!(
+        indexes
+            .iter()
+            .any(|i| i == "webhook_deliveries_open_by_key"),
+        "{release:#}"
+    );
+    // 50 keys of 3 open deliveries each, not 50 × 203 rows.
+    assert!(buffers < 2_000, "{buffers} buffers: {release:#}");
+
+    let waiting = explain_in(
+        &mut conn,
+        None,
+        &store::dispatch::ordering::statements::waiting_for(),
+        &[Value::from(format!(
+            "wdl_ord{:08}",
+            (SETTLED_PER_KEY + 1) * KEYS + 7
+        ))],
+    )
+    .await;
+    let (indexes, _) = plan_facts(&waiting);
+    assert!(!indexes.iter().any(|i| i == "Seq Scan"), "{waiting:#}");
+}

@@ -4,12 +4,15 @@
 //! its CSRF token is refused; a read-only credential sees no action and
 //! its forged POST answers 403; a revoked credential's session ends at
 //! once; secrets appear only where the API answer that created them is
-//! shown; bad input is a page with its status, never a 500. The real
+//! shown; bad input is a page with its status, never a 500; a per_key
+//! endpoint's blocked key is listed and skipped from the console. The real
 //! browser's walk is `tests/browser/main.rs`.
 
-use billing_tests::console_kit::{ConsoleVisitor, Page};
+use billing_tests::console_kit::{unescape, ConsoleVisitor, Page};
+use billing_tests::kit::{deliveries, get, text};
+use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, TestApp};
-use serde_json::json;
+use serde_json::{json, Value};
 
 const POLICY: &str = "default-src 'none'; style-src 'self'; img-src 'self' data:; \
                       form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
@@ -494,6 +497,186 @@ async fn search_finds_a_delivery_and_an_events_deliveries(app: TestApp) {
     );
 }
 
+/// The hidden field `name` of the page's form posting to `action`.
+#[track_caller]
+fn hidden_in(page: &Page, action: &str, name: &str) -> String {
+    let start = page
+        .html
+        .find(&format!("action=\"{action}\""))
+        .unwrap_or_else(|| panic!("a form to {action}: {}", page.html));
+    let form = &page.html[start..];
+    let form = &form[..form.find("</form>").expect("the form's end")];
+    let marker = format!("name=\"{name}\" value=\"");
+    let at = form
+        .find(&marker)
+        .unwrap_or_else(|| panic!("{name} in the form to {action}"))
+        + marker.len();
+    let len = form[at..].find('"').expect("the value's end");
+    unescape(&form[at..at + len])
+}
+
+/// Publishes a `refund.created` with the ordering key `key`, as another
+/// system would.
+async fn publish_keyed(app: &TestApp, key: &str) {
+    let (_, envelope) = app.envelope("refund.created", json!({"refund_ref": "ref_AAAAAAAAAAAA"}));
+    let mut envelope: Value = serde_json::from_str(&envelope).unwrap();
+    envelope["ordering_key"] = json!(key);
+    app.accept(&envelope.to_string()).await;
+}
+
+async fn blocked_keys(app: &TestApp, endpoint: &str) -> i64 {
+    let r = get(app, &format!("/api/v1/webhook_endpoints/{endpoint}/health")).await;
+    r.data()["blocked_keys"].as_i64().expect("blocked_keys")
+}
+
+/// A per_key endpoint's failed head is listed on the endpoint's page with
+/// redrive and skip (a read-only credential sees it without them); the
+/// waiting delivery's page links the head it waits for. Skip, posted from
+/// the endpoint's page, is the operation with the head's ETag: the head
+/// stays failed, shown skipped with its reason, and its key goes on.
+async fn a_blocked_key_is_listed_and_skipped_from_the_endpoint_page(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(500)).await;
+    let r = app
+        .post(
+            "/api/v1/webhook_endpoints",
+            json!({"url": receiver.url(), "ordering": "per_key"}),
+        )
+        .send()
+        .await;
+    r.expect(201);
+    let endpoint = text(&r.data()["endpoint_ref"]);
+    app.subscribe(&endpoint, "refund.created", 1).await;
+    for _ in 0..2 {
+        publish_keyed(&app, "order-42").await;
+    }
+    app.dispatch_due("0s").await;
+    let mut ds = deliveries(&app, &endpoint).await;
+    ds.sort_by_key(|d| d["sequence"].as_i64());
+    assert_eq!(ds.len(), 2);
+    assert_eq!(
+        (&ds[0]["status"], &ds[1]["status"]),
+        (&json!("failed"), &json!("pending"))
+    );
+    let (head, next) = (text(&ds[0]["delivery_ref"]), text(&ds[1]["delivery_ref"]));
+    assert_eq!(blocked_keys(&app, &endpoint).await, 1);
+
+    let v = signed_in(&app, &app.sandbox.secret).await;
+    let path = format!("/console/endpoints/{endpoint}");
+    let page = v.get(&path).await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    secured(&page);
+    assert!(page.html.contains("per_key"), "its ordering");
+    assert!(page.html.contains("id=\"blocked-keys\""), "{}", page.html);
+    let row = &page.html[page
+        .html
+        .find(&format!("data-ref=\"{head}\""))
+        .expect("the head's row")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    for shown in ["order-42", "<td class=\"num\">1</td>", "refund.created"] {
+        assert!(row.contains(shown), "{shown} in {row}");
+    }
+    assert!(!page.html.contains(&next), "only the head is listed");
+    let skip = format!("/console/deliveries/{head}/skip");
+    let redrive = format!("/console/deliveries/{head}/redrive");
+    assert!(page.html.contains(&format!("action=\"{redrive}\"")));
+
+    // A read-only credential sees the head, and no action.
+    let (_, secret) = app
+        .principal_with(&[
+            "webhooks:read_retrieve_endpoint",
+            "webhooks:read_list_deliveries",
+            "webhooks:read_retrieve_delivery",
+        ])
+        .await;
+    let reader = signed_in(&app, &secret).await;
+    for p in [path.clone(), format!("/console/deliveries/{head}")] {
+        let seen = reader.get(&p).await;
+        assert_eq!(seen.status, 200, "{p}: {}", seen.html);
+        assert!(seen.html.contains(&head), "{p}");
+        assert_eq!(seen.html.matches("method=\"post\"").count(), 1, "{p}");
+    }
+
+    // The waiting delivery shows its key, sequence and the head it waits
+    // for, and offers no skip; the head offers one.
+    let waiting = v.get(&format!("/console/deliveries/{next}")).await;
+    assert_eq!(waiting.status, 200, "{}", waiting.html);
+    assert!(waiting.html.contains("order-42"));
+    assert!(
+        waiting.html.contains("id=\"sequence\">2<"),
+        "{}",
+        waiting.html
+    );
+    assert!(waiting
+        .html
+        .contains(&format!("href=\"/console/deliveries/{head}\"")));
+    assert!(!waiting.html.contains("/skip\""));
+    let head_page = v.get(&format!("/console/deliveries/{head}")).await;
+    assert!(head_page.html.contains(&format!("action=\"{skip}\"")));
+
+    let etag = hidden_in(&page, &skip, "etag");
+    let done = v
+        .post(
+            &skip,
+            &[
+                ("csrf", hidden_in(&page, &skip, "csrf").as_str()),
+                ("etag", etag.as_str()),
+                (
+                    "idempotency_key",
+                    hidden_in(&page, &skip, "idempotency_key").as_str(),
+                ),
+                ("reason", "rebuilt by hand"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        (done.status, done.location()),
+        (
+            303,
+            format!("/console/deliveries/{head}?notice=skipped").as_str()
+        ),
+        "{}",
+        done.html
+    );
+    let skipped = v.get(done.location()).await;
+    assert_eq!(skipped.status, 200, "{}", skipped.html);
+    assert!(skipped.html.contains("id=\"skipped-at\""));
+    assert!(skipped.html.contains("rebuilt by hand"));
+    assert!(!skipped.html.contains(&format!("action=\"{skip}\"")));
+    let d = get(&app, &format!("/api/v1/webhook_deliveries/{head}")).await;
+    assert_eq!(d.data()["status"], "failed");
+    assert_eq!(d.data()["skip_reason"], "rebuilt by hand");
+    assert_eq!(blocked_keys(&app, &endpoint).await, 0);
+    let logs = app
+        .get("/api/v1/request_logs?operation_id=skipWebhookDelivery")
+        .send()
+        .await;
+    assert_eq!(
+        logs.data()["items"][0]["credential_ref"],
+        app.sandbox.credential_ref.as_str()
+    );
+    // The page's ETag is stale now: the operation refuses another skip.
+    let stale = v
+        .post(
+            &skip,
+            &[
+                ("csrf", page.csrf().as_str()),
+                ("etag", etag.as_str()),
+                ("idempotency_key", "skip-again"),
+                ("reason", "again"),
+            ],
+        )
+        .await;
+    assert_eq!(stale.status, 412, "{}", stale.html);
+    let after = v.get(&path).await;
+    assert!(!after.html.contains("id=\"blocked-keys\""));
+
+    // The key goes on past its skipped head.
+    receiver.set(Behaviour::Status(200));
+    app.dispatch_due("0s").await;
+    let d = get(&app, &format!("/api/v1/webhook_deliveries/{next}")).await;
+    assert_eq!(d.data()["status"], "succeeded", "{}", d.data());
+}
+
 backend_tests!(
     sign_in_exchanges_a_secret_for_a_strict_session_cookie,
     a_change_without_its_csrf_token_is_refused,
@@ -502,4 +685,5 @@ backend_tests!(
     secrets_appear_only_in_the_answer_that_created_them,
     every_page_renders_and_bad_input_is_a_page_never_a_500,
     search_finds_a_delivery_and_an_events_deliveries,
+    a_blocked_key_is_listed_and_skipped_from_the_endpoint_page,
 );

@@ -20,8 +20,9 @@
 //!   check, idempotency, preconditions and request log. Only what no
 //!   operation answers is read from the store directly, in the caller's
 //!   environment and behind the permission of the nearest operation: an
-//!   endpoint's attempts per time bucket (its charts) and an event's
-//!   deliveries (search by `event_ref`);
+//!   endpoint's attempts per time bucket (its charts), the failed heads of
+//!   its blocked keys (contract 13.1) and an event's deliveries (search by
+//!   `event_ref`);
 //! - show a secret (a credential's, a signing secret, the encryption key)
 //!   except in the page that shows the API answer creating it (a rotated
 //!   signing secret, once);
@@ -94,6 +95,10 @@ pub fn router(app: AppState, settings: ConsoleSettings) -> Router {
         .route(
             "/console/deliveries/{delivery_ref}/redrive",
             post(delivery::redrive),
+        )
+        .route(
+            "/console/deliveries/{delivery_ref}/skip",
+            post(delivery::skip),
         )
         .route("/console/redrive-jobs", get(jobs::list).post(jobs::create))
         .route("/console/redrive-jobs/{redrive_job_ref}", get(jobs::show))

@@ -40,6 +40,7 @@ use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, WriteTx};
 use crate::webhooks::deliveries::SETTLED;
+use crate::webhooks::keys::not_a_blocked_head;
 use crate::{Backend, Store, StoreError};
 use domain::retention::RetentionKind;
 use domain::Timestamp;
@@ -128,7 +129,10 @@ impl Retention<'_> {
     pub async fn oldest(&self, kind: RetentionKind) -> Result<Option<Timestamp>, StoreError> {
         let sql = match kind {
             RetentionKind::Deliveries => {
-                format!("SELECT MIN(updated_at) FROM webhook_deliveries WHERE {SETTLED}")
+                format!(
+                    "SELECT MIN(updated_at) FROM webhook_deliveries WHERE {SETTLED} AND {}",
+                    not_a_blocked_head()
+                )
             }
             RetentionKind::Bodies => format!(
                 "SELECT MIN(updated_at) FROM webhook_deliveries WHERE {SETTLED} \
@@ -162,11 +166,16 @@ pub fn candidates(kind: RetentionKind, backend: Backend, limit: u32) -> String {
             marks.next(),
             skip_locked(backend, "webhook_deliveries")
         ),
+        // A failed head that blocks its key (ordered, not skipped) is
+        // still work for an operator: deleting it would release its key
+        // without anyone deciding so.
         RetentionKind::Deliveries => format!(
             "SELECT delivery_ref, event_ref, updated_at FROM webhook_deliveries WHERE {SETTLED} \
-             AND updated_at >= {} AND updated_at < {} ORDER BY updated_at LIMIT {limit}{}",
+             AND updated_at >= {} AND updated_at < {} AND {} \
+             ORDER BY updated_at LIMIT {limit}{}",
             marks.next(),
             marks.next(),
+            not_a_blocked_head(),
             skip_locked(backend, "webhook_deliveries")
         ),
         // Whether deliveries of them remain is asked of the batch

@@ -157,6 +157,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "6fb3df6345faac4fbb4daeea0e1733c40fb4aa1c97a89d96c51e9fe6c7fb4d64d6cfd87460ad9ca6cd14a8e8510c3569",
         "01f64a2cbccee4754ee5036916a52bad42169c943c0a6303d0d44d6bcaa7a4cbf709e12ae4c03462d649b21ac639833f",
     ),
+    (
+        "0022_order_per_key.sql",
+        "d9b4386461bc2acf9e04eb7fc66901148c5b8d1ffeee59920fa63df15c4429ec9ee63dcd57aef83f9547358c8aa99ee4",
+        "d9b4386461bc2acf9e04eb7fc66901148c5b8d1ffeee59920fa63df15c4429ec9ee63dcd57aef83f9547358c8aa99ee4",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 //! Endpoints: the list with each one's health, and one endpoint with its
-//! secret versions (hints only), subscriptions, health, success rate and
-//! latency over the last hour and day (`charts`), and its actions: pause,
-//! resume, secret rotate, confirm and revoke, test send. A rotated secret
-//! is shown once, on the page that answers the rotate, and never again.
+//! ordering, secret versions (hints only), subscriptions, health, success
+//! rate and latency over the last hour and day (`charts`), its blocked
+//! keys (contract 13.1: each one's failed head, to redrive or skip), and
+//! its actions: pause, resume, secret rotate, confirm and revoke, test
+//! send. A rotated secret is shown once, on the page that answers the
+//! rotate, and never again.
 
 use super::{event_types, notice, select, Fields};
 use crate::api::Signed;
@@ -14,10 +16,17 @@ use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use domain::{Prefix, Ref, Timestamp};
-use maud::html;
+use maud::{html, Markup};
 use serde_json::{json, Value};
+use store::DeliveryRecord;
 
 const HEALTH: &str = "webhooks:read_health";
+/// The permission of the list the blocked keys' heads belong to.
+const DELIVERIES: &str = "webhooks:read_list_deliveries";
+/// The permission of redrive and skip.
+const REDRIVE: &str = "webhooks:redrive_unit";
+/// The most blocked keys the page lists.
+const BLOCKED_SHOWN: usize = 50;
 
 pub async fn list(
     State(console): State<Console>,
@@ -113,12 +122,25 @@ pub async fn show(
     } else {
         None
     };
+    let endpoint = Ref::parse(Prefix::WebhookEndpoint, s(&e["endpoint_ref"]))
+        .map_err(|e| PageError::Internal(e.to_string()))?;
+    // The failed heads of blocked keys, which no operation lists: in the
+    // caller's environment, behind the permission of the list of
+    // deliveries they belong to.
+    let blocked = if signed.holds(DELIVERIES) {
+        console
+            .app
+            .store
+            .webhooks()
+            .blocked_heads(&signed.caller.environment_ref, &endpoint, BLOCKED_SHOWN)
+            .await?
+    } else {
+        Vec::new()
+    };
     // The charts read attempts no operation lists: in the caller's
     // environment, behind the health operation's permission.
     let mut windows = Vec::new();
     if signed.holds(HEALTH) {
-        let endpoint = Ref::parse(Prefix::WebhookEndpoint, s(&e["endpoint_ref"]))
-            .map_err(|e| PageError::Internal(e.to_string()))?;
         let now = Timestamp::now().millis();
         for (name, bucket_ms, count) in WINDOWS {
             // Buckets end at the next bucket boundary after now.
@@ -156,9 +178,11 @@ pub async fn show(
             dt { "URL" } dd { (s(&e["url"])) }
             dt { "Description" } dd { (text(&e["description"])) }
             dt { "Status" } dd #endpoint-status data-status=(status) { (badge(status)) }
+            dt { "Ordering" } dd #ordering { (s(&e["ordering"])) }
             @if let Some(h) = &health {
                 dt { "Health" } dd #health { (badge(s(&h["health"]))) }
                 dt { "Last delivery" } dd { (text(&h["last_delivery_status"])) }
+                dt { "Blocked keys" } dd #blocked-key-count { (text(&h["blocked_keys"])) }
             }
             dt { "Created" } dd { (when(&e["created_at"])) }
             dt { "Updated" } dd { (when(&e["updated_at"])) }
@@ -193,6 +217,9 @@ pub async fn show(
                     }
                 }
             }
+        }
+        @if !blocked.is_empty() {
+            (blocked_keys(&signed, &blocked, health.as_ref().and_then(|h| h["blocked_keys"].as_i64())))
         }
         section {
             h2 { "Signing secrets" }
@@ -251,6 +278,60 @@ pub async fn show(
         notice(q.get("notice")),
         body,
     ))
+}
+
+/// The blocked keys of a `per_key` endpoint: each one's failed head, and
+/// for a caller who may, redrive and skip, run by the delivery's own
+/// actions (`delivery::redrive`, `delivery::skip`) with the ETag of the
+/// head as read here. `total` is the count health gives, when readable.
+fn blocked_keys(signed: &Signed, heads: &[DeliveryRecord], total: Option<i64>) -> Markup {
+    let act = signed.holds(REDRIVE);
+    html! {
+        section #blocked-keys {
+            h2 { "Blocked keys" }
+            p.hint { "Each key's failed delivery keeps the key's later deliveries waiting. "
+                "Redrive it to send it again first, or skip it (it stays failed) to release the rest." }
+            @if let Some(n) = total.filter(|n| *n > heads.len() as i64) {
+                p.hint { "The first " (heads.len()) " of " (n) " blocked keys, by key." }
+            }
+            table.blocked {
+                thead { tr {
+                    th { "Key" } th { "Sequence" } th { "Delivery" } th { "Event type" } th { "Failed" }
+                    @if act { th { "Actions" } }
+                } }
+                tbody {
+                    @for d in heads {
+                        @let r = d.delivery_ref.as_str();
+                        @let key = d.order.as_ref().map(|o| o.key.to_string()).unwrap_or_default();
+                        @let failed = d.last_attempt_at.unwrap_or(d.updated_at);
+                        @let etag = domain::etag::etag(r, d.version);
+                        tr.blocked-key data-ref=(r) {
+                            td { code { (key) } }
+                            td.num { (text(&json!(d.order.as_ref().and_then(|o| o.sequence)))) }
+                            td { a href={ "/console/deliveries/" (r) } { code { (r) } } }
+                            td { (d.public_event_type) }
+                            td { (when(&json!(failed.to_rfc3339()))) }
+                            @if act {
+                                td { div.actions {
+                                    @for (name, label, hint) in [
+                                        ("redrive", "Redrive", "why it is sent again"),
+                                        ("skip", "Skip", "why its key goes on without it"),
+                                    ] {
+                                        form method="post" action={ "/console/deliveries/" (r) "/" (name) } {
+                                            (csrf(signed)) (idempotency_key())
+                                            input type="hidden" name="etag" value=(etag);
+                                            input type="text" name="reason" required maxlength="500" placeholder=(hint) aria-label={ (label) " reason" };
+                                            button type="submit" id={ (name) "-" (r) } { (label) }
+                                        }
+                                    }
+                                } }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The endpoint actions: the operation each runs and whether it is

@@ -92,6 +92,9 @@ pub fn notice(code: Option<&str>) -> Option<&'static str> {
         "queued" => "Redrive started: a new generation is due now.",
         "held" => "Redrive started: the new generation is held while the endpoint is paused.",
         "already_pending" => "Nothing to redrive: the delivery is still pending or held.",
+        "skipped" => {
+            "Skipped: the delivery stays failed, and its key's next deliveries are released."
+        }
         "paused" => "The endpoint is paused; its new deliveries are held.",
         "resumed" => "The endpoint is active again; its held deliveries are released.",
         "confirmed" => "The pending secret is active; the old one retires after the grace period.",

@@ -23,14 +23,16 @@ CREATE TABLE ordering_keys (
 ALTER TABLE webhook_endpoints ADD COLUMN ordering TEXT NOT NULL DEFAULT 'none';
 
 -- A delivery carries its event's key and sequence (for the body), and,
--- on a per_key endpoint, the key again as `ordered_key`: only those rows
--- are in the index the release rule walks, so unordered deliveries add
--- nothing to it. A waiting delivery is pending with no due time.
+-- on a per_key endpoint, the key again as `ordered_key`. A waiting
+-- delivery is pending with no due time. The release rule walks the open
+-- and blocking ordered deliveries only: settled ones leave the index, so
+-- its cost follows a key's live work, not its history, and unordered
+-- deliveries are never in it.
 ALTER TABLE webhook_deliveries ADD COLUMN ordering_key TEXT;
 ALTER TABLE webhook_deliveries ADD COLUMN sequence BIGINT;
 ALTER TABLE webhook_deliveries ADD COLUMN ordered_key TEXT;
 ALTER TABLE webhook_deliveries ADD COLUMN skipped_at BIGINT;
 ALTER TABLE webhook_deliveries ADD COLUMN skip_reason TEXT;
-CREATE INDEX webhook_deliveries_by_ordered_key ON webhook_deliveries (ordered_key, endpoint_ref, sequence) WHERE ordered_key IS NOT NULL;
+CREATE INDEX webhook_deliveries_open_by_key ON webhook_deliveries (ordered_key, endpoint_ref, sequence) WHERE ordered_key IS NOT NULL AND (status IN ('pending', 'held') OR (status = 'failed' AND skipped_at IS NULL));
 -- The failed heads that block their keys (health's blocked_keys).
 CREATE INDEX webhook_deliveries_blocking ON webhook_deliveries (endpoint_ref, ordered_key) WHERE ordered_key IS NOT NULL AND status = 'failed' AND skipped_at IS NULL;

@@ -439,6 +439,21 @@ mod tests {
         conn
     }
 
+    /// The index the release walks holds exactly the blocking rows.
+    #[test]
+    fn the_open_index_is_the_blocking_predicate() {
+        let migration = include_str!("../../migrations/shared/0022_order_per_key.sql");
+        let index = migration
+            .lines()
+            .find(|l| l.contains("INDEX webhook_deliveries_open_by_key "))
+            .expect("the index");
+        let predicate = format!(
+            "WHERE ordered_key IS NOT NULL AND {};",
+            statements::blocks("p").replace("p.", "")
+        );
+        assert!(index.ends_with(&predicate), "{index}");
+    }
+
     /// The SQL predicate and the domain's agree, status by status.
     #[test]
     fn blocking_in_sql_and_in_rust_agree() {

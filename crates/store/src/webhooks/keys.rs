@@ -22,6 +22,14 @@ fn blocking() -> String {
     )
 }
 
+/// The negation of `blocking`: what retention may delete of the settled.
+pub(crate) fn not_a_blocked_head() -> String {
+    format!(
+        "(ordered_key IS NULL OR status <> '{}' OR skipped_at IS NOT NULL)",
+        DeliveryStatus::Failed.as_str()
+    )
+}
+
 impl Webhooks<'_> {
     /// The delivery that `delivery` waits for, if it is a waiting one
     /// (ordered, pending with no due time) and an earlier delivery of its
@@ -76,13 +84,17 @@ impl Webhooks<'_> {
         endpoint_ref: &Ref,
         limit: usize,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        // The blocking predicate's columns unqualified are `d`'s here.
         let sql = format!(
-            "SELECT * FROM webhook_deliveries WHERE endpoint_ref = $1 AND environment_ref = $2 \
-             AND {} ORDER BY ordered_key, sequence LIMIT {}",
+            "SELECT * FROM webhook_deliveries d WHERE endpoint_ref = $1 AND environment_ref = $2 \
+             AND {} AND NOT EXISTS (SELECT 1 FROM webhook_deliveries p \
+             WHERE p.ordered_key = d.ordered_key AND p.endpoint_ref = d.endpoint_ref \
+             AND p.sequence < d.sequence AND p.status = '{}' AND p.skipped_at IS NULL) \
+             ORDER BY ordered_key LIMIT {limit}",
             blocking(),
-            limit * 4
+            DeliveryStatus::Failed.as_str(),
         );
-        let rows = read::all(
+        read::all(
             self.pool(),
             &sql,
             &[
@@ -91,16 +103,7 @@ impl Webhooks<'_> {
             ],
             delivery_from_row,
         )
-        .await?;
-        let mut heads: Vec<DeliveryRecord> = Vec::new();
-        for d in rows {
-            let key = d.order.as_ref().map(|o| o.key.clone());
-            if heads.last().and_then(|h| h.order.as_ref()).map(|o| &o.key) != key.as_ref() {
-                heads.push(d);
-            }
-        }
-        heads.truncate(limit);
-        Ok(heads)
+        .await
     }
 }
 

@@ -31,6 +31,11 @@ pub async fn skip(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
             delivery.status.as_str()
         )));
     }
+    if !delivery.ordered {
+        return Err(ApiError::semantic(
+            "only a delivery of an ordering key on a per_key endpoint can be skipped",
+        ));
+    }
     if delivery.skipped_at.is_some() {
         return Err(ApiError::semantic("the delivery was skipped already"));
     }
