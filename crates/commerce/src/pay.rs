@@ -283,6 +283,16 @@ impl Unit<'_> {
             .collect()
     }
 
+    /// The ordering key of this pay's events (`checkout_key`): a one-time
+    /// session starts no subscription, so it is the session, unread.
+    async fn ordering_key(&mut self) -> Result<Ref, CommerceError> {
+        if self.is_recurring() {
+            checkout_key(self.tx, &self.session.checkout_session_ref).await
+        } else {
+            Ok(self.session.checkout_session_ref.clone())
+        }
+    }
+
     fn is_recurring(&self) -> bool {
         self.session.line_items.iter().any(|i| i.interval.is_some())
     }
@@ -368,7 +378,7 @@ impl Unit<'_> {
         for subscription in &subscriptions {
             events.add("subscription.started", &subscription.dto(now))?;
         }
-        events.set_key(&checkout_key(self.tx, &self.session.checkout_session_ref).await?);
+        events.set_key(&self.ordering_key().await?);
         events.flush(self.tx).await?;
         let result = if subscriptions.is_empty() {
             PayResult::RetrievePaymentResponse
@@ -635,7 +645,7 @@ impl Unit<'_> {
         journeys::add_steps(self.tx, &session.journey_ref, &steps, None).await?;
         let mut events = self.events(buyer_ref.as_ref());
         events.add("payment.failed", &payment.dto(self.now))?;
-        events.set_key(&checkout_key(self.tx, &self.session.checkout_session_ref).await?);
+        events.set_key(&self.ordering_key().await?);
         events.flush(self.tx).await?;
         Ok(Paid {
             result: PayResult::RetrievePaymentResponse,
