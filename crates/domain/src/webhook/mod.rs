@@ -11,6 +11,7 @@ pub mod catalogue;
 pub mod cipher;
 pub mod event;
 pub mod fanout;
+pub mod filter;
 pub mod health;
 pub mod kinds;
 pub mod ordering;
