@@ -18,6 +18,7 @@ mod dead_letters;
 mod delivery_filters;
 mod dispatch;
 mod event_queue;
+mod filters;
 mod fleet_amqp;
 mod fleet_dispatch;
 mod fleet_rabbitmq_restart;

@@ -158,6 +158,7 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/revoke" "revokeWebhookSecret" "webhooks:rotate_revoke" true true false E3 => 200 bind!(sec::revoke, req: sec::SecretReason, resp: ep::EndpointDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/secret/rotate" "rotateWebhookSecret" "webhooks:rotate_secret" true true false E3 => 200 bind!(sec::rotate, req: sec::SecretReason, resp: ep::EndpointDto)),
     op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions" "listWebhookSubscriptions" "webhooks:read_list_subscriptions" false false false E1 => 200 bind!(sub::list, resp: sub::SubscriptionDto)),
+    op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions/preview" "previewWebhookSubscription" "webhooks:read_list_subscriptions" false false false E2 => 200 bind!(sub::preview, req: sub::CreateSubscription, resp: sub::SubscriptionPreviewDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions" "createWebhookSubscription" "webhooks:manage_create_subscription" true false false E3 => 201 bind!(sub::create, req: sub::CreateSubscription, resp: sub::SubscriptionDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/test_send" "sendWebhookTest" "webhooks:manage_test_send" true false false E3 => 201 bind!(ts::send, req: ts::SendTest, resp: dl::DeliveryDto)),
     op!(Get "/api/v1/webhook_event_types" "listWebhookEventTypes" "webhooks:read_event_catalog" false false false E1 => 200 bind!(et::list, resp: et::EventTypeDto)),

@@ -162,6 +162,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "d9b4386461bc2acf9e04eb7fc66901148c5b8d1ffeee59920fa63df15c4429ec9ee63dcd57aef83f9547358c8aa99ee4",
         "d9b4386461bc2acf9e04eb7fc66901148c5b8d1ffeee59920fa63df15c4429ec9ee63dcd57aef83f9547358c8aa99ee4",
     ),
+    (
+        "0023_subscription_filters.sql",
+        "ca6b5c4d3c53d5622925210b011dc0a94acbfbffd3e475f68d01dbb8bfe12b1af652179fa23e20805becc53a0e4ea612",
+        "ca6b5c4d3c53d5622925210b011dc0a94acbfbffd3e475f68d01dbb8bfe12b1af652179fa23e20805becc53a0e4ea612",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

@@ -497,6 +497,7 @@ pub async fn embedded_subscribed(
         scope_ref: env.as_str(),
         dto_version: 1,
         custom_field_refs: &[],
+        filter: None,
     };
     subscriptions::create(&mut tx, &env, &endpoint.endpoint_ref, sub)
         .await

@@ -20,10 +20,12 @@ use crate::dispatch::EventRecord;
 use crate::webhooks::endpoints::EndpointVersions;
 use crate::webhooks::subscriptions::{subscribed, subscribed_in, SubscriptionRow};
 use crate::{NewDelivery, StoreError, SubscriptionRecord};
+use domain::webhook::body::DeliveredBody;
 use domain::webhook::event::EventOrder;
 use domain::webhook::fanout::{self, Subscribed};
+use domain::webhook::filter::Filter;
 use domain::webhook::ordering::EndpointOrdering;
-use domain::webhook::shaping::{convert, converts, Scope};
+use domain::webhook::shaping::{convert, converts, scope_holds, shape_owned, GrantView, Scope};
 use domain::webhook::{catalogue, DeliveryStatus, EndpointStatus};
 use domain::{Ref, Timestamp};
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -65,7 +67,7 @@ impl From<&EventRecord> for EventRow {
 impl EventRow {
     /// Its data in the shape of `to` (from the shape of `from`), as JSON
     /// text: the text itself unless the two shapes differ.
-    fn data_as(&self, from: u32, to: u32) -> String {
+    pub fn data_as(&self, from: u32, to: u32) -> String {
         if !converts(&self.public_event_type, from, to) {
             return self.data_json.clone();
         }
@@ -150,14 +152,16 @@ fn plan_all(events: &[EventRow], read: Vec<SubscriptionRow>) -> Planned {
     let mut statuses = EndpointVersions::new();
     let mut url_fixed = HashSet::new();
     let mut ordered = HashSet::new();
-    let mut subscriptions: HashMap<(String, String), Vec<SubscriptionRecord>> = HashMap::new();
+    let mut subscriptions: HashMap<(String, String), Vec<Candidate>> = HashMap::new();
     for SubscriptionRow {
         environment_ref,
         subscription,
         endpoint,
     } in read
     {
+        let mut granted = None;
         if let Some(e) = endpoint {
+            granted = e.granted;
             let endpoint_ref = subscription.endpoint_ref.to_string();
             if e.url_fixed {
                 url_fixed.insert(endpoint_ref.clone());
@@ -167,10 +171,15 @@ fn plan_all(events: &[EventRow], read: Vec<SubscriptionRow>) -> Planned {
             }
             statuses.insert(endpoint_ref, (e.version, e.status));
         }
+        let filter = subscription.filter.as_deref().map(parse_filter);
         subscriptions
             .entry((environment_ref, subscription.public_event_type.clone()))
             .or_default()
-            .push(subscription);
+            .push(Candidate {
+                subscription,
+                filter,
+                granted,
+            });
     }
     let plan = events
         .iter()
@@ -194,20 +203,24 @@ fn plan_all(events: &[EventRow], read: Vec<SubscriptionRow>) -> Planned {
 /// `ordered` (`per_key`), a delivery of an event with a key is ordered.
 fn plan(
     event: &EventRow,
-    subscriptions: &[SubscriptionRecord],
+    subscriptions: &[Candidate],
     statuses: &EndpointVersions,
     ordered: &HashSet<String>,
 ) -> Vec<NewDelivery> {
-    let subscribed = subscriptions.iter().map(|s| Subscribed {
-        endpoint_ref: &s.endpoint_ref,
-        public_event_type: &s.public_event_type,
-        scope_type: s.scope_type,
-        scope_ref: &s.scope_ref,
-        dto_version: s.dto_version,
-    });
     let newest = catalogue::find(&event.public_event_type)
         .and_then(|e| e.dto_versions.iter().copied().max())
         .unwrap_or(1);
+    let subscribed = subscriptions
+        .iter()
+        .filter(|c| admits(event, newest, c))
+        .map(|c| &c.subscription)
+        .map(|s| Subscribed {
+            endpoint_ref: &s.endpoint_ref,
+            public_event_type: &s.public_event_type,
+            scope_type: s.scope_type,
+            scope_ref: &s.scope_ref,
+            dto_version: s.dto_version,
+        });
     fanout::plan(&event.scope, event.environment_ref.as_str(), subscribed)
         .into_iter()
         .map(|p| {
@@ -232,4 +245,80 @@ fn plan(
             }
         })
         .collect()
+}
+
+/// A subscription as the plan weighs it: its filter parsed once per batch
+/// (`None` when it has none), and what its endpoint's grant lets the
+/// filter see.
+struct Candidate {
+    subscription: SubscriptionRecord,
+    filter: Option<Option<Filter>>,
+    granted: Option<GrantView>,
+}
+
+/// A stored filter, checked when it was made; one that no longer parses
+/// (damaged at rest) admits nothing, rather than everything.
+fn parse_filter(text: &str) -> Option<Filter> {
+    let parsed = serde_json::from_str(text)
+        .ok()
+        .and_then(|v| Filter::parse(&v).ok());
+    if parsed.is_none() {
+        tracing::error!("a stored subscription filter does not parse; it matches nothing");
+    }
+    parsed
+}
+
+/// Whether `c` admits `event` (contract 13.3): no filter, or one that
+/// holds on the body its endpoint would receive, in its dto version and
+/// redacted by its grant. Its scope is checked first, so a body is built
+/// only for a subscription that would match without its filter.
+fn admits(event: &EventRow, newest: u32, c: &Candidate) -> bool {
+    let Some(filter) = &c.filter else {
+        return true;
+    };
+    let Some(filter) = filter else {
+        return false;
+    };
+    let s = &c.subscription;
+    if !scope_holds(
+        &event.scope,
+        event.environment_ref.as_str(),
+        s.scope_type,
+        &s.scope_ref,
+    ) {
+        return false;
+    }
+    filter.holds(&filter_body(
+        event,
+        newest,
+        s.dto_version,
+        c.granted.as_ref(),
+    ))
+}
+
+/// The body a delivery of `event` in `dto_version` would carry, redacted by
+/// `grant`, as a tree for a filter (contract 13.3).
+pub fn filter_body(
+    event: &EventRow,
+    newest: u32,
+    dto_version: u32,
+    grant: Option<&GrantView>,
+) -> serde_json::Value {
+    let data = serde_json::from_str(&event.data_as(newest, dto_version))
+        .unwrap_or(serde_json::Value::Null);
+    let data = shape_owned(&event.public_event_type, dto_version, data, grant);
+    let order = event.order.as_ref();
+    let body = DeliveredBody::new(
+        event.event_ref.as_str(),
+        &event.public_event_type,
+        dto_version,
+        event.occurred_at,
+        event.environment_ref.as_str(),
+        &data,
+    )
+    .ordered(
+        order.map(|o| o.key.as_str()),
+        order.and_then(|o| o.sequence),
+    );
+    serde_json::to_value(&body).unwrap_or(serde_json::Value::Null)
 }

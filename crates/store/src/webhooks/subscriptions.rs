@@ -4,10 +4,12 @@
 use super::Webhooks;
 use crate::db::codec::{json_col, state, to_json};
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
+use crate::dispatch::fanout::EventRow;
 use crate::resource::{Resource, Scope};
 use crate::{Backend, StoreError};
 use domain::webhook::ordering::EndpointOrdering;
-use domain::webhook::{EndpointStatus, ScopeType};
+use domain::webhook::shaping::GrantView;
+use domain::webhook::{DataClass, EndpointStatus, ScopeType};
 use domain::{Ref, Timestamp};
 
 #[derive(Debug, Clone)]
@@ -18,6 +20,8 @@ pub struct SubscriptionRecord {
     pub scope_ref: String,
     pub dto_version: u32,
     pub custom_field_refs: Vec<String>,
+    /// Its filter (contract 13.3) as JSON text, checked when it was made.
+    pub filter: Option<String>,
     pub created_at: Timestamp,
 }
 
@@ -28,6 +32,8 @@ pub struct NewSubscription<'a> {
     pub scope_ref: &'a str,
     pub dto_version: u32,
     pub custom_field_refs: &'a [String],
+    /// A filter already parsed by `domain::webhook::filter`, as JSON text.
+    pub filter: Option<&'a str>,
 }
 
 fn from_row(row: &dyn Columns) -> Result<SubscriptionRecord, StoreError> {
@@ -38,6 +44,7 @@ fn from_row(row: &dyn Columns) -> Result<SubscriptionRecord, StoreError> {
         scope_ref: text(row, "scope_ref")?,
         dto_version: int(row, "dto_version")? as u32,
         custom_field_refs: json_col(row, "custom_field_refs")?,
+        filter: row.text("filter")?,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
     })
 }
@@ -67,6 +74,9 @@ pub(crate) struct EndpointNow {
     /// Its url is fixed already (`url_immutable` never goes back).
     pub url_fixed: bool,
     pub ordering: EndpointOrdering,
+    /// For a subscription with a filter: the data classes of the
+    /// endpoint's active grant, which its filter may see (contract 13.3).
+    pub granted: Option<GrantView>,
 }
 
 /// The statement and its values that read the subscriptions to any of
@@ -84,7 +94,10 @@ fn subscribed_query<'a>(
     let mut marks = crate::db::marks::Marks::new(backend);
     let sql = format!(
         "SELECT s.*, e.version AS endpoint_version, e.status AS endpoint_status, \
-         e.url_immutable AS endpoint_url_immutable, e.ordering AS endpoint_ordering \
+         e.url_immutable AS endpoint_url_immutable, e.ordering AS endpoint_ordering, \
+         CASE WHEN s.filter IS NULL THEN NULL ELSE (SELECT g.data_classes \
+         FROM webhook_data_profile_grants g WHERE g.endpoint_ref = s.endpoint_ref \
+         AND g.status = 'active') END AS granted_classes \
          FROM webhook_subscriptions s LEFT JOIN webhook_endpoints e \
          ON e.endpoint_ref = s.endpoint_ref \
          WHERE s.environment_ref IN ({}) AND s.public_event_type IN ({}) \
@@ -100,6 +113,22 @@ fn subscribed_query<'a>(
     Some((sql, args))
 }
 
+/// The grant a filter sees: its data classes. Its custom fields are not
+/// resolved here, so a filter never sees a custom field's value (it may
+/// see fewer fields than the endpoint receives, never more).
+fn granted(row: &dyn Columns) -> Result<Option<GrantView>, StoreError> {
+    let Some(classes) = row.text("granted_classes")? else {
+        return Ok(None);
+    };
+    let classes: Vec<String> = serde_json::from_str(&classes)
+        .map_err(|e| StoreError::Corrupt(format!("a grant's data classes: {e}")))?;
+    Ok(Some(GrantView {
+        data_classes: classes.iter().filter_map(|c| DataClass::parse(c)).collect(),
+        custom_field_refs: Vec::new(),
+        custom_fields: Vec::new(),
+    }))
+}
+
 fn subscribed_row(row: &dyn Columns) -> Result<SubscriptionRow, StoreError> {
     let endpoint = match row.int("endpoint_version")? {
         Some(version) => Some(EndpointNow {
@@ -107,6 +136,7 @@ fn subscribed_row(row: &dyn Columns) -> Result<SubscriptionRow, StoreError> {
             status: state(row, "endpoint_status", EndpointStatus::parse)?,
             url_fixed: int(row, "endpoint_url_immutable")? != 0,
             ordering: state(row, "endpoint_ordering", EndpointOrdering::parse)?,
+            granted: granted(row)?,
         }),
         None => None,
     };
@@ -165,8 +195,9 @@ pub async fn create(
     let rows = tx
         .fetch(
             "INSERT INTO webhook_subscriptions (subscription_id, endpoint_ref, environment_ref, \
-             public_event_type, scope_type, scope_ref, dto_version, custom_field_refs, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING RETURNING *",
+             public_event_type, scope_type, scope_ref, dto_version, custom_field_refs, created_at, \
+             filter) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING \
+             RETURNING *",
             &[
                 (&subscription_id).into(),
                 endpoint_ref.as_str().into(),
@@ -177,6 +208,7 @@ pub async fn create(
                 i64::from(new.dto_version).into(),
                 (&custom_field_refs).into(),
                 Timestamp::now().millis().into(),
+                new.filter.into(),
             ],
         )
         .await?;
@@ -196,5 +228,75 @@ impl Webhooks<'_> {
         self.0
             .list_all(Scope::under(environment_ref, endpoint_ref), &[])
             .await
+    }
+}
+
+impl Webhooks<'_> {
+    /// Up to `limit` of the environment's newest kept events of
+    /// `event_type` whose data a delivery still holds, newest first, each
+    /// with the dto version of that data (a filter preview's sample,
+    /// contract 13.3). Walks the events by acceptance time, newest first,
+    /// and stops at `limit`.
+    pub async fn kept_events(
+        &self,
+        environment_ref: &Ref,
+        event_type: &str,
+        limit: u32,
+    ) -> Result<Vec<(EventRow, u32)>, StoreError> {
+        let events = crate::db::read::all(
+            self.pool(),
+            &format!(
+                "SELECT event_ref, environment_ref, public_event_type, occurred_at, scope, \
+                 ordering_key, sequence FROM events WHERE status = 'processed' \
+                 AND environment_ref = $1 AND public_event_type = $2 \
+                 ORDER BY received_at DESC LIMIT {limit}"
+            ),
+            &[environment_ref.as_str().into(), event_type.into()],
+            |row| {
+                let scope: String = text(row, "scope")?;
+                Ok(EventRow {
+                    event_ref: Ref::from_trusted(text(row, "event_ref")?),
+                    environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
+                    public_event_type: text(row, "public_event_type")?,
+                    occurred_at: Timestamp::from_millis(int(row, "occurred_at")?),
+                    scope: serde_json::from_str(&scope)
+                        .map_err(|e| StoreError::Corrupt(format!("an event's scope: {e}")))?,
+                    scope_json: scope,
+                    data_json: String::new(),
+                    order: crate::dispatch::order_from_row(row)?,
+                })
+            },
+        )
+        .await?;
+        let mut data: std::collections::HashMap<String, (String, u32)> =
+            std::collections::HashMap::new();
+        let refs: Vec<&str> = events.iter().map(|e| e.event_ref.as_str()).collect();
+        for chunk in refs.chunks(500) {
+            let sql = format!(
+                "SELECT event_ref, dto_version, event_data FROM webhook_deliveries \
+                 WHERE event_ref IN ({}) AND diagnostic = 0",
+                crate::db::marks::Marks::new(self.0.backend()).list(chunk.len())
+            );
+            let args: Vec<Arg> = chunk.iter().map(|r| Arg::from(*r)).collect();
+            let rows = crate::db::read::all(self.pool(), &sql, &args, |row| {
+                Ok((
+                    text(row, "event_ref")?,
+                    int(row, "dto_version")? as u32,
+                    text(row, "event_data")?,
+                ))
+            })
+            .await?;
+            for (event_ref, version, event_data) in rows {
+                data.entry(event_ref).or_insert((event_data, version));
+            }
+        }
+        Ok(events
+            .into_iter()
+            .filter_map(|mut e| {
+                let (json, version) = data.remove(e.event_ref.as_str())?;
+                e.data_json = json;
+                Some((e, version))
+            })
+            .collect())
     }
 }

@@ -2,14 +2,17 @@
 //! payload version, validated against the event catalogue.
 
 use super::load_endpoint;
-use crate::error::ApiError;
+use crate::error::{ApiError, Detail};
 use crate::handlers::{distinct_refs, Ctx};
 use crate::input::Input;
 use crate::reply::Reply;
 use crate::wire::ts;
+use domain::webhook::filter::Filter;
+use domain::webhook::shaping::{scope_holds, GrantView};
 use domain::webhook::{catalogue, ScopeType};
 use domain::Ref;
 use serde::{Deserialize, Serialize};
+use store::fanout::filter_body;
 use store::webhooks::subscriptions;
 use store::{NewSubscription, StoreError, SubscriptionRecord};
 use utoipa::ToSchema;
@@ -24,6 +27,9 @@ pub struct SubscriptionDto {
     pub scope_ref: String,
     pub dto_version: u32,
     pub custom_field_refs: Vec<String>,
+    /// The filter as given, or null.
+    #[schema(value_type = Option<Object>)]
+    pub filter: Option<serde_json::Value>,
     pub created_at: String,
 }
 
@@ -36,6 +42,10 @@ impl From<&SubscriptionRecord> for SubscriptionDto {
             scope_ref: r.scope_ref.clone(),
             dto_version: r.dto_version,
             custom_field_refs: r.custom_field_refs.clone(),
+            filter: r
+                .filter
+                .as_deref()
+                .and_then(|f| serde_json::from_str(f).ok()),
             created_at: ts(r.created_at),
         }
     }
@@ -50,6 +60,11 @@ pub struct CreateSubscription {
     pub dto_version: u32,
     #[serde(default)]
     pub custom_field_refs: Vec<String>,
+    /// Optional (contract 13.3): a JSON object of at most 4 KiB over the
+    /// delivered body; the subscription matches only events it holds for.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub filter: Option<serde_json::Value>,
 }
 
 pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
@@ -63,8 +78,24 @@ pub async fn list(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     Ok(Reply::all(rows.iter().map(SubscriptionDto::from).collect()))
 }
 
-pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
-    let body: CreateSubscription = input.body()?;
+/// A create body checked against the catalogue, the caller's environment
+/// and the endpoint (also what a preview takes).
+struct Checked {
+    event: &'static catalogue::EventType,
+    scope_type: ScopeType,
+    scope_ref: Ref,
+    dto_version: u32,
+    cf_refs: Vec<String>,
+    endpoint: store::EndpointRecord,
+    /// The filter as given (JSON), parsed.
+    filter: Option<(serde_json::Value, Filter)>,
+}
+
+async fn checked(
+    ctx: &mut Ctx,
+    input: &Input,
+    body: CreateSubscription,
+) -> Result<Checked, ApiError> {
     let event = catalogue::find(&body.public_event_type)
         .filter(|e| !e.diagnostic)
         .ok_or_else(|| {
@@ -101,7 +132,21 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         domain::Prefix::CustomField,
         &body.custom_field_refs,
     )?;
-    let endpoint = load_endpoint(ctx, &input).await?;
+    let filter = match body.filter {
+        None | Some(serde_json::Value::Null) => None,
+        Some(value) => {
+            let parsed = Filter::parse(&value).map_err(|errors| {
+                ApiError::Validation(
+                    errors
+                        .into_iter()
+                        .map(|e| Detail::new(e.field, e.issue))
+                        .collect(),
+                )
+            })?;
+            Some((value, parsed))
+        }
+    };
+    let endpoint = load_endpoint(ctx, input).await?;
     // A product or buyer scope names one of the environment (contract 10.1).
     match scope_type {
         ScopeType::Product => {
@@ -115,12 +160,36 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         }
         _ => {}
     }
+    Ok(Checked {
+        event,
+        scope_type,
+        scope_ref,
+        dto_version: body.dto_version,
+        cf_refs,
+        endpoint,
+        filter,
+    })
+}
+
+pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
+    let body: CreateSubscription = input.body()?;
+    let Checked {
+        event,
+        scope_type,
+        scope_ref,
+        dto_version,
+        cf_refs,
+        endpoint,
+        filter,
+    } = checked(ctx, &input, body).await?;
+    let filter_text = filter.as_ref().map(|(v, _)| v.to_string());
     let new = NewSubscription {
         public_event_type: event.name,
         scope_type,
         scope_ref: scope_ref.as_str(),
-        dto_version: body.dto_version,
+        dto_version,
         custom_field_refs: &cf_refs,
+        filter: filter_text.as_deref(),
     };
     let env = ctx.env().clone();
     let row = subscriptions::create(ctx.tx().await?, &env, &endpoint.endpoint_ref, new)
@@ -142,5 +211,81 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     Ok(Reply::one(
         SubscriptionDto::from(&row),
         Some(domain::etag::etag(&identity, 1)),
+    ))
+}
+
+/// The most kept events a preview examines.
+const PREVIEW_EVENTS: u32 = 1_000;
+/// The most matched events a preview shows.
+const PREVIEW_SAMPLES: usize = 10;
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PreviewSample {
+    pub event_ref: String,
+    pub occurred_at: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SubscriptionPreviewDto {
+    /// Kept events of the type examined (at most 1,000, newest first).
+    pub examined: usize,
+    /// Of those, the ones the subscription would match.
+    pub matched: usize,
+    /// Up to 10 matched events, newest first.
+    pub samples: Vec<PreviewSample>,
+}
+
+/// `previewWebhookSubscription` (contract 13.3): what a subscription with
+/// this body would match among the environment's newest kept events of
+/// its type, judged as the fan-out judges it (scope, then the filter on
+/// the body the endpoint would receive). Creates nothing.
+pub async fn preview(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
+    let body: CreateSubscription = input.body()?;
+    let c = checked(ctx, &input, body).await?;
+    let grant = ctx
+        .store()
+        .webhooks()
+        .active_data_profile_grant(&c.endpoint.endpoint_ref)
+        .await?
+        .map(|g| GrantView {
+            data_classes: g.data_classes,
+            custom_field_refs: Vec::new(),
+            custom_fields: Vec::new(),
+        });
+    let kept = ctx
+        .store()
+        .webhooks()
+        .kept_events(ctx.env(), c.event.name, PREVIEW_EVENTS)
+        .await?;
+    let mut matched = Vec::new();
+    for (event, version) in &kept {
+        let in_scope = scope_holds(
+            &event.scope,
+            event.environment_ref.as_str(),
+            c.scope_type,
+            c.scope_ref.as_str(),
+        );
+        let holds = match &c.filter {
+            None => true,
+            Some((_, f)) => f.holds(&filter_body(event, *version, c.dto_version, grant.as_ref())),
+        };
+        if in_scope && holds {
+            matched.push(event);
+        }
+    }
+    Ok(Reply::one(
+        SubscriptionPreviewDto {
+            examined: kept.len(),
+            matched: matched.len(),
+            samples: matched
+                .iter()
+                .take(PREVIEW_SAMPLES)
+                .map(|e| PreviewSample {
+                    event_ref: e.event_ref.to_string(),
+                    occurred_at: ts(e.occurred_at),
+                })
+                .collect(),
+        },
+        None,
     ))
 }
