@@ -1171,7 +1171,11 @@ async fn seed_backlog(
         done += app
             .store
             .dispatch()
-            .record_attempts(SEEDER, &results)
+            .record_attempts(
+                SEEDER,
+                &results,
+                std::sync::Arc::new(store::dispatch::operational::Silent),
+            )
             .await?
             .recorded;
         if last_report.elapsed() > Duration::from_secs(15) {
@@ -1280,7 +1284,11 @@ async fn store_costs(cfg: &Config, summary: &mut Summary) {
         if let Err(e) = app
             .store
             .dispatch()
-            .record_attempts("bench-costs", &results)
+            .record_attempts(
+                "bench-costs",
+                &results,
+                std::sync::Arc::new(store::dispatch::operational::Silent),
+            )
             .await
         {
             summary.error(format!("store costs: record failed: {e}"));

@@ -741,7 +741,11 @@ async fn a_result_is_recorded_only_under_its_lease(app: TestApp) {
         .await;
     let dispatch = app.store.dispatch();
     assert_eq!(
-        dispatch.record_attempts("a", &[]).await.unwrap().recorded,
+        dispatch
+            .record_attempts("a", &[], silent())
+            .await
+            .unwrap()
+            .recorded,
         0
     );
     for n in [1usize, 6, 20] {
@@ -765,15 +769,30 @@ async fn a_result_is_recorded_only_under_its_lease(app: TestApp) {
         let a: Vec<_> = first.iter().map(succeeded).collect();
         let b: Vec<_> = second.iter().map(succeeded).collect();
         assert_eq!(
-            dispatch.record_attempts("a", &a).await.unwrap().recorded,
+            dispatch
+                .record_attempts("a", &a, silent())
+                .await
+                .unwrap()
+                .recorded,
             n - taken
         );
         assert_eq!(
-            dispatch.record_attempts("b", &b).await.unwrap().recorded,
+            dispatch
+                .record_attempts("b", &b, silent())
+                .await
+                .unwrap()
+                .recorded,
             taken
         );
         // A result repeated after its lease was cleared is dropped too.
-        assert_eq!(dispatch.record_attempts("b", &b).await.unwrap().recorded, 0);
+        assert_eq!(
+            dispatch
+                .record_attempts("b", &b, silent())
+                .await
+                .unwrap()
+                .recorded,
+            0
+        );
     }
     let all = deliveries(&app, &endpoint).await;
     assert_eq!(all.len(), 27);
@@ -810,4 +829,9 @@ backend_tests!(
 /// to be projected.
 fn example(event_type: &str) -> serde_json::Value {
     domain::webhook::catalogue::example(event_type, 1).expect("an example")
+}
+
+/// Records without operational events: these tests write attempts by hand.
+fn silent() -> std::sync::Arc<dyn store::dispatch::operational::Announce> {
+    std::sync::Arc::new(store::dispatch::operational::Silent)
 }

@@ -27,6 +27,7 @@ mod fleet_redis_outage;
 mod fuzz_regressions;
 mod hostile_clients;
 mod hostile_receivers;
+mod operational_events;
 mod ordering;
 mod projection;
 mod rate_limit;

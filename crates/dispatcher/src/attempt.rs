@@ -3,7 +3,7 @@
 //! decide what follows.
 
 use crate::endpoints::EndpointView;
-use crate::failing::FailingSince;
+use crate::failing::{FailingSince, HealthChange};
 use crate::metrics as m;
 use crate::schedule::{after_attempt, Answer};
 use crate::sending::Sender;
@@ -16,6 +16,75 @@ use std::time::Instant;
 use store::{AttemptResult, DeliveryRecord, Store};
 
 pub async fn run(
+    store: &Store,
+    settings: &DispatchSettings,
+    sender: &Sender,
+    delivery: &DeliveryRecord,
+    endpoint: &EndpointView,
+    failing: &FailingSince,
+) -> AttemptResult {
+    let result = attempt(store, settings, sender, delivery, endpoint, failing).await;
+    let success = result.status == AttemptStatus::Succeeded;
+    match failing.observe(&delivery.endpoint_ref, success, endpoint.reported_failing) {
+        HealthChange::None => {}
+        HealthChange::MaybeFailing => announce_failing(store, settings, failing, delivery).await,
+        HealthChange::Recovered => {
+            let now = Timestamp::now();
+            let reported = store
+                .dispatch()
+                .report_failing(&delivery.endpoint_ref, false, now, &*settings.announce, now)
+                .await;
+            if let Err(e) = reported {
+                tracing::warn!(error = %e, "the endpoint's recovery was not announced");
+            }
+        }
+    }
+    result
+}
+
+/// After this process's `FAILING_STREAK`th failure in a row to the
+/// endpoint (health's `failing`: the last attempts all failed), unless the
+/// newest attempt the store holds, another process's perhaps, succeeded:
+/// the change is announced once, with when the endpoint will be disabled.
+/// This process's own failures may not be recorded yet (they are written
+/// in batches), so its streak is the evidence and the store the veto.
+async fn announce_failing(
+    store: &Store,
+    settings: &DispatchSettings,
+    failing: &FailingSince,
+    delivery: &DeliveryRecord,
+) {
+    let endpoint = &delivery.endpoint_ref;
+    let newest = match store.webhooks().recent_attempt_outcomes(endpoint, 1).await {
+        Ok(newest) => newest,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the endpoint's attempts");
+            return;
+        }
+    };
+    if newest.first() == Some(&AttemptStatus::Succeeded) {
+        return;
+    }
+    let now = Timestamp::now();
+    let since = match store.dispatch().endpoint_failing_since(endpoint).await {
+        Ok(since) => since.unwrap_or(now),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the endpoint's failure history");
+            return;
+        }
+    };
+    let disable_at = since.plus_millis(settings.disable_after.as_millis() as i64);
+    match store
+        .dispatch()
+        .report_failing(endpoint, true, disable_at, &*settings.announce, now)
+        .await
+    {
+        Ok(_) => failing.announced_failing(endpoint),
+        Err(e) => tracing::warn!(error = %e, "the endpoint's failing health was not announced"),
+    }
+}
+
+async fn attempt(
     store: &Store,
     settings: &DispatchSettings,
     sender: &Sender,

@@ -115,7 +115,7 @@ impl Driven {
             .await;
         self.store
             .dispatch()
-            .record_attempts(&owner, &results)
+            .record_attempts(&owner, &results, self.settings.announce.clone())
             .await?;
         Ok(Round {
             attempted: results.len(),

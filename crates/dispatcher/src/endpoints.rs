@@ -23,6 +23,8 @@ pub struct EndpointView {
     /// stops signing (a retiring version's expiry).
     pub secrets: Vec<(Option<Timestamp>, SigningSecret)>,
     pub grant: Option<GrantView>,
+    /// Its failing health was announced (`webhook_endpoint.failing`).
+    pub reported_failing: bool,
 }
 
 impl EndpointView {
@@ -107,6 +109,7 @@ impl EndpointCache {
             version: e.version,
             secrets,
             grant,
+            reported_failing: e.reported_failing,
         });
         self.views.insert(endpoint_ref.to_string(), view.clone());
         Ok(view)

@@ -28,6 +28,26 @@ enum Run {
 #[derive(Default)]
 pub struct FailingSince {
     runs: Mutex<HashMap<String, Run>>,
+    /// Per endpoint: this process's attempts failed in a row, and whether
+    /// it knows the endpoint announced failing (contract 13.4).
+    streaks: Mutex<HashMap<String, Streak>>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Streak {
+    failed: u32,
+    announced: Option<bool>,
+}
+
+/// What an attempt's outcome asks of the endpoint's announced health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthChange {
+    /// Nothing to announce.
+    None,
+    /// Its last attempts may all have failed: check, then announce failing.
+    MaybeFailing,
+    /// It succeeded while announced failing: announce recovered.
+    Recovered,
 }
 
 impl FailingSince {
@@ -72,6 +92,41 @@ impl FailingSince {
         self.lock()
             .insert(endpoint_ref.to_string(), Run::Since(since));
         now.millis() - since.millis() >= limit
+    }
+
+    /// Counts an attempt's outcome towards the endpoint's announced health:
+    /// `announced` is what the endpoint's row said when its view was read.
+    /// Asks for a check at `FAILING_STREAK` local failures in a row, once
+    /// until the next success; and for a recovery once per success run.
+    pub fn observe(&self, endpoint_ref: &Ref, success: bool, announced: bool) -> HealthChange {
+        use domain::webhook::health::FAILING_STREAK;
+        let mut streaks = self.streaks.lock().unwrap_or_else(|p| p.into_inner());
+        let s = streaks.entry(endpoint_ref.to_string()).or_default();
+        let announced = s.announced.unwrap_or(announced);
+        if success {
+            s.failed = 0;
+            if announced {
+                s.announced = Some(false);
+                return HealthChange::Recovered;
+            }
+            s.announced = Some(false);
+            return HealthChange::None;
+        }
+        s.failed = s.failed.saturating_add(1);
+        if !announced && s.failed >= FAILING_STREAK as u32 {
+            return HealthChange::MaybeFailing;
+        }
+        HealthChange::None
+    }
+
+    /// The endpoint's failing health is announced (by this process or
+    /// another): no more checks until a success.
+    pub fn announced_failing(&self, endpoint_ref: &Ref) {
+        let mut streaks = self.streaks.lock().unwrap_or_else(|p| p.into_inner());
+        streaks
+            .entry(endpoint_ref.to_string())
+            .or_default()
+            .announced = Some(true);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Run>> {

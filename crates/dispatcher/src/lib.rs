@@ -18,6 +18,7 @@
 //! requests of the API nor write SQL (that is `store`).
 
 pub mod amqp;
+pub mod announce;
 pub mod attempt;
 pub mod breaker;
 pub mod drive;

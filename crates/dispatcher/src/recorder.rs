@@ -10,6 +10,7 @@
 use crate::redis_schedule::RedisSchedule;
 use std::sync::Arc;
 use std::time::Duration;
+use store::dispatch::operational::Announce;
 use store::{AttemptResult, Store};
 use tokio::sync::{mpsc, Notify};
 
@@ -31,6 +32,7 @@ pub async fn run(
     mut results: mpsc::Receiver<AttemptResult>,
     recorded: Arc<Notify>,
     redis: Option<Arc<RedisSchedule>>,
+    announce: Arc<dyn Announce>,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = results.recv().await {
@@ -50,7 +52,7 @@ pub async fn run(
                 _ = &mut window => break,
             }
         }
-        let released = record(&store, &owner, &batch).await;
+        let released = record(&store, &owner, &batch, &announce).await;
         // A result the store dropped (its lease was lost) schedules a stale
         // member at worst, which a claim skips. An ordered key's next
         // delivery, released by its predecessor's success, is due now.
@@ -78,12 +80,21 @@ pub async fn run(
 /// Writes `batch`, waiting out an unavailable store however long it
 /// lasts, and giving up on any other failure after `OTHER_FAILURES` tries;
 /// returns the ordered deliveries its successes released.
-async fn record(store: &Store, owner: &str, batch: &[AttemptResult]) -> Vec<domain::Ref> {
+async fn record(
+    store: &Store,
+    owner: &str,
+    batch: &[AttemptResult],
+    announce: &Arc<dyn Announce>,
+) -> Vec<domain::Ref> {
     const OTHER_FAILURES: u32 = 8;
     let mut backoff = Duration::from_millis(50);
     let mut failures = 0;
     loop {
-        match store.dispatch().record_attempts(owner, batch).await {
+        match store
+            .dispatch()
+            .record_attempts(owner, batch, announce.clone())
+            .await
+        {
             Ok(recorded) => return recorded.released,
             Err(e) if e.is_unavailable() => {
                 tracing::warn!(error = %e, "recording attempts: the store is unavailable; waiting");

@@ -39,6 +39,9 @@ pub struct DispatchSettings {
     /// the wall clock, or a test's. Due times and leases stay on the wall
     /// clock, which every process of a fleet shares.
     pub clock: domain::Clock,
+    /// Makes the operational events (contract 13.4) of the changes the
+    /// attempts' rules detect.
+    pub announce: Arc<dyn store::dispatch::operational::Announce>,
 }
 
 impl DispatchSettings {
@@ -62,6 +65,7 @@ impl DispatchSettings {
             lookup: Arc::new(SystemLookup),
             admitted_addresses: Vec::new(),
             clock: domain::Clock::wall(),
+            announce: Arc::new(crate::announce::Announcer),
         }
     }
 

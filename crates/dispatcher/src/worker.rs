@@ -107,6 +107,7 @@ impl Dispatcher {
             results_rx,
             self.wake.clone(),
             self.redis.clone(),
+            self.settings.announce.clone(),
         ));
         let feed = self.redis.clone().map(|r| {
             tokio::spawn(redis_schedule::feed(

@@ -163,9 +163,14 @@ const PINNED: &[(&str, &str, &str)] = &[
         "d9b4386461bc2acf9e04eb7fc66901148c5b8d1ffeee59920fa63df15c4429ec9ee63dcd57aef83f9547358c8aa99ee4",
     ),
     (
-        "0023_subscription_filters.sql",
-        "ca6b5c4d3c53d5622925210b011dc0a94acbfbffd3e475f68d01dbb8bfe12b1af652179fa23e20805becc53a0e4ea612",
-        "ca6b5c4d3c53d5622925210b011dc0a94acbfbffd3e475f68d01dbb8bfe12b1af652179fa23e20805becc53a0e4ea612",
+        "0023_filters_and_operational_events.sql",
+        "accdba4d68c4de90544e4f6febd5776c5134dd31b8e5bc0347ddecbaaf055c14840859454ccb87ea86665c8fbd9cf4c4",
+        "accdba4d68c4de90544e4f6febd5776c5134dd31b8e5bc0347ddecbaaf055c14840859454ccb87ea86665c8fbd9cf4c4",
+    ),
+    (
+        "0024_deliveries_by_environment.sql",
+        "46d887841c8c9b9bed135de70f55ba5bb63a970e76834da89310701269f499935d99d0ad514d0b96234d4ee75ab21993",
+        "46d887841c8c9b9bed135de70f55ba5bb63a970e76834da89310701269f499935d99d0ad514d0b96234d4ee75ab21993",
     ),
 ];
 

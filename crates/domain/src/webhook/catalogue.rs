@@ -232,6 +232,26 @@ static CATALOGUE: &[EventType] = &[
         "A beneficiary business accepted its participation terms.",
         &[Env, Biz],
     ),
+    business(
+        "webhook_endpoint.failing",
+        "An endpoint's health became failing (its last 5 attempts failed); it is disabled at disable_at if nothing succeeds by then.",
+        &[Env],
+    ),
+    business(
+        "webhook_endpoint.recovered",
+        "An attempt to an endpoint succeeded while its health was failing.",
+        &[Env],
+    ),
+    business(
+        "webhook_endpoint.disabled",
+        "An endpoint was disabled: failing for too long, or gone (it answered 410).",
+        &[Env],
+    ),
+    business(
+        "webhook_delivery.failed",
+        "A delivery ran out of retries.",
+        &[Env],
+    ),
     EventType {
         name: "webhook.test",
         description:
@@ -241,6 +261,20 @@ static CATALOGUE: &[EventType] = &[
         diagnostic: true,
     },
 ];
+
+/// The service's operational events (contract 13.4): each is about an
+/// endpoint (`data.endpoint_ref`), and is never delivered to it.
+pub const OPERATIONAL: &[&str] = &[
+    "webhook_endpoint.failing",
+    "webhook_endpoint.recovered",
+    "webhook_endpoint.disabled",
+    "webhook_delivery.failed",
+];
+
+/// Whether events of this type are about an endpoint (`OPERATIONAL`).
+pub fn is_operational(name: &str) -> bool {
+    OPERATIONAL.contains(&name)
+}
 
 /// Every event type, in catalogue order.
 pub fn all() -> &'static [EventType] {

@@ -8,30 +8,45 @@ use super::*;
 use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::{Arg, WriteTx};
+use crate::dispatch::operational::{Announce, Happened};
+use crate::dispatch::outbox::insert;
+use crate::webhooks::deliveries::delivery_from_row;
+use crate::webhooks::endpoints::{endpoint_from_row, with_secret_versions};
 use crate::{Backend, StoreError};
+use crate::{DeliveryRecord, EndpointRecord};
 use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, EndpointStatus, ResponseClass};
 use domain::{Prefix, Ref, Timestamp};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 impl Dispatch<'_> {
     /// Records attempts and their deliveries' next states in one unit of
     /// work. A result whose lease was lost (expired and taken by another
     /// worker) is dropped. A success of an ordered delivery releases its
-    /// key's next, in the same unit of work (`ordering::release`).
+    /// key's next, in the same unit of work (`ordering::release`); an
+    /// endpoint disabled and a delivery out of retries are announced in it
+    /// (`operational`, by `announce`).
     pub async fn record_attempts(
         &self,
         owner: &str,
         results: &[AttemptResult],
+        announce: Arc<dyn Announce>,
     ) -> Result<Recorded, StoreError> {
         let (store, owner, results) = (self.0.clone(), owner.to_owned(), results.to_vec());
-        self.on_lane(async move { store.dispatch().record_on_lane(&owner, &results).await })
-            .await
+        self.on_lane(async move {
+            store
+                .dispatch()
+                .record_on_lane(&owner, &results, &*announce)
+                .await
+        })
+        .await
     }
 
     async fn record_on_lane(
         &self,
         owner: &str,
         results: &[AttemptResult],
+        announce: &dyn Announce,
     ) -> Result<Recorded, StoreError> {
         let now = Timestamp::now().millis();
         // A delivery has one lease, so one result each; a repeated one
@@ -49,9 +64,11 @@ impl Dispatch<'_> {
             .collect();
         if self.backend() == Backend::Postgres
             && unique.len() <= ONE_STATEMENT_ROWS
-            && !unique
-                .iter()
-                .any(|r| r.disable_endpoint || r.releases_key())
+            && !unique.iter().any(|r| {
+                r.disable_endpoint
+                    || r.releases_key()
+                    || r.delivery_status == DeliveryStatus::Failed
+            })
         {
             let recorded =
                 record_in_one_statement(self.0, owner, &unique, &attempt_refs, now).await?;
@@ -76,10 +93,34 @@ impl Dispatch<'_> {
                     .filter(|(r, _)| kept.contains(r.delivery_ref.as_str())),
             );
         }
+        let at = Timestamp::from_millis(now);
+        let mut announced = Vec::new();
         for (r, _) in &recorded {
             if r.disable_endpoint {
-                disable_endpoint(&mut tx, &r.endpoint_ref, now).await?;
+                if let Some(endpoint) = disable_endpoint(&mut tx, &r.endpoint_ref, now).await? {
+                    let reason = if r.response_status == Some(410) {
+                        "gone"
+                    } else {
+                        "failing"
+                    };
+                    let happened = Happened::EndpointDisabled {
+                        endpoint: &endpoint,
+                        reason,
+                    };
+                    announced.extend(announce.event(happened, at));
+                }
             }
+        }
+        let failed: Vec<&str> = recorded
+            .iter()
+            .filter(|(r, _)| r.delivery_status == DeliveryStatus::Failed)
+            .map(|(r, _)| r.delivery_ref.as_str())
+            .collect();
+        for delivery in out_of_retries(&mut tx, &failed).await? {
+            let happened = Happened::DeliveryFailed {
+                delivery: &delivery,
+            };
+            announced.extend(announce.event(happened, at));
         }
         // One statement per chunk of attempts, never one per attempt: each
         // statement is a round trip to the database.
@@ -114,6 +155,9 @@ impl Dispatch<'_> {
                 ]);
             }
             tx.execute(&sql, &args).await?;
+        }
+        if !announced.is_empty() {
+            insert(tx.inner(), &announced).await?;
         }
         let keys: BTreeSet<ordering::KeyOf> = recorded
             .iter()
@@ -245,15 +289,17 @@ async fn update_leased(
         .collect())
 }
 
+/// Disables an active endpoint and holds its pending deliveries; the
+/// endpoint as disabled, if this call disabled it.
 async fn disable_endpoint(
     tx: &mut WriteTx,
     endpoint_ref: &Ref,
     now: i64,
-) -> Result<(), StoreError> {
-    let done = tx
-        .execute(
+) -> Result<Option<EndpointRecord>, StoreError> {
+    let rows = tx
+        .fetch(
             "UPDATE webhook_endpoints SET status = $1, updated_at = $2, version = version + 1 \
-             WHERE endpoint_ref = $3 AND status = $4",
+             WHERE endpoint_ref = $3 AND status = $4 RETURNING *",
             &[
                 EndpointStatus::Disabled.as_str().into(),
                 now.into(),
@@ -262,17 +308,40 @@ async fn disable_endpoint(
             ],
         )
         .await?;
-    if done == 1 {
-        tx.execute(
-            "UPDATE webhook_deliveries SET status = $1, next_attempt_at = NULL, version = version + 1 \
-             WHERE endpoint_ref = $2 AND status = $3 AND lease_owner IS NULL",
-            &[
-                DeliveryStatus::Held.as_str().into(),
-                endpoint_ref.as_str().into(),
-                DeliveryStatus::Pending.as_str().into(),
-            ],
-        )
-        .await?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let endpoint = with_secret_versions(tx, endpoint_from_row(row)?).await?;
+    tx.execute(
+        "UPDATE webhook_deliveries SET status = $1, next_attempt_at = NULL, version = version + 1 \
+         WHERE endpoint_ref = $2 AND status = $3 AND lease_owner IS NULL",
+        &[
+            DeliveryStatus::Held.as_str().into(),
+            endpoint_ref.as_str().into(),
+            DeliveryStatus::Pending.as_str().into(),
+        ],
+    )
+    .await?;
+    Ok(Some(endpoint))
+}
+
+/// The non-diagnostic deliveries among `refs` (just recorded failed: out
+/// of retries), as they now stand.
+async fn out_of_retries(
+    tx: &mut WriteTx,
+    refs: &[&str],
+) -> Result<Vec<DeliveryRecord>, StoreError> {
+    if refs.is_empty() {
+        return Ok(Vec::new());
     }
-    Ok(())
+    let sql = format!(
+        "SELECT * FROM webhook_deliveries WHERE delivery_ref IN ({}) AND diagnostic = 0",
+        Marks::new(tx.backend()).list(refs.len())
+    );
+    let args: Vec<Arg> = refs.iter().map(|r| Arg::from(*r)).collect();
+    tx.fetch(&sql, &args)
+        .await?
+        .iter()
+        .map(|row| delivery_from_row(row))
+        .collect()
 }

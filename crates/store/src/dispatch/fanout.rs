@@ -210,8 +210,12 @@ fn plan(
     let newest = catalogue::find(&event.public_event_type)
         .and_then(|e| e.dto_versions.iter().copied().max())
         .unwrap_or(1);
+    // An operational event is never delivered to the endpoint it is about
+    // (contract 13.4).
+    let about = about_endpoint(event);
     let subscribed = subscriptions
         .iter()
+        .filter(|c| about.as_deref() != Some(c.subscription.endpoint_ref.as_str()))
         .filter(|c| admits(event, newest, c))
         .map(|c| &c.subscription)
         .map(|s| Subscribed {
@@ -245,6 +249,15 @@ fn plan(
             }
         })
         .collect()
+}
+
+/// The endpoint an operational event is about (`data.endpoint_ref`).
+fn about_endpoint(event: &EventRow) -> Option<String> {
+    if !catalogue::is_operational(&event.public_event_type) {
+        return None;
+    }
+    let data: serde_json::Value = serde_json::from_str(&event.data_json).ok()?;
+    data.get("endpoint_ref")?.as_str().map(str::to_owned)
 }
 
 /// A subscription as the plan weighs it: its filter parsed once per batch

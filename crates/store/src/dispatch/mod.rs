@@ -21,6 +21,7 @@ mod deliveries;
 pub mod fanout;
 pub mod intake;
 mod leases;
+pub mod operational;
 pub mod ordering;
 pub mod outbox;
 pub mod projection;

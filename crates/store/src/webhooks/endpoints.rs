@@ -29,6 +29,9 @@ pub struct EndpointRecord {
     pub status: EndpointStatus,
     pub url_immutable: bool,
     pub ordering: EndpointOrdering,
+    /// Its failing health was announced (`webhook_endpoint.failing`) and
+    /// no attempt has succeeded since.
+    pub reported_failing: bool,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub version: i64,
@@ -51,7 +54,7 @@ pub struct NewSecret {
     pub hint: String,
 }
 
-fn endpoint_from_row(row: &dyn Columns) -> Result<EndpointRecord, StoreError> {
+pub(crate) fn endpoint_from_row(row: &dyn Columns) -> Result<EndpointRecord, StoreError> {
     Ok(EndpointRecord {
         endpoint_ref: Ref::from_trusted(text(row, "endpoint_ref")?),
         environment_ref: Ref::from_trusted(text(row, "environment_ref")?),
@@ -60,6 +63,7 @@ fn endpoint_from_row(row: &dyn Columns) -> Result<EndpointRecord, StoreError> {
         status: state(row, "status", EndpointStatus::parse)?,
         url_immutable: int(row, "url_immutable")? != 0,
         ordering: state(row, "ordering", EndpointOrdering::parse)?,
+        reported_failing: int(row, "reported_failing")? != 0,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
         updated_at: Timestamp::from_millis(int(row, "updated_at")?),
         version: int(row, "version")?,
@@ -255,7 +259,7 @@ pub async fn update_secret_versions(
 }
 
 /// `endpoint` with its secret versions as `tx` sees them.
-async fn with_secret_versions(
+pub(crate) async fn with_secret_versions(
     tx: &mut WriteTx,
     mut endpoint: EndpointRecord,
 ) -> Result<EndpointRecord, StoreError> {

@@ -41,6 +41,9 @@ const STORED_METHOD: &str = "spm_S7dF1gH4jK8l";
 const PRICE: &str = "pri_Z3xC6vB9nM2q";
 const NEW_PRICE: &str = "pri_W5eR8tY1uI4o";
 const OFFER: &str = "ofr_P7aS2dF5gH8j";
+const ENDPOINT: &str = "whep_D3fG6hJ9kL2z";
+const DELIVERY: &str = "whd_X5cV8bN1mQ4w";
+const EVENT: &str = "evt_E7rT2yU5iO8p";
 
 /// The session was created a few minutes before it was paid; it would have
 /// expired 24 hours later.
@@ -330,10 +333,44 @@ pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
         ("participation.invited" | "participation.accepted", 1) => {
             participation(name == "participation.accepted")
         }
+        ("webhook_endpoint.failing", 1) => endpoint(json!({
+            "health": "failing", "disable_at": "2026-11-27T10:04:07.456Z"
+        })),
+        ("webhook_endpoint.recovered", 1) => endpoint(json!({"health": "healthy"})),
+        ("webhook_endpoint.disabled", 1) => endpoint(json!({
+            "health": "disabled", "reason": "failing"
+        })),
+        ("webhook_delivery.failed", 1) => json!({
+            "delivery_ref": DELIVERY, "endpoint_ref": ENDPOINT, "event_ref": EVENT,
+            "ordering_key": SUBSCRIPTION, "sequence": 4,
+            "public_event_type": "invoice.paid", "status": "failed", "waiting_for": null,
+            "skipped_at": null, "skip_reason": null, "diagnostic": false, "dto_version": 1,
+            "generation": 1, "attempt_count": 8, "next_attempt_at": null,
+            "last_attempt_at": "2026-11-23T07:04:07.456Z", "created_at": CAPTURED,
+            "updated_at": "2026-11-23T07:04:07.456Z", "etag": etag(DELIVERY, 9)
+        }),
         ("webhook.test", 1) => json!({
             "message": "This is a test delivery from the billing service.",
             "sent_at": CREATED
         }),
         _ => return None,
     })
+}
+
+/// An endpoint as `retrieveWebhookEndpoint` shows it, with `extra` fields
+/// (an operational event's health, `disable_at` or `reason`).
+fn endpoint(extra: Value) -> Value {
+    let mut e = json!({
+        "endpoint_ref": ENDPOINT, "environment_ref": "env_A1sD4fG7hJ0k",
+        "url": "https://hooks.example.com/billing", "description": "Fulfilment",
+        "url_immutable": true, "ordering": "per_key", "status": "active",
+        "secret_versions": [{"version": 1, "status": "active", "created_at": SESSION_CREATED,
+            "expires_at": null, "secret_hint": "whsec_…k9Qz"}],
+        "created_at": SESSION_CREATED, "updated_at": "2026-11-25T09:15:31.789Z",
+        "etag": etag(ENDPOINT, 4)
+    });
+    if let (Some(e), Value::Object(extra)) = (e.as_object_mut(), extra) {
+        e.extend(extra);
+    }
+    e
 }
