@@ -149,6 +149,14 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
     // systems publish come in the same way.
     let queue = event_queue(&store);
     let mut tasks = tokio::task::JoinSet::new();
+    // `billing_dependency_up`: what `/readyz` asks, asked every few seconds.
+    let dependencies =
+        dispatcher::metrics::Dependencies::new(store.clone(), config.amqp_url(), redis.clone());
+    let token = shutdown.clone();
+    tasks.spawn(async move {
+        dependencies.watch(token).await;
+        Ok("dependency gauge")
+    });
     if matches!(role, Role::All | Role::Api) {
         let listener = TcpListener::bind(&config.api.listen)
             .await

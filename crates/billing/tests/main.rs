@@ -18,6 +18,7 @@ mod fleet_two_stores;
 mod idempotency_crash;
 mod jobs_crash;
 mod kill;
+mod metrics_at_start;
 mod ordered_kill;
 mod outage_postgres;
 mod outage_rabbitmq;

@@ -1,9 +1,21 @@
 //! Metric names and the Prometheus exporter. Labels are bounded: outcome,
 //! status class, event type (a catalogue name), never a reference or url.
+//!
+//! Every series a rule of `config/prometheus-alerts.yml` or a panel of
+//! `config/grafana-delivery-health.json` reads is on `/metrics` from the
+//! start, at 0 (`install`): a counter that appeared only with its first
+//! event would hide that event from `increase()`, and a panel would read
+//! nothing on a fresh service. `billing_dependency_up` says whether the
+//! process reaches its store, queue and scheduler (`Dependencies`).
 
+use crate::redis_schedule::RedisSchedule;
 use crate::DispatchError;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use store::Store;
+use tokio_util::sync::CancellationToken;
 
 pub const DELIVERIES: &str = "billing_webhook_deliveries_total";
 pub const ATTEMPTS: &str = "billing_webhook_attempts_total";
@@ -25,8 +37,22 @@ pub const RETENTION_DELETED: &str = "billing_retention_deleted_total";
 /// Age of the oldest row of each `kind` still kept: it levels off at the
 /// kind's retention (plus a sweep interval) when the sweep keeps up.
 pub const RETENTION_OLDEST_AGE: &str = "billing_retention_oldest_age_seconds";
+/// 1 while the process reaches a backing service, 0 while it does not, by
+/// `dependency`: `store`, and in a fleet `queue` (RabbitMQ) and
+/// `scheduler` (Redis). The embedded queue and schedule live in the store.
+pub const DEPENDENCY_UP: &str = "billing_dependency_up";
+/// The API's request counter (`control_api::pipeline::HTTP_REQUESTS`,
+/// which counts it), named here only to export it from the start.
+pub const HTTP_REQUESTS: &str = "billing_http_requests_total";
 
-/// Serves `GET /metrics` on `addr` for this process.
+/// The `source` of the events the intake takes in: RabbitMQ's consumer
+/// (`amqp.rs`) is the only one a process runs. The embedded queue is a
+/// table of the store, filled by the outbox relay and `publish-event`,
+/// which count nothing here.
+pub const EVENT_SOURCES: &[&str] = &["amqp"];
+
+/// Serves `GET /metrics` on `addr` for this process, every series of
+/// `register_at_zero` already on it.
 pub fn install(addr: SocketAddr) -> Result<(), DispatchError> {
     PrometheusBuilder::new()
         .with_http_listener(addr)
@@ -34,7 +60,165 @@ pub fn install(addr: SocketAddr) -> Result<(), DispatchError> {
             0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
         ])?
         .install()?;
+    register_at_zero();
     Ok(())
+}
+
+/// Registers every series of this module at 0, for every value its
+/// labels can take (the catalogue's event types, the health states, the
+/// retention kinds, …), without moving one that already counts. Every role
+/// exports all of them: a store-wide gauge that a role does not refresh
+/// (the due backlog in a `billing api`) stays 0, so rules and panels take
+/// the `max` of those over the processes. The API's counter is registered
+/// with its one label pair known in advance (an unknown route's 404).
+pub fn register_at_zero() {
+    use domain::retention::RetentionKind;
+    use domain::webhook::health::Health;
+    use domain::webhook::{catalogue, AttemptStatus, DeliveryStatus};
+    // One status of each class: a 2xx succeeds, anything else fails.
+    for status in [Some(200), Some(300), Some(400), Some(500), Some(600), None] {
+        let outcome = if matches!(status, Some(200..=299)) {
+            AttemptStatus::Succeeded
+        } else {
+            AttemptStatus::Failed
+        };
+        metrics::counter!(ATTEMPTS, "outcome" => outcome.as_str(), "status_class" => status_class(status))
+            .increment(0);
+    }
+    for event_type in catalogue::all() {
+        for outcome in [DeliveryStatus::Succeeded, DeliveryStatus::Failed] {
+            metrics::counter!(DELIVERIES, "outcome" => outcome.as_str(), "event_type" => event_type.name)
+                .increment(0);
+        }
+    }
+    // A histogram is on `/metrics` (empty buckets) once registered.
+    let _ = metrics::histogram!(ATTEMPT_SECONDS);
+    let _ = metrics::histogram!(FIRST_ATTEMPT_LAG_SECONDS);
+    for gauge in [DUE_BACKLOG, BLOCKED_KEYS, IN_FLIGHT] {
+        metrics::gauge!(gauge).increment(0.0);
+    }
+    for health in Health::ALL {
+        metrics::gauge!(ENDPOINTS, "health" => health.as_str()).increment(0.0);
+    }
+    for source in EVENT_SOURCES {
+        for counter in [EVENTS_CONSUMED, EVENTS_DEAD, EVENTS_FOREIGN] {
+            metrics::counter!(counter, "source" => *source).increment(0);
+        }
+    }
+    metrics::counter!(OUTBOX_RELAYED).increment(0);
+    for kind in RetentionKind::ALL {
+        metrics::counter!(RETENTION_DELETED, "kind" => kind.as_str()).increment(0);
+        metrics::gauge!(RETENTION_OLDEST_AGE, "kind" => kind.as_str()).increment(0.0);
+    }
+    metrics::counter!(HTTP_REQUESTS, "operation" => "unknown_route", "status" => "404")
+        .increment(0);
+}
+
+/// How often `billing_dependency_up` is refreshed.
+const DEPENDENCY_EVERY: Duration = Duration::from_secs(10);
+/// How long one look waits for a service's answer; longer reads as down.
+const DEPENDENCY_WITHIN: Duration = Duration::from_secs(5);
+
+/// The backing services a process depends on, looked at as `/readyz`
+/// does (the store answers a query, RabbitMQ opens a connection with the
+/// configured credentials and virtual host, Redis answers `PING`), for
+/// `billing_dependency_up`.
+pub struct Dependencies {
+    store: Store,
+    queue: Option<String>,
+    scheduler: Option<Arc<RedisSchedule>>,
+}
+
+impl Dependencies {
+    /// The store, and RabbitMQ (its URL) and Redis when configured; their
+    /// series are registered at 0 until the first look.
+    pub fn new(
+        store: Store,
+        queue: Option<&str>,
+        scheduler: Option<Arc<RedisSchedule>>,
+    ) -> Dependencies {
+        let dependencies = Dependencies {
+            store,
+            queue: queue.map(str::to_owned),
+            scheduler,
+        };
+        for name in dependencies.names() {
+            metrics::gauge!(DEPENDENCY_UP, "dependency" => name).set(0.0);
+        }
+        dependencies
+    }
+
+    fn names(&self) -> Vec<&'static str> {
+        let mut names = vec!["store"];
+        if self.queue.is_some() {
+            names.push("queue");
+        }
+        if self.scheduler.is_some() {
+            names.push("scheduler");
+        }
+        names
+    }
+
+    /// Whether each service answered, all asked at once.
+    async fn look(&self) -> Vec<(&'static str, bool)> {
+        let store = answered(self.store.ping());
+        let queue = async {
+            match &self.queue {
+                Some(url) => Some(answered(crate::amqp::reachable(url)).await),
+                None => None,
+            }
+        };
+        let scheduler = async {
+            match &self.scheduler {
+                Some(redis) => Some(answered(redis.ping()).await),
+                None => None,
+            }
+        };
+        let (store, queue, scheduler) = tokio::join!(store, queue, scheduler);
+        let mut seen = vec![("store", store)];
+        seen.extend(queue.map(|up| ("queue", up)));
+        seen.extend(scheduler.map(|up| ("scheduler", up)));
+        seen
+    }
+
+    /// Sets `billing_dependency_up` now and every `DEPENDENCY_EVERY` until
+    /// `shutdown`; says in the log when a service stops or starts
+    /// answering.
+    pub async fn watch(self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(DEPENDENCY_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut was_up: std::collections::HashMap<&'static str, bool> = Default::default();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let seen = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                seen = self.look() => seen,
+            };
+            for (name, up) in seen {
+                metrics::gauge!(DEPENDENCY_UP, "dependency" => name).set(f64::from(u8::from(up)));
+                match (was_up.insert(name, up), up) {
+                    (Some(true) | None, false) => {
+                        tracing::warn!(dependency = name, "backing service unreachable");
+                    }
+                    (Some(false), true) => {
+                        tracing::info!(dependency = name, "backing service reachable again");
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+/// Whether `probe` succeeded within `DEPENDENCY_WITHIN`.
+async fn answered<E>(probe: impl std::future::Future<Output = Result<(), E>>) -> bool {
+    matches!(
+        tokio::time::timeout(DEPENDENCY_WITHIN, probe).await,
+        Ok(Ok(()))
+    )
 }
 
 /// `2xx`, `4xx`, … or `none` when no response came.
