@@ -5,8 +5,10 @@
 //! its forged POST answers 403; a revoked credential's session ends at
 //! once; secrets appear only where the API answer that created them is
 //! shown; bad input is a page with its status, never a 500; a per_key
-//! endpoint's blocked key is listed and skipped from the console. The real
-//! browser's walk is `tests/browser/main.rs`.
+//! endpoint's blocked key is listed and skipped from the console; the
+//! deliveries page lists every endpoint's until one is chosen (its plan at
+//! scale: `console_plans.rs`). The real browser's walk is
+//! `tests/browser/main.rs`.
 
 use billing_tests::console_kit::{unescape, ConsoleVisitor, Page};
 use billing_tests::kit::{deliveries, get, text};
@@ -395,6 +397,14 @@ async fn every_page_renders_and_bad_input_is_a_page_never_a_500(app: TestApp) {
         ("/console/deliveries?q=nonsense", 400),
         ("/console/deliveries?q=evt_short", 400),
         ("/console/deliveries?endpoint_ref=whep_AAAAAAAAAAAA", 404),
+        ("/console/deliveries?status=lost", 400),
+        (
+            "/console/deliveries?public_event_type=nothing.happened",
+            400,
+        ),
+        ("/console/deliveries?created_before=yesterday", 400),
+        ("/console/deliveries?last_response_class=2xx", 400),
+        ("/console/deliveries?cursor=forged", 400),
         ("/console/deliveries?endpoint_ref=nope", 400),
         (
             "/console/deliveries?endpoint_ref=whep_AAAAAAAAAAAA&status=lost",
@@ -677,6 +687,182 @@ async fn a_blocked_key_is_listed_and_skipped_from_the_endpoint_page(app: TestApp
     assert_eq!(d.data()["status"], "succeeded", "{}", d.data());
 }
 
+/// The deliveries the page lists, in its order.
+fn listed(page: &Page) -> Vec<String> {
+    let marker = "data-ref=\"";
+    page.html
+        .match_indices(marker)
+        .map(|(i, _)| {
+            let rest = &page.html[i + marker.len()..];
+            rest[..rest.find('"').expect("the ref's end")].to_owned()
+        })
+        .collect()
+}
+
+/// The page's "Next page" link, if it has one.
+fn next_link(page: &Page) -> Option<String> {
+    let marker = "class=\"more\"><a href=\"";
+    let at = page.html.find(marker)? + marker.len();
+    let len = page.html[at..].find('"')?;
+    Some(unescape(&page.html[at..at + len]))
+}
+
+/// A test delivery to `endpoint` as `secret`'s environment; its ref and
+/// its `created_at`.
+async fn test_send(app: &TestApp, secret: &str, endpoint: &str) -> (String, String) {
+    // Apart in time from the one before, so that newest first is one order.
+    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    let r = app
+        .post(
+            &format!("/api/v1/webhook_endpoints/{endpoint}/test_send"),
+            json!({"public_event_type": "webhook.test"}),
+        )
+        .auth(secret)
+        .send()
+        .await;
+    r.expect(201);
+    (
+        text(&r.data()["delivery_ref"]),
+        text(&r.data()["created_at"]),
+    )
+}
+
+/// The deliveries page lists the newest deliveries of every endpoint of
+/// the caller's environment before any endpoint is chosen (contract 12.3),
+/// each row with its endpoint; the endpoint is one more filter, and every
+/// other filter works with or without it; pages follow one another with
+/// their cursor, which no other filter accepts.
+async fn the_deliveries_page_lists_every_endpoint_until_one_is_chosen(app: TestApp) {
+    let failing = TestReceiver::start(Behaviour::Status(500)).await;
+    let answering = TestReceiver::start(Behaviour::Status(200)).await;
+    let create = |url: String, secret: String| {
+        let app = &app;
+        async move {
+            let r = app
+                .post("/api/v1/webhook_endpoints", json!({ "url": url }))
+                .auth(&secret)
+                .send()
+                .await;
+            r.expect(201);
+            text(&r.data()["endpoint_ref"])
+        }
+    };
+    let sandbox = app.sandbox.secret.clone();
+    let a = create(failing.url(), sandbox.clone()).await;
+    let b = create(answering.url(), sandbox.clone()).await;
+    let (a1, _) = test_send(&app, &sandbox, &a).await;
+    let (b1, b1_at) = test_send(&app, &sandbox, &b).await;
+    app.dispatch_due("0s").await;
+    let (b2, _) = test_send(&app, &sandbox, &b).await;
+    // Live endpoints take https only; this one is never dispatched to.
+    let elsewhere = create(
+        "https://example.com/hook".to_owned(),
+        app.live.secret.clone(),
+    )
+    .await;
+    let (l1, _) = test_send(&app, &app.live.secret, &elsewhere).await;
+    let status = |d: &str| {
+        let (app, path) = (&app, format!("/api/v1/webhook_deliveries/{d}"));
+        async move { text(&get(app, &path).await.data()["status"]) }
+    };
+    assert_eq!(
+        (status(&a1).await, status(&b1).await, status(&b2).await),
+        ("failed".into(), "succeeded".into(), "pending".into())
+    );
+
+    let v = signed_in(&app, &app.sandbox.secret).await;
+    let page = v.get("/console/deliveries").await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    secured(&page);
+    assert_eq!(
+        listed(&page),
+        [b2.as_str(), b1.as_str(), a1.as_str()],
+        "every endpoint's, newest first, none of another environment: {}",
+        page.html
+    );
+    assert!(!page.html.contains(&l1));
+    for (delivery, endpoint, url) in [(&a1, &a, failing.url()), (&b1, &b, answering.url())] {
+        let row = &page.html[page
+            .html
+            .find(&format!("data-ref=\"{delivery}\""))
+            .expect("its row")..];
+        let row = &row[..row.find("</tr>").unwrap()];
+        assert!(
+            row.contains(&format!("href=\"/console/endpoints/{endpoint}\"")) && row.contains(&url),
+            "the row shows its endpoint: {row}"
+        );
+    }
+    assert!(next_link(&page).is_none(), "one page");
+
+    // The endpoint is one more filter; the others work with it or without.
+    let b1_at = b1_at.replace(':', "%3A").replace('+', "%2B");
+    for (query, expected) in [
+        (format!("endpoint_ref={a}"), vec![a1.as_str()]),
+        (format!("endpoint_ref={b}"), vec![b2.as_str(), b1.as_str()]),
+        ("status=failed".to_owned(), vec![a1.as_str()]),
+        ("status=succeeded".to_owned(), vec![b1.as_str()]),
+        ("status=pending".to_owned(), vec![b2.as_str()]),
+        ("status=held".to_owned(), vec![]),
+        (
+            format!("status=succeeded&endpoint_ref={b}"),
+            vec![b1.as_str()],
+        ),
+        (format!("status=failed&endpoint_ref={b}"), vec![]),
+        ("last_response_class=5xx".to_owned(), vec![a1.as_str()]),
+        (
+            "last_response_class=5xx&status=failed".to_owned(),
+            vec![a1.as_str()],
+        ),
+        (
+            "public_event_type=webhook.test".to_owned(),
+            vec![b2.as_str(), b1.as_str(), a1.as_str()],
+        ),
+        ("public_event_type=payment.succeeded".to_owned(), vec![]),
+        (format!("created_after={b1_at}"), vec![b2.as_str()]),
+        (format!("created_before={b1_at}"), vec![a1.as_str()]),
+        (format!("created_before={b1_at}&endpoint_ref={b}"), vec![]),
+    ] {
+        let page = v.get(&format!("/console/deliveries?{query}")).await;
+        assert_eq!(page.status, 200, "{query}: {}", page.html);
+        assert_eq!(listed(&page), expected, "{query}");
+    }
+    let failed = v.get("/console/deliveries?status=failed").await;
+    assert!(
+        failed
+            .html
+            .contains("href=\"/console/redrive-jobs?status=failed\""),
+        "failed deliveries of every endpoint can be redriven by filter: {}",
+        failed.html
+    );
+
+    // Pages of 50, newest first, each delivery once.
+    let mut all = vec![b2.clone(), b1.clone(), a1.clone()];
+    for _ in 0..50 {
+        all.insert(0, test_send(&app, &sandbox, &a).await.0);
+    }
+    let first = v.get("/console/deliveries").await;
+    assert_eq!(listed(&first), &all[..50]);
+    let next = next_link(&first).expect("a next page");
+    let second = v.get(&next).await;
+    assert_eq!(second.status, 200, "{}", second.html);
+    assert_eq!(listed(&second), &all[50..]);
+    assert!(next_link(&second).is_none());
+    // Its cursor pages this list only: not under another filter.
+    let cursor = next.split_once("cursor=").expect("a cursor").1;
+    let refused = v
+        .get(&format!(
+            "/console/deliveries?status=pending&cursor={cursor}"
+        ))
+        .await;
+    assert_eq!(refused.status, 400, "{}", refused.html);
+
+    // The list across endpoints asks the list's permission.
+    let (_, secret) = app.principal_with(&["webhooks:read_list_endpoints"]).await;
+    let stranger = signed_in(&app, &secret).await;
+    let page = stranger.get("/console/deliveries").await;
+    assert_eq!(page.status, 403, "{}", page.html);
+}
+
 backend_tests!(
     sign_in_exchanges_a_secret_for_a_strict_session_cookie,
     a_change_without_its_csrf_token_is_refused,
@@ -686,4 +872,5 @@ backend_tests!(
     every_page_renders_and_bad_input_is_a_page_never_a_500,
     search_finds_a_delivery_and_an_events_deliveries,
     a_blocked_key_is_listed_and_skipped_from_the_endpoint_page,
+    the_deliveries_page_lists_every_endpoint_until_one_is_chosen,
 );

@@ -13,6 +13,7 @@ mod checkout;
 mod checkout_events;
 mod claim_plans;
 mod console;
+mod console_plans;
 mod contract;
 mod dead_letters;
 mod delivery_filters;

@@ -1,18 +1,30 @@
 //! Reads for the operator console (contract 12.3) that no API operation
 //! answers: an endpoint's attempts summed per time bucket (its success
-//! rate and latency charts) and the deliveries of one event (its search
-//! by `event_ref`). Both are scoped by environment like every other read,
-//! and both are served by indexes: attempts by
-//! `webhook_attempts_by_endpoint_status` (endpoint, status, started_at),
-//! deliveries by the unique key that starts with `event_ref`.
+//! rate and latency charts), the deliveries of one event (its search by
+//! `event_ref`) and the newest deliveries of every endpoint at once (its
+//! deliveries page before an endpoint is chosen). Each is scoped by
+//! environment like every other read, and each is served by indexes:
+//! attempts by `webhook_attempts_by_endpoint_status` (endpoint, status,
+//! started_at), an event's deliveries by the unique key that starts with
+//! `event_ref`, the environment's by `webhook_deliveries_by_env`
+//! (environment, created_at, delivery_ref; migration 0024) or, under a
+//! settled status, `webhook_deliveries_settled_by_env_status`
+//! (`tests/tests/console_plans.rs` checks their plans).
 
-use super::deliveries::delivery_from_row;
+use super::deliveries::{delivery_from_row, DeliveryFilter};
 use super::Webhooks;
+use crate::db::page::{Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, Arg};
 use crate::{DeliveryRecord, StoreError};
 use domain::webhook::AttemptStatus;
 use domain::{Ref, Timestamp};
+
+/// The statement of `Webhooks::deliveries_of_event`: the event (`$1`), the
+/// environment (`$2`), at most `$3`.
+pub const DELIVERIES_OF_EVENT: &str =
+    "SELECT * FROM webhook_deliveries WHERE event_ref = $1 AND environment_ref = $2 \
+     ORDER BY created_at DESC, delivery_ref DESC LIMIT $3";
 
 /// The attempts of one endpoint that started in one time bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -98,8 +110,7 @@ impl Webhooks<'_> {
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         read::all(
             self.pool(),
-            "SELECT * FROM webhook_deliveries WHERE event_ref = $1 AND environment_ref = $2 \
-             ORDER BY created_at DESC, delivery_ref DESC LIMIT $3",
+            DELIVERIES_OF_EVENT,
             &[
                 event_ref.as_str().into(),
                 environment_ref.as_str().into(),
@@ -109,4 +120,76 @@ impl Webhooks<'_> {
         )
         .await
     }
+
+    /// A page of the deliveries of every endpoint of the environment that
+    /// meet `filter`, newest first (`environment_deliveries_sql` is its
+    /// statement): the console's deliveries page before an endpoint is
+    /// chosen. The same filters and order as an endpoint's list
+    /// (`Webhooks::list_deliveries`), its status written into the text
+    /// so that a planner may use the partial index of settled deliveries;
+    /// a page is one range of an index however many deliveries and
+    /// endpoints the environment has (under `pending` a planner may
+    /// rather sort the live backlog, from `webhook_deliveries_due_at`,
+    /// when it is small).
+    pub async fn environment_deliveries(
+        &self,
+        environment_ref: &Ref,
+        filter: &DeliveryFilter,
+        page: &PageRequest,
+    ) -> Result<Page<DeliveryRecord>, StoreError> {
+        let (sql, args) = environment_statement(environment_ref.as_str(), filter, page);
+        let mut items = read::all(self.pool(), &sql, &args, delivery_from_row).await?;
+        let has_more = items.len() > page.limit as usize;
+        items.truncate(page.limit as usize);
+        Ok(Page { items, has_more })
+    }
+}
+
+/// The statement of `Webhooks::environment_deliveries` and its values: the
+/// environment (`$1`), the filter's values, then the cursor's `(at, key)`.
+///
+/// `db::page::page_sql`'s keyset, with one more condition that changes no
+/// result: `created_at <= at`, a bound of the index's range. Its
+/// `created_at < at OR (…)` alone is no range a planner seeks to, so a
+/// later page would read through every delivery newer than it first.
+fn environment_statement<'a>(
+    environment_ref: &'a str,
+    filter: &'a DeliveryFilter,
+    page: &'a PageRequest,
+) -> (String, Vec<Arg<'a>>) {
+    let mut args: Vec<Arg> = vec![environment_ref.into()];
+    let conditions = filter.conditions(&mut args);
+    let mut sql =
+        format!("SELECT * FROM webhook_deliveries WHERE environment_ref = $1{conditions}");
+    if let Some((at, key)) = &page.after {
+        let (a, b) = (args.len() + 1, args.len() + 2);
+        sql.push_str(&format!(
+            " AND created_at <= ${a} AND (created_at < ${a} OR (created_at = ${a} AND delivery_ref < ${b}))"
+        ));
+        args.extend([Arg::from(*at), Arg::from(key.as_str())]);
+    }
+    sql.push_str(&format!(
+        " ORDER BY created_at DESC, delivery_ref DESC LIMIT {}",
+        u64::from(page.limit) + 1
+    ));
+    (sql, args)
+}
+
+/// The statement `Webhooks::environment_deliveries` runs for `filter` and
+/// `page`, with the values its marks bind, as text (`'…'` for text, in
+/// mark order): for a check of its plan.
+pub fn environment_deliveries_sql(
+    environment_ref: &str,
+    filter: &DeliveryFilter,
+    page: &PageRequest,
+) -> (String, Vec<String>) {
+    let (sql, args) = environment_statement(environment_ref, filter, page);
+    let values = args
+        .iter()
+        .map(|a| match a {
+            Arg::Int(v) => v.map_or("NULL".to_owned(), |v| v.to_string()),
+            Arg::Text(v) => v.map_or("NULL".to_owned(), |v| format!("'{v}'")),
+        })
+        .collect();
+    (sql, values)
 }
