@@ -103,7 +103,7 @@ impl Dispatch<'_> {
         let owner = leasing.as_ref().map(|l| l.owner.clone());
         let mut tx = self.begin_write().await?;
         // Numbered first: the fan-out copies each event's sequence.
-        let keys = ordering::accept(tx.inner(), events).await?;
+        let numbered = ordering::accept(tx.inner(), events).await?;
         let events = &*events;
         let (plan, versions, url_fixed) = match planned {
             Some(read) => read,
@@ -132,9 +132,9 @@ impl Dispatch<'_> {
         let created =
             insert_deliveries(&mut tx, self.backend(), &rows, now.millis(), &url_fixed).await?;
         let mut written = written(&rows, rooms, &created, new, &versions, now);
-        if !keys.is_empty() {
-            ordering::advance(tx.inner(), &keys).await?;
-            let keys = keys.into_iter().collect();
+        if !numbered.keys.is_empty() {
+            ordering::advance(tx.inner(), &numbered.to_walk).await?;
+            let keys = numbered.keys.into_iter().collect();
             let released = ordering::release(tx.inner(), &keys, now).await?;
             written
                 .left_due

@@ -104,14 +104,26 @@ pub(crate) async fn number(
     Ok(())
 }
 
-/// The intake's numbering, first in its transaction: locks the batch's
-/// keys, gives each new event without a trusted sequence the next of its
-/// key (one the service emitted keeps its own, if its key gave it out),
-/// and an event accepted before its stored sequence. Returns the keys.
+/// What the intake's numbering did: every key of the batch (for the
+/// release), and those whose acceptance may have a gap to walk
+/// (`advance`), with how far each was accepted.
+pub(crate) struct Accepted {
+    pub keys: Vec<KeyOf>,
+    pub to_walk: Vec<(KeyOf, i64)>,
+}
+
+/// The intake's numbering, first in its transaction, one statement for
+/// the whole batch (`statements::number_batch`): locks the batch's keys in
+/// a fixed order, gives each new event without a trusted sequence the next
+/// of its key (one the service emitted keeps its own, if its key gave it
+/// out), and moves a key's `accepted_through` with them when nothing was
+/// missing before. An event accepted before gets its stored sequence; the
+/// numbers it was given back (rare: a concurrent redelivery) are returned
+/// to the counter at once.
 pub(crate) async fn accept(
     tx: &mut WriteTx,
     events: &mut [EventRow],
-) -> Result<Vec<KeyOf>, StoreError> {
+) -> Result<Accepted, StoreError> {
     let mut by_key: BTreeMap<KeyOf, Vec<usize>> = BTreeMap::new();
     for (i, e) in events.iter().enumerate() {
         if let Some(order) = &e.order {
@@ -122,11 +134,50 @@ pub(crate) async fn accept(
         }
     }
     if by_key.is_empty() {
-        return Ok(Vec::new());
+        return Ok(Accepted {
+            keys: Vec::new(),
+            to_walk: Vec::new(),
+        });
     }
-    let mut last = HashMap::new();
-    for key in by_key.keys() {
-        last.insert(key.clone(), take(tx, key, 0).await?.0);
+    // What each key asks: numbers for its events without a sequence (each
+    // event once), and whether all its events are such.
+    let asks: Vec<(i64, bool)> = by_key
+        .values()
+        .map(|indexes| {
+            let mut seen = std::collections::HashSet::new();
+            let wanted = indexes
+                .iter()
+                .filter(|i| {
+                    let e = &events[**i];
+                    e.order.as_ref().is_some_and(|o| o.sequence.is_none())
+                        && seen.insert(e.event_ref.as_str())
+                })
+                .count() as i64;
+            let all_new = indexes.iter().all(|i| {
+                events[*i]
+                    .order
+                    .as_ref()
+                    .is_some_and(|o| o.sequence.is_none())
+            });
+            (wanted, all_new)
+        })
+        .collect();
+    let mut marks = Marks::new(tx.backend());
+    let sql = statements::number_batch(&mut marks, by_key.len());
+    let mut args: Vec<Arg> = Vec::with_capacity(by_key.len() * 4);
+    for ((key, _), (wanted, all_new)) in by_key.iter().zip(&asks) {
+        args.push(key.0.as_str().into());
+        args.push(key.1.as_str().into());
+        args.push((*wanted).into());
+        args.push((if *all_new { *wanted } else { 0 }).into());
+    }
+    let mut counters: HashMap<KeyOf, (i64, i64)> = HashMap::new();
+    for row in tx.fetch(&sql, &args).await? {
+        let key = (text(&row, "environment_ref")?, text(&row, "ordering_key")?);
+        counters.insert(
+            key,
+            (int(&row, "last_sequence")?, int(&row, "accepted_through")?),
+        );
     }
     // Read after the keys are locked: a concurrent intake of the same
     // event has committed by now, and its number is found, not taken again.
@@ -136,18 +187,24 @@ pub(crate) async fn accept(
         .map(|i| events[*i].event_ref.as_str())
         .collect();
     let before = accepted_before(tx, &refs).await?;
-    for (key, indexes) in &by_key {
-        let top = last[key];
+    let mut to_walk = Vec::new();
+    for ((key, indexes), (wanted, all_new)) in by_key.iter().zip(&asks) {
+        let (last, through) = counters
+            .get(key)
+            .copied()
+            .ok_or_else(|| StoreError::Corrupt(format!("the counter of ordering key {}", key.1)))?;
+        let top = last - wanted;
         let mut next = top;
         let mut given: HashMap<String, i64> = HashMap::new();
         for i in indexes {
             let e = &mut events[*i];
+            let event_ref = e.event_ref.to_string();
             let Some(order) = e.order.as_mut() else {
                 continue;
             };
-            let sequence = if let Some(s) = before.get(e.event_ref.as_str()) {
+            let sequence = if let Some(s) = before.get(&event_ref) {
                 *s
-            } else if let Some(s) = given.get(e.event_ref.as_str()) {
+            } else if let Some(s) = given.get(&event_ref) {
                 *s
             } else {
                 let s = match order.sequence {
@@ -157,16 +214,38 @@ pub(crate) async fn accept(
                         next
                     }
                 };
-                given.insert(e.event_ref.to_string(), s);
+                given.insert(event_ref, s);
                 s
             };
             order.sequence = Some(sequence);
         }
-        if next > top {
-            take(tx, key, (next - top) as usize).await?;
+        if next == last && *all_new && through == last {
+            continue;
         }
+        // Not all numbers were used (an event accepted before), or more
+        // were needed (a sequence its key never gave out), or the key had
+        // a gap: the counter takes what was used, and acceptance is
+        // walked again from where it was surely contiguous.
+        let through = through.min(top);
+        if next != last {
+            tx.execute(
+                "UPDATE ordering_keys SET last_sequence = $1, accepted_through = $2 \
+                 WHERE environment_ref = $3 AND ordering_key = $4",
+                &[
+                    next.into(),
+                    through.into(),
+                    key.0.as_str().into(),
+                    key.1.as_str().into(),
+                ],
+            )
+            .await?;
+        }
+        to_walk.push((key.clone(), through));
     }
-    Ok(by_key.into_keys().collect())
+    Ok(Accepted {
+        keys: by_key.into_keys().collect(),
+        to_walk,
+    })
 }
 
 /// The sequences of those of `refs` accepted before.
@@ -191,10 +270,11 @@ async fn accepted_before(
 }
 
 /// After the intake wrote its events: moves each key's `accepted_through`
-/// over the sequences now accepted without a gap.
-pub(crate) async fn advance(tx: &mut WriteTx, keys: &[KeyOf]) -> Result<(), StoreError> {
-    for key in keys {
-        let (_, through) = take(tx, key, 0).await?;
+/// (from where it was surely contiguous) over the sequences now accepted
+/// without a gap. Its row is locked already (`accept`).
+pub(crate) async fn advance(tx: &mut WriteTx, keys: &[(KeyOf, i64)]) -> Result<(), StoreError> {
+    for (key, through) in keys {
+        let through = *through;
         let sql = "SELECT sequence FROM events WHERE environment_ref = $1 AND ordering_key = $2 \
              AND sequence > $3 ORDER BY sequence LIMIT 1000";
         let rows = tx
@@ -208,19 +288,17 @@ pub(crate) async fn advance(tx: &mut WriteTx, keys: &[KeyOf]) -> Result<(), Stor
             .map(|r| int(r, "sequence"))
             .collect::<Result<_, _>>()?;
         let now_through = accepted_through(through, &accepted);
-        if now_through != through {
-            let sql = "UPDATE ordering_keys SET accepted_through = $1 \
-                 WHERE environment_ref = $2 AND ordering_key = $3";
-            tx.execute(
-                sql,
-                &[
-                    now_through.into(),
-                    key.0.as_str().into(),
-                    key.1.as_str().into(),
-                ],
-            )
-            .await?;
-        }
+        let sql = "UPDATE ordering_keys SET accepted_through = $1 \
+             WHERE environment_ref = $2 AND ordering_key = $3 AND accepted_through <> $1";
+        tx.execute(
+            sql,
+            &[
+                now_through.into(),
+                key.0.as_str().into(),
+                key.1.as_str().into(),
+            ],
+        )
+        .await?;
     }
     Ok(())
 }
@@ -326,7 +404,29 @@ pub(crate) fn key_of(environment_ref: &Ref, order: &EventOrder) -> KeyOf {
 /// The statements of order per key, public so that tests check them
 /// against the domain's rule with the very text that runs.
 pub mod statements {
+    use crate::db::marks::Marks;
     use domain::webhook::DeliveryStatus;
+
+    /// The intake's numbering of `n` keys (marks: environment, key, the
+    /// numbers wanted, and the same again when every event of the key in the
+    /// batch wanted one, else 0), in the order given (sorted: rows are
+    /// locked in that order): each key's counter moves by its numbers, and
+    /// its `accepted_through` with it when the key had no gap and all its
+    /// events were numbered here. Returns each key's counter after.
+    pub fn number_batch(marks: &mut Marks, n: usize) -> String {
+        let rows: Vec<String> = (0..n).map(|_| format!("({})", marks.list(4))).collect();
+        format!(
+            "INSERT INTO ordering_keys (environment_ref, ordering_key, last_sequence, \
+             accepted_through) VALUES {} ON CONFLICT (environment_ref, ordering_key) DO UPDATE \
+             SET last_sequence = ordering_keys.last_sequence + excluded.last_sequence, \
+             accepted_through = CASE WHEN excluded.accepted_through > 0 \
+             AND ordering_keys.accepted_through = ordering_keys.last_sequence \
+             THEN ordering_keys.last_sequence + excluded.last_sequence \
+             ELSE ordering_keys.accepted_through END \
+             RETURNING environment_ref, ordering_key, last_sequence, accepted_through",
+            rows.join(", ")
+        )
+    }
 
     /// Whether the delivery row `alias` keeps the later ones of its key
     /// waiting: `domain::webhook::ordering::blocks` in SQL.
