@@ -213,10 +213,14 @@ fn plan(
     // An operational event is never delivered to the endpoint it is about
     // (contract 13.4).
     let about = about_endpoint(event);
-    let subscribed = subscriptions
+    let mut bodies = Bodies::new();
+    let admitted: Vec<&Candidate> = subscriptions
         .iter()
         .filter(|c| about.as_deref() != Some(c.subscription.endpoint_ref.as_str()))
-        .filter(|c| admits(event, newest, c))
+        .filter(|c| admits(event, newest, c, &mut bodies))
+        .collect();
+    let subscribed = admitted
+        .into_iter()
         .map(|c| &c.subscription)
         .map(|s| Subscribed {
             endpoint_ref: &s.endpoint_ref,
@@ -285,7 +289,7 @@ fn parse_filter(text: &str) -> Option<Filter> {
 /// holds on the body its endpoint would receive, in its dto version and
 /// redacted by its grant. Its scope is checked first, so a body is built
 /// only for a subscription that would match without its filter.
-fn admits(event: &EventRow, newest: u32, c: &Candidate) -> bool {
+fn admits(event: &EventRow, newest: u32, c: &Candidate, bodies: &mut Bodies) -> bool {
     let Some(filter) = &c.filter else {
         return true;
     };
@@ -301,13 +305,17 @@ fn admits(event: &EventRow, newest: u32, c: &Candidate) -> bool {
     ) {
         return false;
     }
-    filter.holds(&filter_body(
-        event,
-        newest,
-        s.dto_version,
-        c.granted.as_ref(),
-    ))
+    let grant = c.granted.as_ref();
+    let seen_as = (s.dto_version, grant.map(|g| g.data_classes.clone()));
+    let body = bodies
+        .entry(seen_as)
+        .or_insert_with(|| filter_body(event, newest, s.dto_version, grant));
+    filter.holds(body)
 }
+
+/// An event's bodies as filters see them, built once per dto version and
+/// grant (its data classes), whatever the number of subscriptions.
+type Bodies = HashMap<(u32, Option<Vec<domain::webhook::DataClass>>), serde_json::Value>;
 
 /// The body a delivery of `event` in `dto_version` would carry, redacted by
 /// `grant`, as a tree for a filter (contract 13.3).
