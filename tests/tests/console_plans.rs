@@ -45,9 +45,10 @@ fn plan_facts(explained: &Value) -> (Vec<String>, u64) {
         if let Some(name) = node.get("Index Name").and_then(Value::as_str) {
             found.push(name.to_owned());
         }
-        match node.get("Node Type").and_then(Value::as_str) {
-            Some(kind @ ("Seq Scan" | "Sort" | "Incremental Sort")) => found.push(kind.to_owned()),
-            _ => {}
+        if let Some(kind @ ("Seq Scan" | "Sort" | "Incremental Sort")) =
+            node.get("Node Type").and_then(Value::as_str)
+        {
+            found.push(kind.to_owned());
         }
         for child in node
             .get("Plans")
