@@ -226,6 +226,15 @@ async fn run(
         .subscribed_endpoint(&receiver.url(), EVENT_TYPE, 1)
         .await;
     let dispatcher = start(app.dispatch_settings(SCHEDULE));
+    // The deliveries that run out of retries are announced
+    // (`webhook_delivery.failed`, into the outbox), so the relay runs as in
+    // the service: the pipeline is idle only once they are relayed.
+    let stop_relay = tokio_util::sync::CancellationToken::new();
+    let relay = tokio::spawn(dispatcher::outbox::relay(
+        app.store.clone(),
+        dispatcher::outbox::Target::Queue(app.queue.clone()),
+        stop_relay.clone(),
+    ));
 
     let began = Instant::now();
     let published = publish_all(app).await;
@@ -256,6 +265,8 @@ async fn run(
             .await;
     }
     dispatcher.shutdown().await;
+    stop_relay.cancel();
+    relay.await.expect("the relay stops");
     let got = receiver.received();
     tally.absorb(&got, &published);
     let statuses = delivery_statuses(app, &endpoint).await;
