@@ -282,20 +282,26 @@ async fn a_failed_head_blocks_its_key_until_redriven_or_skipped(app: TestApp) {
     assert_eq!(after[1]["status"], "succeeded", "{after:?}");
 }
 
-/// The service's own events of a one-time checkout carry the session's
-/// reference as their key, numbered from 1 without a gap in the order the
-/// unit of work emitted them; an unordered endpoint shows them too.
-async fn own_events_are_keyed_by_their_session(app: TestApp) {
-    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+/// A `per_key` endpoint for `url`, subscribed to three of a paid one-time
+/// checkout's events.
+async fn checkout_endpoint(app: &TestApp, url: &str) {
     let types = [
         "payment.succeeded",
         "checkout_session.completed",
         "order.created",
     ];
-    let endpoint = ordered_endpoint(&app, &receiver.url(), types[0]).await;
+    let endpoint = ordered_endpoint(app, url, types[0]).await;
     for t in &types[1..] {
         app.subscribe(&endpoint, t, 1).await;
     }
+}
+
+/// The service's own events of a one-time checkout carry the session's
+/// reference as their key, numbered from 1 without a gap in the order the
+/// unit of work emitted them.
+async fn own_events_are_keyed_by_their_session(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(200)).await;
+    checkout_endpoint(&app, &receiver.url()).await;
     let config = one_time_config(&app, &["1000"]).await;
     let session = new_session(&app, &config).await;
     pay(&app, &session, "pm_card_visa").await;
@@ -342,15 +348,7 @@ async fn a_fleet_delivers_each_key_in_order() {
     // Every answer a success: the pipeline's dispatchers retry twice at
     // most, and a head that failed for good would block its key.
     let receiver = TestReceiver::start(Behaviour::Status(200)).await;
-    let types = [
-        "payment.succeeded",
-        "checkout_session.completed",
-        "order.created",
-    ];
-    let endpoint = ordered_endpoint(&app, &receiver.url(), types[0]).await;
-    for t in &types[1..] {
-        app.subscribe(&endpoint, t, 1).await;
-    }
+    checkout_endpoint(&app, &receiver.url()).await;
     let config = one_time_config(&app, &["1000"]).await;
     let mut sessions = BTreeSet::new();
     for _ in 0..6 {

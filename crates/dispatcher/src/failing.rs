@@ -101,16 +101,22 @@ impl FailingSince {
     pub fn observe(&self, endpoint_ref: &Ref, success: bool, announced: bool) -> HealthChange {
         use domain::webhook::health::FAILING_STREAK;
         let mut streaks = self.streaks.lock().unwrap_or_else(|p| p.into_inner());
-        let s = streaks.entry(endpoint_ref.to_string()).or_default();
+        // Called for every attempt: the key is copied only the first time.
+        if !streaks.contains_key(endpoint_ref.as_str()) {
+            streaks.insert(endpoint_ref.to_string(), Streak::default());
+        }
+        let Some(s) = streaks.get_mut(endpoint_ref.as_str()) else {
+            return HealthChange::None;
+        };
         let announced = s.announced.unwrap_or(announced);
         if success {
             s.failed = 0;
-            if announced {
-                s.announced = Some(false);
-                return HealthChange::Recovered;
-            }
             s.announced = Some(false);
-            return HealthChange::None;
+            return if announced {
+                HealthChange::Recovered
+            } else {
+                HealthChange::None
+            };
         }
         s.failed = s.failed.saturating_add(1);
         if !announced && s.failed >= FAILING_STREAK as u32 {
