@@ -5,7 +5,8 @@
 //! its forged POST answers 403; a revoked credential's session ends at
 //! once; secrets appear only where the API answer that created them is
 //! shown; bad input is a page with its status, never a 500; a per_key
-//! endpoint's blocked key is listed and skipped from the console; the
+//! endpoint's blocked key is listed and skipped from the console; an
+//! endpoint's limits are shown and changed from its page; the
 //! deliveries page lists every endpoint's until one is chosen (its plan at
 //! scale: `console_plans.rs`). The real browser's walk is
 //! `tests/browser/main.rs`.
@@ -241,7 +242,7 @@ async fn a_read_only_credential_sees_no_action_and_its_forged_post_is_forbidden(
 
     // Its own session's token does not make a forged action pass.
     let csrf = page.csrf();
-    for action in ["pause", "rotate", "test-send"] {
+    for action in ["pause", "rotate", "test-send", "limits"] {
         let forged = v
             .post(
                 &format!("/console/endpoints/{endpoint}/{action}"),
@@ -250,6 +251,7 @@ async fn a_read_only_credential_sees_no_action_and_its_forged_post_is_forbidden(
                     ("etag", "*"),
                     ("reason", "forged"),
                     ("public_event_type", "webhook.test"),
+                    ("rate_limit", "1"),
                     ("idempotency_key", "forged-1"),
                 ],
             )
@@ -863,6 +865,106 @@ async fn the_deliveries_page_lists_every_endpoint_until_one_is_chosen(app: TestA
     assert_eq!(page.status, 403, "{}", page.html);
 }
 
+/// The text of the `dd` with `id` in `html`.
+fn fact(html: &str, id: &str) -> String {
+    let start = html
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("#{id} in {html}"));
+    let rest = &html[start..];
+    let open = rest.find('>').unwrap() + 1;
+    let close = rest.find("</dd>").unwrap();
+    rest[open..close].to_owned()
+}
+
+/// The endpoint's page shows its limits and the rate they leave it; the
+/// limits form runs `updateWebhookEndpoint` with the page's ETag, sending
+/// only what changed (an empty rate limit is none); a refused value is
+/// the operation's 400 naming the field, a stale page its 412.
+async fn limits_are_shown_and_changed_from_the_endpoint_page(app: TestApp) {
+    let (endpoint, _) = endpoint(&app).await;
+    let v = signed_in(&app, &app.sandbox.secret).await;
+    let path = format!("/console/endpoints/{endpoint}");
+    let page = v.get(&path).await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    secured(&page);
+    assert_eq!(fact(&page.html, "ordering"), "none");
+    assert_eq!(fact(&page.html, "rate-limit"), "none");
+    assert_eq!(fact(&page.html, "max-in-flight"), "100");
+    assert_eq!(fact(&page.html, "effective-rate"), "unlimited");
+    assert_eq!(fact(&page.html, "throttled-until"), "—");
+    assert!(page.html.contains("id=\"limits\""), "the form");
+    let etag = page.hidden("etag").expect("the page's ETag");
+    let csrf = page.csrf();
+    let limits = format!("{path}/limits");
+    let post = |fields: Vec<(&'static str, String)>| {
+        let v = &v;
+        let limits = limits.clone();
+        async move {
+            let fields: Vec<(&str, &str)> = fields.iter().map(|(k, x)| (*k, x.as_str())).collect();
+            v.post(&limits, &fields).await
+        }
+    };
+    let form = |etag: &str, shown: (&str, &str), given: (&str, &str)| {
+        vec![
+            ("csrf", csrf.clone()),
+            ("etag", etag.to_owned()),
+            ("shown_rate_limit", shown.0.to_owned()),
+            ("shown_max_in_flight", shown.1.to_owned()),
+            ("rate_limit", given.0.to_owned()),
+            ("max_in_flight", given.1.to_owned()),
+        ]
+    };
+
+    let bad = post(form(&etag, ("", "100"), ("0", "100"))).await;
+    assert_eq!(bad.status, 400, "{}", bad.html);
+    secured(&bad);
+    assert!(bad.html.contains("rate_limit"), "{}", bad.html);
+
+    let done = post(form(&etag, ("", "100"), ("25", "100"))).await;
+    assert_eq!(done.status, 303, "{}", done.html);
+    assert_eq!(done.location(), format!("{path}?notice=limits_saved"));
+    let shown = get(&app, &format!("/api/v1/webhook_endpoints/{endpoint}")).await;
+    assert_eq!(shown.data()["rate_limit"], 25);
+    assert_eq!(shown.data()["max_in_flight"], 100);
+    let page = v.get(done.location()).await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    assert!(page.html.contains("limits are saved"), "the notice");
+    assert_eq!(fact(&page.html, "rate-limit"), "25/s");
+    assert_eq!(fact(&page.html, "effective-rate"), "25/s");
+    assert!(
+        page.html
+            .contains("name=\"rate_limit\" min=\"1\" max=\"10000\" step=\"1\" value=\"25\""),
+        "{}",
+        page.html
+    );
+
+    // The page it was sent from is stale now.
+    let stale = post(form(&etag, ("", "100"), ("30", "100"))).await;
+    assert_eq!(stale.status, 412, "{}", stale.html);
+
+    // Emptied: no rate limit; a new max_in_flight.
+    let fresh = page.hidden("etag").unwrap();
+    let done = post(form(&fresh, ("25", "100"), ("", "8"))).await;
+    assert_eq!(done.status, 303, "{}", done.html);
+    let shown = get(&app, &format!("/api/v1/webhook_endpoints/{endpoint}")).await;
+    assert!(shown.data()["rate_limit"].is_null(), "{}", shown.text);
+    assert_eq!(shown.data()["max_in_flight"], 8);
+    let page = v.get(&path).await;
+    assert_eq!(fact(&page.html, "rate-limit"), "none");
+    assert_eq!(fact(&page.html, "max-in-flight"), "8");
+    let logs = get(
+        &app,
+        "/api/v1/request_logs?operation_id=updateWebhookEndpoint&status=200",
+    )
+    .await;
+    let logged = &logs.data()["items"][0];
+    assert_eq!(
+        logged["credential_ref"],
+        app.sandbox.credential_ref.as_str()
+    );
+    assert_eq!(logged["method"], "PATCH");
+}
+
 backend_tests!(
     sign_in_exchanges_a_secret_for_a_strict_session_cookie,
     a_change_without_its_csrf_token_is_refused,
@@ -873,4 +975,5 @@ backend_tests!(
     search_finds_a_delivery_and_an_events_deliveries,
     a_blocked_key_is_listed_and_skipped_from_the_endpoint_page,
     the_deliveries_page_lists_every_endpoint_until_one_is_chosen,
+    limits_are_shown_and_changed_from_the_endpoint_page,
 );

@@ -727,6 +727,7 @@ fn succeeded(d: &store::DeliveryRecord) -> store::AttemptResult {
         payload: "{}".to_owned(),
         disable_endpoint: false,
         ordered_key: None,
+        pushback: None,
     }
 }
 

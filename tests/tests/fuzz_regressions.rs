@@ -15,7 +15,7 @@
 use billing_tests::kit::api::*;
 use billing_tests::kit::{create_endpoint, eur, get, pay, sellable, text};
 use billing_tests::{backend_tests, Resp, TestApp};
-use control_api::operations::{Method, OPERATIONS};
+use control_api::operations::OPERATIONS;
 use serde_json::{json, Value};
 
 async fn document(app: &TestApp) -> Value {
@@ -274,11 +274,7 @@ async fn billing_and_webhook_subscriptions_conform(app: TestApp) {
 async fn the_document_declares_what_the_contract_requires(app: TestApp) {
     let doc = document(&app).await;
     for op in OPERATIONS {
-        let method = match op.method {
-            Method::Get => "get",
-            Method::Post => "post",
-        };
-        let operation = &doc["paths"][op.path][method];
+        let operation = &doc["paths"][op.path][op.method.lower()];
         let parameters = operation["parameters"].as_array().expect("parameters");
         let header = |name: &str| {
             parameters

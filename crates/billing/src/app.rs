@@ -11,6 +11,7 @@ use anyhow::Context;
 use control_api::rate_limit::SharedBuckets;
 use control_api::state::{Probe, WebhookSettings};
 use control_api::{ApiSettings, AppState};
+use dispatcher::announce::Announcer;
 use dispatcher::redis_schedule::RedisSchedule;
 use dispatcher::{DispatchSettings, Dispatcher};
 use domain::webhook::cipher::SecretCipher;
@@ -61,6 +62,7 @@ pub fn api_settings(config: &Config) -> anyhow::Result<ApiSettings> {
         allow_private_networks: config.delivery.allow_private_networks,
         secret_grace: Config::duration(&config.delivery.secret_grace),
         body_retention: Config::duration(&config.delivery.body_retention),
+        endpoint_max_in_flight: config.delivery.endpoint_max_in_flight,
         ..WebhookSettings::with_cipher(SecretCipher::new(key))
     };
     Ok(ApiSettings {
@@ -78,6 +80,8 @@ pub fn dispatch_settings(config: &Config) -> anyhow::Result<DispatchSettings> {
         timeout: Config::duration(&config.delivery.timeout),
         allow_private_networks: config.delivery.allow_private_networks,
         disable_after: Config::duration(&config.delivery.disable_after),
+        endpoint_max_in_flight: config.delivery.endpoint_max_in_flight,
+        announce: Arc::new(Announcer::new(config.delivery.endpoint_max_in_flight)),
         ..DispatchSettings::new(schedule, SecretCipher::new(key))
     })
 }

@@ -140,6 +140,9 @@ pub struct DeliveryConfig {
     pub secret_grace: String,
     pub disable_after: String,
     pub body_retention: String,
+    /// An endpoint's `max_in_flight` when it sets none (contract 13.2):
+    /// attempts open to it at once over the whole fleet, 1 to 1,000.
+    pub endpoint_max_in_flight: u32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -218,6 +221,7 @@ impl Default for Config {
                 secret_grace: "24h".into(),
                 disable_after: "5d".into(),
                 body_retention: "30d".into(),
+                endpoint_max_in_flight: 100,
             },
             idempotency: IdempotencyConfig {
                 retention: "24h".into(),
@@ -312,6 +316,16 @@ impl Config {
         }
         if Config::duration(&self.retention.sweep_every) < domain::retention::MIN_RETENTION {
             return Err(invalid("retention.sweep_every", "must be at least 1s"));
+        }
+        if domain::webhook::limits::MaxInFlight::parse(i64::from(
+            self.delivery.endpoint_max_in_flight,
+        ))
+        .is_err()
+        {
+            return Err(invalid(
+                "delivery.endpoint_max_in_flight",
+                "must be an integer from 1 to 1000",
+            ));
         }
         if self.redrive.rate == 0 {
             return Err(invalid("redrive.rate", "must be at least 1"));
@@ -602,6 +616,7 @@ mod tests {
     fn the_defaults_are_the_contracts() {
         let c = Config::default();
         assert_eq!(c.api.rate_limit, 1000);
+        assert_eq!(c.delivery.endpoint_max_in_flight, 100);
         assert_eq!(
             store::Synchronous::parse(&c.store.synchronous),
             Some(store::Synchronous::Full)
@@ -611,8 +626,14 @@ mod tests {
     #[test]
     fn limits_and_durability_are_checked() {
         type Spoil = fn(&mut Config);
-        let cases: [(&str, Spoil); 4] = [
+        let cases: [(&str, Spoil); 6] = [
             ("store.synchronous", |c| c.store.synchronous = "off".into()),
+            ("delivery.endpoint_max_in_flight", |c| {
+                c.delivery.endpoint_max_in_flight = 0
+            }),
+            ("delivery.endpoint_max_in_flight", |c| {
+                c.delivery.endpoint_max_in_flight = 1001
+            }),
             ("api.read_timeout", |c| c.api.read_timeout = "0s".into()),
             ("api.max_connections", |c| c.api.max_connections = 0),
             ("api.max_header_bytes", |c| c.api.max_header_bytes = 100),
@@ -628,6 +649,7 @@ mod tests {
         let mut c = Config::default();
         c.store.synchronous = "normal".into();
         c.api.rate_limit = 0;
+        c.delivery.endpoint_max_in_flight = 1000;
         c.validate().unwrap();
     }
 

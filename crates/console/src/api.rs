@@ -137,6 +137,7 @@ impl Api<'_> {
         let method = match op.method {
             operations::Method::Get => Method::GET,
             operations::Method::Post => Method::POST,
+            operations::Method::Patch => Method::PATCH,
         };
         let mut builder = Request::builder().method(method).uri(uri);
         for (name, value) in headers {

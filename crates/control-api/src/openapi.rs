@@ -11,7 +11,7 @@
 
 use crate::error::ErrorBody;
 use crate::operation::schema;
-use crate::operations::{permissions, Method, OPERATIONS};
+use crate::operations::{permissions, OPERATIONS};
 use domain::Prefix;
 use serde_json::{json, Map, Value};
 use std::sync::OnceLock;
@@ -125,9 +125,8 @@ fn build() -> (Value, Vec<String>) {
         // too large wherever one is read.
         codes.push("rate_limited");
         for (code, status) in ERROR_STATUSES {
-            let listed = codes.contains(code)
-                && (*status != 413 || op.method == Method::Post)
-                && *status != 500;
+            let listed =
+                codes.contains(code) && (*status != 413 || op.method.has_body()) && *status != 500;
             if !listed {
                 continue;
             }
@@ -155,12 +154,8 @@ fn build() -> (Value, Vec<String>) {
             operation["requestBody"] = json!({"required": true, "content": {"application/json": {
                 "schema": {"$ref": format!("#/components/schemas/{req_name}")}}}});
         }
-        let method = match op.method {
-            Method::Get => "get",
-            Method::Post => "post",
-        };
         let entry = paths.entry(op.path.to_owned()).or_insert_with(|| json!({}));
-        entry[method] = operation;
+        entry[op.method.lower()] = operation;
     }
     for (name, s) in schemas.iter_mut() {
         refine(name, s);
@@ -407,6 +402,28 @@ mod tests {
         assert!(create["429"]["headers"]["Retry-After"].is_object());
         let list = &doc["paths"]["/api/v1/disputes"]["get"]["responses"];
         assert!(list["413"].is_null() && list["503"].is_null());
+    }
+
+    #[test]
+    fn the_update_of_an_endpoint_is_a_patch_of_optional_fields() {
+        let doc = document();
+        let patch = &doc["paths"]["/api/v1/webhook_endpoints/{endpoint_ref}"]["patch"];
+        assert_eq!(patch["operationId"], "updateWebhookEndpoint");
+        assert!(patch["responses"]["413"].is_object(), "it reads a body");
+        let body = &doc["components"]["schemas"]["UpdateEndpoint"];
+        assert!(
+            body["required"].as_array().is_none_or(Vec::is_empty),
+            "every field may be left out: {body}"
+        );
+        let rate = &body["properties"]["rate_limit"];
+        assert_eq!(rate["type"], json!(["integer", "null"]), "{rate}");
+        assert_eq!(
+            (&rate["minimum"], &rate["maximum"]),
+            (&json!(1), &json!(10000))
+        );
+        let endpoint = &doc["components"]["schemas"]["EndpointDto"]["properties"];
+        assert_eq!(endpoint["rate_limit"]["type"], json!(["integer", "null"]));
+        assert_eq!(endpoint["max_in_flight"]["maximum"], 1000);
     }
 
     /// The query parameters the document lists for `path`'s GET.

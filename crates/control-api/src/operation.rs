@@ -15,6 +15,24 @@ use futures::future::BoxFuture;
 pub enum Method {
     Get,
     Post,
+    /// Changes some fields of a resource (`updateWebhookEndpoint`).
+    Patch,
+}
+
+impl Method {
+    /// Whether a request of this method carries a JSON body.
+    pub fn has_body(self) -> bool {
+        self != Method::Get
+    }
+
+    /// The method's name in lower case, as OpenAPI keys it.
+    pub fn lower(self) -> &'static str {
+        match self {
+            Method::Get => "get",
+            Method::Post => "post",
+            Method::Patch => "patch",
+        }
+    }
 }
 
 /// The error sets of `interface.md`.

@@ -147,6 +147,7 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Get "/api/v1/webhook_endpoints" "listWebhookEndpoints" "webhooks:read_list_endpoints" false false true E1 => 200 bind!(ep::list, resp: ep::EndpointDto, filters: ep::filters)),
     op!(Post "/api/v1/webhook_endpoints" "createWebhookEndpoint" "webhooks:manage_create_endpoint" true false false E3 => 201 bind!(ep::create, req: ep::CreateEndpoint, resp: ep::EndpointDto)),
     op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}" "retrieveWebhookEndpoint" "webhooks:read_retrieve_endpoint" false false false E1 => 200 bind!(ep::retrieve, resp: ep::EndpointDto)),
+    op!(Patch "/api/v1/webhook_endpoints/{endpoint_ref}" "updateWebhookEndpoint" "webhooks:manage_update_endpoint" true true false E3 => 200 bind!(ep::update, req: ep::UpdateEndpoint, resp: ep::EndpointDto)),
     op!(Get "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants" "listWebhookDataProfileGrants" "webhooks:read_list_data_profile" false false false E1 => 200 bind!(dp::list, resp: dp::DataProfileGrantDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants" "createWebhookDataProfileGrant" "webhooks:manage_create_data_profile" true false false E3 => 201 bind!(dp::create, req: dp::CreateDataProfileGrant, resp: dp::DataProfileGrantDto)),
     op!(Post "/api/v1/webhook_endpoints/{endpoint_ref}/data_profile_grants/revoke" "revokeWebhookDataProfileGrant" "webhooks:manage_revoke_data_profile" true true false E3 => 200 bind!(dp::revoke, req: dp::RevokeDataProfileGrant, resp: dp::DataProfileGrantDto)),
@@ -212,7 +213,7 @@ mod tests {
             assert_eq!(o.success_status, expected, "{}", o.id);
             // Writes take a body; reads do not.
             if let Some(b) = &o.binding {
-                assert_eq!(b.request.is_some(), o.method == Method::Post, "{}", o.id);
+                assert_eq!(b.request.is_some(), o.method.has_body(), "{}", o.id);
             }
         }
         let mut ids: Vec<&str> = OPERATIONS.iter().map(|o| o.id).collect();

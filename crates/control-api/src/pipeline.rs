@@ -255,7 +255,9 @@ async fn execute(
     trace.idempotency_key = key.clone();
     let if_match = precondition(op, &parts.headers)?;
     let body = match op.method {
-        Method::Post => parse_body(body, &parts.headers, state.settings.max_body_bytes).await?,
+        Method::Post | Method::Patch => {
+            parse_body(body, &parts.headers, state.settings.max_body_bytes).await?
+        }
         Method::Get => serde_json::Value::Null,
     };
     let path = RawPathParams::from_request_parts(&mut parts, &())
@@ -283,7 +285,7 @@ async fn execute(
         table: crate::operations::OPERATIONS,
         unit: match op.method {
             Method::Get => Unit::Read,
-            Method::Post => Unit::Plain,
+            Method::Post | Method::Patch => Unit::Plain,
         },
         tx: None,
     };

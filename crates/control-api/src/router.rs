@@ -20,6 +20,7 @@ pub fn router(state: AppState) -> Router {
         let filter = match op.method {
             Method::Get => MethodFilter::GET,
             Method::Post => MethodFilter::POST,
+            Method::Patch => MethodFilter::PATCH,
         };
         let handler =
             move |State(state): State<AppState>, req: Request| pipeline::run(op, state, req);

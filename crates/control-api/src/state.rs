@@ -40,6 +40,10 @@ pub struct WebhookSettings {
     pub body_retention: Duration,
     /// Encrypts signing secrets at rest.
     pub cipher: Arc<SecretCipher>,
+    /// An endpoint's `max_in_flight` when it sets none
+    /// (`delivery.endpoint_max_in_flight`, contract 13.2): what the
+    /// endpoint resource shows then.
+    pub endpoint_max_in_flight: u32,
 }
 
 impl WebhookSettings {
@@ -51,6 +55,7 @@ impl WebhookSettings {
             secret_grace: Duration::from_secs(24 * 3600),
             body_retention: Duration::from_secs(30 * 86_400),
             cipher: Arc::new(cipher),
+            endpoint_max_in_flight: webhook_shapes::endpoint::DEFAULT_MAX_IN_FLIGHT,
         }
     }
 }

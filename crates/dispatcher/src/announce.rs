@@ -10,11 +10,24 @@ use serde_json::Value;
 use store::dispatch::operational::{Announce, Happened};
 use store::{EndpointRecord, EventData, EventRecord};
 
-/// Makes the service's operational events.
-pub struct Announcer;
+/// Makes the service's operational events. Its events show an endpoint
+/// that set no `max_in_flight` with the deployment's default
+/// (`delivery.endpoint_max_in_flight`), as the API does.
+pub struct Announcer {
+    endpoint_max_in_flight: u32,
+}
+
+impl Announcer {
+    pub fn new(endpoint_max_in_flight: u32) -> Announcer {
+        Announcer {
+            endpoint_max_in_flight,
+        }
+    }
+}
 
 impl Announce for Announcer {
     fn event(&self, happened: Happened<'_>, now: Timestamp) -> Option<EventRecord> {
+        let max = self.endpoint_max_in_flight;
         let (event_type, environment_ref, data) = match happened {
             Happened::EndpointFailing {
                 endpoint,
@@ -25,6 +38,7 @@ impl Announce for Announcer {
                 endpoint_with(
                     endpoint,
                     now,
+                    max,
                     [
                         ("health", Value::from("failing")),
                         ("disable_at", Value::from(disable_at.to_rfc3339())),
@@ -34,7 +48,7 @@ impl Announce for Announcer {
             Happened::EndpointRecovered { endpoint } => (
                 "webhook_endpoint.recovered",
                 &endpoint.environment_ref,
-                endpoint_with(endpoint, now, []),
+                endpoint_with(endpoint, now, max, []),
             ),
             Happened::EndpointDisabled { endpoint, reason } => (
                 "webhook_endpoint.disabled",
@@ -42,6 +56,7 @@ impl Announce for Announcer {
                 endpoint_with(
                     endpoint,
                     now,
+                    max,
                     [
                         ("health", Value::from("disabled")),
                         ("reason", Value::from(reason)),
@@ -67,14 +82,15 @@ impl Announce for Announcer {
     }
 }
 
-/// The endpoint as `retrieveWebhookEndpoint` shows it at `now`, with
-/// `extra` fields.
+/// The endpoint as `retrieveWebhookEndpoint` shows it at `now` (`max`:
+/// the deployment's default `max_in_flight`), with `extra` fields.
 fn endpoint_with<const N: usize>(
     endpoint: &EndpointRecord,
     now: Timestamp,
+    max: u32,
     extra: [(&str, Value); N],
 ) -> Value {
-    let mut v = serde_json::to_value(webhook_shapes::endpoint::dto(endpoint, None, now))
+    let mut v = serde_json::to_value(webhook_shapes::endpoint::dto(endpoint, None, now, max))
         .unwrap_or(Value::Null);
     if let Some(map) = v.as_object_mut() {
         for (k, x) in extra {

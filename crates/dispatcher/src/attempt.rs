@@ -10,6 +10,7 @@ use crate::sending::Sender;
 use crate::settings::DispatchSettings;
 use crate::signing;
 use domain::webhook::body::DeliveredBody;
+use domain::webhook::limits::{pushes_back, Pushback, RateLimit};
 use domain::webhook::{shaping, AttemptStatus, DeliveryStatus};
 use domain::Timestamp;
 use std::time::Instant;
@@ -102,7 +103,10 @@ async fn attempt(
             endpoint.grant.as_ref(),
         ),
         // Written by the store as JSON; anything else was damaged at rest.
-        Err(e) => return unreadable((store, failing), settings, delivery, started, e).await,
+        Err(e) => {
+            let about = (delivery, endpoint.rate_limit);
+            return unreadable((store, failing), settings, about, started, e).await;
+        }
     };
     let body = DeliveredBody::new(
         delivery.event_ref.as_str(),
@@ -134,7 +138,7 @@ async fn attempt(
     conclude(
         (store, failing),
         settings,
-        delivery,
+        (delivery, endpoint.rate_limit),
         (started, clock),
         response,
         body,
@@ -148,7 +152,7 @@ async fn attempt(
 async fn unreadable(
     store: (&Store, &FailingSince),
     settings: &DispatchSettings,
-    delivery: &DeliveryRecord,
+    (delivery, rate_limit): (&DeliveryRecord, Option<RateLimit>),
     started: Timestamp,
     e: serde_json::Error,
 ) -> AttemptResult {
@@ -166,7 +170,7 @@ async fn unreadable(
     conclude(
         store,
         settings,
-        delivery,
+        (delivery, rate_limit),
         (started, clock),
         response,
         String::new(),
@@ -175,11 +179,14 @@ async fn unreadable(
 }
 
 /// The attempt's result from the answer to its request: what follows
-/// (`schedule`), whether the endpoint has failed for too long, metrics.
+/// (`schedule`), whether the endpoint has failed for too long, what a 429
+/// or 503 tells of the endpoint (`pushback`: its base is the endpoint's
+/// `rate_limit`, or 0 when it has none, for the dispatcher to fill in
+/// with the rate it saw), metrics.
 async fn conclude(
     (store, failing): (&Store, &FailingSince),
     settings: &DispatchSettings,
-    delivery: &DeliveryRecord,
+    (delivery, rate_limit): (&DeliveryRecord, Option<RateLimit>),
     (started, clock): (Timestamp, Instant),
     response: crate::sending::Response,
     body: String,
@@ -264,5 +271,10 @@ async fn conclude(
             .as_ref()
             .filter(|_| delivery.ordered)
             .map(|o| o.key.to_string()),
+        pushback: pushes_back(response.status).then(|| Pushback {
+            base_milli: rate_limit.map_or(0, RateLimit::milli),
+            started_at: started,
+            retry_after: response.retry_after,
+        }),
     }
 }

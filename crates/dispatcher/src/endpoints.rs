@@ -25,6 +25,8 @@ pub struct EndpointView {
     pub grant: Option<GrantView>,
     /// Its failing health was announced (`webhook_endpoint.failing`).
     pub reported_failing: bool,
+    /// Its own rate limit (contract 13.2), the base a 429 halves.
+    pub rate_limit: Option<domain::webhook::limits::RateLimit>,
 }
 
 impl EndpointView {
@@ -110,6 +112,7 @@ impl EndpointCache {
             secrets,
             grant,
             reported_failing: e.reported_failing,
+            rate_limit: e.protection.limits.rate_limit,
         });
         self.views.insert(endpoint_ref.to_string(), view.clone());
         Ok(view)

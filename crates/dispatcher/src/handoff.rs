@@ -44,6 +44,9 @@ use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
 /// attempt ends (or the ticket is dropped).
 pub struct Ticket {
     pub permits: Vec<OwnedSemaphorePermit>,
+    /// The room in flight a governor gave the attempt (its endpoint is
+    /// limited), freed with the ticket.
+    pub governed: Option<crate::governor::Admitted>,
 }
 
 /// A delivery handed to the dispatcher: leased to it, committed, with the
@@ -69,6 +72,8 @@ pub struct Slots {
     per_endpoint_limit: usize,
     pub breakers: Mutex<Breakers>,
     pub failing: FailingSince,
+    /// Each endpoint's recent rate, the base a 429 or 503 halves.
+    pub recent: crate::governor::Recent,
 }
 
 impl Slots {
@@ -87,6 +92,7 @@ impl Slots {
             per_endpoint_limit: settings.max_in_flight_per_endpoint,
             breakers: Mutex::default(),
             failing: FailingSince::default(),
+            recent: Default::default(),
         }
     }
 
@@ -145,7 +151,10 @@ impl Slots {
         let global = self.global.clone().try_acquire_owned().ok()?;
         let mut permits = vec![global, endpoint];
         permits.extend(unproven);
-        Some(Ticket { permits })
+        Some(Ticket {
+            permits,
+            governed: None,
+        })
     }
 }
 

@@ -8,7 +8,8 @@
 //! matches (`store::fanout`); the deliveries this dispatcher has room for
 //! are born leased to it and handed over (`handoff`); `worker` leases due
 //! deliveries, keeps per-endpoint limits and circuit breakers, and runs
-//! attempts; `attempt` shapes, signs (`signing`) and sends (`sending`) one
+//! attempts (`governor`: an endpoint's own limits and back-pressure, fleet
+//! wide); `attempt` shapes, signs (`signing`) and sends (`sending`) one
 //! request; `schedule` decides what follows an attempt; `recorder` writes
 //! attempt results in batches. `outbox` relays the events committed writes
 //! emitted to the queue. `retention` sweeps what the store no longer
@@ -25,6 +26,7 @@ pub mod drive;
 pub mod endpoints;
 pub mod error;
 pub mod failing;
+pub mod governor;
 pub mod handoff;
 pub mod intake;
 pub mod metrics;

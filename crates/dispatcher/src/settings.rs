@@ -20,8 +20,11 @@ pub struct DispatchSettings {
     pub worker_id: String,
     /// Attempts in flight at once, over all endpoints.
     pub max_in_flight: usize,
-    /// Attempts in flight at once to one endpoint.
+    /// Attempts in flight at once to one endpoint from this process.
     pub max_in_flight_per_endpoint: usize,
+    /// An endpoint's `max_in_flight` when it sets none
+    /// (`delivery.endpoint_max_in_flight`, contract 13.2).
+    pub endpoint_max_in_flight: u32,
     /// Deliveries leased per claim.
     pub claim_batch: u32,
     /// How often an idle worker looks for due work.
@@ -40,7 +43,8 @@ pub struct DispatchSettings {
     /// clock, which every process of a fleet shares.
     pub clock: domain::Clock,
     /// Makes the operational events (contract 13.4) of the changes the
-    /// attempts' rules detect.
+    /// attempts' rules detect (`Announcer::new` with
+    /// `endpoint_max_in_flight`).
     pub announce: Arc<dyn store::dispatch::operational::Announce>,
 }
 
@@ -59,13 +63,16 @@ impl DispatchSettings {
             ),
             max_in_flight: 512,
             max_in_flight_per_endpoint: 32,
+            endpoint_max_in_flight: webhook_shapes::endpoint::DEFAULT_MAX_IN_FLIGHT,
             claim_batch: 256,
             poll_interval: Duration::from_millis(50),
             lease_margin: Duration::from_secs(10),
             lookup: Arc::new(SystemLookup),
             admitted_addresses: Vec::new(),
             clock: domain::Clock::wall(),
-            announce: Arc::new(crate::announce::Announcer),
+            announce: Arc::new(crate::announce::Announcer::new(
+                webhook_shapes::endpoint::DEFAULT_MAX_IN_FLIGHT,
+            )),
         }
     }
 

@@ -20,6 +20,7 @@
 
 use crate::breaker::{Gate, Outcome};
 use crate::endpoints::EndpointCache;
+use crate::governor::{Governor, Terms};
 use crate::handoff::{self, HandedOver, Slots, Ticket};
 use crate::metrics as m;
 use crate::queue::EventQueue;
@@ -65,6 +66,8 @@ pub struct Dispatcher {
     wake: Arc<Notify>,
     /// The fleet's shared schedule; `None` leases straight from the store.
     redis: Option<Arc<RedisSchedule>>,
+    /// Admits attempts to endpoints with limits or back-pressure.
+    governor: Arc<Governor>,
 }
 
 impl Dispatcher {
@@ -79,12 +82,14 @@ impl Dispatcher {
             sender,
             wake: Arc::new(Notify::new()),
             redis: None,
+            governor: Arc::new(Governor::local()),
         }
     }
 
     /// Takes due work from the Redis schedule (fleet mode) instead of
     /// scanning the store; the store's lease still fences every claim.
     pub fn with_redis(mut self, schedule: Arc<RedisSchedule>) -> Dispatcher {
+        self.governor = Arc::new(Governor::redis(schedule.clone()));
         self.redis = Some(schedule);
         self
     }
@@ -273,7 +278,7 @@ impl Dispatcher {
             }
             let drained = claimed.len() < free as usize;
             let refs: Vec<&domain::Ref> = claimed.iter().map(|d| &d.endpoint_ref).collect();
-            let versions = match self.store.webhooks().endpoint_versions(&refs).await {
+            let gates = match self.store.webhooks().endpoint_gates(&refs).await {
                 Ok(v) => v,
                 Err(e) => {
                     tracing::warn!(error = %e, "reading endpoint versions failed");
@@ -287,10 +292,12 @@ impl Dispatcher {
             };
             let mut back = Vec::new();
             let (taken, mut busy) = (claimed.len(), 0);
+            let at = Timestamp::now();
             for delivery in claimed {
-                let Some(&(version, status)) = versions.get(delivery.endpoint_ref.as_str()) else {
+                let Some(gate) = gates.get(delivery.endpoint_ref.as_str()) else {
                     continue;
                 };
+                let (version, status) = (gate.version, gate.status);
                 if status != EndpointStatus::Active {
                     back.push((delivery.delivery_ref, None));
                     continue;
@@ -309,6 +316,20 @@ impl Dispatcher {
                 };
                 if let Some(wait) = parked {
                     back.push((delivery.delivery_ref, Some(wait)));
+                    continue;
+                }
+                if gate.protection.governs(at) {
+                    let terms =
+                        Terms::of(&gate.protection, self.settings.endpoint_max_in_flight, at);
+                    // Admitted at the moment it starts, not the claim's.
+                    let now = Timestamp::now();
+                    match self.admit(&delivery, &terms, slots, now).await {
+                        Ok(ticket) => {
+                            self.start(delivery, version, ticket, &mut cache, slots, &results)
+                                .await;
+                        }
+                        Err(wait) => back.push((delivery.delivery_ref, Some(wait))),
+                    }
                     continue;
                 }
                 let Some(ticket) = slots.try_reserve(&delivery.endpoint_ref) else {
@@ -330,6 +351,42 @@ impl Dispatcher {
                     _ = shutdown.cancelled() => continue,
                     _ = tokio::time::sleep(CLAIM_WINDOW) => {}
                 }
+            }
+        }
+    }
+
+    /// Room for an attempt of `delivery`, whose endpoint its limits or its
+    /// back-pressure govern: this process's slots, then the governor's
+    /// admission (fleet wide). Without room, how long until the delivery
+    /// comes back: it waits in the store (or Redis), never here, and the
+    /// wait is not an attempt.
+    async fn admit(
+        &self,
+        delivery: &DeliveryRecord,
+        terms: &Terms,
+        slots: &Slots,
+        now: Timestamp,
+    ) -> Result<Ticket, Duration> {
+        let endpoint = delivery.endpoint_ref.as_str();
+        let Some(mut ticket) = slots.try_reserve(&delivery.endpoint_ref) else {
+            return Err(self.governor.come_back_in(endpoint, terms, BUSY_RETRY, now));
+        };
+        let lease = self.settings.lease();
+        let admitted = self
+            .governor
+            .admit_held(endpoint, delivery.delivery_ref.as_str(), terms, now, lease)
+            .await;
+        match admitted {
+            Ok(Ok(room)) => {
+                ticket.governed = Some(room);
+                Ok(ticket)
+            }
+            Ok(Err(wait)) => Err(self.governor.come_back_in(endpoint, terms, wait, now)),
+            Err(e) => {
+                tracing::warn!(error = %e, "admitting an attempt to a limited endpoint failed");
+                Err(self
+                    .governor
+                    .come_back_in(endpoint, terms, Duration::from_secs(1), now))
             }
         }
     }
@@ -459,9 +516,14 @@ impl Dispatcher {
         let sender = self.sender.clone();
         tokio::spawn(async move {
             metrics::gauge!(m::IN_FLIGHT).increment(1.0);
-            let result =
+            let endpoint = delivery.endpoint_ref.as_str();
+            slots.recent.started(endpoint, Timestamp::now());
+            let mut result =
                 attempt::run(&store, &settings, &sender, &delivery, &view, &slots.failing).await;
             metrics::gauge!(m::IN_FLIGHT).decrement(1.0);
+            if let Some(pushback) = result.pushback.as_mut().filter(|p| p.base_milli == 0) {
+                pushback.base_milli = slots.recent.rate_milli(endpoint, Timestamp::now());
+            }
             let took = Duration::from_millis(result.duration_ms.max(0) as u64);
             slots.paced(&delivery.endpoint_ref, took);
             if let Ok(mut b) = slots.breakers.lock() {

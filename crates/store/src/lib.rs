@@ -49,7 +49,9 @@ pub use dispatch::{fanout, projection, signals};
 pub use dispatch::{AttemptResult, EventData, EventRecord, Recorded};
 pub use webhooks::data_profiles::{DataProfileGrantRecord, NewDataProfileGrant, StoredBody};
 pub use webhooks::deliveries::{AttemptRecord, DeliveryFilter, DeliveryRecord, NewDelivery};
-pub use webhooks::endpoints::{EndpointRecord, NewSecret, StoredSecretVersion};
+pub use webhooks::endpoints::{
+    EndpointGate, EndpointGates, EndpointRecord, EndpointSettings, NewSecret, StoredSecretVersion,
+};
 pub use webhooks::subscriptions::{NewSubscription, SubscriptionRecord};
 pub use webhooks::Webhooks;
 

@@ -31,6 +31,15 @@ pub struct EndpointDto {
     pub url_immutable: bool,
     /// `none` or `per_key` (contract 13.1).
     pub ordering: String,
+    /// Attempts a second the endpoint accepts (1 to 10,000), or null for
+    /// no limit (contract 13.2).
+    #[schema(minimum = 1, maximum = 10000)]
+    pub rate_limit: Option<u32>,
+    /// Attempts open to the endpoint at once (1 to 1,000): its own, or the
+    /// deployment's default (`delivery.endpoint_max_in_flight`) when it set
+    /// none.
+    #[schema(minimum = 1, maximum = 1000)]
+    pub max_in_flight: u32,
     /// `active`, `paused` or `disabled`.
     pub status: String,
     pub secret_versions: Vec<SecretVersionDto>,
@@ -60,12 +69,20 @@ fn version_dto(
     }
 }
 
-/// The endpoint's wire form at `now`; `revealed` shows one version's secret.
+/// The `max_in_flight` of an endpoint that sets none, unless the
+/// deployment says otherwise (`delivery.endpoint_max_in_flight`).
+pub const DEFAULT_MAX_IN_FLIGHT: u32 = 100;
+
+/// The endpoint's wire form at `now`; `revealed` shows one version's
+/// secret; `default_max_in_flight` is the deployment's
+/// `delivery.endpoint_max_in_flight`, shown when the endpoint set none.
 pub fn dto(
     e: &EndpointRecord,
     revealed: Option<(u32, &SigningSecret)>,
     now: Timestamp,
+    default_max_in_flight: u32,
 ) -> EndpointDto {
+    let limits = &e.protection.limits;
     EndpointDto {
         endpoint_ref: e.endpoint_ref.to_string(),
         environment_ref: e.environment_ref.to_string(),
@@ -73,6 +90,10 @@ pub fn dto(
         description: e.description.clone(),
         url_immutable: e.url_immutable,
         ordering: e.ordering.as_str().to_owned(),
+        rate_limit: limits.rate_limit.map(|r| r.per_second()),
+        max_in_flight: limits
+            .max_in_flight
+            .map_or(default_max_in_flight, |m| m.get()),
         status: e.status.as_str().to_owned(),
         secret_versions: e
             .secret_versions

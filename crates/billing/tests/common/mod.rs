@@ -486,7 +486,10 @@ pub async fn embedded_subscribed(
         &env,
         url,
         None,
-        domain::webhook::ordering::EndpointOrdering::None,
+        (
+            domain::webhook::ordering::EndpointOrdering::None,
+            domain::webhook::limits::EndpointLimits::default(),
+        ),
         sealed,
     )
     .await

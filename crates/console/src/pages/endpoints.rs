@@ -1,10 +1,11 @@
 //! Endpoints: the list with each one's health, and one endpoint with its
-//! ordering, secret versions (hints only), subscriptions, health, success
-//! rate and latency over the last hour and day (`charts`), its blocked
-//! keys (contract 13.1: each one's failed head, to redrive or skip), and
-//! its actions: pause, resume, secret rotate, confirm and revoke, test
-//! send. A rotated secret is shown once, on the page that answers the
-//! rotate, and never again.
+//! ordering, limits and the rate they leave it now (contract 13.2), secret
+//! versions (hints only), subscriptions, health, success rate and latency
+//! over the last hour and day (`charts`), its blocked keys (contract 13.1:
+//! each one's failed head, to redrive or skip), and its actions: pause,
+//! resume, limits (`updateWebhookEndpoint`), secret rotate, confirm and
+//! revoke, test send. A rotated secret is shown once, on the page that
+//! answers the rotate, and never again.
 
 use super::{event_types, notice, select, Fields};
 use crate::api::Signed;
@@ -27,6 +28,10 @@ const DELIVERIES: &str = "webhooks:read_list_deliveries";
 const REDRIVE: &str = "webhooks:redrive_unit";
 /// The most blocked keys the page lists.
 const BLOCKED_SHOWN: usize = 50;
+/// The permission of the limits form (`updateWebhookEndpoint`).
+const UPDATE: &str = "webhooks:manage_update_endpoint";
+/// The fields of the limits form, as `updateWebhookEndpoint` names them.
+const LIMITS: [&str; 2] = ["rate_limit", "max_in_flight"];
 
 pub async fn list(
     State(console): State<Console>,
@@ -172,6 +177,15 @@ pub async fn show(
     let pending = versions.iter().any(|v| s(&v["status"]) == "pending");
     let etag = s(&e["etag"]);
     let action = |name: &str| format!("/console/endpoints/{r}/{name}");
+    // The limits as the form shows them: empty for no rate limit.
+    let rate_limit = e["rate_limit"]
+        .as_i64()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
+    let max_in_flight = e["max_in_flight"]
+        .as_i64()
+        .map(|n| n.to_string())
+        .unwrap_or_default();
     let body = html! {
         h1 { "Endpoint " code { (r) } }
         dl.facts {
@@ -179,10 +193,14 @@ pub async fn show(
             dt { "Description" } dd { (text(&e["description"])) }
             dt { "Status" } dd #endpoint-status data-status=(status) { (badge(status)) }
             dt { "Ordering" } dd #ordering { (s(&e["ordering"])) }
+            dt { "Rate limit" } dd #rate-limit { (per_second(&e["rate_limit"], "none")) }
+            dt { "Max in flight" } dd #max-in-flight { (text(&e["max_in_flight"])) }
             @if let Some(h) = &health {
                 dt { "Health" } dd #health { (badge(s(&h["health"]))) }
                 dt { "Last delivery" } dd { (text(&h["last_delivery_status"])) }
                 dt { "Blocked keys" } dd #blocked-key-count { (text(&h["blocked_keys"])) }
+                dt { "Effective rate" } dd #effective-rate { (per_second(&h["effective_rate"], "unlimited")) }
+                dt { "Throttled until" } dd #throttled-until { (when(&h["throttled_until"])) }
             }
             dt { "Created" } dd { (when(&e["created_at"])) }
             dt { "Updated" } dd { (when(&e["updated_at"])) }
@@ -206,6 +224,22 @@ pub async fn show(
                         (csrf(&signed)) (idempotency_key())
                         input type="hidden" name="etag" value=(etag);
                         button type="submit" #resume { "Resume" }
+                    }
+                }
+                @if signed.holds(UPDATE) {
+                    // Only the fields changed from what the page showed
+                    // are sent (`shown_*`): an untouched default stays the
+                    // deployment's.
+                    form #limits method="post" action=(action("limits")) {
+                        (csrf(&signed)) (idempotency_key())
+                        input type="hidden" name="etag" value=(etag);
+                        input type="hidden" name="shown_rate_limit" value=(rate_limit);
+                        input type="hidden" name="shown_max_in_flight" value=(max_in_flight);
+                        label for="rate_limit" { "Rate limit /s" }
+                        input type="number" id="rate_limit" name="rate_limit" min="1" max="10000" step="1" value=(rate_limit) placeholder="no limit";
+                        label for="max_in_flight" { "Max in flight" }
+                        input type="number" id="max_in_flight" name="max_in_flight" min="1" max="1000" step="1" value=(max_in_flight) placeholder="default";
+                        button type="submit" #save-limits { "Save limits" }
                     }
                 }
                 @if signed.holds("webhooks:manage_test_send") {
@@ -334,12 +368,44 @@ fn blocked_keys(signed: &Signed, heads: &[DeliveryRecord], total: Option<i64>) -
     }
 }
 
+/// A rate in attempts a second (`12/s`, `2.5/s`), or `none` for null.
+fn per_second(v: &Value, none: &str) -> String {
+    match v.as_f64() {
+        Some(n) if n.fract() == 0.0 => format!("{}/s", n as i64),
+        Some(n) => format!("{n}/s"),
+        None => none.to_owned(),
+    }
+}
+
+/// The `updateWebhookEndpoint` body of the limits form: each limit whose
+/// field differs from what the page showed, empty as null (no rate limit;
+/// the deployment's `max_in_flight`). A value that is no integer is sent
+/// as the text it is, for the operation to refuse naming its field.
+fn limits_body(form: &Fields) -> Value {
+    let mut body = serde_json::Map::new();
+    for field in LIMITS {
+        let given = form.get(field);
+        if given == form.get(&format!("shown_{field}")) {
+            continue;
+        }
+        let value = match given {
+            None => Value::Null,
+            Some(t) => t
+                .parse::<i64>()
+                .map_or_else(|_| Value::from(t), Value::from),
+        };
+        body.insert(field.to_owned(), value);
+    }
+    Value::Object(body)
+}
+
 /// The endpoint actions: the operation each runs and whether it is
 /// conditional on the endpoint's ETag.
 fn operation_of(action: &str) -> Option<(&'static str, bool)> {
     Some(match action {
         "pause" => ("pauseWebhookEndpoint", true),
         "resume" => ("resumeWebhookEndpoint", true),
+        "limits" => ("updateWebhookEndpoint", true),
         "rotate" => ("rotateWebhookSecret", true),
         "confirm" => ("confirmWebhookSecret", true),
         "revoke" => ("revokeWebhookSecret", true),
@@ -360,6 +426,7 @@ pub async fn act(
     signed.check_csrf(&console, form.get("csrf"))?;
     let request = match action.as_str() {
         "pause" | "resume" => json!({}),
+        "limits" => limits_body(&form),
         "test-send" => json!({ "public_event_type": form.value("public_event_type") }),
         _ => json!({ "reason": form.value("reason") }),
     };
@@ -386,6 +453,7 @@ pub async fn act(
         .into_response(),
         "pause" => Redirect::to(&format!("{back}?notice=paused")).into_response(),
         "resume" => Redirect::to(&format!("{back}?notice=resumed")).into_response(),
+        "limits" => Redirect::to(&format!("{back}?notice=limits_saved")).into_response(),
         "confirm" => Redirect::to(&format!("{back}?notice=confirmed")).into_response(),
         _ => Redirect::to(&format!("{back}?notice=revoked")).into_response(),
     })
@@ -415,4 +483,45 @@ fn rotated(signed: &Signed, back: &str, endpoint: &Value) -> Html<String> {
         p { a href=(back) { "← Back to the endpoint" } }
     };
     html::page("Secret rotated", signed, Nav::Endpoints, None, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(fields: &str) -> Value {
+        limits_body(&Fields::parse(fields.as_bytes()).unwrap())
+    }
+
+    #[test]
+    fn the_limits_form_sends_only_what_changed() {
+        let shown = "shown_rate_limit=&shown_max_in_flight=100";
+        assert_eq!(
+            body(&format!("{shown}&rate_limit=&max_in_flight=100")),
+            json!({})
+        );
+        assert_eq!(
+            body(&format!("{shown}&rate_limit=25&max_in_flight=100")),
+            json!({"rate_limit": 25})
+        );
+        assert_eq!(
+            body(&format!("{shown}&rate_limit=&max_in_flight=")),
+            json!({"max_in_flight": null})
+        );
+        assert_eq!(
+            body("shown_rate_limit=25&shown_max_in_flight=100&rate_limit=+&max_in_flight=7"),
+            json!({"rate_limit": null, "max_in_flight": 7})
+        );
+        assert_eq!(
+            body(&format!("{shown}&rate_limit=1.5")),
+            json!({"rate_limit": "1.5", "max_in_flight": null})
+        );
+    }
+
+    #[test]
+    fn rates_read_per_second() {
+        assert_eq!(per_second(&json!(12.0), "none"), "12/s");
+        assert_eq!(per_second(&json!(2.5), "none"), "2.5/s");
+        assert_eq!(per_second(&Value::Null, "unlimited"), "unlimited");
+    }
 }

@@ -97,6 +97,7 @@ pub fn notice(code: Option<&str>) -> Option<&'static str> {
         }
         "paused" => "The endpoint is paused; its new deliveries are held.",
         "resumed" => "The endpoint is active again; its held deliveries are released.",
+        "limits_saved" => "The endpoint's limits are saved; they apply from its next attempt on.",
         "confirmed" => "The pending secret is active; the old one retires after the grace period.",
         "revoked" => "Secret version revoked: it signs no more attempts.",
         "canceled" => "The redrive job is canceled; what it redrove stays redriven.",

@@ -1,7 +1,7 @@
 //! Webhook rules: the kinds and states of endpoints, secrets, grants and
 //! deliveries, the event catalogue, payload shaping, signing, destination
-//! checks, endpoint health, the retry schedule (contract section 9) and
-//! order per key (13.1).
+//! checks, endpoint health, the retry schedule (contract section 9),
+//! order per key (13.1) and receiver protection (13.2: `limits`).
 //!
 //! Pure functions and types only: no I/O, no clock reads except through
 //! arguments, no HTTP.
@@ -14,6 +14,7 @@ pub mod fanout;
 pub mod filter;
 pub mod health;
 pub mod kinds;
+pub mod limits;
 pub mod ordering;
 pub mod redrive_job;
 pub mod retry;

@@ -1,7 +1,8 @@
 //! Attempt results: each recorded with its delivery's next state in one
 //! unit of work, fenced by the lease that attempted it. On PostgreSQL a
 //! small batch (the common case below saturation) is one statement; a
-//! larger one, or one that disables an endpoint, is a transaction.
+//! larger one, or one that disables an endpoint or presses on it
+//! (`pressure`), is a transaction.
 
 use super::statements;
 use super::*;
@@ -66,6 +67,7 @@ impl Dispatch<'_> {
             && unique.len() <= ONE_STATEMENT_ROWS
             && !unique.iter().any(|r| {
                 r.disable_endpoint
+                    || r.pushback.is_some()
                     || r.releases_key()
                     || r.delivery_status == DeliveryStatus::Failed
             })
@@ -94,6 +96,11 @@ impl Dispatch<'_> {
             );
         }
         let at = Timestamp::from_millis(now);
+        for (r, _) in &recorded {
+            if let Some(pushback) = &r.pushback {
+                pressure::press(&mut tx, &r.endpoint_ref, pushback, at).await?;
+            }
+        }
         let mut announced = Vec::new();
         for (r, _) in &recorded {
             if r.disable_endpoint {

@@ -152,6 +152,8 @@ fn plan_all(events: &[EventRow], read: Vec<SubscriptionRow>) -> Planned {
     let mut statuses = EndpointVersions::new();
     let mut url_fixed = HashSet::new();
     let mut ordered = HashSet::new();
+    let mut limited = HashSet::new();
+    let now = Timestamp::now();
     let mut subscriptions: HashMap<(String, String), Vec<Candidate>> = HashMap::new();
     for SubscriptionRow {
         environment_ref,
@@ -168,6 +170,9 @@ fn plan_all(events: &[EventRow], read: Vec<SubscriptionRow>) -> Planned {
             }
             if e.ordering == EndpointOrdering::PerKey {
                 ordered.insert(endpoint_ref.clone());
+            }
+            if e.protection.governs(now) {
+                limited.insert(endpoint_ref.clone());
             }
             statuses.insert(endpoint_ref, (e.version, e.status));
         }
@@ -189,7 +194,12 @@ fn plan_all(events: &[EventRow], read: Vec<SubscriptionRow>) -> Planned {
                 .get(&key)
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            (e.event_ref.clone(), plan(e, subs, &statuses, &ordered))
+            let endpoints = Endpoints {
+                statuses: &statuses,
+                ordered: &ordered,
+                limited: &limited,
+            };
+            (e.event_ref.clone(), plan(e, subs, endpoints))
         })
         .collect();
     (plan, statuses, url_fixed)
@@ -197,16 +207,16 @@ fn plan_all(events: &[EventRow], read: Vec<SubscriptionRow>) -> Planned {
 
 /// The deliveries of `event` among `subscriptions` (those of its
 /// environment and type), as `domain::webhook::fanout::plan` matches them;
-/// `statuses` maps endpoint references to their version and status (a
-/// paused or disabled endpoint's delivery is held). Each delivery carries
-/// the event's data in its own dto version, and its key; on an endpoint of
+/// `endpoints` tells each endpoint's version and status (a paused or
+/// disabled endpoint's delivery is held). Each delivery carries the
+/// event's data in its own dto version, and its key; on an endpoint of
 /// `ordered` (`per_key`), a delivery of an event with a key is ordered.
-fn plan(
-    event: &EventRow,
-    subscriptions: &[Candidate],
-    statuses: &EndpointVersions,
-    ordered: &HashSet<String>,
-) -> Vec<NewDelivery> {
+fn plan(event: &EventRow, subscriptions: &[Candidate], endpoints: Endpoints) -> Vec<NewDelivery> {
+    let Endpoints {
+        statuses,
+        ordered,
+        limited,
+    } = endpoints;
     let newest = catalogue::find(&event.public_event_type)
         .and_then(|e| e.dto_versions.iter().copied().max())
         .unwrap_or(1);
@@ -249,10 +259,20 @@ fn plan(
                 match_reasons: p.match_reasons,
                 payload: String::new(),
                 ordered: event.order.is_some() && ordered.contains(p.endpoint_ref.as_str()),
+                limited: limited.contains(p.endpoint_ref.as_str()),
                 order: event.order.clone(),
             }
         })
         .collect()
+}
+
+/// What the plan knows of the batch's endpoints: version and status,
+/// those that order per key, those whose limits govern them now.
+#[derive(Clone, Copy)]
+struct Endpoints<'a> {
+    statuses: &'a EndpointVersions,
+    ordered: &'a HashSet<String>,
+    limited: &'a HashSet<String>,
 }
 
 /// The endpoint an operational event is about (`data.endpoint_ref`).

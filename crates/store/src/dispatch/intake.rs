@@ -206,8 +206,9 @@ pub(super) fn lease_rows<'a, T>(
 ) -> Vec<(usize, T)> {
     let mut rooms = Vec::new();
     for (i, row) in rows.iter_mut().enumerate() {
-        // An ordered delivery waits for its key's release.
-        if row.new.status != DeliveryStatus::Pending || row.new.ordered {
+        // An ordered delivery waits for its key's release; a limited one
+        // starts where its limits are kept.
+        if row.new.status != DeliveryStatus::Pending || row.new.ordered || row.new.limited {
             continue;
         }
         if let Some(got) = room(&row.new.endpoint_ref) {

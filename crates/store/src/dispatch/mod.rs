@@ -13,7 +13,8 @@
 //! schedule reads, and `statements`, the one definition of a claimable
 //! delivery), `attempts.rs` (results and next states), `dead_letters.rs`,
 //! `outbox.rs`, `projection.rs`, `signals.rs`, `ordering.rs` (order per
-//! key: numbering, and the release of waiting deliveries).
+//! key: numbering, and the release of waiting deliveries), `pressure.rs`
+//! (back-pressure a 429 or 503 puts on its endpoint).
 
 mod attempts;
 pub mod dead_letters;
@@ -24,6 +25,7 @@ mod leases;
 pub mod operational;
 pub mod ordering;
 pub mod outbox;
+mod pressure;
 pub mod projection;
 pub mod signals;
 
@@ -83,6 +85,9 @@ pub struct AttemptResult {
     /// The delivery's key when it is ordered (`DeliveryRecord::ordered`):
     /// its success releases the key's next delivery.
     pub ordered_key: Option<String>,
+    /// A `429` or `503`: what it tells of the endpoint (contract 13.2),
+    /// written with the attempt (`pressure`).
+    pub pushback: Option<domain::webhook::limits::Pushback>,
 }
 
 impl AttemptResult {

@@ -127,6 +127,10 @@ pub struct NewDelivery {
     pub order: Option<EventOrder>,
     /// On a `per_key` endpoint: it waits for its key's earlier deliveries.
     pub ordered: bool,
+    /// Its endpoint's limits or back-pressure govern it (contract 13.2):
+    /// it is never born leased, so its attempt starts where the limits are
+    /// kept (the dispatcher's claim loop).
+    pub limited: bool,
 }
 
 #[derive(Debug, Clone)]

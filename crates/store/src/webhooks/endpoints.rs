@@ -15,6 +15,7 @@ use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::dispatch::signals::signal_due;
 use crate::resource::{Resource, Scope};
 use crate::StoreError;
+use domain::webhook::limits::{EndpointLimits, MaxInFlight, Pressure, Protection, RateLimit};
 use domain::webhook::ordering::EndpointOrdering;
 use domain::webhook::secret_version::{SecretVersion, SecretVersionStatus};
 use domain::webhook::{DeliveryStatus, EndpointStatus};
@@ -29,6 +30,8 @@ pub struct EndpointRecord {
     pub status: EndpointStatus,
     pub url_immutable: bool,
     pub ordering: EndpointOrdering,
+    /// Its limits, back-pressure and hold-off (contract 13.2).
+    pub protection: Protection,
     /// Its failing health was announced (`webhook_endpoint.failing`) and
     /// no attempt has succeeded since.
     pub reported_failing: bool,
@@ -63,12 +66,54 @@ pub(crate) fn endpoint_from_row(row: &dyn Columns) -> Result<EndpointRecord, Sto
         status: state(row, "status", EndpointStatus::parse)?,
         url_immutable: int(row, "url_immutable")? != 0,
         ordering: state(row, "ordering", EndpointOrdering::parse)?,
+        protection: protection_from_row(row)?,
         reported_failing: int(row, "reported_failing")? != 0,
         created_at: Timestamp::from_millis(int(row, "created_at")?),
         updated_at: Timestamp::from_millis(int(row, "updated_at")?),
         version: int(row, "version")?,
         secret_versions: Vec::new(),
     })
+}
+
+/// An endpoint's protection from its row (`rate_limit`, `max_in_flight`,
+/// the pressure columns, `throttled_until`).
+pub(crate) fn protection_from_row(row: &dyn Columns) -> Result<Protection, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("an endpoint's {what}"));
+    let rate_limit = match row.int("rate_limit")? {
+        Some(n) => Some(RateLimit::parse(n).map_err(|_| corrupt("rate_limit"))?),
+        None => None,
+    };
+    let max_in_flight = match row.int("max_in_flight")? {
+        Some(n) => Some(MaxInFlight::parse(n).map_err(|_| corrupt("max_in_flight"))?),
+        None => None,
+    };
+    let pressure = match (
+        row.int("pressure_base")?,
+        row.int("pressure_rate")?,
+        row.int("pressure_at")?,
+    ) {
+        (Some(base), Some(rate), Some(at)) => Some(
+            Pressure::from_parts(base as u64, rate as u64, Timestamp::from_millis(at))
+                .ok_or_else(|| corrupt("pressure"))?,
+        ),
+        _ => None,
+    };
+    Ok(Protection {
+        limits: EndpointLimits {
+            rate_limit,
+            max_in_flight,
+        },
+        pressure,
+        throttled_until: opt_ts(row, "throttled_until")?,
+    })
+}
+
+/// The columns of an endpoint's own limits, as bound values.
+fn limit_args(limits: &EndpointLimits) -> (Option<i64>, Option<i64>) {
+    (
+        limits.rate_limit.map(|r| i64::from(r.per_second())),
+        limits.max_in_flight.map(|m| i64::from(m.get())),
+    )
 }
 
 /// An endpoint's row without its secret versions: what the generic list
@@ -112,16 +157,18 @@ pub async fn create(
     environment_ref: &Ref,
     url: &str,
     description: Option<&str>,
-    ordering: EndpointOrdering,
+    settings: (EndpointOrdering, EndpointLimits),
     secret: NewSecret,
 ) -> Result<EndpointRecord, StoreError> {
+    let (ordering, limits) = settings;
     let now = Timestamp::now();
     let endpoint_ref = Ref::generate(Prefix::WebhookEndpoint);
+    let (rate_limit, max_in_flight) = limit_args(&limits);
     let rows = tx
         .fetch(
             "INSERT INTO webhook_endpoints (endpoint_ref, environment_ref, url, description, \
-             status, created_at, updated_at, ordering) VALUES ($1, $2, $3, $4, $5, $6, $6, $7) \
-             RETURNING *",
+             status, created_at, updated_at, ordering, rate_limit, max_in_flight) \
+             VALUES ($1, $2, $3, $4, $5, $6, $6, $7, $8, $9) RETURNING *",
             &[
                 endpoint_ref.as_str().into(),
                 environment_ref.as_str().into(),
@@ -130,6 +177,8 @@ pub async fn create(
                 EndpointStatus::Active.as_str().into(),
                 now.millis().into(),
                 ordering.as_str().into(),
+                rate_limit.into(),
+                max_in_flight.into(),
             ],
         )
         .await?;
@@ -196,6 +245,64 @@ pub async fn set_status(
             tx.inner(),
             &current.endpoint_ref,
             Timestamp::from_millis(now),
+        )
+        .await?;
+        signal_due(tx).await?;
+    }
+    with_secret_versions(tx, endpoint_from_row(row)?).await
+}
+
+/// What `updateWebhookEndpoint` sets: the whole of the endpoint's
+/// settings after the change.
+#[derive(Debug, Clone)]
+pub struct EndpointSettings {
+    pub description: Option<String>,
+    pub ordering: EndpointOrdering,
+    pub limits: EndpointLimits,
+}
+
+/// Writes `settings` if the endpoint is still at its read version. An
+/// endpoint that stops ordering (`per_key` to `none`) lets its waiting
+/// deliveries go: they are due at once and no longer wait for their key,
+/// and its failed deliveries no longer block one. One that starts
+/// ordering orders the deliveries written from then on.
+pub async fn update_settings(
+    tx: &mut WriteTx,
+    current: &EndpointRecord,
+    settings: &EndpointSettings,
+) -> Result<EndpointRecord, StoreError> {
+    let now = Timestamp::now().millis();
+    let (rate_limit, max_in_flight) = limit_args(&settings.limits);
+    let rows = tx
+        .fetch(
+            "UPDATE webhook_endpoints SET description = $1, ordering = $2, rate_limit = $3, \
+             max_in_flight = $4, updated_at = $5, version = version + 1 \
+             WHERE endpoint_ref = $6 AND version = $7 RETURNING *",
+            &[
+                settings.description.as_deref().into(),
+                settings.ordering.as_str().into(),
+                rate_limit.into(),
+                max_in_flight.into(),
+                now.into(),
+                current.endpoint_ref.as_str().into(),
+                current.version.into(),
+            ],
+        )
+        .await?;
+    let row = rows.first().ok_or(StoreError::Conflict)?;
+    if current.ordering == EndpointOrdering::PerKey && settings.ordering == EndpointOrdering::None {
+        tx.execute(
+            "UPDATE webhook_deliveries SET \
+             next_attempt_at = CASE WHEN status = $1 AND next_attempt_at IS NULL \
+             THEN $2 ELSE next_attempt_at END, \
+             ordered_key = NULL, updated_at = $2, version = version + 1 \
+             WHERE endpoint_ref = $3 AND ordered_key IS NOT NULL AND status <> $4",
+            &[
+                DeliveryStatus::Pending.as_str().into(),
+                now.into(),
+                current.endpoint_ref.as_str().into(),
+                DeliveryStatus::Succeeded.as_str().into(),
+            ],
         )
         .await?;
         signal_due(tx).await?;
@@ -399,14 +506,49 @@ impl Webhooks<'_> {
         let entries = read::all(self.pool(), &sql, &args, version_entry).await?;
         Ok(entries.into_iter().collect())
     }
+
+    /// Version, status and protection of each endpoint in `refs` (any
+    /// environment): what the claim loop reads once per claim.
+    pub async fn endpoint_gates(&self, refs: &[&Ref]) -> Result<EndpointGates, StoreError> {
+        if refs.is_empty() {
+            return Ok(EndpointGates::new());
+        }
+        let sql = versions_query(self.0.backend(), refs.len());
+        let args: Vec<Arg> = refs.iter().map(|r| r.as_str().into()).collect();
+        let entries = read::all(self.pool(), &sql, &args, gate_entry).await?;
+        Ok(entries.into_iter().collect())
+    }
 }
+
+/// What the dispatcher's claim loop needs of an endpoint to start an
+/// attempt: the version of its view, its status and its protection.
+#[derive(Debug, Clone, Copy)]
+pub struct EndpointGate {
+    pub version: i64,
+    pub status: EndpointStatus,
+    pub protection: Protection,
+}
+
+/// Endpoint references to their gates.
+pub type EndpointGates = std::collections::HashMap<String, EndpointGate>;
 
 /// Endpoint references to their version and status.
 pub type EndpointVersions = std::collections::HashMap<String, (i64, EndpointStatus)>;
 
+fn gate_entry(row: &dyn Columns) -> Result<(String, EndpointGate), StoreError> {
+    let (endpoint_ref, (version, status)) = version_entry(row)?;
+    let gate = EndpointGate {
+        version,
+        status,
+        protection: protection_from_row(row)?,
+    };
+    Ok((endpoint_ref, gate))
+}
+
 fn versions_query(backend: crate::Backend, n: usize) -> String {
     format!(
-        "SELECT endpoint_ref, version, status, url_immutable FROM webhook_endpoints \
+        "SELECT endpoint_ref, version, status, url_immutable, rate_limit, max_in_flight, \
+         pressure_base, pressure_rate, pressure_at, throttled_until FROM webhook_endpoints \
          WHERE endpoint_ref IN ({})",
         Marks::new(backend).list(n)
     )

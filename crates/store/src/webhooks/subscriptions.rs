@@ -74,6 +74,8 @@ pub(crate) struct EndpointNow {
     /// Its url is fixed already (`url_immutable` never goes back).
     pub url_fixed: bool,
     pub ordering: EndpointOrdering,
+    /// Its limits and back-pressure (contract 13.2).
+    pub protection: domain::webhook::limits::Protection,
     /// For a subscription with a filter: the data classes of the
     /// endpoint's active grant, which its filter may see (contract 13.3).
     pub granted: Option<GrantView>,
@@ -95,6 +97,8 @@ fn subscribed_query<'a>(
     let sql = format!(
         "SELECT s.*, e.version AS endpoint_version, e.status AS endpoint_status, \
          e.url_immutable AS endpoint_url_immutable, e.ordering AS endpoint_ordering, \
+         e.rate_limit, e.max_in_flight, e.pressure_base, e.pressure_rate, e.pressure_at, \
+         e.throttled_until, \
          CASE WHEN s.filter IS NULL THEN NULL ELSE (SELECT g.data_classes \
          FROM webhook_data_profile_grants g WHERE g.endpoint_ref = s.endpoint_ref \
          AND g.status = 'active') END AS granted_classes \
@@ -136,6 +140,7 @@ fn subscribed_row(row: &dyn Columns) -> Result<SubscriptionRow, StoreError> {
             status: state(row, "endpoint_status", EndpointStatus::parse)?,
             url_fixed: int(row, "endpoint_url_immutable")? != 0,
             ordering: state(row, "endpoint_ordering", EndpointOrdering::parse)?,
+            protection: crate::webhooks::endpoints::protection_from_row(row)?,
             granted: granted(row)?,
         }),
         None => None,

@@ -63,6 +63,9 @@ pub async fn send(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         payload,
         order: None,
         ordered: false,
+        // Written due, never leased: the dispatcher's claim loop starts
+        // it, where the endpoint's limits are kept.
+        limited: false,
     };
     // Only a row is written here: the dispatcher sends it after the commit.
     let delivery = deliveries::create(ctx.tx().await?, new).await?;

@@ -363,7 +363,8 @@ fn endpoint(extra: Value) -> Value {
     let mut e = json!({
         "endpoint_ref": ENDPOINT, "environment_ref": "env_A1sD4fG7hJ0k",
         "url": "https://hooks.example.com/billing", "description": "Fulfilment",
-        "url_immutable": true, "ordering": "per_key", "status": "active",
+        "url_immutable": true, "ordering": "per_key", "rate_limit": null,
+        "max_in_flight": 100, "status": "active",
         "secret_versions": [{"version": 1, "status": "active", "created_at": SESSION_CREATED,
             "expires_at": null, "secret_hint": "whsec_…k9Qz"}],
         "created_at": SESSION_CREATED, "updated_at": "2026-11-25T09:15:31.789Z",
