@@ -1164,6 +1164,7 @@ async fn seed_backlog(
                     payload,
                     disable_endpoint: false,
                     ordered_key: None,
+                    pushback: None,
                 }
             })
             .collect();
@@ -1278,6 +1279,7 @@ async fn store_costs(cfg: &Config, summary: &mut Summary) {
                 payload: payload.clone(),
                 disable_endpoint: false,
                 ordered_key: None,
+                pushback: None,
             })
             .collect();
         let t = Instant::now();
