@@ -1,12 +1,13 @@
 //! Retention (contract 12.1) on every backend, driven by the sweep's clock
 //! seam (`dispatcher::retention::sweep` at a `now` the test chooses), so no
 //! test waits for a retention to pass: settled deliveries and their events
-//! go, live work and billing records stay, bodies are emptied on disk, a
+//! go, live work and billing records stay, bodies are emptied on disk,
+//! finished redrive jobs go with the request logs (open ones stay), a
 //! duplicate is recognised while its event is kept, two sweepers delete
 //! each row once, and on PostgreSQL every scan is an index range at a
 //! million rows.
 
-use billing_tests::kit::{deliveries, get, set_paused};
+use billing_tests::kit::{deliveries, get, items, set_paused};
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, TestApp};
 use domain::retention::{RetentionKind, RetentionPolicy};
@@ -314,7 +315,90 @@ async fn a_pass_goes_on_from_where_its_last_batch_reached(app: TestApp) {
     );
 }
 
+const REDRIVE_JOBS: &str = "/api/v1/webhook_redrive_jobs";
+
+/// Creates a redrive job of `body` (202); the job.
+async fn redrive_job(app: &TestApp, body: Value) -> Value {
+    let r = app.post(REDRIVE_JOBS, body).send().await;
+    r.expect(202);
+    r.data().clone()
+}
+
+/// The redrive job `job` as retrieved now, or `None` when it answers 404.
+async fn redrive_job_now(app: &TestApp, job: &Value) -> Option<Value> {
+    let path = format!(
+        "{REDRIVE_JOBS}/{}",
+        job["redrive_job_ref"].as_str().unwrap()
+    );
+    let r = app.get(&path).send().await;
+    if r.status == 404 {
+        r.expect_error(404, "not_found");
+        return None;
+    }
+    r.expect(200);
+    Some(r.data().clone())
+}
+
+/// Finished redrive jobs (`succeeded`, `canceled`) go as long after they
+/// finished as request logs are kept (contract 12.1); an open one stays,
+/// however old.
+async fn finished_redrive_jobs_go_with_the_request_logs(app: TestApp) {
+    let filter = json!({"status": "failed"});
+    let succeeded = redrive_job(
+        &app,
+        json!({"reason": "count", "filter": filter, "dry_run": true}),
+    )
+    .await;
+    for _ in 0..10 {
+        dispatcher::redrive_jobs::run_once(&app.store, "runner", 500, Timestamp::now())
+            .await
+            .unwrap();
+    }
+    let succeeded = redrive_job_now(&app, &succeeded).await.unwrap();
+    assert_eq!(succeeded["status"], "succeeded", "{succeeded}");
+    let canceled = redrive_job(&app, json!({"reason": "stop", "filter": filter})).await;
+    let cancel = format!(
+        "{REDRIVE_JOBS}/{}/cancel",
+        canceled["redrive_job_ref"].as_str().unwrap()
+    );
+    let r = app.post(&cancel, json!({})).send().await;
+    r.expect(200);
+    assert_eq!(r.data()["status"], "canceled");
+    // Never run: it stays `counting`.
+    let open = redrive_job(&app, json!({"reason": "later", "filter": filter})).await;
+
+    // Request logs are kept a day: within it, no job goes.
+    let swept = sweep_at(&app, &policy(DAY, DAY), after(HOUR)).await;
+    assert!(
+        swept.iter().all(|(kind, _)| kind != "redrive_jobs"),
+        "{swept:?}"
+    );
+    assert!(redrive_job_now(&app, &succeeded).await.is_some());
+    let swept = sweep_at(&app, &policy(DAY, DAY), after(2 * DAY)).await;
+    assert!(
+        swept.contains(&("redrive_jobs".to_owned(), 2)),
+        "the two finished jobs: {swept:?}"
+    );
+    for gone in [&succeeded, &canceled] {
+        assert_eq!(redrive_job_now(&app, gone).await, None, "{gone}");
+    }
+    let kept = redrive_job_now(&app, &open)
+        .await
+        .expect("the open job stays");
+    assert_eq!(kept["status"], "counting");
+    let listed: Vec<Value> = items(&app.get(REDRIVE_JOBS).send().await);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["redrive_job_ref"], open["redrive_job_ref"]);
+    // A later pass finds nothing more of the kind.
+    let swept = sweep_at(&app, &policy(DAY, DAY), after(3 * DAY)).await;
+    assert!(
+        swept.iter().all(|(kind, _)| kind != "redrive_jobs"),
+        "{swept:?}"
+    );
+}
+
 backend_tests!(
+    finished_redrive_jobs_go_with_the_request_logs,
     a_pass_goes_on_from_where_its_last_batch_reached,
     settled_deliveries_and_their_events_go_while_live_work_and_billing_stay,
     a_duplicate_is_recognised_while_its_event_is_kept,
@@ -322,7 +406,8 @@ backend_tests!(
     two_sweepers_delete_each_row_once,
 );
 
-/// On PostgreSQL with a million settled deliveries and a million events,
+/// On PostgreSQL with a million settled deliveries and a million events
+/// (and dead letters, request logs, idempotency records and redrive jobs),
 /// ANALYZEd, every scan of the sweep is an index range: no sequential
 /// scan of a large table, whatever its size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -339,8 +424,8 @@ async fn postgres_sweeps_scan_indexes_at_a_million_rows() {
     // The secondary indexes are built once the rows are in, as a bulk
     // load does: the same definitions, read back from the catalogue, at a
     // fraction of the cost of keeping them up row by row.
-    let tables =
-        "'webhook_deliveries', 'events', 'dead_events', 'request_logs', 'idempotency_keys'";
+    let tables = "'webhook_deliveries', 'events', 'dead_events', 'request_logs', \
+         'idempotency_keys', 'webhook_redrive_jobs'";
     let secondary: Vec<(String, String)> = sqlx::query_as(&format!(
         "SELECT indexname::text, indexdef FROM pg_indexes WHERE tablename IN ({tables}) \
          AND indexname NOT IN (SELECT conname::text FROM pg_constraint)"
@@ -386,6 +471,14 @@ async fn postgres_sweeps_scan_indexes_at_a_million_rows() {
             "INSERT INTO idempotency_keys (environment_ref, principal_ref, operation_id, idem_key, \
              fingerprint, state, created_at, locked_at) SELECT '{env}', 'sa_x', 'createProduct', \
              'key_' || i, 'f', 'done', {now} - i, {now} - i FROM generate_series(1, 200000) AS i"
+        ),
+        // Redrive jobs: one in ten still open (no finish time).
+        format!(
+            "INSERT INTO webhook_redrive_jobs (redrive_job_ref, environment_ref, status, filter, \
+             reason, dry_run, created_at, updated_at, finished_at) SELECT 'rdj_' || i, '{env}', \
+             CASE WHEN i % 10 = 0 THEN 'running' ELSE 'succeeded' END, '{{}}', 'r', 0, \
+             {now} - i, {now} - i, CASE WHEN i % 10 = 0 THEN NULL ELSE {now} - i END \
+             FROM generate_series(1, 200000) AS i"
         ),
     ]
     .into_iter()

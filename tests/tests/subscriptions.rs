@@ -1,7 +1,8 @@
 //! Subscriptions over time (contract 12.4) on every backend: renewals on a
 //! test clock, month-end periods, dunning of a card that declines every
 //! renewal, cancel now and at the period's end, concurrent advances and
-//! runners, live environments without clocks.
+//! runners, jobs that fail for good during an advance (counted, the clock
+//! still ready), live environments without clocks.
 //!
 //! Timed work is driven through its seam (`commerce::jobs::run_due` at
 //! the wall time), so an advance runs when the test says, with no sleep;
@@ -28,6 +29,7 @@ async fn clock(app: &TestApp, time: &str) -> String {
     r.expect(201);
     assert_eq!(r.data()["status"], "ready");
     assert_eq!(r.data()["frozen_time"], time);
+    assert_eq!(r.data()["failed_jobs"], 0);
     text(&r.data()["test_clock_ref"])
 }
 
@@ -117,6 +119,22 @@ fn numbers(invoices: &[Value]) -> Vec<u32> {
         .collect()
 }
 
+/// The one line of a subscription's invoice (contract 14.1): a `period`
+/// line of the subscription's price, from `start` to `end`, of the whole
+/// `amount_total`.
+#[track_caller]
+fn assert_period_line(invoice: &Value, sub: &Value, start: &str, end: &str) {
+    let lines = invoice["lines"].as_array().expect("lines");
+    assert_eq!(lines.len(), 1, "{invoice}");
+    let l = &lines[0];
+    assert_eq!(l["kind"], "period", "{invoice}");
+    assert_eq!(l["price_ref"], sub["price_ref"], "{invoice}");
+    assert_eq!(l["amount"], invoice["amount_total"], "{invoice}");
+    assert_eq!(l["period_start"], start, "{invoice}");
+    assert_eq!(l["period_end"], end, "{invoice}");
+    assert!(l["description"].is_string(), "{invoice}");
+}
+
 async fn entitlement_statuses(app: &TestApp, sub: &Value) -> Vec<String> {
     let buyer = text(&sub["buyer_ref"]);
     list(app, &format!("/api/v1/entitlements?buyer_ref={buyer}"))
@@ -161,6 +179,12 @@ async fn a_year_on_a_clock_renews_twelve_times(app: TestApp) {
     for i in &invoices {
         assert_eq!(i["status"], "paid");
         assert!(i["payment_intent_ref"].is_string(), "{i}");
+    }
+    // The first invoice bills the first period, each renewal's the next.
+    let month = |k: usize| format!("{:04}-{:02}-15T10:00:00.000Z", 2026 + k / 12, k % 12 + 1);
+    for (k, i) in invoices.iter().enumerate() {
+        assert_eq!(i["amount_total"], eur("999"));
+        assert_period_line(i, &sub, &month(k), &month(k + 1));
     }
     // Records carry clock time: the twelfth renewal's payment was made on
     // 2027-01-15.
@@ -251,6 +275,13 @@ async fn a_declined_renewal_is_dunned_then_canceled(app: TestApp) {
     assert_eq!(open["status"], "open");
     assert_eq!(open["payment_intent_ref"], Value::Null);
     assert_eq!(open["paid_at"], Value::Null);
+    // A declined renewal's invoice bills the period all the same.
+    assert_period_line(
+        open,
+        &sub,
+        "2026-04-01T00:00:00.000Z",
+        "2026-05-01T00:00:00.000Z",
+    );
     assert_eq!(entitlement_statuses(&app, &sub).await, ["active"]);
 
     // Day 1: the first retry, declined.
@@ -590,6 +621,81 @@ async fn a_failing_job_holds_back_none_due_with_it(app: TestApp) {
     );
 }
 
+/// A clock never stays `advancing`: jobs of the clock that fail every
+/// time (here a renewal of a subscription that does not exist, and one of
+/// a subscription whose stored method was lost) fail for good. The
+/// advance drops each, counts it in `failed_jobs`, runs the rest of the
+/// clock's work, and the clock ends `ready` at its new time; the broken
+/// subscription is left as it was, and a later advance runs nothing of
+/// the dropped jobs again.
+async fn a_job_that_fails_for_good_leaves_the_clock_ready(app: TestApp) {
+    let config = monthly_config(&app, "400").await;
+    let clock = clock(&app, "2026-01-10T08:00:00.000Z").await;
+    let healthy = subscribe(&app, &config, &clock, "pm_card_visa").await;
+    let broken = subscribe(&app, &config, &clock, "pm_card_visa").await;
+    let pool = app.raw_pool().await;
+    sqlx::query(&format!(
+        "UPDATE subscriptions SET stored_payment_method_ref = NULL WHERE subscription_ref = '{}'",
+        text(&broken["subscription_ref"])
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let clock_ref = domain::Ref::from_trusted(clock.clone());
+    let mut tx = app.store.begin().await.unwrap();
+    store::billing::jobs::schedule_on(
+        &mut tx,
+        commerce::renewals::RENEW,
+        &domain::Ref::from_trusted("sub_nosuchsubscription".into()),
+        &domain::Ref::from_trusted(app.sandbox.environment_ref.clone()),
+        Timestamp::parse("2026-01-20T00:00:00.000Z").unwrap(),
+        Some(&clock_ref),
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+
+    let c = advance(&app, &clock, "2026-03-10T08:00:00.000Z").await;
+    assert_eq!(c["failed_jobs"], 2, "{c}");
+    assert_eq!(c["advancing_to"], Value::Null);
+    // The rest of the clock's work ran: two renewals.
+    let (payments, _) = money_of(&app, &healthy).await;
+    assert_eq!(payments.len(), 3, "{payments:#?}");
+    assert_eq!(
+        subscription(&app, &healthy).await["current_period_end"],
+        "2026-04-10T08:00:00.000Z"
+    );
+    // The broken subscription is as it was: no renewal, its period unmoved.
+    let left = subscription(&app, &broken).await;
+    assert_eq!(left["status"], "active");
+    assert_eq!(left["current_period_end"], broken["current_period_end"]);
+    assert_eq!(money_of(&app, &broken).await.0.len(), 1);
+    // The failed jobs were dropped with their count.
+    let n: i64 = sqlx::query_scalar(&format!(
+        "SELECT COUNT(*) FROM jobs WHERE test_clock_ref = '{clock}' AND due_at <= {}",
+        Timestamp::parse("2026-03-10T08:00:00.000Z")
+            .unwrap()
+            .millis()
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(n, 0, "no job of the clock is left due");
+    pool.close().await;
+
+    // A later advance fails nothing more and goes on renewing.
+    let c = advance(&app, &clock, "2026-04-10T08:00:00.000Z").await;
+    assert_eq!(c["failed_jobs"], 2, "{c}");
+    assert_eq!(money_of(&app, &healthy).await.0.len(), 4);
+    assert_eq!(money_of(&app, &broken).await.0.len(), 1);
+    let listed = list(&app, CLOCKS).await;
+    let listed = listed
+        .iter()
+        .find(|l| l["test_clock_ref"] == clock.as_str())
+        .expect("the clock is listed");
+    assert_eq!(listed["failed_jobs"], 2);
+}
+
 /// A renewal's payment refunded with `access_effect: revoke` revokes the
 /// subscription's entitlements: the renewal paid for them through the
 /// order that started the subscription.
@@ -626,6 +732,7 @@ backend_tests!(
     without_a_clock_the_wall_clock_renews,
     a_refunded_renewal_revokes_its_access,
     a_failing_job_holds_back_none_due_with_it,
+    a_job_that_fails_for_good_leaves_the_clock_ready,
     a_year_on_a_clock_renews_twelve_times,
     a_month_end_start_keeps_its_day,
     a_declined_renewal_is_dunned_then_canceled,

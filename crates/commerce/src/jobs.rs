@@ -6,7 +6,9 @@
 //! test clock advances). Each job runs in one unit of work that makes its
 //! effects, emits its events and deletes the job (`store::billing::jobs`),
 //! under a lease, so it survives a restart and runs once with any number
-//! of runners.
+//! of runners. A job that fails runs again after its lease, except in a
+//! test clock's advance, which tries it a few times and then drops it
+//! and counts it on the clock (`crate::test_clocks`).
 //!
 //! The dispatcher role runs it (`run`); its events carry resources as the
 //! API shows them (`crate::shapes`).
@@ -88,7 +90,7 @@ pub async fn run_due(store: &Store, rules: &Rules, owner: &str, now: Timestamp) 
         let (advances, group): (Vec<Job>, Vec<Job>) = due
             .into_iter()
             .partition(|job| job.kind == crate::test_clocks::ADVANCE);
-        let grouped = run_group(store, rules, &group, owner, now, now).await;
+        let grouped = run_group(store, rules, &group, owner, now, now).await.ran;
         ran += grouped;
         let mut taken = grouped;
         for job in advances {
@@ -116,13 +118,24 @@ pub async fn run_due(store: &Store, rules: &Rules, owner: &str, now: Timestamp) 
     }
 }
 
+/// What `run_group` did.
+#[derive(Debug, Default)]
+pub(crate) struct GroupRun {
+    /// How many jobs ran.
+    pub ran: usize,
+    /// The jobs that failed when run alone, with their errors: each is
+    /// still leased to the runner, until its lease ends.
+    pub failed: Vec<(Job, CommerceError)>,
+}
+
 /// Runs `group`, jobs due by `now`, as one unit of work: each job leased
 /// to `owner` (its lease free at `lease_now`) inside the unit, with its
-/// effects, events and deletion, and one commit for all; how many ran.
-/// Jobs that fall due together (a month's renewals) so pay for one commit,
-/// not two each, and a crash leaves all of them or none. When any job of
-/// the group fails, the unit is rolled back and each job runs alone
-/// (`run_leased`), so one job's failure never holds back another's.
+/// effects, events and deletion, and one commit for all; how many ran,
+/// and which failed. Jobs that fall due together (a month's renewals) so
+/// pay for one commit, not two each, and a crash leaves all of them or
+/// none. When any job of the group fails, the unit is rolled back and
+/// each job runs alone (`run_leased`), so one job's failure never holds
+/// back another's.
 pub(crate) async fn run_group(
     store: &Store,
     rules: &Rules,
@@ -130,30 +143,34 @@ pub(crate) async fn run_group(
     owner: &str,
     lease_now: Timestamp,
     now: Timestamp,
-) -> usize {
+) -> GroupRun {
     if group.is_empty() {
-        return 0;
+        return GroupRun::default();
     }
     match try_group(store, rules, group, owner, lease_now, now).await {
-        Ok(ran) => return ran,
+        Ok(ran) => {
+            return GroupRun {
+                ran,
+                failed: Vec::new(),
+            }
+        }
         Err(e) => {
             tracing::debug!(jobs = group.len(), error = %e, "a group of jobs failed; running each alone");
         }
     }
-    let mut ran = 0;
+    let mut run = GroupRun::default();
     for job in group {
         let until = lease_now.plus_seconds(LEASE_SECONDS);
         match store.lease_job(job, owner, lease_now, until).await {
-            Ok(true) => {
-                if run_leased(store, rules, job, owner, now).await {
-                    ran += 1;
-                }
-            }
+            Ok(true) => match run_leased(store, rules, job, owner, now).await {
+                Ok(()) => run.ran += 1,
+                Err(e) => run.failed.push((job.clone(), e)),
+            },
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "cannot lease a job"),
         }
     }
-    ran
+    run
 }
 
 async fn try_group(
@@ -177,28 +194,24 @@ async fn try_group(
     Ok(ran)
 }
 
-/// Runs a job leased to `owner` at `now`; whether it ran. One that failed
-/// stays leased until its lease ends, then runs again.
+/// Runs a job leased to `owner` at `now`. One that failed stays leased
+/// until its lease ends, then runs again.
 pub(crate) async fn run_leased(
     store: &Store,
     rules: &Rules,
     job: &Job,
     owner: &str,
     now: Timestamp,
-) -> bool {
+) -> Result<(), CommerceError> {
     let run = async {
         let mut tx = store.begin().await?;
         run_in(store, rules, &mut tx, job, owner, now).await?;
         tx.commit().await?;
         Ok::<(), CommerceError>(())
     };
-    match run.await {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::warn!(kind = %job.kind, subject = %job.subject_ref, error = %e, "job failed");
-            false
-        }
-    }
+    run.await.inspect_err(|e| {
+        tracing::warn!(kind = %job.kind, subject = %job.subject_ref, error = %e, "job failed");
+    })
 }
 
 /// A job's effects, events and deletion in `tx`, at `now`.

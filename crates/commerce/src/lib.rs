@@ -14,6 +14,7 @@
 //!
 //! - `checkout`: a checkout session opened, priced from its config.
 //! - `pay`: checkout's pay, one unit of work per call.
+//! - `lines`: the lines of the invoices pay and renewals make.
 //! - `refunds`: a refund asked for; `jobs` starts and settles it.
 //! - `renewals`: a subscription's period end, dunning retries, cancels.
 //! - `test_clocks`: a test clock's advance and the time of a clock.
@@ -26,6 +27,7 @@ pub mod checkout;
 pub mod error;
 pub mod events;
 pub mod jobs;
+pub mod lines;
 pub mod pay;
 pub mod projection;
 pub mod refunds;

@@ -469,7 +469,9 @@ impl Unit<'_> {
     }
 
     /// The session completed by `payment`, with its order, its invoice
-    /// (numbered at the commit) and an entitlement per product.
+    /// (its lines: an `item` per one-time line item, a `period` per
+    /// recurring one; numbered at the commit) and an entitlement per
+    /// product.
     async fn complete(
         &mut self,
         buyer_ref: &Ref,
@@ -498,11 +500,13 @@ impl Unit<'_> {
             now,
         )
         .await?;
+        let lines = crate::lines::of_checkout(&session.line_items, session.amount_total, now)?;
         let invoice = orders::invoice(
             self.tx,
             NewInvoice {
                 order: &order,
                 subscription_ref: first.map(|s| &s.subscription_ref),
+                lines: &lines,
                 paid_at: now,
             },
         )

@@ -28,6 +28,7 @@ use store::billing::checkout::orders::{self, InvoiceRecord, RenewalInvoice, Retr
 use store::billing::checkout::payments::{self, NewPayment, PaymentRecord};
 use store::billing::checkout::sessions::SessionRecord;
 use store::billing::checkout::subscriptions::{self, Move, SubscriptionRecord};
+use store::billing::checkout::PricedItem;
 use store::billing::jobs::{self, Job};
 use store::{Store, StoreError, WriteTx};
 
@@ -92,13 +93,21 @@ pub async fn period_end(
     events.flush(tx).await
 }
 
+/// What a renewal charges (`charge_of`).
+struct Priced {
+    /// For the buyer's contact.
+    session: SessionRecord,
+    /// The subscription's line item as its session priced it.
+    item: PricedItem,
+    /// The price it started on, times its quantity.
+    amount: Money,
+    interval: domain::catalogue::Interval,
+}
+
 /// What a renewal charges: the subscription's line item as its session
 /// priced it (the price it started on, times its quantity), and the
 /// session for the buyer's contact.
-async fn charge_of(
-    store: &Store,
-    sub: &SubscriptionRecord,
-) -> Result<(SessionRecord, Money, domain::catalogue::Interval), CommerceError> {
+async fn charge_of(store: &Store, sub: &SubscriptionRecord) -> Result<Priced, CommerceError> {
     let session: SessionRecord = store
         .get(&sub.environment_ref, &sub.checkout_session_ref)
         .await?;
@@ -113,7 +122,13 @@ async fn charge_of(
         .ok_or_else(|| CommerceError::broken("a subscription of a one-time item"))?;
     let amount = Money::new(session.amount_total.currency(), item.amount)
         .map_err(|e| CommerceError::broken(e.to_string()))?;
-    Ok((session, amount, interval))
+    let item = item.clone();
+    Ok(Priced {
+        session,
+        item,
+        amount,
+        interval,
+    })
 }
 
 /// Charges the subscription's stored method through the sandbox processor
@@ -162,7 +177,8 @@ async fn charge(
 }
 
 /// Renews an active subscription at its period's end: the charge, the
-/// invoice (its number taken at the commit), the next period; a decline makes it
+/// invoice (a `period` line of the next period; its number taken at the
+/// commit), the next period; a decline makes it
 /// `past_due` with an open invoice that dunning retries.
 async fn renew(
     store: &Store,
@@ -172,13 +188,19 @@ async fn renew(
     events: &mut Batch,
 ) -> Result<(), CommerceError> {
     let now = events.now();
-    let (session, amount, interval) = charge_of(store, sub).await?;
+    let Priced {
+        session,
+        item,
+        amount,
+        interval,
+    } = charge_of(store, sub).await?;
     let current_end = sub
         .current_period_end
         .ok_or_else(|| CommerceError::broken("an active subscription without a period"))?;
     let anchor = sub.started_at.unwrap_or(current_end);
     let period = (current_end, next_period_end(anchor, interval, current_end));
-    let payment = charge(store, tx, sub, &session, amount, now).await?;
+    let lines = crate::lines::of_renewal(&item, amount.currency(), period)?;
+    let payment = charge(store, tx, sub, &session, lines.total(), now).await?;
     let order = orders::of_session(tx, &sub.checkout_session_ref).await?;
     let paid = payment.status == PaymentStatus::Succeeded;
     let invoice = orders::renewal_invoice(
@@ -186,7 +208,7 @@ async fn renew(
         RenewalInvoice {
             order: &order,
             subscription_ref: &sub.subscription_ref,
-            amount,
+            lines: &lines,
             paid_by: paid.then_some(&payment.payment_intent_ref),
             now,
         },
@@ -272,7 +294,7 @@ pub async fn retry(
         return Ok(());
     };
     let mut events = events_of(&sub, now);
-    let (session, _, _) = charge_of(store, &sub).await?;
+    let Priced { session, .. } = charge_of(store, &sub).await?;
     let payment = charge(store, tx, &sub, &session, invoice.amount_total, now).await?;
     if payment.status == PaymentStatus::Succeeded {
         let paid = Retried::Paid(&payment.payment_intent_ref);

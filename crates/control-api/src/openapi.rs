@@ -12,6 +12,7 @@
 use crate::error::ErrorBody;
 use crate::operation::schema;
 use crate::operations::{permissions, OPERATIONS};
+use domain::checkout::lines::LineKind;
 use domain::Prefix;
 use serde_json::{json, Map, Value};
 use std::sync::OnceLock;
@@ -267,6 +268,17 @@ fn refine(name: &str, schema: &mut Value) {
             properties["currency"]["pattern"] = json!("^[A-Z]{3}$");
             properties["unit"]["enum"] = json!(["minor"]);
             properties["value"]["pattern"] = json!("^(0|[1-9][0-9]{0,17})$");
+        }
+        // An invoice line's amount: Money whose value is negative on a
+        // credit (contract 14.1).
+        "LineAmountDto" => {
+            properties["currency"]["pattern"] = json!("^[A-Z]{3}$");
+            properties["unit"]["enum"] = json!(["minor"]);
+            properties["value"]["pattern"] = json!("^(0|-?[1-9][0-9]{0,17})$");
+        }
+        "InvoiceLineDto" => {
+            let kinds: Vec<&str> = LineKind::ALL.iter().map(|k| k.as_str()).collect();
+            properties["kind"]["enum"] = json!(kinds);
         }
         "ErrorObject" => {
             let mut codes: Vec<&str> = ERROR_STATUSES.iter().map(|(c, _)| *c).collect();

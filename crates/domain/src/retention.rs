@@ -5,7 +5,9 @@
 //! after they settled, their events once no delivery of them remains (and
 //! never before the same cut-off), bodies `bodies` after they settled but
 //! never later than their delivery, dead letters, request logs and
-//! idempotency records after their own settings. Live deliveries (`pending`, `held`) and billing
+//! idempotency records after their own settings, finished redrive jobs
+//! (`succeeded`, `canceled`) the request logs' time after they finished.
+//! Live deliveries (`pending`, `held`), open redrive jobs and billing
 //! records are never swept: no kind here names them.
 //!
 //! Pure rules only: the store runs the statements, a sweeper the clock.
@@ -37,6 +39,9 @@ pub enum RetentionKind {
     /// An idempotency record (a request's key and its kept result), past
     /// the time it may be replayed.
     IdempotencyKeys,
+    /// A finished redrive job (`succeeded` or `canceled`), kept as long as
+    /// request logs, counted from when it finished.
+    RedriveJobs,
 }
 
 impl RetentionKind {
@@ -45,13 +50,14 @@ impl RetentionKind {
     /// delivery goes in the same pass is deleted with it rather than
     /// emptied first (with the default settings, the two cut-offs are the
     /// same and every body would be rewritten just before its row goes).
-    pub const ALL: [RetentionKind; 6] = [
+    pub const ALL: [RetentionKind; 7] = [
         RetentionKind::Deliveries,
         RetentionKind::Events,
         RetentionKind::Bodies,
         RetentionKind::DeadLetters,
         RetentionKind::RequestLogs,
         RetentionKind::IdempotencyKeys,
+        RetentionKind::RedriveJobs,
     ];
 
     /// The metrics label.
@@ -63,6 +69,7 @@ impl RetentionKind {
             RetentionKind::DeadLetters => "dead_letters",
             RetentionKind::RequestLogs => "request_logs",
             RetentionKind::IdempotencyKeys => "idempotency_keys",
+            RetentionKind::RedriveJobs => "redrive_jobs",
         }
     }
 }
@@ -132,13 +139,13 @@ impl RetentionPolicy {
             RetentionKind::Deliveries | RetentionKind::Events => self.deliveries,
             RetentionKind::Bodies => self.bodies,
             RetentionKind::DeadLetters => self.dead_letters,
-            RetentionKind::RequestLogs => self.request_logs,
+            RetentionKind::RequestLogs | RetentionKind::RedriveJobs => self.request_logs,
             RetentionKind::IdempotencyKeys => self.idempotency_keys,
         }
     }
 
-    /// Rows of `kind` whose time (settled, received, logged) is before
-    /// this are swept at `now`.
+    /// Rows of `kind` whose time (settled, received, logged, finished) is
+    /// before this are swept at `now`.
     pub fn cutoff(&self, kind: RetentionKind, now: Timestamp) -> Timestamp {
         let keep = i64::try_from(self.keep(kind).as_millis()).unwrap_or(i64::MAX);
         Timestamp::from_millis(now.millis().saturating_sub(keep))
@@ -191,6 +198,18 @@ mod tests {
         let p = p.keeping_idempotency_keys(3 * DAY).unwrap();
         assert_eq!(p.keep(RetentionKind::IdempotencyKeys), 3 * DAY);
         assert_eq!(p.keep(RetentionKind::RequestLogs), 2 * DAY);
+    }
+
+    #[test]
+    fn finished_redrive_jobs_go_with_the_request_logs() {
+        let p = RetentionPolicy::new(30 * DAY, 7 * DAY, DAY, 2 * DAY).unwrap();
+        assert_eq!(p.keep(RetentionKind::RedriveJobs), 2 * DAY);
+        let now = Timestamp::from_millis(100 * DAY.as_millis() as i64);
+        assert_eq!(
+            p.cutoff(RetentionKind::RedriveJobs, now),
+            p.cutoff(RetentionKind::RequestLogs, now)
+        );
+        assert_eq!(RetentionKind::RedriveJobs.as_str(), "redrive_jobs");
     }
 
     #[test]

@@ -33,8 +33,13 @@
 //! a record so old is never replayed (`Store::claim_idempotency_key`
 //! reads it as absent), so deleting it changes no answer.
 //!
-//! This module never deletes a live delivery (`pending`, `held`) nor a
-//! billing record: its statements name neither.
+//! Finished redrive jobs are another, by `finished_at` (migration 0027's
+//! partial index): only a final job (`succeeded`, `canceled`) has one, and
+//! no runner or cancel writes a final job again, so one goes with what is
+//! left of its items and nothing is waiting on it.
+//!
+//! This module never deletes a live delivery (`pending`, `held`), an open
+//! redrive job nor a billing record: its statements name none of them.
 
 use crate::db::marks::Marks;
 use crate::db::read;
@@ -117,6 +122,9 @@ impl Retention<'_> {
                     RetentionKind::IdempotencyKeys => {
                         sweep_idempotency_keys(&mut tx, cutoff, limit).await?
                     }
+                    RetentionKind::RedriveJobs => {
+                        sweep_redrive_jobs(&mut tx, cutoff, limit).await?
+                    }
                 };
                 tx.commit().await?;
                 Ok(swept)
@@ -125,7 +133,7 @@ impl Retention<'_> {
     }
 
     /// The time of the oldest row of `kind` still kept (settled, received,
-    /// logged), if there is one: an index's first entry.
+    /// logged, finished), if there is one: an index's first entry.
     pub async fn oldest(&self, kind: RetentionKind) -> Result<Option<Timestamp>, StoreError> {
         let sql = match kind {
             RetentionKind::Deliveries => {
@@ -145,6 +153,9 @@ impl Retention<'_> {
             RetentionKind::IdempotencyKeys => {
                 "SELECT MIN(created_at) FROM idempotency_keys".to_owned()
             }
+            RetentionKind::RedriveJobs => "SELECT MIN(finished_at) FROM webhook_redrive_jobs \
+                 WHERE finished_at IS NOT NULL"
+                .to_owned(),
         };
         let at = read::scalar_int(self.0.pool(), &sql, &[]).await?;
         Ok(at.map(Timestamp::from_millis))
@@ -203,7 +214,34 @@ pub fn candidates(kind: RetentionKind, backend: Backend, limit: u32) -> String {
             marks.next(),
             skip_locked(backend, "idempotency_keys")
         ),
+        // Open jobs have no `finished_at`, and are not in the index.
+        RetentionKind::RedriveJobs => format!(
+            "SELECT redrive_job_ref AS k FROM webhook_redrive_jobs WHERE finished_at IS NOT NULL \
+             AND finished_at < {} ORDER BY finished_at LIMIT {limit}{}",
+            marks.next(),
+            skip_locked(backend, "webhook_redrive_jobs")
+        ),
     }
+}
+
+/// Deletes up to `limit` redrive jobs that finished before `cutoff`, with
+/// what is left of their items (a canceled job's are gone already; a
+/// succeeded one took them all).
+async fn sweep_redrive_jobs(
+    tx: &mut WriteTx,
+    cutoff: Timestamp,
+    limit: u32,
+) -> Result<Swept, StoreError> {
+    let kind = RetentionKind::RedriveJobs;
+    let sql = candidates(kind, tx.backend(), limit);
+    let keys = tx.fetch_texts(&sql, &[cutoff.millis().into()], "k").await?;
+    delete_keys(tx, "webhook_redrive_job_items", "redrive_job_ref", &keys).await?;
+    let n = delete_keys(tx, "webhook_redrive_jobs", "redrive_job_ref", &keys).await?;
+    Ok(Swept {
+        deleted: vec![(kind, n)],
+        full: keys.len() >= limit as usize,
+        reached: None,
+    })
 }
 
 /// The primary key of `idempotency_keys`, which has no one-column key.
@@ -532,5 +570,74 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(left, ["env_c"]);
+    }
+
+    /// Finished redrive jobs go by when they finished, oldest first, with
+    /// any items left; an open job stays however old it is.
+    #[tokio::test]
+    async fn finished_redrive_jobs_go_by_when_they_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::connect(&format!("sqlite://{}/r.db", dir.path().display()))
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        let jobs: [(&str, &str, Option<i64>); 4] = [
+            ("rdj_succeeded", "succeeded", Some(200)),
+            ("rdj_canceled", "canceled", Some(100)),
+            // Finished after the cut-off: kept.
+            ("rdj_recent", "succeeded", Some(5_000)),
+            // Open, and older than every other: kept.
+            ("rdj_running", "running", None),
+        ];
+        for (job, status, finished_at) in jobs {
+            sqlx::query(
+                "INSERT INTO webhook_redrive_jobs (redrive_job_ref, environment_ref, status, \
+                 filter, reason, dry_run, created_at, updated_at, finished_at) \
+                 VALUES ($1, 'env_a', $2, '{}', 'r', 0, 1, 1, $3)",
+            )
+            .bind(job)
+            .bind(status)
+            .bind(finished_at)
+            .execute(store.pool())
+            .await
+            .unwrap();
+        }
+        for job in ["rdj_canceled", "rdj_running"] {
+            sqlx::query(
+                "INSERT INTO webhook_redrive_job_items (redrive_job_ref, delivery_ref) \
+                 VALUES ($1, 'whd_x')",
+            )
+            .bind(job)
+            .execute(store.pool())
+            .await
+            .unwrap();
+        }
+        let kind = RetentionKind::RedriveJobs;
+        assert_eq!(
+            store.retention().oldest(kind).await.unwrap(),
+            Some(Timestamp::from_millis(100))
+        );
+        let cutoff = Timestamp::from_millis(1_000);
+        let first = store.retention().sweep(kind, 0, cutoff, 1).await.unwrap();
+        assert_eq!((first.deleted.clone(), first.full), (vec![(kind, 1)], true));
+        let rest = store.retention().sweep(kind, 0, cutoff, 5).await.unwrap();
+        assert_eq!((rest.deleted, rest.full), (vec![(kind, 1)], false));
+        let left: Vec<String> = sqlx::query_scalar(
+            "SELECT redrive_job_ref FROM webhook_redrive_jobs ORDER BY redrive_job_ref",
+        )
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+        assert_eq!(left, ["rdj_recent", "rdj_running"]);
+        let items: Vec<String> =
+            sqlx::query_scalar("SELECT redrive_job_ref FROM webhook_redrive_job_items")
+                .fetch_all(store.pool())
+                .await
+                .unwrap();
+        assert_eq!(items, ["rdj_running"]);
+        assert_eq!(
+            store.retention().oldest(kind).await.unwrap(),
+            Some(Timestamp::from_millis(5_000))
+        );
     }
 }

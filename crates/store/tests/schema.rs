@@ -177,6 +177,21 @@ const PINNED: &[(&str, &str, &str)] = &[
         "a744208a84385fbada579eefca805d44acf1e3663851c07b218c62958715380e1a4578c614d2192ed51e27693ad7456d",
         "a744208a84385fbada579eefca805d44acf1e3663851c07b218c62958715380e1a4578c614d2192ed51e27693ad7456d",
     ),
+    (
+        "0026_test_clock_failed_jobs.sql",
+        "97aaf62af97b9f69d8f6537e43919b7dc0f6700da47b357d6fdb982a22c0047bed2381e902c488a3fed28fe0c7ae1d29",
+        "97aaf62af97b9f69d8f6537e43919b7dc0f6700da47b357d6fdb982a22c0047bed2381e902c488a3fed28fe0c7ae1d29",
+    ),
+    (
+        "0027_redrive_jobs_retention.sql",
+        "0024122ecd517e17b46883652e812afdc94cd2c0c4450a1cc358d6fc386bdea74287a095562fad7c5aed2321c4a61719",
+        "0024122ecd517e17b46883652e812afdc94cd2c0c4450a1cc358d6fc386bdea74287a095562fad7c5aed2321c4a61719",
+    ),
+    (
+        "0028_invoice_lines.sql",
+        "0357cc0229d2cf64fabc73e256577c376db11f9f1365769fb662a9fc1f9f9523b8cd181bfa99a4d77fe051f0fbb5d2ce",
+        "0357cc0229d2cf64fabc73e256577c376db11f9f1365769fb662a9fc1f9f9523b8cd181bfa99a4d77fe051f0fbb5d2ce",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

@@ -98,6 +98,7 @@ const INVOICE_FIELDS: &[&str] = &[
     "order_ref",
     "buyer_ref",
     "subscription_ref",
+    "lines",
     "amount_total",
     "status",
     "issued_at",
@@ -332,6 +333,42 @@ async fn no_records(app: &TestApp) {
     for (path, n) in census(app).await {
         assert_eq!(n, 0, "nothing in {path}");
     }
+}
+
+/// An invoice's lines (contract 14.1), each with its fields and in the
+/// invoice's currency, after checking that they sum to `amount_total`.
+#[track_caller]
+fn invoice_lines(invoice: &Value) -> Vec<Value> {
+    let lines = invoice["lines"]
+        .as_array()
+        .unwrap_or_else(|| panic!("an invoice has lines: {invoice}"))
+        .clone();
+    assert!(!lines.is_empty(), "at least one line: {invoice}");
+    let currency = &invoice["amount_total"]["currency"];
+    let mut sum: i128 = 0;
+    for l in &lines {
+        has_fields(
+            l,
+            &[
+                "kind",
+                "amount",
+                "price_ref",
+                "period_start",
+                "period_end",
+                "description",
+            ],
+        );
+        assert_eq!(&l["amount"]["currency"], currency, "{invoice}");
+        assert_eq!(l["amount"]["unit"], "minor");
+        sum += text(&l["amount"]["value"])
+            .parse::<i128>()
+            .expect("a line amount");
+    }
+    let total: i128 = text(&invoice["amount_total"]["value"])
+        .parse()
+        .expect("total");
+    assert_eq!(sum, total, "amount_total is the lines' sum: {invoice}");
+    lines
 }
 
 /// `<year>-<6 digits>`, as `(year, sequence)`.

@@ -149,6 +149,22 @@ pub(super) async fn a_one_time_payment_writes_each_record_once(app: TestApp) {
     assert_eq!(i["status"], "paid");
     is_ts(&i["issued_at"]);
     is_ts(&i["paid_at"]);
+    // An `item` line per line item, each naming its price, no period.
+    let lines = invoice_lines(&i);
+    assert_eq!(lines.len(), 2, "{i}");
+    for (price, amount) in [(&a.price, eur("3998")), (&b.price, eur("500"))] {
+        let l = lines
+            .iter()
+            .find(|l| l["price_ref"] == price.as_str())
+            .unwrap_or_else(|| panic!("a line of {price}: {i}"));
+        assert_eq!(l["kind"], "item", "{i}");
+        assert_eq!(l["amount"], amount);
+        assert!(
+            l["period_start"].is_null() && l["period_end"].is_null(),
+            "{l}"
+        );
+        assert!(!text(&l["description"]).is_empty());
+    }
     let ents = records(&app, &ENTITLEMENT, "").await;
     assert_eq!(ents.len(), 2, "one entitlement per product: {ents:?}");
     assert_eq!(

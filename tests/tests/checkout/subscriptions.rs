@@ -59,6 +59,28 @@ pub(super) async fn a_recurring_config_starts_a_subscription(app: TestApp) {
     let i = the_one(&app, &INVOICE, "").await;
     assert_eq!(i["subscription_ref"], subscription.as_str());
     assert_eq!(i["amount_total"], eur("3499"));
+    // The first period is a `period` line with its bounds and price; the
+    // one-time item an `item` line.
+    let lines = invoice_lines(&i);
+    assert_eq!(lines.len(), 2, "{i}");
+    let line_of = |price: &str| {
+        lines
+            .iter()
+            .find(|l| l["price_ref"] == price)
+            .unwrap_or_else(|| panic!("a line of {price}: {i}"))
+    };
+    let period = line_of(&monthly.price);
+    assert_eq!(period["kind"], "period", "{i}");
+    assert_eq!(period["amount"], eur("999"));
+    assert_eq!(period["period_start"], sub["current_period_start"]);
+    assert_eq!(period["period_end"], sub["current_period_end"]);
+    let item = line_of(&once.price);
+    assert_eq!(item["kind"], "item", "{i}");
+    assert_eq!(item["amount"], eur("2500"));
+    assert!(
+        item["period_start"].is_null() && item["period_end"].is_null(),
+        "{i}"
+    );
     assert_eq!(records(&app, &ENTITLEMENT, "").await.len(), 2);
     the_one(&app, &CAPTURE, "").await;
     the_one(&app, &ORDER, "").await;

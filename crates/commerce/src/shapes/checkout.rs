@@ -3,6 +3,7 @@
 //! methods, subscriptions and their changes, journeys, test clocks.
 
 use super::{opt_ref, opt_ts, position, status_of, ts, MoneyDto, Served, StatusFilter};
+use domain::checkout::lines::InvoiceLine;
 use domain::checkout::renewal::TestClockStatus;
 use domain::checkout::sandbox::Card;
 use domain::checkout::states::{
@@ -247,6 +248,56 @@ impl Served for OrderRecord {
     }
 }
 
+/// An invoice line's amount: a Money object whose `value` is signed, `-`
+/// before the digits of a credit (`proration_credit`, `credit_applied`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LineAmountDto {
+    /// ISO 4217 code, upper case: the invoice's.
+    pub currency: String,
+    /// Always `minor`.
+    pub unit: String,
+    /// 1 to 18 decimal digits, no leading zeros, `-` first on a credit.
+    pub value: String,
+}
+
+/// One line of an invoice (contract 14.1).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InvoiceLineDto {
+    /// `item` (a one-time checkout line), `period` (a subscription's
+    /// period, the first one included), `proration_credit`,
+    /// `proration_debit` or `credit_applied`.
+    pub kind: String,
+    /// Negative for `proration_credit` and `credit_applied`.
+    pub amount: LineAmountDto,
+    /// The price it bills; null for `credit_applied` (and on the one line
+    /// of a one-time invoice issued before invoices had lines).
+    pub price_ref: Option<String>,
+    /// The period it bills, for `period` and proration lines; null for
+    /// `item` and `credit_applied` (and on invoices issued before invoices
+    /// had lines).
+    pub period_start: Option<String>,
+    pub period_end: Option<String>,
+    pub description: String,
+}
+
+impl From<&InvoiceLine> for InvoiceLineDto {
+    fn from(l: &InvoiceLine) -> InvoiceLineDto {
+        let period = l.period();
+        InvoiceLineDto {
+            kind: l.kind().as_str().to_owned(),
+            amount: LineAmountDto {
+                currency: l.currency().as_str().to_owned(),
+                unit: "minor".to_owned(),
+                value: l.amount_value(),
+            },
+            price_ref: l.price_ref().map(Ref::to_string),
+            period_start: period.map(|p| ts(p.start())),
+            period_end: period.map(|p| ts(p.end())),
+            description: l.description().to_owned(),
+        }
+    }
+}
+
 #[derive(Debug, Serialize, ToSchema)]
 pub struct InvoiceDto {
     pub invoice_ref: String,
@@ -255,6 +306,9 @@ pub struct InvoiceDto {
     pub order_ref: String,
     pub buyer_ref: String,
     pub subscription_ref: Option<String>,
+    /// What it charges, line by line; at least one.
+    pub lines: Vec<InvoiceLineDto>,
+    /// The sum of `lines`; never below zero.
     pub amount_total: MoneyDto,
     /// `paid`; a renewal's invoice is `open` while dunning retries its
     /// charge, then `paid` or `uncollectible`.
@@ -284,6 +338,12 @@ impl Served for InvoiceRecord {
             order_ref: self.order_ref.to_string(),
             buyer_ref: self.buyer_ref.to_string(),
             subscription_ref: opt_ref(&self.subscription_ref),
+            lines: self
+                .lines
+                .lines()
+                .iter()
+                .map(InvoiceLineDto::from)
+                .collect(),
             amount_total: self.amount_total.into(),
             status: self.status.as_str().to_owned(),
             issued_at: ts(self.issued_at),
@@ -710,6 +770,10 @@ pub struct TestClockDto {
     pub status: String,
     /// Where the running advance goes; null when ready.
     pub advancing_to: Option<String>,
+    /// Jobs of the clock (a renewal, a dunning retry, …) that failed for
+    /// good during its advances, each left undone; 0 when none. The
+    /// advance still ends `ready`.
+    pub failed_jobs: i64,
     pub created_at: String,
     pub etag: String,
 }
@@ -729,6 +793,7 @@ impl Served for TestClockRecord {
             frozen_time: ts(self.frozen_time),
             status: self.status.as_str().to_owned(),
             advancing_to: opt_ts(self.advance_to),
+            failed_jobs: self.failed_jobs,
             created_at: ts(self.created_at),
             etag: Served::etag(self, now),
         }

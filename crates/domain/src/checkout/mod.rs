@@ -11,17 +11,25 @@
 //! particular the sandbox processor here only *decides* an outcome from a
 //! test card; charging, scheduling disputes and settling refunds belong to
 //! the caller.
+//!
+//! Invoice lines and credit applied to an invoice are `lines`; the exact
+//! arithmetic of a subscription's price change, and what each proration
+//! mode makes of it, `proration` (contract 14).
 
 pub mod buyer;
 pub mod invoice;
+pub mod lines;
 pub mod period;
+pub mod proration;
 pub mod renewal;
 pub mod sandbox;
 pub mod states;
 
 pub use buyer::{BuyerName, BuyerNameError, Email, EmailError};
 pub use invoice::{InvoiceNumber, InvoiceNumberError};
+pub use lines::{CreditApplied, InvoiceLine, InvoiceLines, LineError, LineKind, LinePeriod};
 pub use period::{add_periods, period_end};
+pub use proration::{ChangeOutcome, ProrationError, ProrationMode};
 pub use renewal::{AtPeriodEnd, DunningSchedule, TestClockStatus};
 pub use sandbox::{Card, Outcome, TestCard};
 pub use states::{

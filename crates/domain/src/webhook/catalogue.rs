@@ -19,7 +19,7 @@
 //! | `payment.succeeded` (version 2), `payment.failed` | the payment (with `payment_ref` beside `payment_intent_ref`) |
 //! | `checkout_session.completed` | the checkout session |
 //! | `order.created` | the order (with `updated_at`) |
-//! | `invoice.paid`, `invoice.payment_failed` | the invoice, `paid`, or `open` after a declined renewal |
+//! | `invoice.paid`, `invoice.payment_failed` | the invoice with its `lines` (contract 14.1), `paid`, or `open` after a declined renewal |
 //! | `entitlement.granted`, `entitlement.revoked` | the entitlement, `active`, or `revoked` with `revoked_at` |
 //! | `subscription.started`, `subscription.renewed`, `subscription.past_due`, `subscription.canceled` | the subscription |
 //! | `refund.created`, `refund.succeeded`, `refund.failed`, `refund.canceled` | the refund |

@@ -10,6 +10,11 @@
 //! the clock advances past it (`due_on_clock`), never by the wall clock
 //! (`due_jobs`).
 //!
+//! A job that fails stays leased until its lease ends, then runs again;
+//! a test clock's advance may give it back at once (`release_job`) or,
+//! once it failed for good, drop it with `complete` in the unit of work
+//! that counts it on its clock.
+//!
 //! It never decides what a job does; the runner does.
 
 use crate::db::read;
@@ -179,6 +184,30 @@ impl Store {
                 &lease::renew("jobs", "$1", "kind = $2 AND subject_ref = $3", "$4"),
                 &[
                     until.millis().into(),
+                    job.kind.as_str().into(),
+                    job.subject_ref.as_str().into(),
+                    owner.into(),
+                ],
+            )
+            .await?;
+        tx.commit().await?;
+        Ok(changed == 1)
+    }
+
+    /// Gives back `owner`'s lease of a job that failed, in a unit of its
+    /// own, so that it may run again at once rather than after its lease
+    /// (a test clock's advance tries a failed job again before it drops
+    /// it); false when the lease was lost or the job is gone.
+    pub async fn release_job(&self, job: &Job, owner: &str) -> Result<bool, StoreError> {
+        let mut tx = self.begin().await?;
+        let changed = tx
+            .execute(
+                &format!(
+                    "UPDATE jobs SET {} WHERE kind = $1 AND subject_ref = $2 AND {}",
+                    lease::RELEASE,
+                    lease::held_by("$3")
+                ),
+                &[
                     job.kind.as_str().into(),
                     job.subject_ref.as_str().into(),
                     owner.into(),

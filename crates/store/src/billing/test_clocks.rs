@@ -2,7 +2,9 @@
 //! paid through it live on. A clock moves only forward and only through an
 //! advance: `start_advance` takes it from `ready` to `advancing` (one
 //! advance at a time, by a conditional write), `finish_advance` sets its
-//! new `frozen_time` once every piece of its timed work up to it has run.
+//! new `frozen_time` once every piece of its timed work up to it has run
+//! or failed for good; `count_failed_job` counts the latter, in the unit
+//! of work that drops the job (`failed_jobs`).
 //!
 //! It never decides what an advance may do (`domain::checkout::renewal`) or
 //! runs the work (`commerce::renewals`, `commerce::test_clocks`).
@@ -24,6 +26,8 @@ pub struct TestClockRecord {
     pub status: TestClockStatus,
     /// Where the running advance goes; `None` when ready.
     pub advance_to: Option<Timestamp>,
+    /// Jobs of the clock that failed for good during its advances.
+    pub failed_jobs: i64,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub version: i64,
@@ -42,6 +46,7 @@ impl Resource for TestClockRecord {
             frozen_time: at(row, "frozen_time")?,
             status: state(row, "status", TestClockStatus::parse)?,
             advance_to: opt_ts(row, "advance_to")?,
+            failed_jobs: int(row, "failed_jobs")?,
             created_at: at(row, "created_at")?,
             updated_at: at(row, "updated_at")?,
             version: int(row, "version")?,
@@ -117,6 +122,27 @@ pub async fn finish_advance(
         )
         .await?;
     rows.first().map(|r| TestClockRecord::decode(r)).transpose()
+}
+
+/// Counts a job of the clock that failed for good, in the unit of work
+/// that drops it (`billing::jobs::complete`): the drop and its count
+/// commit together, or neither does.
+pub async fn count_failed_job(
+    tx: &mut WriteTx,
+    test_clock_ref: &Ref,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let changed = tx
+        .execute(
+            "UPDATE test_clocks SET failed_jobs = failed_jobs + 1, updated_at = $1, \
+             version = version + 1 WHERE test_clock_ref = $2",
+            &[now.millis().into(), test_clock_ref.as_str().into()],
+        )
+        .await?;
+    match changed {
+        1 => Ok(()),
+        _ => Err(StoreError::NotFound),
+    }
 }
 
 /// A clock read inside a unit of work.

@@ -300,14 +300,26 @@ pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
         ("payout.paid" | "payout.failed", 1) => payout(name == "payout.paid"),
         ("invoice.paid", 1) => json!({
             "invoice_ref": INVOICE, "number": "2026-000042", "order_ref": ORDER,
-            "buyer_ref": BUYER, "subscription_ref": null, "amount_total": money("1999"),
+            "buyer_ref": BUYER, "subscription_ref": null,
+            "lines": [{
+                "kind": "item", "amount": money("1999"), "price_ref": PRICE,
+                "period_start": null, "period_end": null,
+                "description": format!("1 × {PRODUCT}")
+            }],
+            "amount_total": money("1999"),
             "status": "paid", "issued_at": CAPTURED, "paid_at": CAPTURED,
             "payment_intent_ref": PAYMENT, "attempt_count": 1,
             "created_at": CAPTURED, "etag": etag(INVOICE, 1)
         }),
         ("invoice.payment_failed", 1) => json!({
             "invoice_ref": RENEWAL_INVOICE, "number": "2026-000043", "order_ref": ORDER,
-            "buyer_ref": BUYER, "subscription_ref": SUBSCRIPTION, "amount_total": money("1999"),
+            "buyer_ref": BUYER, "subscription_ref": SUBSCRIPTION,
+            "lines": [{
+                "kind": "period", "amount": money("1999"), "price_ref": PRICE,
+                "period_start": PERIOD_END, "period_end": NEXT_PERIOD_END,
+                "description": format!("1 × {PRODUCT} (monthly)")
+            }],
+            "amount_total": money("1999"),
             "status": "open", "issued_at": PERIOD_END, "paid_at": null,
             "payment_intent_ref": null, "attempt_count": 1,
             "created_at": PERIOD_END, "etag": etag(RENEWAL_INVOICE, 1)

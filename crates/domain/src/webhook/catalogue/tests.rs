@@ -249,6 +249,7 @@ const INVOICE_FIELDS: &[&str] = &[
     "order_ref",
     "buyer_ref",
     "subscription_ref",
+    "lines",
     "amount_total",
     "status",
     "issued_at",
@@ -294,6 +295,14 @@ const LINE_ITEM_FIELDS: &[&str] = &[
     "unit_amount",
     "amount",
 ];
+const INVOICE_LINE_FIELDS: &[&str] = &[
+    "kind",
+    "amount",
+    "price_ref",
+    "period_start",
+    "period_end",
+    "description",
+];
 
 #[test]
 fn the_events_a_payment_writes_carry_their_resource() {
@@ -316,6 +325,31 @@ fn the_events_a_payment_writes_carry_their_resource() {
             for item in items.as_array().unwrap() {
                 assert_eq!(keys(item), sorted(LINE_ITEM_FIELDS), "{name}");
             }
+        }
+        // An invoice's lines (contract 14.1) sum to its total.
+        if let Some(lines) = data.get("lines") {
+            let lines = lines.as_array().unwrap();
+            assert!(!lines.is_empty(), "{name}");
+            let mut sum = 0i128;
+            for line in lines {
+                assert_eq!(keys(line), sorted(INVOICE_LINE_FIELDS), "{name}");
+                assert!(
+                    crate::checkout::lines::LineKind::parse(line["kind"].as_str().unwrap())
+                        .is_some(),
+                    "{name}"
+                );
+                sum += line["amount"]["value"]
+                    .as_str()
+                    .unwrap()
+                    .parse::<i128>()
+                    .unwrap();
+            }
+            let total: i128 = data["amount_total"]["value"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(sum, total, "{name}");
         }
     }
     for (name, v) in [("payment.succeeded", 2), ("payment.failed", 1)] {
