@@ -40,6 +40,8 @@ mod refunds;
 mod retention;
 mod smoke;
 mod sqlite_wal;
+mod subscription_changes;
 mod subscriptions;
+mod trials;
 mod unit_of_work;
 mod webhooks;

@@ -176,6 +176,7 @@ pub async fn open(
         created_at: now,
         expires_at: now.plus_seconds(SESSION_TTL_SECONDS),
         test_clock_ref: clock,
+        trial_period_days: configured.content.trial_period_days,
     };
     let session = sessions::create(tx, env, new).await?;
     let first = step(StepKind::SessionCreated, now, None);

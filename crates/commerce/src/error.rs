@@ -15,6 +15,11 @@ pub enum CommerceError {
     /// Well-formed, but the rules refuse it now (a state, an amount).
     #[error("{0}")]
     Refused(String),
+    /// A charge the change asked for was declined: the failed payment is
+    /// recorded (its unit of work commits), nothing else changed
+    /// (contract 14.2's `payment_declined`).
+    #[error("the charge was declined: payment_declined")]
+    PaymentDeclined,
     /// The payment processor cannot be reached (live environments have
     /// none yet).
     #[error("the payment processor is unavailable")]

@@ -232,6 +232,7 @@ async fn run_in(
         OPEN_DISPUTE => open_dispute(store, tx, job, now).await?,
         crate::renewals::RENEW => crate::renewals::period_end(store, rules, tx, job, now).await?,
         crate::renewals::RETRY => crate::renewals::retry(store, rules, tx, job, now).await?,
+        crate::trials::WILL_END => crate::trials::will_end(tx, job, now).await?,
         other => tracing::warn!(kind = other, "unknown job dropped"),
     }
     Ok(())

@@ -17,12 +17,15 @@
 //! - `lines`: the lines of the invoices pay and renewals make.
 //! - `refunds`: a refund asked for; `jobs` starts and settles it.
 //! - `renewals`: a subscription's period end, dunning retries, cancels.
+//! - `changes`: a subscription's price change and its preview, and what
+//!   renewals do with a buyer's credit balance and pending lines.
 //! - `test_clocks`: a test clock's advance and the time of a clock.
 //! - `jobs`: the timed-work runner (refunds, sandbox disputes, renewals).
 //! - `projection`: other systems' events onto disputes, payouts,
 //!   participations.
 //! - `events`: how a use case emits an event into its unit of work.
 
+pub mod changes;
 pub mod checkout;
 pub mod error;
 pub mod events;
@@ -34,5 +37,6 @@ pub mod refunds;
 pub mod renewals;
 pub mod shapes;
 pub mod test_clocks;
+pub mod trials;
 
 pub use error::CommerceError;

@@ -63,11 +63,12 @@ pub enum Method {
     Stored(Ref),
 }
 
-/// What a pay made: its result, the payment, the session's first
-/// subscription and the session after it.
+/// What a pay made: its result, the payment (none when it started a
+/// trial: `crate::trials`), the session's first subscription and the
+/// session after it.
 pub struct Paid {
     pub result: PayResult,
-    pub payment: PaymentRecord,
+    pub payment: Option<PaymentRecord>,
     pub subscription: Option<SubscriptionRecord>,
     pub session: SessionRecord,
 }
@@ -156,6 +157,24 @@ pub async fn run(
         charge,
         authenticated,
     } = prepared;
+    // A trial (contract 14.3) keeps a card that would go through and
+    // charges nothing; a buyer who had the product before pays at once, as
+    // does a session that also sells one-time items.
+    let trial = claimed.trial_period_days > 0
+        && authenticated.is_none()
+        && charge.card.outcome() == Outcome::Succeeded
+        && claimed.line_items.iter().all(|i| i.interval.is_some());
+    if trial {
+        let method = crate::trials::TrialMethod {
+            method: &charge.method,
+            card: &charge.details,
+            stored: charge.stored.as_ref(),
+        };
+        let started = crate::trials::start(tx, env, &claimed, &email, method, now).await?;
+        if let Some(paid) = started {
+            return Ok(paid);
+        }
+    }
     let unit = Unit {
         tx,
         env,
@@ -387,7 +406,7 @@ impl Unit<'_> {
         };
         Ok(Paid {
             result,
-            payment,
+            payment: Some(payment),
             subscription: subscriptions.into_iter().next(),
             session: done.session,
         })
@@ -653,7 +672,7 @@ impl Unit<'_> {
         events.flush(self.tx).await?;
         Ok(Paid {
             result: PayResult::RetrievePaymentResponse,
-            payment,
+            payment: Some(payment),
             subscription: None,
             session,
         })
@@ -692,7 +711,7 @@ impl Unit<'_> {
         };
         Ok(Paid {
             result,
-            payment,
+            payment: Some(payment),
             subscription: incomplete.into_iter().next(),
             session,
         })

@@ -105,24 +105,21 @@ struct Priced {
 }
 
 /// What a renewal charges: the subscription's line item as its session
-/// priced it (the price it started on, times its quantity), and the
-/// session for the buyer's contact.
+/// priced it (the price it started on, times its quantity; after a price
+/// change, the new price times it), and the session for the buyer's
+/// contact.
 async fn charge_of(store: &Store, sub: &SubscriptionRecord) -> Result<Priced, CommerceError> {
     let session: SessionRecord = store
         .get(&sub.environment_ref, &sub.checkout_session_ref)
         .await?;
-    let item = session
-        .line_items
-        .iter()
-        .find(|i| i.price_ref == sub.price_ref.as_str())
-        .ok_or_else(|| CommerceError::broken("a subscription of no line item"))?;
+    // After a price change, its current price (`crate::changes`).
+    let item = crate::changes::current_item(store, sub, &session).await?;
     let interval = item
         .recurrence()?
         .interval()
         .ok_or_else(|| CommerceError::broken("a subscription of a one-time item"))?;
     let amount = Money::new(session.amount_total.currency(), item.amount)
         .map_err(|e| CommerceError::broken(e.to_string()))?;
-    let item = item.clone();
     Ok(Priced {
         session,
         item,
@@ -133,7 +130,7 @@ async fn charge_of(store: &Store, sub: &SubscriptionRecord) -> Result<Priced, Co
 
 /// Charges the subscription's stored method through the sandbox processor
 /// at `events.now` and records the payment (captured when it succeeded).
-async fn charge(
+pub(crate) async fn charge(
     store: &Store,
     tx: &mut WriteTx,
     sub: &SubscriptionRecord,
@@ -197,11 +194,17 @@ async fn renew(
     let current_end = sub
         .current_period_end
         .ok_or_else(|| CommerceError::broken("an active subscription without a period"))?;
-    let anchor = sub.started_at.unwrap_or(current_end);
+    // A trial's periods count from its end (contract 14.3).
+    let anchor = sub.trial_end.or(sub.started_at).unwrap_or(current_end);
     let period = (current_end, next_period_end(anchor, interval, current_end));
     let lines = crate::lines::of_renewal(&item, amount.currency(), period)?;
+    // Pending change lines and the buyer's credit first (contract 14.2).
+    let lines = crate::changes::renewal_lines(tx, sub, lines, now).await?;
+    if lines.total().minor() == 0 && sub.status == SubscriptionStatus::Active {
+        return crate::changes::renew_covered(tx, sub, &lines, period, events).await;
+    }
     let payment = charge(store, tx, sub, &session, lines.total(), now).await?;
-    let order = orders::of_session(tx, &sub.checkout_session_ref).await?;
+    let order = crate::trials::order_of(tx, sub, &session, &payment, events).await?;
     let paid = payment.status == PaymentStatus::Succeeded;
     let invoice = orders::renewal_invoice(
         tx,

@@ -55,6 +55,11 @@ pub enum ApiError {
     /// 422: well-formed but not allowed now.
     #[error("{0}")]
     Semantic(String),
+    /// 422 `semantic_error` with the detail `payment_declined`: a charge a
+    /// change asked for was declined. Unlike every other decided error,
+    /// what the operation wrote (the failed payment) commits with it.
+    #[error("the charge was declined")]
+    PaymentDeclined,
     /// 428: an IfM operation without `If-Match`.
     #[error("this operation requires an If-Match header")]
     PreconditionRequired,
@@ -105,7 +110,7 @@ impl ApiError {
             }
             ApiError::IdempotencyKeyRequired => "idempotency_key_required",
             ApiError::IdempotencyMismatch => "idempotency_mismatch",
-            ApiError::Semantic(_) => "semantic_error",
+            ApiError::Semantic(_) | ApiError::PaymentDeclined => "semantic_error",
             ApiError::PreconditionRequired => "precondition_required",
             ApiError::PreconditionFailed => "precondition_failed",
             ApiError::VersionConflict(_) => "version_conflict",
@@ -123,7 +128,7 @@ impl ApiError {
             ApiError::Validation(_) | ApiError::IdempotencyKeyRequired => StatusCode::BAD_REQUEST,
             ApiError::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
-            ApiError::IdempotencyMismatch | ApiError::Semantic(_) => {
+            ApiError::IdempotencyMismatch | ApiError::Semantic(_) | ApiError::PaymentDeclined => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::PreconditionRequired => StatusCode::PRECONDITION_REQUIRED,
@@ -144,6 +149,9 @@ impl ApiError {
                 "body",
                 format!("no data arrived for {waited_ms} ms"),
             )],
+            ApiError::PaymentDeclined => {
+                vec![Detail::new("stored_payment_method_ref", "payment_declined")]
+            }
             _ => Vec::new(),
         };
         let body = ErrorBody {
@@ -260,6 +268,7 @@ impl From<CommerceError> for ApiError {
             CommerceError::NotFound(what) => ApiError::not_found(what),
             CommerceError::Invalid { field, issue } => ApiError::validation(field, issue),
             CommerceError::Refused(why) => ApiError::Semantic(why),
+            CommerceError::PaymentDeclined => ApiError::PaymentDeclined,
             CommerceError::ProcessorUnavailable => ApiError::DependencyUnavailable,
             CommerceError::Store(e) => e.into(),
             e @ CommerceError::Broken(_) => ApiError::Internal(Box::new(e)),

@@ -18,7 +18,9 @@ use crate::handlers::admin::{
 use crate::handlers::catalogue::{
     checkout_configs as cc, offers as of, prices as pr, products as pd, promotions as pm,
 };
-use crate::handlers::checkout::{cancel as sc, pay, sessions as cs, test_clocks as clk};
+use crate::handlers::checkout::{
+    cancel as sc, change as chg, pay, sessions as cs, test_clocks as clk,
+};
 use crate::handlers::money::refunds as rf;
 use crate::handlers::reads as read;
 use crate::handlers::webhooks::{
@@ -120,6 +122,8 @@ pub static OPERATIONS: &[Operation] = &[
     op!(Get "/api/v1/request_logs" "listPublicRequestLogs" "request_logs:read_list" false false true E1 => 200 bind!(rl::list, resp: rl::RequestLogDto, filters: rl::filters)),
     op!(Get "/api/v1/service_accounts" "listServiceAccounts" "service_accounts:read_list" false false false E1 => 200 bind!(sa::list, resp: sa::ServiceAccountDto)),
     op!(Post "/api/v1/subscriptions/{subscription_ref}/cancel" "cancelSubscription" "subscriptions:manage_cancel" true true false E3 => 200 bind!(sc::cancel, req: sc::CancelSubscription, resp: rec::SubscriptionDto)),
+    op!(Post "/api/v1/subscriptions/{subscription_ref}/change" "changeSubscription" "subscriptions:manage_change" true true false E3 => 200 bind!(chg::change, req: chg::ChangeSubscription, resp: rec::SubscriptionDto)),
+    op!(Post "/api/v1/subscriptions/{subscription_ref}/change/preview" "previewSubscriptionChange" "subscriptions:read_retrieve" false false false E5 => 200 bind!(chg::preview, req: chg::ChangeSubscription, resp: chg::ChangePreviewDto)),
     op!(Post "/api/v1/test_clocks" "createTestClock" "test_clocks:manage" false false false E5 => 201 bind!(clk::create, req: clk::CreateTestClock, resp: rec::TestClockDto)),
     op!(Post "/api/v1/test_clocks/{test_clock_ref}/advance" "advanceTestClock" "test_clocks:manage" false false false E6 => 202 bind!(clk::advance, req: clk::AdvanceTestClock, resp: rec::TestClockDto)),
     op!(Post "/api/v1/service_accounts" "createServiceAccount" "service_accounts:manage_create" true false false E4 => 201 bind!(sa::create, req: sa::CreateServiceAccount, resp: sa::ServiceAccountDto)),

@@ -362,11 +362,17 @@ async fn execute(
             };
             let kept = s.body.clone();
             // The decided error stands; whatever the operation wrote
-            // before deciding it does not.
-            if let Some(tx) = opened {
-                tx.rollback().await?;
-            }
-            (s, kept, None)
+            // before deciding it does not, but for a declined charge's
+            // failed payment (contract 14.2), which is recorded.
+            let opened = match opened {
+                Some(tx) if matches!(e, ApiError::PaymentDeclined) => Some(tx),
+                Some(tx) => {
+                    tx.rollback().await?;
+                    None
+                }
+                None => None,
+            };
+            (s, kept, opened)
         }
         Err(e) => {
             abandon(opened).await;
@@ -433,7 +439,10 @@ fn served(op: &Operation, reply: crate::reply::Reply) -> Served {
 fn keeps_result(e: &ApiError) -> bool {
     matches!(
         e,
-        ApiError::NotFound(_) | ApiError::PreconditionFailed | ApiError::Semantic(_)
+        ApiError::NotFound(_)
+            | ApiError::PreconditionFailed
+            | ApiError::Semantic(_)
+            | ApiError::PaymentDeclined
     )
 }
 

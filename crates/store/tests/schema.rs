@@ -192,6 +192,16 @@ const PINNED: &[(&str, &str, &str)] = &[
         "0357cc0229d2cf64fabc73e256577c376db11f9f1365769fb662a9fc1f9f9523b8cd181bfa99a4d77fe051f0fbb5d2ce",
         "0357cc0229d2cf64fabc73e256577c376db11f9f1365769fb662a9fc1f9f9523b8cd181bfa99a4d77fe051f0fbb5d2ce",
     ),
+    (
+        "0029_price_changes.sql",
+        "ba4793c1e2507227050805bfa745efc34b0ae196064e79f03f56c54319f80307373a145a9901da35318fcba322056f48",
+        "ba4793c1e2507227050805bfa745efc34b0ae196064e79f03f56c54319f80307373a145a9901da35318fcba322056f48",
+    ),
+    (
+        "0030_trials.sql",
+        "931b10830df00b87dff121c717a43725020207260dd7aa6929dbfe881429bffd7ec9b74ed97732407c20eeecd32f8d96",
+        "931b10830df00b87dff121c717a43725020207260dd7aa6929dbfe881429bffd7ec9b74ed97732407c20eeecd32f8d96",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

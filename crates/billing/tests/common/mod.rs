@@ -57,8 +57,18 @@ pub fn text(v: &serde_json::Value, field: &str) -> String {
         .to_owned()
 }
 
-/// A port free on 127.0.0.1 at the time of the call.
+/// A port free on 127.0.0.1 at the time of the call, for a process the
+/// test starts to listen on. It is drawn below the kernel's ephemeral
+/// range (32768 and up here), from which every outgoing connection of the
+/// machine takes its local port: a port from that range may be taken by a
+/// connection between this call and the process's bind.
 pub fn free_port() -> u16 {
+    for _ in 0..200 {
+        let port = 20_000 + (rand_u32() % 12_000) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

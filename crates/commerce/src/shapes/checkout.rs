@@ -419,6 +419,10 @@ pub struct BuyerDto {
     pub name: Option<String>,
     /// The test clock the buyer lives on; null when none.
     pub test_clock_ref: Option<String>,
+    /// What price changes gave back, used first by later invoices
+    /// (contract 14.2): in the buyer's currency (its first order's), zero
+    /// when none; null only while the buyer has no currency.
+    pub credit_balance: Option<MoneyDto>,
     pub created_at: String,
     pub etag: String,
 }
@@ -437,6 +441,7 @@ impl Served for BuyerRecord {
             email: self.email.clone(),
             name: self.name.clone(),
             test_clock_ref: opt_ref(&self.test_clock_ref),
+            credit_balance: self.credit_balance.map(MoneyDto::from),
             created_at: ts(self.created_at),
             etag: Served::etag(self, now),
         }
@@ -502,7 +507,7 @@ pub struct SubscriptionDto {
     pub buyer_ref: Option<String>,
     pub price_ref: String,
     pub product_ref: String,
-    /// `incomplete`, `active`, `past_due` or `canceled`.
+    /// `incomplete`, `trialing`, `active`, `past_due` or `canceled`.
     pub status: String,
     pub current_period_start: Option<String>,
     pub current_period_end: Option<String>,
@@ -515,6 +520,11 @@ pub struct SubscriptionDto {
     pub cancel_reason: Option<String>,
     /// The test clock it lives on; null when none.
     pub test_clock_ref: Option<String>,
+    /// When its trial ends (contract 14.3); null without a trial.
+    pub trial_end: Option<String>,
+    /// A `next_invoice` price change's proration lines, waiting for the
+    /// next renewal's invoice (contract 14.2); empty when none wait.
+    pub pending_invoice_lines: Vec<InvoiceLineDto>,
     pub created_at: String,
     pub etag: String,
 }
@@ -545,6 +555,12 @@ impl Served for SubscriptionRecord {
             cancel_at_period_end: self.cancel_at_period_end,
             cancel_reason: self.cancel_reason.map(|r| r.as_str().to_owned()),
             test_clock_ref: opt_ref(&self.test_clock_ref),
+            trial_end: opt_ts(self.trial_end),
+            pending_invoice_lines: self
+                .pending_invoice_lines
+                .iter()
+                .map(InvoiceLineDto::from)
+                .collect(),
             created_at: ts(self.created_at),
             etag: Served::etag(self, now),
         }
@@ -563,10 +579,13 @@ impl Served for SubscriptionRecord {
 pub struct ChangeDto {
     pub subscription_change_ref: String,
     pub subscription_ref: String,
-    /// `started`, `repriced` or `canceled`.
+    /// `started`, `repriced`, `renewal`, `canceled` or `price_change`.
     pub kind: String,
     pub from_price_ref: Option<String>,
     pub to_price_ref: Option<String>,
+    /// A `price_change`'s proration: `charge_now`, `next_invoice` or
+    /// `none`; null for other kinds.
+    pub proration: Option<String>,
     pub effective_at: String,
     pub created_at: String,
     pub etag: String,
@@ -588,6 +607,7 @@ impl Served for ChangeRecord {
             kind: self.kind.as_str().to_owned(),
             from_price_ref: opt_ref(&self.from_price_ref),
             to_price_ref: opt_ref(&self.to_price_ref),
+            proration: self.proration.map(|p| p.as_str().to_owned()),
             effective_at: ts(self.effective_at),
             created_at: ts(self.created_at),
             etag: Served::etag(self, now),

@@ -26,6 +26,32 @@ pub const MAX_OPTIONS: usize = 20;
 pub const MAX_OPTION_CHARS: usize = 100;
 /// Longest value a session may give a text (or numeric) field.
 pub const MAX_VALUE_CHARS: usize = 500;
+/// Longest trial a subscription config offers, in days (contract 14.3).
+pub const MAX_TRIAL_PERIOD_DAYS: u32 = 730;
+
+/// Why a config's `trial_period_days` was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum TrialError {
+    /// Not an integer from 0 to 730: `validation_failed`.
+    #[error("must be an integer from 0 to 730")]
+    OutOfRange,
+    /// A trial on a config without recurring items: `semantic_error`.
+    #[error("a trial needs a subscription config; this one is in payment mode")]
+    NotSubscription,
+}
+
+/// Checks a config's `trial_period_days` against the mode its line items
+/// make: 0 to 730 days, and more than 0 only in subscription mode.
+pub fn check_trial_period_days(days: i64, mode: ConfigMode) -> Result<u32, TrialError> {
+    let days = u32::try_from(days)
+        .ok()
+        .filter(|d| *d <= MAX_TRIAL_PERIOD_DAYS)
+        .ok_or(TrialError::OutOfRange)?;
+    if days > 0 && mode != ConfigMode::Subscription {
+        return Err(TrialError::NotSubscription);
+    }
+    Ok(days)
+}
 
 wire_enum!(
     /// Derived from the line items, never chosen: a body's `mode` may only
@@ -726,5 +752,25 @@ mod tests {
             let r = values(json!({"po": "x", "size": v.clone()}));
             prop_assert_eq!(r.is_ok(), v == "S" || v == "M");
         }
+    }
+
+    #[test]
+    fn trial_period_days_bounds() {
+        use ConfigMode::*;
+        assert_eq!(check_trial_period_days(0, Payment), Ok(0));
+        assert_eq!(check_trial_period_days(0, Subscription), Ok(0));
+        assert_eq!(check_trial_period_days(730, Subscription), Ok(730));
+        assert_eq!(
+            check_trial_period_days(731, Subscription),
+            Err(TrialError::OutOfRange)
+        );
+        assert_eq!(
+            check_trial_period_days(-1, Subscription),
+            Err(TrialError::OutOfRange)
+        );
+        assert_eq!(
+            check_trial_period_days(14, Payment),
+            Err(TrialError::NotSubscription)
+        );
     }
 }

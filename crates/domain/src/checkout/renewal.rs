@@ -47,13 +47,17 @@ pub enum AtPeriodEnd {
 }
 
 impl SubscriptionStatus {
-    /// What happens at the end of the current period; `None` when nothing
-    /// does: a `past_due` subscription renews once its open invoice is paid
+    /// What happens at the end of the current period (a trial's included);
+    /// `None` when nothing does: a `past_due` subscription renews once its open invoice is paid
     /// (dunning decides), and an incomplete or canceled one never renews.
     pub fn at_period_end(self, cancel_at_period_end: bool) -> Option<AtPeriodEnd> {
         match self {
-            SubscriptionStatus::Active if cancel_at_period_end => Some(AtPeriodEnd::Cancel),
-            SubscriptionStatus::Active => Some(AtPeriodEnd::Renew),
+            SubscriptionStatus::Active | SubscriptionStatus::Trialing if cancel_at_period_end => {
+                Some(AtPeriodEnd::Cancel)
+            }
+            // A trial's period ends at `trial_end`: the first period is
+            // charged as a renewal (contract 14.3).
+            SubscriptionStatus::Active | SubscriptionStatus::Trialing => Some(AtPeriodEnd::Renew),
             SubscriptionStatus::PastDue if cancel_at_period_end => Some(AtPeriodEnd::Cancel),
             SubscriptionStatus::Incomplete
             | SubscriptionStatus::PastDue
@@ -244,13 +248,15 @@ mod tests {
         use SubscriptionStatus::*;
         assert_eq!(Active.at_period_end(false), Some(AtPeriodEnd::Renew));
         assert_eq!(Active.at_period_end(true), Some(AtPeriodEnd::Cancel));
+        assert_eq!(Trialing.at_period_end(false), Some(AtPeriodEnd::Renew));
+        assert_eq!(Trialing.at_period_end(true), Some(AtPeriodEnd::Cancel));
         assert_eq!(PastDue.at_period_end(true), Some(AtPeriodEnd::Cancel));
         for s in [Incomplete, PastDue, Canceled] {
             assert_eq!(s.at_period_end(false), None);
         }
         assert_eq!(Canceled.at_period_end(true), None);
         assert!(Canceled.check_cancel().is_err());
-        for s in [Incomplete, Active, PastDue] {
+        for s in [Incomplete, Active, PastDue, Trialing] {
             assert!(s.check_cancel().is_ok());
         }
     }

@@ -55,14 +55,38 @@ wire_enum!(StoredMethodStatus { Active => "active", Detached => "detached" });
 
 wire_enum!(
     /// `Incomplete` while its first payment waits for authentication;
-    /// `PastDue` while a declined renewal is retried (contract 12.4).
+    /// `PastDue` while a declined renewal is retried (contract 12.4);
+    /// `Trialing` from a paid session with a trial until `trial_end`
+    /// (contract 14.3). See [`SubscriptionStatus::may_become`].
     SubscriptionStatus {
         Incomplete => "incomplete",
         Active => "active",
         PastDue => "past_due",
         Canceled => "canceled",
+        Trialing => "trialing",
     }
 );
+
+impl SubscriptionStatus {
+    /// The subscription machine: whether a subscription in `self` may move
+    /// to `to`. `incomplete` becomes `active` once authenticated; `active`
+    /// and `past_due` move between each other by renewal and dunning;
+    /// `trialing` becomes `active` when the first period's charge at
+    /// `trial_end` succeeds, `past_due` when it is declined; anything not
+    /// yet canceled may be canceled, and `canceled` is final.
+    pub fn may_become(self, to: SubscriptionStatus) -> bool {
+        use SubscriptionStatus::*;
+        matches!(
+            (self, to),
+            (Incomplete, Active)
+                | (Active, PastDue)
+                | (PastDue, Active)
+                | (Trialing, Active)
+                | (Trialing, PastDue)
+                | (Incomplete | Active | PastDue | Trialing, Canceled)
+        )
+    }
+}
 
 wire_enum!(
     /// The kind of a subscription change; a subscription's first change is
@@ -72,6 +96,7 @@ wire_enum!(
         Repriced => "repriced",
         Renewal => "renewal",
         Canceled => "canceled",
+        PriceChange => "price_change",
     }
 );
 
@@ -237,6 +262,32 @@ mod tests {
             names(PayResult::ALL.iter().map(|s| s.as_str()).collect()),
             "retrieve_payment_response subscription_setup_action_required subscription_started"
         );
+    }
+
+    #[test]
+    fn subscription_machine() {
+        use SubscriptionStatus::*;
+        let allowed = [
+            (Incomplete, Active),
+            (Active, PastDue),
+            (PastDue, Active),
+            (Trialing, Active),
+            (Trialing, PastDue),
+            (Incomplete, Canceled),
+            (Active, Canceled),
+            (PastDue, Canceled),
+            (Trialing, Canceled),
+        ];
+        for from in SubscriptionStatus::ALL {
+            for to in SubscriptionStatus::ALL {
+                assert_eq!(
+                    from.may_become(*to),
+                    allowed.contains(&(*from, *to)),
+                    "{from:?} -> {to:?}"
+                );
+            }
+        }
+        assert_eq!(Trialing.as_str(), "trialing");
     }
 
     #[test]

@@ -19,9 +19,10 @@
 //! | `payment.succeeded` (version 2), `payment.failed` | the payment (with `payment_ref` beside `payment_intent_ref`) |
 //! | `checkout_session.completed` | the checkout session |
 //! | `order.created` | the order (with `updated_at`) |
+//! | `subscription.changed` | the subscription after the change, with `from_price_ref` and `to_price_ref` (contract 14.2) |
 //! | `invoice.paid`, `invoice.payment_failed` | the invoice with its `lines` (contract 14.1), `paid`, or `open` after a declined renewal |
 //! | `entitlement.granted`, `entitlement.revoked` | the entitlement, `active`, or `revoked` with `revoked_at` |
-//! | `subscription.started`, `subscription.renewed`, `subscription.past_due`, `subscription.canceled` | the subscription |
+//! | `subscription.started`, `subscription.renewed`, `subscription.past_due`, `subscription.trial_will_end`, `subscription.canceled` | the subscription |
 //! | `refund.created`, `refund.succeeded`, `refund.failed`, `refund.canceled` | the refund |
 //! | `dispute.opened`, `dispute.closed` | the dispute |
 //! | `payout.paid`, `payout.failed` | the payout |
@@ -63,7 +64,6 @@
 //! | `payment.succeeded` 1 | `buyer_email`, `buyer_name` | `contact` |
 //! | | `card_brand`, `card_last4` | `payment_instrument` |
 //! | `checkout_session.completed` 1 | `buyer.email`, `buyer.name` | `contact` |
-//! | `subscription.changed` 1 | `buyer.email`, `buyer.name` | `contact` |
 //! | orders, invoices, entitlements, subscriptions | none: they name the buyer by `buyer_ref` only | |
 //! | refunds, disputes | none: they name the payment by `payment_intent_ref` only (no buyer, no card) | |
 //! | payouts, participations, `webhook.test` | none | |
@@ -203,6 +203,11 @@ static CATALOGUE: &[EventType] = &[
         PRODUCT_BUYER,
     ),
     business(
+        "subscription.trial_will_end",
+        "A subscription's trial ends in 3 days (at once when the trial is shorter); it is then charged for its first period.",
+        PRODUCT_BUYER,
+    ),
+    business(
         "subscription.changed",
         "A subscription changed price or plan.",
         PRODUCT_BUYER,
@@ -316,8 +321,7 @@ impl EventType {
 type Classes = &'static [(&'static str, DataClass)];
 
 /// The buyer's contact fields, nested: the checkout session resource
-/// (`buyer: {email, name}`) and the older shape of `subscription.changed`
-/// (`buyer: {buyer_ref, email, name}`).
+/// (`buyer: {email, name}`).
 const BUYER_CONTACT: Classes = &[("buyer.email", Contact), ("buyer.name", Contact)];
 /// The payment resource: the buyer's contact fields and the card.
 const PAYMENT: Classes = &[
@@ -335,7 +339,7 @@ fn classes(name: &str, dto_version: u32) -> Classes {
             ("card_last4", PaymentInstrument),
         ],
         ("payment.succeeded", 2) | ("payment.failed", 1) => PAYMENT,
-        ("checkout_session.completed", 1) | ("subscription.changed", 1) => BUYER_CONTACT,
+        ("checkout_session.completed", 1) => BUYER_CONTACT,
         // The order, invoice, entitlement and subscription resources name
         // the buyer by reference only, refunds and disputes the payment;
         // payouts, participations and the test event hold no personal

@@ -35,6 +35,14 @@ pub struct ConfigContent {
     /// Derived from the line items' prices when the version was made.
     #[serde(with = "mode_text")]
     pub mode: ConfigMode,
+    /// Days of trial a subscription paid through it starts with (contract
+    /// 14.3); absent from versions without one, which read 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub trial_period_days: u32,
+}
+
+fn is_zero(days: &u32) -> bool {
+    *days == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

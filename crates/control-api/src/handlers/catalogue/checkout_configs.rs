@@ -10,8 +10,8 @@ use crate::wire::check_text;
 use crate::wire::found;
 use crate::wire::ts;
 use domain::catalogue::checkout_config::{
-    check_custom_fields, derive_mode, ConfigMode, CustomField, FieldError, ItemPrice,
-    MAX_LINE_ITEMS,
+    check_custom_fields, check_trial_period_days, derive_mode, ConfigMode, CustomField, FieldError,
+    ItemPrice, TrialError, MAX_LINE_ITEMS,
 };
 use domain::etag::etag;
 use domain::Prefix;
@@ -85,6 +85,9 @@ pub struct ConfigDto {
     pub success_url: String,
     pub cancel_url: Option<String>,
     pub custom_fields: Vec<CustomFieldDto>,
+    /// Days of trial a subscription paid through it starts with; 0 for
+    /// none.
+    pub trial_period_days: u32,
     pub created_at: String,
     pub updated_at: String,
     pub etag: String,
@@ -127,6 +130,7 @@ fn dto(c: &ConfigRecord) -> ConfigDto {
                 options: f.options.clone(),
             })
             .collect(),
+        trial_period_days: c.content.trial_period_days,
         created_at: ts(c.created_at),
         updated_at: ts(c.updated_at),
         etag: config_etag(c),
@@ -151,6 +155,8 @@ pub struct CreateCheckoutConfig {
     pub custom_fields: Option<Vec<CustomFieldInput>>,
     /// Derived; when given it must agree.
     pub mode: Option<String>,
+    /// 0 to 730 (default 0); more than 0 only in subscription mode.
+    pub trial_period_days: Option<i64>,
 }
 
 /// Any of create's fields; the rest are carried over from the newest
@@ -164,6 +170,7 @@ pub struct CreateCheckoutConfigVersion {
     pub cancel_url: Option<String>,
     pub custom_fields: Option<Vec<CustomFieldInput>>,
     pub mode: Option<String>,
+    pub trial_period_days: Option<i64>,
 }
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -282,6 +289,15 @@ async fn line_items(
     Ok((items, mode))
 }
 
+/// A config's trial (contract 14.3): out of range is `validation_failed`,
+/// a trial on a payment-mode config `semantic_error`.
+fn trial(days: i64, mode: ConfigMode) -> Result<u32, ApiError> {
+    check_trial_period_days(days, mode).map_err(|e| match e {
+        TrialError::OutOfRange => ApiError::validation("trial_period_days", e.to_string()),
+        TrialError::NotSubscription => ApiError::semantic(e.to_string()),
+    })
+}
+
 /// A body's `mode`, which must name the derived one.
 fn agree(given: Option<&str>, derived: ConfigMode) -> Result<(), ApiError> {
     match given {
@@ -324,8 +340,12 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         body.cancel_url.as_deref(),
     )?;
     let fields = custom_fields(body.custom_fields.as_deref().unwrap_or_default())?;
+    // Its range is checked before the store is read, its mode after.
+    let days = body.trial_period_days.unwrap_or(0);
+    trial(days, ConfigMode::Subscription)?;
     let (items, mode) = line_items(ctx, &body.line_items).await?;
     agree(body.mode.as_deref(), mode)?;
+    let trial_period_days = trial(days, mode)?;
     let content = ConfigContent {
         name: body.name,
         line_items: items,
@@ -333,6 +353,7 @@ pub async fn create(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         cancel_url: body.cancel_url,
         custom_fields: fields,
         mode,
+        trial_period_days,
     };
     let env = ctx.env().clone();
     let row = checkout_configs::create(ctx.tx().await?, &env, &content).await?;
@@ -367,6 +388,9 @@ pub async fn create_version(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiErr
         .as_deref()
         .map(custom_fields)
         .transpose()?;
+    if let Some(days) = body.trial_period_days {
+        trial(days, ConfigMode::Subscription)?;
+    }
     let current = load(ctx, &input).await?;
     let mut content = current.content.clone();
     if let Some(items) = &body.line_items {
@@ -375,6 +399,10 @@ pub async fn create_version(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiErr
         content.mode = mode;
     }
     agree(body.mode.as_deref(), content.mode)?;
+    let days = body
+        .trial_period_days
+        .unwrap_or(i64::from(content.trial_period_days));
+    content.trial_period_days = trial(days, content.mode)?;
     if let Some(name) = body.name {
         content.name = name;
     }

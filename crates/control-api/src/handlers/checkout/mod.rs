@@ -9,6 +9,7 @@
 //! timed work (`commerce::renewals`).
 
 pub mod cancel;
+pub mod change;
 pub mod pay;
 pub mod sessions;
 pub mod test_clocks;

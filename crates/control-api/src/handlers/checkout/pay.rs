@@ -34,7 +34,8 @@ pub struct PayResultDto {
     /// `retrieve_payment_response`, `subscription_started` or
     /// `subscription_setup_action_required`.
     pub result: String,
-    pub payment: PaymentDto,
+    /// Null when the pay started a trial, which charges nothing.
+    pub payment: Option<PaymentDto>,
     pub subscription: Option<SubscriptionDto>,
     pub next_action: Option<NextActionDto>,
     pub checkout_session: SessionDto,
@@ -98,10 +99,10 @@ pub async fn pay(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
 }
 
 fn answer(paid: &Paid, now: domain::Timestamp) -> Reply {
-    let payment = paid.payment.dto(now);
+    let payment = paid.payment.as_ref().map(|p| p.dto(now));
     let dto = PayResultDto {
         result: paid.result.as_str().to_owned(),
-        next_action: payment.next_action.clone(),
+        next_action: payment.as_ref().and_then(|p| p.next_action.clone()),
         payment,
         subscription: paid.subscription.as_ref().map(|s| s.dto(now)),
         checkout_session: paid.session.dto(now),

@@ -34,7 +34,6 @@ const DISPUTE: &str = "dsp_I4oP7aS1dF3g";
 const PAYOUT: &str = "wd_H6jK9lZ2xC5v";
 const BUSINESS: &str = "biz_B8nM1qW4eR7t";
 const SUBSCRIPTION: &str = "sub_Y9uI3oP6aS2d";
-const CHANGE: &str = "sch_F4gH7jK1lZ5x";
 const ENTITLEMENT: &str = "ent_C2vB5nM8qW3e";
 const PARTICIPATION: &str = "ptc_R6tY9uI2oP4a";
 const STORED_METHOD: &str = "spm_S7dF1gH4jK8l";
@@ -78,12 +77,6 @@ fn money(value: &str) -> Value {
 /// sits beside it, as `buyer_ref`).
 fn buyer_contact() -> Value {
     json!({"email": "ada@example.com", "name": "Ada Lovelace"})
-}
-
-/// Contact fields with the reference inside, as the older shape of
-/// `subscription.changed` carries them.
-fn buyer() -> Value {
-    json!({"buyer_ref": BUYER, "email": "ada@example.com", "name": "Ada Lovelace"})
 }
 
 /// The session's line items, priced when it was created.
@@ -229,6 +222,8 @@ enum Life {
     PastDue,
     /// She canceled it at once.
     Canceled,
+    /// It started with a trial that ends at `PERIOD_END`, 3 days away.
+    TrialWillEnd,
 }
 
 /// The subscription resource (`retrieveSubscription`) at each point of its
@@ -260,14 +255,27 @@ fn subscription(life: Life) -> Value {
             json!("requested"),
             2,
         ),
+        Life::TrialWillEnd => (
+            "trialing",
+            CAPTURED,
+            PERIOD_END,
+            Value::Null,
+            Value::Null,
+            1,
+        ),
+    };
+    let trial_end = match life {
+        Life::TrialWillEnd => json!(PERIOD_END),
+        _ => Value::Null,
     };
     json!({
         "subscription_ref": SUBSCRIPTION, "buyer_ref": BUYER, "price_ref": PRICE,
         "product_ref": PRODUCT, "status": status, "current_period_start": start,
         "current_period_end": end, "stored_payment_method_ref": STORED_METHOD,
         "started_at": CAPTURED, "canceled_at": canceled_at, "cancel_at_period_end": false,
-        "cancel_reason": reason, "test_clock_ref": null, "created_at": CAPTURED,
-        "etag": etag(SUBSCRIPTION, version)
+        "cancel_reason": reason, "test_clock_ref": null, "trial_end": trial_end,
+        "pending_invoice_lines": [],
+        "created_at": CAPTURED, "etag": etag(SUBSCRIPTION, version)
     })
 }
 
@@ -334,12 +342,16 @@ pub(super) fn example(name: &str, dto_version: u32) -> Option<Value> {
         ("subscription.renewed", 1) => subscription(Life::Renewed),
         ("subscription.past_due", 1) => subscription(Life::PastDue),
         ("subscription.canceled", 1) => subscription(Life::Canceled),
-        ("subscription.changed", 1) => json!({
-            "subscription_ref": SUBSCRIPTION, "subscription_change_ref": CHANGE,
-            "status": "active", "previous_price_ref": PRICE, "price_ref": NEW_PRICE,
-            "amount": money("1499"), "interval": "month", "changed_at": CAPTURED,
-            "product_refs": [PRODUCT], "buyer": buyer()
-        }),
+        ("subscription.trial_will_end", 1) => subscription(Life::TrialWillEnd),
+        ("subscription.changed", 1) => {
+            // She moved to another price mid-period (contract 14.2).
+            let mut data = subscription(Life::Started);
+            data["price_ref"] = json!(NEW_PRICE);
+            data["etag"] = json!(etag(SUBSCRIPTION, 2));
+            data["from_price_ref"] = json!(PRICE);
+            data["to_price_ref"] = json!(NEW_PRICE);
+            data
+        }
         ("entitlement.granted", 1) => entitlement(false),
         ("entitlement.revoked", 1) => entitlement(true),
         ("participation.invited" | "participation.accepted", 1) => {

@@ -17,6 +17,10 @@ pub struct BuyerRecord {
     pub name: Option<String>,
     /// The test clock the buyer lives on (contract 12.4).
     pub test_clock_ref: Option<Ref>,
+    /// The buyer's credit balance in its currency (contract 14.2; the
+    /// mirror `credit::add` and `credit::take` keep); `None` while the
+    /// buyer has no currency yet (no order, no credit).
+    pub credit_balance: Option<domain::Money>,
     pub created_at: Timestamp,
     pub version: i64,
 }
@@ -33,6 +37,14 @@ impl Resource for BuyerRecord {
             email: text(row, "email")?,
             name: row.text("name")?,
             test_clock_ref: super::opt_reference(row, "test_clock_ref")?,
+            credit_balance: match row.text("credit_currency")? {
+                None => None,
+                Some(_) => Some(crate::billing::money(
+                    row,
+                    "credit_currency",
+                    "credit_minor",
+                )?),
+            },
             created_at: at(row, "created_at")?,
             version: int(row, "version")?,
         })

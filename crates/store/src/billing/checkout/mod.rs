@@ -8,14 +8,17 @@
 //! listed through `Store::get` and `Store::list` (`crate::resource`).
 
 pub mod buyers;
+pub mod credit;
 pub mod entitlements;
 pub mod invoice_numbers;
 pub mod journeys;
 pub mod methods;
 pub mod orders;
 pub mod payments;
+pub mod price_changes;
 pub mod sessions;
 pub mod subscriptions;
+pub mod trials;
 
 use crate::db::tx::{int, text, Columns};
 use crate::StoreError;

@@ -23,7 +23,7 @@ use crate::resource::Resource;
 use crate::StoreError;
 use domain::checkout::lines::{InvoiceLine, InvoiceLines, LineKind, LinePeriod};
 use domain::checkout::states::{InvoiceStatus, OrderStatus};
-use domain::{Money, Prefix, Ref, Timestamp};
+use domain::{Currency, Money, Prefix, Ref, Timestamp};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone)]
@@ -97,7 +97,9 @@ pub async fn create(
             ],
         )
         .await?;
-    OrderRecord::decode(single(&rows)?)
+    let order = OrderRecord::decode(single(&rows)?)?;
+    super::credit::adopt_currency(tx, &order.buyer_ref, order.amount_total.currency()).await?;
+    Ok(order)
 }
 
 #[derive(Debug, Clone)]
@@ -163,7 +165,7 @@ impl Resource for InvoiceRecord {
 
 /// A line as the `lines` column keeps it.
 #[derive(Debug, Serialize, Deserialize)]
-struct StoredLine {
+pub(crate) struct StoredLine {
     kind: String,
     /// Signed minor units of the invoice's currency.
     amount: i64,
@@ -173,20 +175,37 @@ struct StoredLine {
     description: String,
 }
 
+/// `l` as the `lines` column keeps it.
+pub(crate) fn stored_line(l: &InvoiceLine) -> StoredLine {
+    StoredLine {
+        kind: l.kind().as_str().to_owned(),
+        amount: l.amount(),
+        price_ref: l.price_ref().map(|r| r.as_str().to_owned()),
+        period_start: l.period().map(|p| p.start().millis()),
+        period_end: l.period().map(|p| p.end().millis()),
+        description: l.description().to_owned(),
+    }
+}
+
 fn stored_lines(lines: &InvoiceLines) -> String {
-    let stored: Vec<StoredLine> = lines
-        .lines()
-        .iter()
-        .map(|l| StoredLine {
-            kind: l.kind().as_str().to_owned(),
-            amount: l.amount(),
-            price_ref: l.price_ref().map(|r| r.as_str().to_owned()),
-            period_start: l.period().map(|p| p.start().millis()),
-            period_end: l.period().map(|p| p.end().millis()),
-            description: l.description().to_owned(),
-        })
-        .collect();
+    let stored: Vec<StoredLine> = lines.lines().iter().map(stored_line).collect();
     to_json(&stored)
+}
+
+/// A stored line read back in `currency`, checked.
+pub(crate) fn line_of_stored(l: StoredLine, currency: Currency) -> Result<InvoiceLine, String> {
+    let kind = LineKind::parse(&l.kind).ok_or_else(|| format!("kind {}", l.kind))?;
+    let period = match (l.period_start, l.period_end) {
+        (Some(s), Some(e)) => Some(
+            LinePeriod::new(Timestamp::from_millis(s), Timestamp::from_millis(e))
+                .map_err(|e| e.to_string())?,
+        ),
+        (None, None) => None,
+        _ => return Err("one period bound without the other".to_owned()),
+    };
+    let price_ref = l.price_ref.map(Ref::from_trusted);
+    InvoiceLine::from_parts(kind, currency, l.amount, price_ref, period, l.description)
+        .map_err(|e| e.to_string())
 }
 
 /// The stored lines of an invoice of `total`, checked: they are in its
@@ -196,20 +215,7 @@ fn lines_of(stored: &str, total: Money) -> Result<InvoiceLines, String> {
     let currency = total.currency();
     let lines = stored
         .into_iter()
-        .map(|l| {
-            let kind = LineKind::parse(&l.kind).ok_or_else(|| format!("kind {}", l.kind))?;
-            let period = match (l.period_start, l.period_end) {
-                (Some(s), Some(e)) => Some(
-                    LinePeriod::new(Timestamp::from_millis(s), Timestamp::from_millis(e))
-                        .map_err(|e| e.to_string())?,
-                ),
-                (None, None) => None,
-                _ => return Err("one period bound without the other".to_owned()),
-            };
-            let price_ref = l.price_ref.map(Ref::from_trusted);
-            InvoiceLine::from_parts(kind, currency, l.amount, price_ref, period, l.description)
-                .map_err(|e| e.to_string())
-        })
+        .map(|l| line_of_stored(l, currency))
         .collect::<Result<Vec<_>, _>>()?;
     let lines = InvoiceLines::new(currency, lines).map_err(|e| e.to_string())?;
     if lines.total() != total {
@@ -315,8 +321,12 @@ pub async fn renewal_invoice(
     new: RenewalInvoice<'_>,
 ) -> Result<InvoiceRecord, StoreError> {
     let order = new.order;
+    // An invoice the buyer's credit balance covers is paid without a
+    // payment (contract 14.2).
+    let covered = new.lines.total().minor() == 0;
     let status = match new.paid_by {
         Some(_) => InvoiceStatus::Paid,
+        None if covered => InvoiceStatus::Paid,
         None => InvoiceStatus::Open,
     };
     let invoice_ref = Ref::generate(Prefix::Invoice);
@@ -341,7 +351,9 @@ pub async fn renewal_invoice(
                 lines.as_str().into(),
                 status.as_str().into(),
                 new.now.millis().into(),
-                new.paid_by.map(|_| new.now.millis()).into(),
+                (new.paid_by.is_some() || covered)
+                    .then_some(new.now.millis())
+                    .into(),
                 new.paid_by.map(Ref::as_str).into(),
             ],
         )

@@ -38,6 +38,9 @@ pub struct SessionRecord {
     pub completed_at: Option<Timestamp>,
     /// The test clock the session runs on (contract 12.4).
     pub test_clock_ref: Option<Ref>,
+    /// The trial its config version offered when it was made; 0 for none
+    /// (contract 14.3).
+    pub trial_period_days: u32,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub version: i64,
@@ -109,6 +112,8 @@ impl Resource for SessionRecord {
             completed_at: opt_ts(row, "completed_at")?,
             created_at: at(row, "created_at")?,
             test_clock_ref: opt_reference(row, "test_clock_ref")?,
+            trial_period_days: u32::try_from(int(row, "trial_period_days")?)
+                .map_err(|_| StoreError::Corrupt("trial_period_days".into()))?,
             updated_at: at(row, "updated_at")?,
             version: int(row, "version")?,
         })
@@ -132,6 +137,8 @@ pub struct NewSession<'a> {
     pub expires_at: Timestamp,
     /// The test clock whose time the session and what its pay makes carry.
     pub test_clock_ref: Option<&'a Ref>,
+    /// Its config version's `trial_period_days`.
+    pub trial_period_days: u32,
 }
 
 pub async fn create(
@@ -144,8 +151,9 @@ pub async fn create(
             "INSERT INTO checkout_sessions (checkout_session_ref, environment_ref, config_ref, \
              config_version, status, mode, buyer_email, buyer_name, journey_ref, line_items, \
              currency, amount_total, custom_fields, success_url, cancel_url, expires_at, \
-             created_at, updated_at, test_clock_ref) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, \
-             $10, $11, $12, $13, $14, $15, $16, $17, $17, $18) RETURNING *",
+             created_at, updated_at, test_clock_ref, trial_period_days) VALUES ($1, $2, $3, $4, \
+             $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $17, $18, $19) \
+             RETURNING *",
             &[
                 Ref::generate(Prefix::CheckoutSession).as_str().into(),
                 environment_ref.as_str().into(),
@@ -165,6 +173,7 @@ pub async fn create(
                 new.expires_at.millis().into(),
                 new.created_at.millis().into(),
                 new.test_clock_ref.map(Ref::as_str).into(),
+                i64::from(new.trial_period_days).into(),
             ],
         )
         .await?;

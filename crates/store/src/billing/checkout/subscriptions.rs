@@ -28,6 +28,11 @@ pub struct SubscriptionRecord {
     pub cancel_at_period_end: bool,
     pub cancel_reason: Option<CancelReason>,
     pub test_clock_ref: Option<Ref>,
+    /// When its trial ends; `None` without a trial (contract 14.3).
+    pub trial_end: Option<Timestamp>,
+    /// A `next_invoice` price change's lines, waiting for the next
+    /// renewal's invoice (contract 14.2); empty when none wait.
+    pub pending_invoice_lines: Vec<domain::checkout::lines::InvoiceLine>,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub version: i64,
@@ -64,6 +69,8 @@ impl Resource for SubscriptionRecord {
                 })?),
             },
             test_clock_ref: opt_reference(row, "test_clock_ref")?,
+            trial_end: opt_ts(row, "trial_end")?,
+            pending_invoice_lines: super::price_changes::pending_of(row)?,
             created_at: at(row, "created_at")?,
             updated_at: at(row, "updated_at")?,
             version: int(row, "version")?,
@@ -199,6 +206,9 @@ pub struct ChangeRecord {
     pub kind: ChangeKind,
     pub from_price_ref: Option<Ref>,
     pub to_price_ref: Option<Ref>,
+    /// A `price_change`'s proration mode (contract 14.2); `None` for
+    /// other kinds.
+    pub proration: Option<domain::checkout::proration::ProrationMode>,
     pub effective_at: Timestamp,
     pub created_at: Timestamp,
     pub version: i64,
@@ -218,6 +228,14 @@ impl Resource for ChangeRecord {
             kind: state(row, "kind", ChangeKind::parse)?,
             from_price_ref: opt_reference(row, "from_price_ref")?,
             to_price_ref: opt_reference(row, "to_price_ref")?,
+            proration: match row.text("proration")? {
+                None => None,
+                Some(p) => Some(
+                    domain::checkout::proration::ProrationMode::parse(&p).ok_or_else(|| {
+                        StoreError::Corrupt(format!("subscription change proration {p}"))
+                    })?,
+                ),
+            },
             effective_at: at(row, "effective_at")?,
             created_at: at(row, "created_at")?,
             version: int(row, "version")?,
