@@ -965,6 +965,199 @@ async fn limits_are_shown_and_changed_from_the_endpoint_page(app: TestApp) {
     assert_eq!(logged["method"], "PATCH");
 }
 
+/// The `data` of a 200 answer to GET `path`.
+async fn read(app: &TestApp, path: &str) -> Value {
+    let r = app.get(path).send().await;
+    r.expect(200);
+    r.data().clone()
+}
+
+/// A subscription on a test clock moved up (`charge_now`: an invoice of
+/// two proration lines), back down (678 into the buyer's credit), then up
+/// again with `next_invoice` (two lines waiting).
+async fn changed_subscription(app: &TestApp) -> Value {
+    use billing_tests::kit::{at, eur, published_config, sellable};
+    let basic = sellable(app, "Basic", eur("1000"), Some("month")).await;
+    let premium = sellable(app, "Premium", eur("2000"), Some("month")).await;
+    let config = published_config(
+        app,
+        json!({"name": "Subscribe", "success_url": "https://example.com/ok",
+            "line_items": [{"offer_ref": basic.offer, "quantity": 1}]}),
+    )
+    .await;
+    let r = app
+        .post(
+            "/api/v1/test_clocks",
+            json!({"frozen_time": "2026-01-01T00:00:00.000Z"}),
+        )
+        .send()
+        .await;
+    r.expect(201);
+    let clock = text(&r.data()["test_clock_ref"]);
+    let email = format!("{}@example.com", billing_tests::unique_key());
+    let r = app
+        .post(
+            billing_tests::kit::api::SESSIONS,
+            json!({"config_ref": config, "buyer": {"email": email}, "test_clock_ref": clock}),
+        )
+        .send()
+        .await;
+    r.expect(201);
+    let session = text(&r.data()["checkout_session_ref"]);
+    let r = app
+        .post(
+            &at(billing_tests::kit::api::SESSIONS, &session, "/pay"),
+            json!({"payment_method": "pm_card_visa"}),
+        )
+        .send()
+        .await;
+    r.expect(200);
+    let sub = text(&r.data()["subscription"]["subscription_ref"]);
+    let r = app
+        .post(
+            &at("/api/v1/test_clocks", &clock, "/advance"),
+            json!({"frozen_time": "2026-01-11T00:00:00.000Z"}),
+        )
+        .send()
+        .await;
+    r.expect(202);
+    commerce::jobs::run_due(
+        &app.store,
+        &commerce::jobs::Rules::default(),
+        "test",
+        domain::Timestamp::now(),
+    )
+    .await;
+    for (price, proration) in [
+        (&premium.price, "charge_now"),
+        (&basic.price, "charge_now"),
+        (&premium.price, "next_invoice"),
+    ] {
+        let now = read(app, &format!("/api/v1/subscriptions/{sub}")).await;
+        app.post(
+            &format!("/api/v1/subscriptions/{sub}/change"),
+            json!({"price_ref": price, "proration": proration}),
+        )
+        .if_match(&text(&now["etag"]))
+        .send()
+        .await
+        .expect(200);
+    }
+    read(app, &format!("/api/v1/subscriptions/{sub}")).await
+}
+
+/// The `(kind, amount)` of each line of the table with `class` in `html`.
+fn line_rows(html: &str, class: &str) -> Vec<(String, String)> {
+    let start = html
+        .find(&format!("<table class=\"{class}\""))
+        .unwrap_or_else(|| panic!("table.{class} in {html}"));
+    let table = &html[start..start + html[start..].find("</table>").unwrap()];
+    table
+        .split("data-kind=\"")
+        .skip(1)
+        .map(|row| {
+            let kind = row[..row.find('"').unwrap()].to_owned();
+            let cell = row.split("<td class=\"amount\">").nth(1).unwrap();
+            (kind, cell[..cell.find("</td>").unwrap()].to_owned())
+        })
+        .collect()
+}
+
+/// The subscriptions page lists it; its page shows its pending invoice
+/// lines, its latest invoice's lines and the buyer's credit balance, read
+/// through the operations; a credential without the invoice and buyer
+/// reads sees the subscription and is told what it lacks; an unknown or
+/// malformed reference is a page with its status.
+async fn a_subscription_shows_its_lines_and_the_buyers_credit(app: TestApp) {
+    let sub = changed_subscription(&app).await;
+    let r = text(&sub["subscription_ref"]);
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, a)| (k.to_string(), a.to_string()))
+            .collect()
+    };
+    let v = signed_in(&app, &app.sandbox.secret).await;
+    let list = v.get("/console/subscriptions").await;
+    assert_eq!(list.status, 200, "{}", list.html);
+    secured(&list);
+    assert!(list.html.contains(&format!("/console/subscriptions/{r}")));
+    assert!(
+        list.html.contains("href=\"/console/subscriptions\""),
+        "in the navigation"
+    );
+    let filtered = v
+        .get(&format!(
+            "/console/subscriptions?status=canceled&buyer_ref={}",
+            text(&sub["buyer_ref"])
+        ))
+        .await;
+    assert_eq!(filtered.status, 200, "{}", filtered.html);
+    assert!(filtered.html.contains("No subscription."));
+
+    let page = v.get(&format!("/console/subscriptions/{r}")).await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    secured(&page);
+    assert!(fact(&page.html, "subscription-status").contains("active"));
+    assert_eq!(fact(&page.html, "credit-balance"), "EUR 678");
+    assert_eq!(
+        line_rows(&page.html, "pending-lines"),
+        pairs(&[
+            ("proration_credit", "EUR -677"),
+            ("proration_debit", "EUR 1355")
+        ])
+    );
+    assert_eq!(fact(&page.html, "invoice-total"), "EUR 678");
+    assert!(fact(&page.html, "invoice-status").contains("paid"));
+    assert_eq!(
+        line_rows(&page.html, "invoice-lines"),
+        pairs(&[
+            ("proration_credit", "EUR -677"),
+            ("proration_debit", "EUR 1355")
+        ])
+    );
+    let invoices = read(
+        &app,
+        &format!("/api/v1/invoices?buyer_ref={}", text(&sub["buyer_ref"])),
+    )
+    .await;
+    let numbers: Vec<String> = invoices["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| text(&i["number"]))
+        .collect();
+    assert_eq!(numbers.len(), 2, "the first period's and the upgrade's");
+    let latest = numbers.iter().max().unwrap();
+    assert_eq!(&fact(&page.html, "invoice-number"), latest);
+
+    // Only the subscription reads: the rest is named, not shown.
+    let (_, secret) = app
+        .principal_with(&["subscriptions:read_list", "subscriptions:read_retrieve"])
+        .await;
+    let narrow = signed_in(&app, &secret).await;
+    let home = narrow.get("/console").await;
+    assert_eq!(home.location(), "/console/subscriptions");
+    let page = narrow.get(&format!("/console/subscriptions/{r}")).await;
+    assert_eq!(page.status, 200, "{}", page.html);
+    assert!(fact(&page.html, "credit-balance").contains("buyers:read_retrieve"));
+    assert!(page.html.contains("invoices:read_list"));
+    assert!(!page.html.contains("invoice-lines"));
+    assert_eq!(line_rows(&page.html, "pending-lines").len(), 2);
+    assert_eq!(narrow.get("/console/deliveries").await.status, 403);
+
+    for (path, status) in [
+        ("/console/subscriptions/sub_AAAAAAAAAAAA", 404),
+        ("/console/subscriptions?status=lost", 400),
+        ("/console/subscriptions?cursor=forged", 400),
+    ] {
+        let page = v.get(path).await;
+        assert_eq!(page.status, status, "{path}: {}", page.html);
+        secured(&page);
+    }
+    let malformed = v.get("/console/subscriptions/not-a-ref").await;
+    assert!([400, 404].contains(&malformed.status), "{}", malformed.html);
+}
+
 backend_tests!(
     sign_in_exchanges_a_secret_for_a_strict_session_cookie,
     a_change_without_its_csrf_token_is_refused,
@@ -976,4 +1169,5 @@ backend_tests!(
     a_blocked_key_is_listed_and_skipped_from_the_endpoint_page,
     the_deliveries_page_lists_every_endpoint_until_one_is_chosen,
     limits_are_shown_and_changed_from_the_endpoint_page,
+    a_subscription_shows_its_lines_and_the_buyers_credit,
 );

@@ -41,6 +41,7 @@ mod retention;
 mod smoke;
 mod sqlite_wal;
 mod subscription_changes;
+mod subscription_timeline;
 mod subscriptions;
 mod trials;
 mod unit_of_work;

@@ -46,6 +46,12 @@ const NAV: &[(Nav, &str, &str, &str)] = &[
         "Request logs",
         "request_logs:read_list",
     ),
+    (
+        Nav::Subscriptions,
+        "/console/subscriptions",
+        "Subscriptions",
+        "subscriptions:read_list",
+    ),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +62,7 @@ pub enum Nav {
     Catalogue,
     DeadLetters,
     Logs,
+    Subscriptions,
 }
 
 fn head(title: &str, extra: Markup) -> Markup {

@@ -79,7 +79,10 @@ pub(crate) struct Console {
 /// The console's routes, under `/console`, for merging into the API's
 /// router (they add no fallback of their own).
 pub fn router(app: AppState, settings: ConsoleSettings) -> Router {
-    use pages::{catalogue, dead_letters, deliveries, delivery, endpoints, jobs, logs, sign_in};
+    use pages::{
+        catalogue, dead_letters, deliveries, delivery, endpoints, jobs, logs, sign_in,
+        subscriptions,
+    };
     let state = Console {
         app,
         settings: Arc::new(settings),
@@ -115,6 +118,11 @@ pub fn router(app: AppState, settings: ConsoleSettings) -> Router {
         .route("/console/event-types", get(catalogue::list))
         .route("/console/dead-letters", get(dead_letters::list))
         .route("/console/request-logs", get(logs::list))
+        .route("/console/subscriptions", get(subscriptions::list))
+        .route(
+            "/console/subscriptions/{subscription_ref}",
+            get(subscriptions::show),
+        )
         .route("/console/{*rest}", axum::routing::any(pages::not_found))
         .layer(axum::middleware::from_fn(secure_headers))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(

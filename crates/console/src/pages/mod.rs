@@ -10,6 +10,7 @@ pub mod endpoints;
 pub mod jobs;
 pub mod logs;
 pub mod sign_in;
+pub mod subscriptions;
 
 use crate::api::Signed;
 use crate::error::PageError;
@@ -35,6 +36,7 @@ pub async fn index(signed: Result<Signed, PageError>) -> Redirect {
                 ("webhooks:read_event_catalog", "/console/event-types"),
                 ("events:read_dead_letters", "/console/dead-letters"),
                 ("request_logs:read_list", "/console/request-logs"),
+                ("subscriptions:read_list", "/console/subscriptions"),
             ]
             .into_iter()
             .find(|(p, _)| signed.holds(p))
