@@ -41,6 +41,10 @@ use std::time::Duration;
 /// most `rate` in any second of its own.
 const WINDOW_MS: i64 = 1050;
 
+/// The spacing of a backlog's slots against the rate's window: 5 % wider,
+/// so a delivery claimed a moment after its slot still finds room.
+const SLOT_SLACK: (i64, i64) = (105, 100);
+
 /// How long a delivery waits when its endpoint has no room in flight.
 pub const BUSY_WAIT: Duration = Duration::from_millis(100);
 
@@ -100,8 +104,8 @@ pub struct Governor {
     place: Place,
     /// Each endpoint's next free start in this process's give-backs, so
     /// the deliveries one claim could not start come back spread at the
-    /// endpoint's rate rather than all at once.
-    horizon: Mutex<HashMap<String, Timestamp>>,
+    /// endpoint's rate rather than all at once (Unix microseconds).
+    horizon: Mutex<HashMap<String, i64>>,
 }
 
 enum Place {
@@ -219,29 +223,45 @@ impl Governor {
         }
     }
 
-    /// When a delivery that must wait `wait` comes back: after the wait,
-    /// and after the ones given back before it, one per `1/rate` (the
-    /// rate-less waits for room in flight spread over a tenth of a second).
+    /// When a delivery that must wait `wait` comes back.
+    ///
+    /// One that was due since it was written (`fresh`: a backlog seen for
+    /// the first time) takes the endpoint's next free slot after the wait:
+    /// slots are spaced a little wider than the rate's window allows
+    /// (`SLOT_SLACK`), so that a backlog is written back once, spread at the
+    /// endpoint's pace, and each comes due when it can start. One that
+    /// already had a due time of its own (a slot given here, a retry) and
+    /// still found no room (it came a moment early) comes back after the
+    /// wait alone, ahead of the slots: it is never sent to the back of the
+    /// line. Waits for room in flight alone spread over a tenth of a
+    /// second.
     pub fn come_back_in(
         &self,
         endpoint: &str,
         terms: &Terms,
         wait: Duration,
         now: Timestamp,
+        fresh: bool,
     ) -> Duration {
-        let step_ms = match terms.rate {
-            Some(r) => (1000 / i64::from(r.max(1))).max(1),
-            None => 1 + (rand::random::<u64>() % 100) as i64,
+        let jitter = Duration::from_millis(rand::random::<u64>() % 10);
+        let step_us = match terms.rate {
+            Some(r) => WINDOW_MS * 1000 * SLOT_SLACK.0 / SLOT_SLACK.1 / i64::from(r.max(1)),
+            None => 1000 + (rand::random::<u64>() % 100_000) as i64,
         };
-        let earliest = now.plus_millis(wait.as_millis() as i64);
+        if !fresh || terms.rate.is_none() {
+            let spread = Duration::from_micros(step_us.max(0) as u64);
+            return wait + if terms.rate.is_none() { spread } else { jitter };
+        }
+        let now_us = now.millis() * 1000;
+        let earliest = now_us + wait.as_micros() as i64;
         let mut horizon = self.horizon.lock().unwrap_or_else(|p| p.into_inner());
         if horizon.len() > 10_000 {
-            horizon.retain(|_, t| *t > now);
+            horizon.retain(|_, t| *t > now_us);
         }
         let slot = horizon.entry(endpoint.to_owned()).or_insert(earliest);
         let at = (*slot).max(earliest);
-        *slot = at.plus_millis(step_ms);
-        Duration::from_millis(at.millis().saturating_sub(now.millis()).max(0) as u64)
+        *slot = at + step_us.max(1);
+        Duration::from_micros((at - now_us).max(0) as u64)
     }
 }
 
@@ -475,16 +495,20 @@ mod tests {
     }
 
     #[test]
-    fn give_backs_come_back_spread_at_the_rate() {
+    fn give_backs_come_back_spread_at_the_rate_and_never_to_the_back() {
         let g = Governor::local();
         let now = Timestamp::from_millis(0);
         let terms = terms(Some(100), 100);
-        let first = g.come_back_in("e", &terms, Duration::from_millis(50), now);
-        let second = g.come_back_in("e", &terms, Duration::from_millis(50), now);
-        let third = g.come_back_in("e", &terms, Duration::ZERO, now);
+        let first = g.come_back_in("e", &terms, Duration::from_millis(50), now, true);
+        let second = g.come_back_in("e", &terms, Duration::from_millis(50), now, true);
+        let third = g.come_back_in("e", &terms, Duration::ZERO, now, true);
+        // 1,050 ms window, 5 % wider slots: 11.025 ms apart at 100 a second.
         assert_eq!(first, Duration::from_millis(50));
-        assert_eq!(second, Duration::from_millis(60));
-        assert_eq!(third, Duration::from_millis(70));
+        assert_eq!(second, Duration::from_micros(61_025));
+        assert_eq!(third, Duration::from_micros(72_050));
+        // One that had its slot and came a moment early waits alone.
+        let again = g.come_back_in("e", &terms, Duration::from_millis(3), now, false);
+        assert!(again >= Duration::from_millis(3) && again < Duration::from_millis(13));
     }
 
     #[test]

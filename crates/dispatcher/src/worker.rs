@@ -368,8 +368,17 @@ impl Dispatcher {
         now: Timestamp,
     ) -> Result<Ticket, Duration> {
         let endpoint = delivery.endpoint_ref.as_str();
+        // Due since it was written (a give-back or a retry leaves its row's
+        // `updated_at` behind its due time).
+        let fresh = delivery
+            .next_attempt_at
+            .is_none_or(|due| due <= delivery.updated_at);
+        let back = |wait| {
+            self.governor
+                .come_back_in(endpoint, terms, wait, now, fresh)
+        };
         let Some(mut ticket) = slots.try_reserve(&delivery.endpoint_ref) else {
-            return Err(self.governor.come_back_in(endpoint, terms, BUSY_RETRY, now));
+            return Err(back(BUSY_RETRY));
         };
         let lease = self.settings.lease();
         let admitted = self
@@ -381,12 +390,10 @@ impl Dispatcher {
                 ticket.governed = Some(room);
                 Ok(ticket)
             }
-            Ok(Err(wait)) => Err(self.governor.come_back_in(endpoint, terms, wait, now)),
+            Ok(Err(wait)) => Err(back(wait)),
             Err(e) => {
                 tracing::warn!(error = %e, "admitting an attempt to a limited endpoint failed");
-                Err(self
-                    .governor
-                    .come_back_in(endpoint, terms, Duration::from_secs(1), now))
+                Err(back(Duration::from_secs(1)))
             }
         }
     }
