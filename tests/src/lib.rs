@@ -8,6 +8,7 @@
 //! is a failure, never a skip. Without the variable they say so once.
 
 pub mod browser;
+pub mod clocks;
 pub mod console_kit;
 pub mod kit;
 pub mod pg;

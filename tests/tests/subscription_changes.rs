@@ -10,39 +10,18 @@
 //! 2000, credit = round_half_even(1000 × 21/31) = 677 and debit =
 //! round_half_even(2000 × 21/31) = 1355.
 
-use billing_tests::kit::api::{
-    BUYERS, CHANGES, INVOICES, PAYMENTS, PRICES, SESSIONS, SUBSCRIPTIONS,
-};
+use billing_tests::clocks;
+use billing_tests::kit::api::{BUYERS, CHANGES, INVOICES, PAYMENTS, PRICES, SUBSCRIPTIONS};
 use billing_tests::kit::{at, create_as, eur, list, money, published_config, sellable, text};
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::verifier::each_signed_once;
 use billing_tests::{backend_tests, EventPipeline, TestApp};
-use commerce::jobs::{run_due, Rules};
-use domain::Timestamp;
 use serde_json::{json, Value};
 
-const CLOCKS: &str = "/api/v1/test_clocks";
 const START: &str = "2026-01-01T00:00:00.000Z";
 const CHANGE_AT: &str = "2026-01-11T00:00:00.000Z";
 const PERIOD_END: &str = "2026-02-01T00:00:00.000Z";
 const NEXT_END: &str = "2026-03-01T00:00:00.000Z";
-
-async fn clock(app: &TestApp) -> String {
-    let r = app.post(CLOCKS, json!({"frozen_time": START})).send().await;
-    r.expect(201);
-    text(&r.data()["test_clock_ref"])
-}
-
-async fn advance(app: &TestApp, clock: &str, time: &str) {
-    let r = app
-        .post(&at(CLOCKS, clock, "/advance"), json!({"frozen_time": time}))
-        .send()
-        .await;
-    r.expect(202);
-    run_due(&app.store, &Rules::default(), "test", Timestamp::now()).await;
-    let c = get(app, &at(CLOCKS, clock, "")).await;
-    assert_eq!(c["status"], "ready", "{c}");
-}
 
 async fn get(app: &TestApp, path: &str) -> Value {
     let r = app.get(path).send().await;
@@ -65,28 +44,12 @@ async fn config_of(app: &TestApp, offer: &str) -> String {
 async fn subscribed(app: &TestApp, amount: &str, pm: &str) -> (Value, String) {
     let s = sellable(app, "Basic", eur(amount), Some("month")).await;
     let config = config_of(app, &s.offer).await;
-    let clock = clock(app).await;
+    let clock = clocks::clock(app, START, None).await;
     let email = format!("{}@example.com", billing_tests::unique_key());
-    let r = app
-        .post(
-            SESSIONS,
-            json!({"config_ref": config, "buyer": {"email": email}, "test_clock_ref": clock}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let session = text(&r.data()["checkout_session_ref"]);
-    let r = app
-        .post(
-            &at(SESSIONS, &session, "/pay"),
-            json!({"payment_method": pm}),
-        )
-        .send()
-        .await;
-    r.expect(200);
-    let sub = r.data()["subscription"].clone();
+    let (_, paid) = clocks::pay_on(app, &config, &clock, &email, pm).await;
+    let sub = paid["subscription"].clone();
     assert_eq!(sub["current_period_end"], PERIOD_END, "{sub}");
-    advance(app, &clock, CHANGE_AT).await;
+    clocks::advance(app, &clock, CHANGE_AT).await;
     (sub, clock)
 }
 
@@ -246,7 +209,7 @@ async fn charge_now_upgrade_is_invoiced_at_once(app: TestApp) {
 
     // The next renewal charges the new price.
     let clock = text(&sub["test_clock_ref"]);
-    advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
+    clocks::advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
     let (invoices, _) = money_of(&app, &sub).await;
     assert_eq!(invoices.len(), 3);
     assert_eq!(kinds(&invoices[2]["lines"]), pairs(&[("period", "2000")]));
@@ -275,7 +238,7 @@ async fn downgrade_credits_the_balance_a_renewal_uses(app: TestApp) {
     assert_eq!(buyer["credit_balance"], eur("678"));
     assert_ne!(buyer["etag"], buyer_before["etag"]);
 
-    advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
+    clocks::advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
     let (invoices, payments) = money_of(&app, &sub).await;
     assert_eq!(invoices.len(), 2);
     assert_eq!(
@@ -299,7 +262,7 @@ async fn a_covered_renewal_charges_nothing(app: TestApp) {
         .await
         .expect(200);
     assert_eq!(credit_of(&app, &sub).await, eur("1348"));
-    advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
+    clocks::advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
     let (invoices, payments) = money_of(&app, &sub).await;
     assert_eq!(payments.len(), 1, "no charge");
     assert_eq!(invoices.len(), 2);
@@ -334,7 +297,7 @@ async fn next_invoice_and_none(app: TestApp) {
         pairs(&[("proration_credit", "-677"), ("proration_debit", "1355")])
     );
     assert_eq!(money_of(&app, &sub).await.0.len(), 1, "no invoice now");
-    advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
+    clocks::advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
     let (invoices, payments) = money_of(&app, &sub).await;
     assert_eq!(
         kinds(&invoices[1]["lines"]),
@@ -362,7 +325,7 @@ async fn next_invoice_and_none(app: TestApp) {
     assert_eq!(r.data()["price_ref"], premium.as_str());
     assert_eq!(r.data()["pending_invoice_lines"], json!([]));
     assert_eq!(money_of(&app, &sub).await.0.len(), 1);
-    advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
+    clocks::advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
     let (invoices, _) = money_of(&app, &sub).await;
     assert_eq!(kinds(&invoices[1]["lines"]), pairs(&[("period", "2000")]));
 }
@@ -507,32 +470,15 @@ async fn subscription_changed_is_delivered(app: TestApp) {
 async fn concurrent_changes_never_overdraw_the_balance(app: TestApp) {
     let s = sellable(&app, "Basic", eur("1000"), Some("month")).await;
     let config = config_of(&app, &s.offer).await;
-    let clock = clock(&app).await;
+    let clock = clocks::clock(&app, START, None).await;
     let email = format!("{}@example.com", billing_tests::unique_key());
     let mut subs = Vec::new();
     for _ in 0..4 {
-        let r = app
-            .post(
-                SESSIONS,
-                json!({"config_ref": config, "buyer": {"email": email},
-                    "test_clock_ref": clock}),
-            )
-            .send()
-            .await;
-        r.expect(201);
-        let session = text(&r.data()["checkout_session_ref"]);
-        let r = app
-            .post(
-                &at(SESSIONS, &session, "/pay"),
-                json!({"payment_method": "pm_card_visa"}),
-            )
-            .send()
-            .await;
-        r.expect(200);
-        subs.push(r.data()["subscription"].clone());
+        let (_, paid) = clocks::pay_on(&app, &config, &clock, &email, "pm_card_visa").await;
+        subs.push(paid["subscription"].clone());
     }
     assert!(subs.iter().all(|s| s["buyer_ref"] == subs[0]["buyer_ref"]));
-    advance(&app, &clock, CHANGE_AT).await;
+    clocks::advance(&app, &clock, CHANGE_AT).await;
     // 1000 → 10: 677 − 7 = 670 to the balance.
     let cheap = new_price(&app, "10").await;
     change(&app, &subs[0], json!({"price_ref": cheap}))
@@ -573,7 +519,7 @@ async fn concurrent_changes_never_overdraw_the_balance(app: TestApp) {
     assert_eq!(charged, 3 * 678 - 670);
 
     // Renewals for one buyer together: nothing left to apply.
-    advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
+    clocks::advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
     let (invoices, _) = money_of(&app, &subs[0]).await;
     assert_eq!(invoices.len(), 4 + 3 + 4);
     assert_eq!(credit_of(&app, &subs[0]).await, eur("0"));
@@ -605,7 +551,7 @@ async fn another_interval_starts_a_new_period(app: TestApp) {
         invoices[1]["lines"][1]["period_end"],
         "2027-01-11T00:00:00.000Z"
     );
-    advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
+    clocks::advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
     assert_eq!(money_of(&app, &sub).await.0.len(), 2, "no renewal on Feb 1");
 }
 

@@ -12,16 +12,14 @@
 //! `<!-- timeline:begin -->` and `<!-- timeline:end -->` markers;
 //! `BILLING_WRITE_TIMELINE=1` rewrites the block instead.
 
-use billing_tests::kit::api::{BUYERS, SESSIONS, SUBSCRIPTIONS};
+use billing_tests::clocks;
+use billing_tests::kit::api::{BUYERS, SUBSCRIPTIONS};
 use billing_tests::kit::{at, eur, published_config, sellable, text};
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, EventPipeline, TestApp};
-use commerce::jobs::{run_due, Rules};
-use domain::Timestamp;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
-const CLOCKS: &str = "/api/v1/test_clocks";
 const DOC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/subscriptions.md");
 const BEGIN: &str = "<!-- timeline:begin -->";
 const END: &str = "<!-- timeline:end -->";
@@ -57,18 +55,7 @@ impl Run {
     }
 
     async fn advance(&self, time: &str) {
-        let r = self
-            .app
-            .post(
-                &at(CLOCKS, &self.clock, "/advance"),
-                json!({"frozen_time": time}),
-            )
-            .send()
-            .await;
-        r.expect(202);
-        run_due(&self.app.store, &Rules::default(), "test", Timestamp::now()).await;
-        let c = self.get(&at(CLOCKS, &self.clock, "")).await;
-        assert_eq!(c["status"], "ready", "{c}");
+        let c = clocks::advance(&self.app, &self.clock, time).await;
         assert_eq!(c["failed_jobs"], 0, "{c}");
     }
 
@@ -249,15 +236,7 @@ async fn the_documented_timeline_is_what_a_run_delivers(app: TestApp) {
             "trial_period_days": 14}),
     )
     .await;
-    let r = app
-        .post(
-            CLOCKS,
-            json!({"frozen_time": "2026-01-01T00:00:00.000Z", "name": "timeline"}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let clock = text(&r.data()["test_clock_ref"]);
+    let clock = clocks::clock(&app, "2026-01-01T00:00:00.000Z", Some("timeline")).await;
     let pipeline = EventPipeline::embedded(&app);
     let mut run = Run {
         app,
@@ -269,26 +248,8 @@ async fn the_documented_timeline_is_what_a_run_delivers(app: TestApp) {
     };
 
     let email = format!("{}@example.com", billing_tests::unique_key());
-    let r = run
-        .app
-        .post(
-            SESSIONS,
-            json!({"config_ref": config, "buyer": {"email": email}, "test_clock_ref": run.clock}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let session = text(&r.data()["checkout_session_ref"]);
-    let r = run
-        .app
-        .post(
-            &at(SESSIONS, &session, "/pay"),
-            json!({"payment_method": "pm_card_visa"}),
-        )
-        .send()
-        .await;
-    r.expect(200);
-    let sub = r.data()["subscription"].clone();
+    let (_, paid) = clocks::pay_on(&run.app, &config, &run.clock, &email, "pm_card_visa").await;
+    let sub = paid["subscription"].clone();
     let sub_path = at(SUBSCRIPTIONS, &text(&sub["subscription_ref"]), "");
     let buyer = text(&sub["buyer_ref"]);
     run.step(

@@ -8,6 +8,7 @@
 //! the wall time), so an advance runs when the test says, with no sleep;
 //! one test runs the real background runner instead.
 
+use billing_tests::clocks::{self, CLOCKS};
 use billing_tests::kit::api::{INVOICES, PAYMENTS, SESSIONS, SUBSCRIPTIONS};
 use billing_tests::kit::{at, eur, invalid, items, list, published_config, sellable, text};
 use billing_tests::receiver::{Behaviour, TestReceiver};
@@ -18,19 +19,13 @@ use domain::Timestamp;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-const CLOCKS: &str = "/api/v1/test_clocks";
-
 /// Creates a test clock at `time`; its reference.
 async fn clock(app: &TestApp, time: &str) -> String {
-    let r = app
-        .post(CLOCKS, json!({"frozen_time": time, "name": "test"}))
-        .send()
-        .await;
-    r.expect(201);
-    assert_eq!(r.data()["status"], "ready");
-    assert_eq!(r.data()["frozen_time"], time);
-    assert_eq!(r.data()["failed_jobs"], 0);
-    text(&r.data()["test_clock_ref"])
+    let c = clocks::created(app, time, Some("test")).await;
+    assert_eq!(c["status"], "ready");
+    assert_eq!(c["frozen_time"], time);
+    assert_eq!(c["failed_jobs"], 0);
+    text(&c["test_clock_ref"])
 }
 
 /// A published config selling a subscription of `amount` EUR a month.
@@ -47,25 +42,9 @@ async fn monthly_config(app: &TestApp, amount: &str) -> String {
 /// Pays a new session of `config` on `clock` with `pm`; the subscription.
 async fn subscribe(app: &TestApp, config: &str, clock: &str, pm: &str) -> Value {
     let email = format!("{}@example.com", billing_tests::unique_key());
-    let r = app
-        .post(
-            SESSIONS,
-            json!({"config_ref": config, "buyer": {"email": email}, "test_clock_ref": clock}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    assert_eq!(r.data()["test_clock_ref"], clock);
-    let session = text(&r.data()["checkout_session_ref"]);
-    let r = app
-        .post(
-            &at(SESSIONS, &session, "/pay"),
-            json!({"payment_method": pm}),
-        )
-        .send()
-        .await;
-    r.expect(200);
-    let sub = r.data()["subscription"].clone();
+    let (session, paid) = clocks::pay_on(app, config, clock, &email, pm).await;
+    assert_eq!(session["test_clock_ref"], clock);
+    let sub = paid["subscription"].clone();
     assert_eq!(sub["status"], "active", "{sub}");
     assert_eq!(sub["test_clock_ref"], clock);
     sub
@@ -73,21 +52,15 @@ async fn subscribe(app: &TestApp, config: &str, clock: &str, pm: &str) -> Value 
 
 /// Asks `clock` to advance to `time` (202, `advancing`).
 async fn ask_advance(app: &TestApp, clock: &str, time: &str) {
-    let r = app
-        .post(&at(CLOCKS, clock, "/advance"), json!({"frozen_time": time}))
-        .send()
-        .await;
-    r.expect(202);
-    assert_eq!(r.data()["status"], "advancing");
+    let asked = clocks::ask_advance(app, clock, time).await;
+    assert_eq!(asked["status"], "advancing");
 }
 
 /// Advances `clock` to `time` and runs its work through the seam; the
 /// clock, `ready` at `time`.
 async fn advance(app: &TestApp, clock: &str, time: &str) -> Value {
     ask_advance(app, clock, time).await;
-    run_due(&app.store, &Rules::default(), "test", Timestamp::now()).await;
-    let c = get(app, &at(CLOCKS, clock, "")).await;
-    assert_eq!(c["status"], "ready", "{c}");
+    let c = clocks::settle(app, clock).await;
     assert_eq!(c["frozen_time"], time);
     c
 }

@@ -10,6 +10,7 @@
 //! events are read from the store (the outbox, or the events table once
 //! relayed).
 
+use billing_tests::clocks;
 use billing_tests::kit::api::{CONFIGS, INVOICES, PAYMENTS, SESSIONS, SUBSCRIPTIONS};
 use billing_tests::kit::{at, eur, invalid, list, published_config, sellable, text};
 use billing_tests::{backend_tests, TestApp};
@@ -17,19 +18,9 @@ use commerce::jobs::{run_due, Rules};
 use domain::Timestamp;
 use serde_json::{json, Value};
 
-const CLOCKS: &str = "/api/v1/test_clocks";
 const START: &str = "2026-01-10T00:00:00.000Z";
 const TRIAL_END: &str = "2026-01-24T00:00:00.000Z";
 const WARNING: &str = "2026-01-21T00:00:00.000Z";
-
-async fn clock(app: &TestApp, time: &str) -> String {
-    let r = app
-        .post(CLOCKS, json!({"frozen_time": time, "name": "trial"}))
-        .send()
-        .await;
-    r.expect(201);
-    text(&r.data()["test_clock_ref"])
-}
 
 /// A published config selling 9.99 EUR a month with a trial of `days`.
 async fn trial_config(app: &TestApp, days: u32) -> String {
@@ -46,26 +37,10 @@ async fn trial_config(app: &TestApp, days: u32) -> String {
 /// Pays a new session of `config` on `clock` for `email` with `pm`; the
 /// pay answer.
 async fn pay(app: &TestApp, config: &str, clock: &str, email: &str, pm: &str) -> Value {
-    let r = app
-        .post(
-            SESSIONS,
-            json!({"config_ref": config, "buyer": {"email": email}, "test_clock_ref": clock}),
-        )
-        .send()
-        .await;
-    r.expect(201);
-    let session = text(&r.data()["checkout_session_ref"]);
-    let r = app
-        .post(
-            &at(SESSIONS, &session, "/pay"),
-            json!({"payment_method": pm}),
-        )
-        .send()
-        .await;
-    r.expect(200);
-    assert_eq!(r.data()["result"], "subscription_started", "{}", r.text);
-    assert_eq!(r.data()["checkout_session"]["status"], "complete");
-    r.data().clone()
+    let (_, paid) = clocks::pay_on(app, config, clock, email, pm).await;
+    assert_eq!(paid["result"], "subscription_started", "{paid}");
+    assert_eq!(paid["checkout_session"]["status"], "complete");
+    paid
 }
 
 fn email() -> String {
@@ -86,17 +61,10 @@ async fn start_trial(app: &TestApp, config: &str, clock: &str, email: &str, pm: 
     sub
 }
 
+/// Advances `clock` to `time` and runs its work; `ready` at `time`.
 async fn advance(app: &TestApp, clock: &str, time: &str) {
-    let r = app
-        .post(&at(CLOCKS, clock, "/advance"), json!({"frozen_time": time}))
-        .send()
-        .await;
-    r.expect(202);
-    run_due(&app.store, &Rules::default(), "test", Timestamp::now()).await;
-    let r = app.get(&at(CLOCKS, clock, "")).send().await;
-    r.expect(200);
-    assert_eq!(r.data()["status"], "ready", "{}", r.text);
-    assert_eq!(r.data()["frozen_time"], time);
+    let c = clocks::advance(app, clock, time).await;
+    assert_eq!(c["frozen_time"], time);
 }
 
 async fn subscription(app: &TestApp, sub: &Value) -> Value {
@@ -160,7 +128,7 @@ async fn a_trial_charges_nothing_then_converts(app: TestApp) {
     let r = app.get(&at(CONFIGS, &config, "")).send().await;
     r.expect(200);
     assert_eq!(r.data()["trial_period_days"], 14);
-    let clock = clock(&app, START).await;
+    let clock = clocks::clock(&app, START, Some("trial")).await;
     let sub = start_trial(&app, &config, &clock, &email(), "pm_card_visa").await;
     let (payments, invoices, entitlements) = records_of(&app, &sub).await;
     assert!(payments.is_empty(), "{payments:?}");
@@ -216,7 +184,7 @@ async fn a_trial_charges_nothing_then_converts(app: TestApp) {
 /// declined starts dunning.
 async fn a_declined_conversion_is_past_due(app: TestApp) {
     let config = trial_config(&app, 2).await;
-    let clock = clock(&app, START).await;
+    let clock = clocks::clock(&app, START, Some("trial")).await;
     let paid = pay(&app, &config, &clock, &email(), "pm_card_renewal_fails").await;
     let sub = paid["subscription"].clone();
     assert_eq!(sub["status"], "trialing");
@@ -245,7 +213,7 @@ async fn a_declined_conversion_is_past_due(app: TestApp) {
 /// charged at once, `active`, `trial_end` null.
 async fn one_trial_per_buyer_and_product(app: TestApp) {
     let config = trial_config(&app, 14).await;
-    let clock = clock(&app, START).await;
+    let clock = clocks::clock(&app, START, Some("trial")).await;
     let buyer = email();
     let first = start_trial(&app, &config, &clock, &buyer, "pm_card_visa").await;
     let r = app
@@ -272,7 +240,7 @@ async fn one_trial_per_buyer_and_product(app: TestApp) {
 /// `trial_end`, uncharged.
 async fn canceling_a_trial_charges_nothing(app: TestApp) {
     let config = trial_config(&app, 14).await;
-    let clock = clock(&app, START).await;
+    let clock = clocks::clock(&app, START, Some("trial")).await;
     let now_sub = start_trial(&app, &config, &clock, &email(), "pm_card_visa").await;
     let later = start_trial(&app, &config, &clock, &email(), "pm_card_visa").await;
     for (sub, at_end) in [(&now_sub, false), (&later, true)] {
