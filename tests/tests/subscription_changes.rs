@@ -253,6 +253,33 @@ async fn downgrade_credits_the_balance_a_renewal_uses(app: TestApp) {
     assert_eq!(s["current_period_end"], NEXT_END);
 }
 
+/// Credit a declined renewal's invoice took goes back to the balance when
+/// dunning gives the invoice up (`uncollectible`): the buyer never loses
+/// credit to a charge that never happened.
+async fn an_uncollectible_invoice_gives_its_credit_back(app: TestApp) {
+    let (sub, clock) = subscribed(&app, "2000", "pm_card_renewal_fails").await;
+    let basic = new_price(&app, "1000").await;
+    change(&app, &sub, json!({"price_ref": basic}))
+        .await
+        .expect(200);
+    assert_eq!(credit_of(&app, &sub).await, eur("678"));
+    // The renewal on 02-01 is declined; its open invoice holds the credit.
+    clocks::advance(&app, &clock, "2026-02-01T12:00:00.000Z").await;
+    let (invoices, _) = money_of(&app, &sub).await;
+    assert_eq!(invoices[1]["status"], "open");
+    assert_eq!(
+        kinds(&invoices[1]["lines"]),
+        pairs(&[("period", "1000"), ("credit_applied", "-678")])
+    );
+    assert_eq!(credit_of(&app, &sub).await, eur("0"));
+    // Dunning (1d, 3d, 5d) runs out: uncollectible, canceled, credit back.
+    clocks::advance(&app, &clock, "2026-02-10T00:00:00.000Z").await;
+    let (invoices, _) = money_of(&app, &sub).await;
+    assert_eq!(invoices[1]["status"], "uncollectible");
+    assert_eq!(current(&app, &sub).await["status"], "canceled");
+    assert_eq!(credit_of(&app, &sub).await, eur("678"));
+}
+
 /// A balance that covers a renewal's invoice pays it without a charge.
 async fn a_covered_renewal_charges_nothing(app: TestApp) {
     let (sub, clock) = subscribed(&app, "2000", "pm_card_visa").await;
@@ -561,6 +588,7 @@ backend_tests!(
     charge_now_upgrade_is_invoiced_at_once,
     downgrade_credits_the_balance_a_renewal_uses,
     a_covered_renewal_charges_nothing,
+    an_uncollectible_invoice_gives_its_credit_back,
     next_invoice_and_none,
     refusals_change_nothing,
     a_declined_charge_changes_nothing,

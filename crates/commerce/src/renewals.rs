@@ -277,7 +277,27 @@ async fn give_up(
     // The invoice was written by this unit of work: marking it does not
     // count another try.
     orders::uncollectible(tx, invoice).await?;
+    give_credit_back(tx, invoice, events.now()).await?;
     cancel(tx, sub, CancelReason::Nonpayment, events).await?;
+    Ok(())
+}
+
+/// An invoice that ends `uncollectible` gives back to the buyer's credit
+/// balance what the balance paid of it (`credit_applied`): the buyer never
+/// loses credit to a charge that never happened.
+async fn give_credit_back(
+    tx: &mut WriteTx,
+    invoice: &InvoiceRecord,
+    now: Timestamp,
+) -> Result<(), CommerceError> {
+    let used = invoice
+        .lines
+        .credit_used()
+        .map_err(|e| CommerceError::broken(format!("invoice {}: {e}", invoice.invoice_ref)))?;
+    if used.minor() > 0 {
+        let env = &invoice.environment_ref;
+        store::billing::checkout::credit::add(tx, env, &invoice.buyer_ref, used, now).await?;
+    }
     Ok(())
 }
 
@@ -323,6 +343,7 @@ pub async fn retry(
         }
         None => {
             let invoice = orders::retried(tx, &invoice, Retried::Uncollectible, now).await?;
+            give_credit_back(tx, &invoice, now).await?;
             events.add("invoice.payment_failed", &invoice.dto(now))?;
             cancel(tx, &sub, CancelReason::Nonpayment, &mut events).await?;
         }
@@ -352,6 +373,7 @@ async fn cancel(
     jobs::cancel(tx, RETRY, &sub.subscription_ref).await?;
     if let Some(open) = orders::open_of_subscription(tx, &sub.subscription_ref).await? {
         orders::uncollectible(tx, &open).await?;
+        give_credit_back(tx, &open, now).await?;
     }
     let revoked = match orders::of_session(tx, &sub.checkout_session_ref).await {
         Ok(order) => {

@@ -340,6 +340,20 @@ impl InvoiceLines {
         self.total
     }
 
+    /// What the buyer's credit balance paid of this invoice: the sum of
+    /// its `credit_applied` lines, as a positive amount. An invoice that
+    /// ends `uncollectible` gives it back to the balance.
+    pub fn credit_used(&self) -> Result<Money, LineError> {
+        let used: i128 = self
+            .lines
+            .iter()
+            .filter(|l| l.kind == LineKind::CreditApplied)
+            .map(|l| -i128::from(l.amount))
+            .sum();
+        let minor = u64::try_from(used.max(0)).map_err(|_| LineError::OutOfRange)?;
+        Ok(Money::new(self.currency, minor)?)
+    }
+
     /// These lines with the buyer's credit `balance` applied: a
     /// `credit_applied` line of as much as the total can take (none when
     /// nothing applies), and what it did to the total and the balance.
@@ -557,6 +571,8 @@ mod tests {
                 before.minor()
             );
             prop_assert_eq!(applied.applied.minor() + applied.balance_after.minor(), balance);
+            // What an uncollectible invoice gives back is what it took.
+            prop_assert_eq!(with.credit_used().unwrap(), applied.applied);
         }
     }
 }
