@@ -102,9 +102,9 @@ use axum::serve::ListenerExt;
 use base64::Engine as _;
 use billing_tests::{bench_summary, env_num};
 use fleet_run::{
-    analyzer, billing_command, bootstrap_sandbox, build_billing, confirmed, envelope, free_port,
-    pg_admin, pg_url_for, rabbitmqctl, remove_leftovers, url_encode, Fleet, Publisher, AMQP_BASE,
-    CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE, STOP_LIMIT,
+    analyzer, bootstrap_sandbox, build_billing, confirmed, consumers, envelope, free_port,
+    pg_admin, pg_url_for, remove_leftovers, spawn_billing, url_encode, Dispatchers, Fleet,
+    Publisher, AMQP_BASE, CLEANUP_FAILED, QUEUE, READY_LIMIT, REDIS_BASE,
 };
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
@@ -113,7 +113,7 @@ use sqlx::{Connection, Executor, PgConnection};
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitCode, Stdio};
+use std::process::{Child, ExitCode};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -302,102 +302,6 @@ impl Receiver {
 
 // --------------------------------------------------------------- processes
 
-/// The dispatcher processes of a run (the API's is the `Fleet`'s child);
-/// dropping it stops those still running (SIGTERM by PID, SIGKILL after
-/// `STOP_LIMIT`).
-#[derive(Default)]
-struct Dispatchers {
-    children: Vec<Child>,
-}
-
-impl Dispatchers {
-    /// The first dispatcher that has exited, with its status.
-    fn exited(&mut self) -> Option<(usize, std::process::ExitStatus)> {
-        self.children
-            .iter_mut()
-            .enumerate()
-            .find_map(|(i, c)| c.try_wait().ok().flatten().map(|s| (i, s)))
-    }
-}
-
-impl Drop for Dispatchers {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            if let Ok(Some(_)) = child.try_wait() {
-                continue;
-            }
-            let _ = std::process::Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status();
-        }
-        let deadline = Instant::now() + STOP_LIMIT;
-        for child in &mut self.children {
-            loop {
-                match child.try_wait() {
-                    Ok(Some(_)) => break,
-                    Ok(None) if Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(20))
-                    }
-                    _ => {
-                        println!(
-                            "   !! dispatcher (pid {}) did not stop within {} s of SIGTERM; killing it",
-                            child.id(),
-                            STOP_LIMIT.as_secs()
-                        );
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        break;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// `billing <role>` with `envs` and a metrics port of its own, its
-/// standard error appended to `stderr`.
-fn spawn_billing(
-    bin: &Path,
-    dir: &Path,
-    envs: &[(String, String)],
-    role: &str,
-    stderr: &Path,
-) -> Result<Child, String> {
-    let mut envs = envs.to_vec();
-    envs.push((
-        "BILLING_METRICS__LISTEN".to_owned(),
-        format!("127.0.0.1:{}", free_port()?),
-    ));
-    let stderr = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(stderr)
-        .map_err(|e| e.to_string())?;
-    billing_command(bin, dir, &envs)
-        .arg(role)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(stderr)
-        .spawn()
-        .map_err(|e| format!("cannot start {} {role}: {e}", bin.display()))
-}
-
-/// Consumers of the service's queue on `vhost`, as RabbitMQ counts them.
-async fn consumers(vhost: &str) -> usize {
-    rabbitmqctl(&["-q", "list_queues", "-p", vhost, "name", "consumers"])
-        .await
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            (f.next() == Some(QUEUE))
-                .then(|| f.next().and_then(|n| n.parse().ok()))
-                .flatten()
-        })
-        .next()
-        .unwrap_or(0)
-}
-
 /// A process's resident set (`VmRSS`) or its peak (`VmHWM`), in bytes.
 fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -413,38 +317,14 @@ fn rss(pid: u32) -> Option<u64> {
     proc_status_kb(pid, "VmRSS")
 }
 
-/// Prints the last lines a process wrote to standard error, if any.
+/// Prints the last lines a process wrote to standard error, or that it
+/// wrote none.
 fn print_tail(path: &Path, what: &str) {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    if lines.is_empty() {
+    if std::fs::metadata(path).map_or(true, |m| m.len() == 0) {
         println!("   {what} wrote nothing to stderr");
         return;
     }
-    println!("   {what} wrote {} lines to stderr; the last:", lines.len());
-    for l in lines.iter().skip(lines.len().saturating_sub(8)) {
-        let l: String = without_colours(l).chars().take(300).collect();
-        println!("     | {l}");
-    }
-}
-
-/// `line` without its terminal colour codes (`ESC [ … m`), which the
-/// service's log writes even to a file.
-fn without_colours(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
+    fleet_run::print_tail(path, what, 8);
 }
 
 // --------------------------------------------------------------------- API

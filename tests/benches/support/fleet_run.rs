@@ -14,7 +14,7 @@ use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, ExchangeKind};
 use sqlx::{Connection, Executor, PgConnection};
 use std::io::BufRead;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -629,4 +629,135 @@ pub fn confirmed(c: Result<Confirmation, lapin::Error>) -> Result<(), String> {
         Ok(other) => Err(format!("a message was not confirmed: {other:?}")),
         Err(e) => Err(format!("confirm: {e}")),
     }
+}
+
+// --------------------------------------------------------------- processes
+
+/// The dispatcher processes of a run (the API's is the `Fleet`'s child);
+/// dropping it stops those still running (SIGTERM by PID, SIGKILL after
+/// `STOP_LIMIT`).
+#[derive(Default)]
+pub struct Dispatchers {
+    pub children: Vec<Child>,
+}
+
+impl Dispatchers {
+    /// The first dispatcher that has exited, with its status.
+    pub fn exited(&mut self) -> Option<(usize, ExitStatus)> {
+        self.children
+            .iter_mut()
+            .enumerate()
+            .find_map(|(i, c)| c.try_wait().ok().flatten().map(|s| (i, s)))
+    }
+}
+
+impl Drop for Dispatchers {
+    fn drop(&mut self) {
+        for child in &mut self.children {
+            if let Ok(Some(_)) = child.try_wait() {
+                continue;
+            }
+            let _ = std::process::Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+        let deadline = Instant::now() + STOP_LIMIT;
+        for child in &mut self.children {
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    _ => {
+                        println!(
+                            "   !! dispatcher (pid {}) did not stop within {} s of SIGTERM; killing it",
+                            child.id(),
+                            STOP_LIMIT.as_secs()
+                        );
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `billing <role>` with `envs` and a metrics port of its own, its
+/// standard error appended to `stderr`.
+pub fn spawn_billing(
+    bin: &Path,
+    dir: &Path,
+    envs: &[(String, String)],
+    role: &str,
+    stderr: &Path,
+) -> Result<Child, String> {
+    let mut envs = envs.to_vec();
+    envs.push((
+        "BILLING_METRICS__LISTEN".to_owned(),
+        format!("127.0.0.1:{}", free_port()?),
+    ));
+    let stderr = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(stderr)
+        .map_err(|e| e.to_string())?;
+    billing_command(bin, dir, &envs)
+        .arg(role)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .map_err(|e| format!("cannot start {} {role}: {e}", bin.display()))
+}
+
+/// Consumers of the service's queue on `vhost`, as RabbitMQ counts them.
+pub async fn consumers(vhost: &str) -> usize {
+    rabbitmqctl(&["-q", "list_queues", "-p", vhost, "name", "consumers"])
+        .await
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next() == Some(QUEUE))
+                .then(|| f.next().and_then(|n| n.parse().ok()))
+                .flatten()
+        })
+        .next()
+        .unwrap_or(0)
+}
+
+/// Prints the last `last` lines a process wrote to standard error, if any.
+pub fn print_tail(path: &Path, what: &str, last: usize) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.is_empty() {
+        return;
+    }
+    println!("   {what} wrote {} lines to stderr; the last:", lines.len());
+    for l in lines.iter().skip(lines.len().saturating_sub(last)) {
+        let l: String = without_colours(l).chars().take(300).collect();
+        println!("     | {l}");
+    }
+}
+
+/// `line` without its terminal colour codes (`ESC [ … m`), which the
+/// service's log writes even to a file.
+pub fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
