@@ -498,13 +498,11 @@ impl Webhooks<'_> {
 
     /// Version and status of each endpoint in `refs` (any environment).
     pub async fn endpoint_versions(&self, refs: &[&Ref]) -> Result<EndpointVersions, StoreError> {
-        if refs.is_empty() {
-            return Ok(EndpointVersions::new());
-        }
-        let sql = versions_query(self.0.backend(), refs.len());
-        let args: Vec<Arg> = refs.iter().map(|r| r.as_str().into()).collect();
-        let entries = read::all(self.pool(), &sql, &args, version_entry).await?;
-        Ok(entries.into_iter().collect())
+        let gates = self.endpoint_gates(refs).await?;
+        Ok(gates
+            .into_iter()
+            .map(|(r, g)| (r, (g.version, g.status)))
+            .collect())
     }
 
     /// Version, status and protection of each endpoint in `refs` (any
