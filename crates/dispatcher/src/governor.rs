@@ -243,15 +243,13 @@ impl Governor {
         now: Timestamp,
         fresh: bool,
     ) -> Duration {
-        let jitter = Duration::from_millis(rand::random::<u64>() % 10);
-        let step_us = match terms.rate {
-            Some(r) => WINDOW_MS * 1000 * SLOT_SLACK.0 / SLOT_SLACK.1 / i64::from(r.max(1)),
-            None => 1000 + (rand::random::<u64>() % 100_000) as i64,
+        let Some(rate) = terms.rate else {
+            return wait + Duration::from_micros(1000 + rand::random::<u64>() % 100_000);
         };
-        if !fresh || terms.rate.is_none() {
-            let spread = Duration::from_micros(step_us.max(0) as u64);
-            return wait + if terms.rate.is_none() { spread } else { jitter };
+        if !fresh {
+            return wait + Duration::from_millis(rand::random::<u64>() % 10);
         }
+        let step_us = WINDOW_MS * 1000 * SLOT_SLACK.0 / SLOT_SLACK.1 / i64::from(rate.max(1));
         let now_us = now.millis() * 1000;
         let earliest = now_us + wait.as_micros() as i64;
         let mut horizon = self.horizon.lock().unwrap_or_else(|p| p.into_inner());
