@@ -11,6 +11,7 @@
 //!   operation table requires is a declared header parameter, every path
 //!   parameter has its reference shape, and every error response refers to
 //!   the one error body of contract 2.
+//! - A NUL in a query parameter reached PostgreSQL, which refuses it: 500.
 
 use billing_tests::kit::api::*;
 use billing_tests::kit::{create_endpoint, eur, get, pay, sellable, text};
@@ -347,7 +348,33 @@ async fn the_document_declares_what_the_contract_requires(app: TestApp) {
         .expect_error(400, "validation_failed");
 }
 
+/// Example of the fuzzer (`GET /api/v1/dead_letters?reason=…%00…`): a NUL
+/// in a text filter reached PostgreSQL, which refuses it, and the caller got
+/// a 500. Every query parameter of every list now refuses a NUL by name.
+async fn a_nul_in_any_query_parameter_is_refused(app: TestApp) {
+    let doc = document(&app).await;
+    for op in OPERATIONS
+        .iter()
+        .filter(|op| op.cursor && !op.path.contains('{'))
+    {
+        let parameters = doc["paths"][op.path][op.method.lower()]["parameters"]
+            .as_array()
+            .expect("parameters");
+        for p in parameters.iter().filter(|p| p["in"] == "query") {
+            let name = text(&p["name"]);
+            let r = app.get(&format!("{}?{name}=a%00b", op.path)).send().await;
+            r.expect_error(400, "validation_failed");
+            assert_eq!(r.json["error"]["details"][0]["field"], name, "{}", op.id);
+        }
+    }
+    app.get("/api/v1/dead_letters?reason=%C2%BC%F2%9E%A5%87%00jg%C3%B5%C2%B1D&limit=82")
+        .send()
+        .await
+        .expect_error(400, "validation_failed");
+}
+
 backend_tests!(
+    a_nul_in_any_query_parameter_is_refused,
     checkout_config_line_items_conform,
     billing_and_webhook_subscriptions_conform,
     the_document_declares_what_the_contract_requires,

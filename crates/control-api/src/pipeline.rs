@@ -546,8 +546,23 @@ fn parse_query(query: Option<&str>) -> Result<Vec<(String, String)>, ApiError> {
     let Some(q) = query.filter(|q| !q.is_empty()) else {
         return Ok(Vec::new());
     };
-    serde_urlencoded::from_str::<Vec<(String, String)>>(q)
-        .map_err(|_| ApiError::validation("query", "malformed query string"))
+    let params = serde_urlencoded::from_str::<Vec<(String, String)>>(q)
+        .map_err(|_| ApiError::validation("query", "malformed query string"))?;
+    // No store keeps a NUL in text (PostgreSQL refuses it outright), so no
+    // parameter may carry one, whatever the operation does with it.
+    match params
+        .iter()
+        .find(|(k, v)| k.contains('\0') || v.contains('\0'))
+    {
+        Some((k, _)) if !k.contains('\0') => {
+            Err(ApiError::validation(k, "must not contain a NUL character"))
+        }
+        Some(_) => Err(ApiError::validation(
+            "query",
+            "must not contain a NUL character",
+        )),
+        None => Ok(params),
+    }
 }
 
 #[cfg(test)]
