@@ -11,6 +11,7 @@
 mod common;
 mod outage;
 
+mod change_crash;
 mod cli;
 mod first_sale;
 mod fleet_cli;
