@@ -553,7 +553,8 @@ async fn concurrent_changes_never_overdraw_the_balance(app: TestApp) {
 }
 
 /// A price of another interval starts a new period at the change, its
-/// debit the full new price; the old period's end no longer renews.
+/// debit the full new price; the old period's end no longer renews, and
+/// later periods count from the change.
 async fn another_interval_starts_a_new_period(app: TestApp) {
     let (sub, clock) = subscribed(&app, "1000", "pm_card_visa").await;
     let yearly = sellable(&app, "Yearly", eur("12000"), Some("year"))
@@ -580,6 +581,18 @@ async fn another_interval_starts_a_new_period(app: TestApp) {
     );
     clocks::advance(&app, &clock, "2026-02-02T00:00:00.000Z").await;
     assert_eq!(money_of(&app, &sub).await.0.len(), 2, "no renewal on Feb 1");
+    // Its periods count from the change from now on, not from the start
+    // (2026-01-01): the renewal a year later runs to 2028-01-11.
+    clocks::advance(&app, &clock, "2027-01-12T00:00:00.000Z").await;
+    let s = current(&app, &sub).await;
+    assert_eq!(s["current_period_start"], "2027-01-11T00:00:00.000Z");
+    assert_eq!(s["current_period_end"], "2028-01-11T00:00:00.000Z");
+    let (invoices, _) = money_of(&app, &sub).await;
+    assert_eq!(invoices.len(), 3);
+    assert_eq!(
+        invoices[2]["lines"][0]["period_end"],
+        "2028-01-11T00:00:00.000Z"
+    );
 }
 
 backend_tests!(

@@ -25,6 +25,7 @@ use crate::CommerceError;
 use domain::catalogue::{Interval, PriceStatus};
 use domain::checkout::lines::{apply_credit, InvoiceLine, InvoiceLines, LinePeriod};
 use domain::checkout::period::period_end;
+use domain::checkout::renewal::next_period_end;
 use domain::checkout::proration::{
     plan_change, ChangeOutcome, NewPeriod, PriceChange, PricedPeriod, ProrationMode,
 };
@@ -285,7 +286,15 @@ pub fn plan(
         }
         e => broken(e),
     })?;
-    let next_period = (period.1, period_end(period.1, to_interval));
+    // The renewal after the change counts from where its periods do, as
+    // `renewals::renew` will, so that the preview's next invoice is the
+    // one the renewal makes.
+    let anchor = if restarts {
+        at
+    } else {
+        sub.periods_from().unwrap_or(start)
+    };
+    let next_period = (period.1, next_period_end(anchor, to_interval, period.1));
     let mut next_lines = vec![crate::lines::line_of(
         &loaded.to,
         currency,

@@ -194,8 +194,7 @@ async fn renew(
     let current_end = sub
         .current_period_end
         .ok_or_else(|| CommerceError::broken("an active subscription without a period"))?;
-    // A trial's periods count from its end (contract 14.3).
-    let anchor = sub.trial_end.or(sub.started_at).unwrap_or(current_end);
+    let anchor = sub.periods_from().unwrap_or(current_end);
     let period = (current_end, next_period_end(anchor, interval, current_end));
     let lines = crate::lines::of_renewal(&item, amount.currency(), period)?;
     // Pending change lines and the buyer's credit first (contract 14.2).

@@ -70,12 +70,14 @@ pub async fn change_price(
         Some((s, e)) => (Some(s), Some(e)),
         None => (current.current_period_start, current.current_period_end),
     };
+    // A new period restarts the count of periods at its start.
+    let anchor = to.period.map(|(s, _)| s).or(current.period_anchor);
     let rows = tx
         .fetch(
             "UPDATE subscriptions SET price_ref = $1, product_ref = $2, \
              current_period_start = $3, current_period_end = $4, pending_invoice_lines = $5, \
-             updated_at = $6, version = version + 1 \
-             WHERE subscription_ref = $7 AND version = $8 RETURNING *",
+             updated_at = $6, period_anchor = $7, version = version + 1 \
+             WHERE subscription_ref = $8 AND version = $9 RETURNING *",
             &[
                 to.price_ref.as_str().into(),
                 to.product_ref.as_str().into(),
@@ -83,6 +85,7 @@ pub async fn change_price(
                 end.map(Timestamp::millis).into(),
                 encode(to.pending).as_deref().into(),
                 now.millis().into(),
+                anchor.map(Timestamp::millis).into(),
                 current.subscription_ref.as_str().into(),
                 current.version.into(),
             ],

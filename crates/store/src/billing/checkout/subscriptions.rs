@@ -30,6 +30,9 @@ pub struct SubscriptionRecord {
     pub test_clock_ref: Option<Ref>,
     /// When its trial ends; `None` without a trial (contract 14.3).
     pub trial_end: Option<Timestamp>,
+    /// Where a change to another interval restarted its periods (contract
+    /// 14.2); `None` when none did (see `periods_from`).
+    pub period_anchor: Option<Timestamp>,
     /// A `next_invoice` price change's lines, waiting for the next
     /// renewal's invoice (contract 14.2); empty when none wait.
     pub pending_invoice_lines: Vec<domain::checkout::lines::InvoiceLine>,
@@ -70,11 +73,23 @@ impl Resource for SubscriptionRecord {
             },
             test_clock_ref: opt_reference(row, "test_clock_ref")?,
             trial_end: opt_ts(row, "trial_end")?,
+            period_anchor: opt_ts(row, "period_anchor")?,
             pending_invoice_lines: super::price_changes::pending_of(row)?,
             created_at: at(row, "created_at")?,
             updated_at: at(row, "updated_at")?,
             version: int(row, "version")?,
         })
+    }
+}
+
+impl SubscriptionRecord {
+    /// Where its periods are counted from: each ends a whole number of
+    /// intervals after it (the day clamped to the month's last), so a
+    /// period that ended on a short month's last day does not move the
+    /// next ones earlier. A change to another interval restarts the count
+    /// at the change; otherwise a trial's end, or else the start.
+    pub fn periods_from(&self) -> Option<Timestamp> {
+        self.period_anchor.or(self.trial_end).or(self.started_at)
     }
 }
 
