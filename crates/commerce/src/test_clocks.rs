@@ -10,7 +10,7 @@
 //! subscription is left as it shows. The advance goes on with the next
 //! job, and ends `ready` at its target as any other.
 
-use crate::jobs::{Rules, BATCH, LEASE_SECONDS};
+use crate::jobs::{units_at_once, Rules, BATCH, LEASE_SECONDS};
 use crate::CommerceError;
 use domain::{Ref, Timestamp};
 use std::collections::HashMap;
@@ -64,7 +64,8 @@ pub async fn advance(
             {
                 return Ok(());
             }
-            let due = store.due_on_clock(clock_ref, to, wall, BATCH).await?;
+            let most = BATCH * units_at_once(store);
+            let due = store.due_on_clock(clock_ref, to, wall, most).await?;
             let Some(first) = due.first() else {
                 if store.clock_has_due(clock_ref, to).await? {
                     tokio::time::sleep(HELD_ELSEWHERE).await;
@@ -77,7 +78,7 @@ pub async fn advance(
             // again, in time order, as one unit of work.
             let at = first.due_at;
             let group: Vec<Job> = due.into_iter().take_while(|j| j.due_at == at).collect();
-            let run = crate::jobs::run_group(store, rules, &group, owner, wall, at).await;
+            let run = crate::jobs::run_groups(store, rules, &group, owner, wall, at).await;
             for (failed, error) in run.failed {
                 if matches!(&error, CommerceError::Store(e) if e.is_unavailable()) {
                     return Err(error);
