@@ -87,7 +87,67 @@
 //!   statistics at most once a second; the periodic `ANALYZE` counts in);
 //! - the peak of outstanding deliveries (published × endpoints − received,
 //!   as the benchmark sees them);
-//! - the deliveries by status in the store at the end.
+//! - the deliveries by status in the store at the end;
+//! - bytes per delivery (issue 48), below.
+//!
+//! Bytes per delivery. After the warm-up and the first `ANALYZE` the
+//! benchmark runs `CHECKPOINT` (so every case's WAL starts the same way: the
+//! first change of each page in the window writes its full image, as after
+//! any checkpoint) and creates the `pg_walinspect` extension in the case's
+//! database (contrib; without it only the per-relation WAL is missing).
+//! Just before the window (after the 2 s quiet moment) it reads, from a
+//! connection to the case's database: `pg_current_wal_lsn()`,
+//! `pg_database_size(current_database())`, `pg_relation_size` (main fork)
+//! of every relation of the public schema (`pg_class.relkind` `r` and `i`;
+//! each table's TOAST table with its index as `<table> (TOAST)`), and the
+//! `n_tup_ins`, `n_tup_upd`, `n_tup_hot_upd`, `n_tup_del` of each table
+//! (`pg_stat_user_tables`). After the last receipt it waits (polling every
+//! 20 ms, at most 30 s, outside the CPU window) until the store has
+//! settled every delivery (none `pending` or `held`: every attempt
+//! recorded), then reads the WAL position and the sizes again. The row
+//! counters are read again once they have not moved for 10.5 s (at most
+//! 40 s): a server backend that went idle within a second of its last
+//! report sends its counters only after PostgreSQL's idle interval (10 s
+//! in PostgreSQL 15), so the 1.5 s that suffice for `pg_stat_database`
+//! most of the time can miss some. Every figure is divided by the
+//! deliveries settled in the window (succeeded, plus those failed for good
+//! in `faults`; the warm-up is before the window):
+//!
+//! - WAL: `pg_wal_lsn_diff` of the two positions, and, by `pg_walinspect`
+//!   (`pg_get_wal_records_info` between them), the records and the bytes
+//!   of full-page images;
+//! - database growth (before vacuum): the difference of
+//!   `pg_database_size`;
+//! - per relation: its size growth, and the WAL of the records whose first
+//!   block is in it (the whole record, full-page images included, given to
+//!   that relation; `(FPI)` is the images' part); records without a block
+//!   (commits, …) by resource manager, records of this database's
+//!   catalogues (the periodic `ANALYZE`'s statistics) and of other
+//!   databases together. Sorted by growth, then WAL;
+//! - rows per delivery: inserted, updated, HOT-updated (part of updated)
+//!   and deleted, per table and in total.
+//!
+//! WAL is cluster-wide: run no other benchmark (nothing else writing to the
+//! PostgreSQL server) meanwhile. A note says when client backends of other
+//! databases were connected, and their WAL shows as `(other databases,
+//! shared catalogues)` in the table (included in the WAL headline). The
+//! periodic `ANALYZE` writes in the window too (catalogues line). The sizes
+//! are of files, which PostgreSQL never shrinks without a vacuum: with
+//! retention, deleted rows still count until a vacuum, except the space
+//! page pruning frees and the same table reuses.
+//!
+//! Retention (`BENCH_RETENTION`): unset, `0` or `off` (default), the
+//! service keeps deliveries its 30 days and no sweep deletes anything in a
+//! case; `1` or `on` runs it with `BILLING_RETENTION__DELIVERIES=2s`
+//! (another value is passed as the duration, e.g. `5s`) and
+//! `BILLING_RETENTION__SWEEP_EVERY` = `BENCH_SWEEP_EVERY` (default `1s`),
+//! so that the sweep deletes settled deliveries, their attempts and
+//! events while the case runs. The row counters then also count what the
+//! sweep deleted after the store settled, until they stop moving.
+//!
+//! The final table has a line per case: delivered/s, p99, whole-stack CPU
+//! per delivery, WAL and database growth per delivery, rows inserted and
+//! updated per delivery.
 //!
 //! Goals are printed beside the figures with PASS or MISS. The binary fails
 //! only when something went wrong (a setup step failed, a publish was not
@@ -101,7 +161,10 @@
 //! RabbitMQ are expected on 127.0.0.1:6379 and 127.0.0.1:5672
 //! (guest/guest), with `rabbitmqctl` on the `PATH`.
 //!
-//! Run with `cargo bench -p billing-tests --bench fleet`.
+//! Run with `cargo bench -p billing-tests --bench fleet`; the bytes of one
+//! endpoint and a 10-way fan-out, with retention and without:
+//! `BENCH_CASES=one,fanout cargo bench -p billing-tests --bench fleet`, then
+//! the same with `BENCH_RETENTION=1`.
 
 #[path = "support/fleet_run.rs"]
 mod fleet_run;
@@ -164,6 +227,38 @@ struct Config {
     fault_events: usize,
     window: usize,
     limit: Duration,
+    retention: Option<Retention>,
+}
+
+/// `BENCH_RETENTION`: the service runs with a short `retention.deliveries`
+/// so that the sweep deletes during the case.
+struct Retention {
+    /// `BILLING_RETENTION__DELIVERIES`.
+    deliveries: String,
+    /// `BILLING_RETENTION__SWEEP_EVERY`.
+    sweep_every: String,
+}
+
+/// `BENCH_RETENTION` unset, empty, `0` or `off`: no retention (the
+/// service's 30 days); `1` or `on`: `retention.deliveries` = 2 s; any other
+/// value is passed as the duration. `BENCH_SWEEP_EVERY` (default `1s`) is
+/// `retention.sweep_every` then.
+fn retention_setting() -> Option<Retention> {
+    let v = std::env::var("BENCH_RETENTION").unwrap_or_default();
+    let deliveries = match v.trim() {
+        "" | "0" | "off" => return None,
+        "1" | "on" => "2s".to_owned(),
+        d => d.to_owned(),
+    };
+    let sweep_every = std::env::var("BENCH_SWEEP_EVERY")
+        .ok()
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "1s".to_owned());
+    Some(Retention {
+        deliveries,
+        sweep_every,
+    })
 }
 
 const ALL_CASES: [&str; 5] = ["one", "fanout", "latency", "paced", "faults"];
@@ -191,6 +286,7 @@ fn config() -> Result<Config, String> {
         fault_events: env_num("BENCH_FAULT_EVENTS", 2_000)?,
         window: env_num("BENCH_CONFIRM_WINDOW", 1_000)?,
         limit: Duration::from_secs(env_num("BENCH_CASE_LIMIT", 120)?),
+        retention: retention_setting(),
     })
 }
 
@@ -543,6 +639,311 @@ async fn failed_deliveries(conn: &mut PgConnection) -> Result<usize, String> {
     Ok(n as usize)
 }
 
+// ------------------------------------------------------------------ bytes
+
+/// The relations of the case's database whose size is measured, each with
+/// its label: every table (`relkind` `r`) and index (`i`) of the public
+/// schema under its own name, and the TOAST table of each table with its
+/// index as `<table> (TOAST)`. `node` is the relation's file node, by which
+/// WAL records name it.
+const RELATIONS: &str = "\
+    SELECT c.relname::text AS label, c.oid AS rel, pg_relation_filenode(c.oid) AS node \
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+     WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i') \
+    UNION ALL \
+    SELECT c.relname || ' (TOAST)', x.oid, pg_relation_filenode(x.oid) \
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+      JOIN pg_class x ON x.oid = c.reltoastrelid \
+        OR x.oid IN (SELECT indexrelid FROM pg_index WHERE indrelid = c.reltoastrelid) \
+     WHERE n.nspname = 'public' AND c.relkind = 'r'";
+
+/// The row counters of `pg_stat_user_tables`, as printed.
+const ROW_FIELDS: [&str; 4] = ["inserted", "updated", "HOT", "deleted"];
+
+/// What the case's database holds and has written, at one moment.
+struct StoreBytes {
+    /// `pg_current_wal_lsn()` (cluster-wide).
+    lsn: String,
+    /// `pg_database_size(current_database())`.
+    db_size: i64,
+    /// `pg_relation_size` (main fork) of each label of `RELATIONS`.
+    rels: HashMap<String, i64>,
+}
+
+async fn store_bytes(conn: &mut PgConnection) -> Result<StoreBytes, String> {
+    let (lsn, db_size): (String, i64) =
+        sqlx::query_as("SELECT pg_current_wal_lsn()::text, pg_database_size(current_database())")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| format!("WAL position and database size: {e}"))?;
+    let rels: Vec<(String, i64)> = sqlx::query_as(&format!(
+        "SELECT label, sum(pg_relation_size(rel))::bigint FROM ({RELATIONS}) r GROUP BY label"
+    ))
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|e| format!("relation sizes: {e}"))?;
+    Ok(StoreBytes {
+        lsn,
+        db_size,
+        rels: rels.into_iter().collect(),
+    })
+}
+
+/// `n_tup_ins`, `n_tup_upd`, `n_tup_hot_upd`, `n_tup_del` of each table of
+/// the public schema.
+async fn table_rows(conn: &mut PgConnection) -> Result<HashMap<String, [i64; 4]>, String> {
+    let _ = conn.execute("SELECT pg_stat_clear_snapshot()").await;
+    let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT relname::text, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del \
+           FROM pg_stat_user_tables WHERE schemaname = 'public'",
+    )
+    .fetch_all(conn)
+    .await
+    .map_err(|e| format!("pg_stat_user_tables: {e}"))?;
+    Ok(rows
+        .into_iter()
+        .map(|(t, a, b, c, d)| (t, [a, b, c, d]))
+        .collect())
+}
+
+/// A backend that went idle less than a second after it last reported its
+/// statistics reports the rest only after PostgreSQL's idle interval (10 s
+/// in PostgreSQL 15): the counters are read until they have not moved for
+/// `ROWS_QUIET`, at most `ROWS_LIMIT`.
+const ROWS_QUIET: Duration = Duration::from_millis(10_500);
+const ROWS_LIMIT: Duration = Duration::from_secs(40);
+
+/// The table counters once they stopped moving, and whether they did.
+async fn settled_table_rows(
+    conn: &mut PgConnection,
+) -> Result<(HashMap<String, [i64; 4]>, bool), String> {
+    let started = Instant::now();
+    let mut last = table_rows(conn).await?;
+    let mut since = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = table_rows(conn).await?;
+        if now != last {
+            last = now;
+            since = Instant::now();
+        } else if since.elapsed() >= ROWS_QUIET {
+            return Ok((last, true));
+        }
+        if started.elapsed() >= ROWS_LIMIT {
+            return Ok((last, false));
+        }
+    }
+}
+
+/// Deliveries not yet settled in the store (`pending` or `held`).
+async fn unsettled_deliveries(conn: &mut PgConnection) -> Result<i64, String> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM webhook_deliveries WHERE status NOT IN ('succeeded', 'failed')",
+    )
+    .fetch_one(conn)
+    .await
+    .map_err(|e| format!("unsettled deliveries: {e}"))
+}
+
+/// WAL between two positions by relation (`pg_walinspect`): each record
+/// counted whole for the relation of its first block reference; `(label,
+/// bytes, full-page-image bytes, records)`. Records without a block
+/// (commits, …) by resource manager; relations of other databases (or
+/// shared catalogues) together; this database's catalogues (the periodic
+/// `ANALYZE`'s statistics, …) together.
+async fn wal_by_relation(
+    conn: &mut PgConnection,
+    from: &str,
+    to: &str,
+) -> Result<Vec<(String, i64, i64, i64)>, String> {
+    sqlx::query_as(&format!(
+        "WITH recs AS ( \
+           SELECT record_length, fpi_length, resource_manager, \
+                  regexp_match(block_ref, 'rel \\d+/(\\d+)/(\\d+)') AS m \
+             FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)), \
+         me AS (SELECT oid FROM pg_database WHERE datname = current_database()), \
+         labels AS (SELECT label, node FROM ({RELATIONS}) r) \
+         SELECT CASE WHEN m IS NULL THEN '(no block: ' || resource_manager || ')' \
+                     WHEN m[1]::oid <> (SELECT oid FROM me) \
+                       THEN '(other databases, shared catalogues)' \
+                     ELSE coalesce(l.label, '(catalogues of this database)') END, \
+                sum(record_length)::bigint, sum(fpi_length)::bigint, count(*) \
+           FROM recs LEFT JOIN labels l \
+             ON m IS NOT NULL AND m[1]::oid = (SELECT oid FROM me) AND l.node = m[2]::oid \
+          GROUP BY 1"
+    ))
+    .bind(from)
+    .bind(to)
+    .fetch_all(conn)
+    .await
+    .map_err(|e| format!("pg_get_wal_records_info: {e}"))
+}
+
+/// `pg_wal_lsn_diff(to, from)`.
+async fn wal_diff(conn: &mut PgConnection, from: &str, to: &str) -> Result<i64, String> {
+    sqlx::query_scalar("SELECT pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::bigint")
+        .bind(from)
+        .bind(to)
+        .fetch_one(conn)
+        .await
+        .map_err(|e| format!("pg_wal_lsn_diff: {e}"))
+}
+
+/// The bytes figures of a case, for the final table.
+#[derive(Clone, Copy, Default)]
+struct Headline {
+    wal: f64,
+    growth: f64,
+    inserted: f64,
+    updated: f64,
+}
+
+/// A figure per delivery, `1,234` (or `12.3` under 100).
+fn per_delivery(v: f64) -> String {
+    if v.abs() >= 100.0 {
+        let s = thousands(v.abs().round() as u64);
+        if v < 0.0 {
+            format!("-{s}")
+        } else {
+            s
+        }
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// The lines of the bytes figures: headline, per relation, rows per table.
+#[allow(clippy::too_many_arguments)]
+fn bytes_lines(
+    l: &mut Vec<String>,
+    settled: usize,
+    before: &StoreBytes,
+    after: &StoreBytes,
+    wal: i64,
+    wal_rels: &Result<Vec<(String, i64, i64, i64)>, String>,
+    rows_before: &HashMap<String, [i64; 4]>,
+    rows_after: &HashMap<String, [i64; 4]>,
+    rows_quiet: bool,
+) -> Headline {
+    let per = settled.max(1) as f64;
+    let growth = (after.db_size - before.db_size) as f64 / per;
+    let (mut fpi, mut records) = (0i64, 0i64);
+    if let Ok(w) = wal_rels {
+        for (_, _, f, n) in w {
+            fpi += f;
+            records += n;
+        }
+    }
+    l.push(format!(
+        "   bytes per delivery ({} deliveries settled in the window):",
+        thousands(settled as u64)
+    ));
+    l.push(format!(
+        "     WAL {} B{}; database growth (before vacuum) {} B",
+        per_delivery(wal as f64 / per),
+        if wal_rels.is_ok() {
+            format!(
+                " ({} records, full-page images {} B)",
+                per_delivery(records as f64 / per),
+                per_delivery(fpi as f64 / per)
+            )
+        } else {
+            String::new()
+        },
+        per_delivery(growth)
+    ));
+    // Per relation: size growth and WAL.
+    let mut rels: HashMap<String, (i64, i64, i64)> = HashMap::new();
+    for (label, size) in &after.rels {
+        let was = before.rels.get(label).copied().unwrap_or(0);
+        rels.entry(label.clone()).or_default().0 = size - was;
+    }
+    match wal_rels {
+        Ok(w) => {
+            for (label, bytes, f, _) in w {
+                let e = rels.entry(label.clone()).or_default();
+                e.1 += bytes;
+                e.2 += f;
+            }
+        }
+        Err(e) => l.push(format!("     (WAL by relation unavailable: {e})")),
+    }
+    let mut rels: Vec<(String, (i64, i64, i64))> = rels
+        .into_iter()
+        .filter(|(_, (g, w, _))| *g != 0 || *w != 0)
+        .collect();
+    rels.sort_by(|a, b| (b.1 .0, b.1 .1).cmp(&(a.1 .0, a.1 .1)).then(a.0.cmp(&b.0)));
+    l.push(format!(
+        "     {:<46} {:>9} {:>9} {:>9}",
+        "relation (B per delivery)", "growth", "WAL", "(FPI)"
+    ));
+    for (label, (g, w, f)) in &rels {
+        l.push(format!(
+            "     {label:<46} {:>9} {:>9} {:>9}",
+            per_delivery(*g as f64 / per),
+            per_delivery(*w as f64 / per),
+            per_delivery(*f as f64 / per)
+        ));
+    }
+    let unchanged = after.rels.len()
+        - rels
+            .iter()
+            .filter(|r| after.rels.contains_key(&r.0))
+            .count();
+    l.push(format!(
+        "     ({unchanged} relations of the public schema neither grew nor were written)"
+    ));
+    // Rows per table.
+    let mut tables: Vec<(String, [f64; 4])> = rows_after
+        .iter()
+        .map(|(t, now)| {
+            let was = rows_before.get(t).copied().unwrap_or_default();
+            let d: [f64; 4] = std::array::from_fn(|i| (now[i] - was[i]) as f64 / per);
+            (t.clone(), d)
+        })
+        .filter(|(_, d)| d.iter().any(|v| *v != 0.0))
+        .collect();
+    tables.sort_by(|a, b| {
+        (b.1[0] + b.1[1] + b.1[3])
+            .total_cmp(&(a.1[0] + a.1[1] + a.1[3]))
+            .then(a.0.cmp(&b.0))
+    });
+    let mut total = [0f64; 4];
+    for (_, d) in &tables {
+        for i in 0..4 {
+            total[i] += d[i];
+        }
+    }
+    l.push(format!(
+        "     {:<46} {:>9} {:>9} {:>9} {:>9}{}",
+        "rows per delivery (pg_stat_user_tables)",
+        ROW_FIELDS[0],
+        ROW_FIELDS[1],
+        ROW_FIELDS[2],
+        ROW_FIELDS[3],
+        if rows_quiet {
+            ""
+        } else {
+            "  (counters still moving when read)"
+        }
+    ));
+    for (t, d) in tables
+        .iter()
+        .chain(std::iter::once(&("total".to_owned(), total)))
+    {
+        l.push(format!(
+            "     {t:<46} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+            d[0], d[1], d[2], d[3]
+        ));
+    }
+    Headline {
+        wal: wal as f64 / per,
+        growth,
+        inserted: total[0],
+        updated: total[1],
+    }
+}
+
 // ------------------------------------------------------------- publishing
 
 /// What the publisher did: each event's send time.
@@ -639,6 +1040,34 @@ struct Report {
     /// `(what, figure, goal, pass)`.
     goals: Vec<(String, String, String, bool)>,
     errors: Vec<String>,
+    /// The case's line of the final table.
+    headline: Option<Row>,
+}
+
+/// A case's line of the final table.
+#[derive(Clone, Copy)]
+struct Row {
+    rate: f64,
+    p99: Option<f64>,
+    stack_us: f64,
+    bytes: Headline,
+}
+
+/// Longest wait, after the last receipt, for the store to settle every
+/// delivery.
+const SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// Client backends connected to other databases than `db` (other work on
+/// the server, whose WAL would count in).
+async fn other_clients(admin: &mut PgConnection, db: &str) -> usize {
+    sqlx::query_scalar::<_, i64>(
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' \
+           AND datname IS DISTINCT FROM $1 AND pid <> pg_backend_pid()",
+    )
+    .bind(db)
+    .fetch_one(admin)
+    .await
+    .map_or(0, |n| n as usize)
 }
 
 /// `1234567` as `1,234,567`.
@@ -708,6 +1137,16 @@ async fn run_case(
         envs.push((
             "BILLING_DELIVERY__RETRY_SCHEDULE".to_owned(),
             schedule.to_owned(),
+        ));
+    }
+    if let Some(r) = &cfg.retention {
+        envs.push((
+            "BILLING_RETENTION__DELIVERIES".to_owned(),
+            r.deliveries.clone(),
+        ));
+        envs.push((
+            "BILLING_RETENTION__SWEEP_EVERY".to_owned(),
+            r.sweep_every.clone(),
         ));
     }
     let stderr = std::fs::File::create(&fleet.stderr_path).map_err(|e| e.to_string())?;
@@ -803,6 +1242,17 @@ async fn run_case(
         .execute("ANALYZE")
         .await
         .map_err(|e| format!("ANALYZE: {e}"))?;
+    // WAL by relation, if the server has the extension (contrib).
+    let walinspect = case_conn
+        .execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        .await
+        .map_err(|e| e.to_string());
+    // Every case's WAL starts after a checkpoint: the first change of each
+    // page in the window writes its full image, as after any checkpoint.
+    case_conn
+        .execute("CHECKPOINT")
+        .await
+        .map_err(|e| format!("CHECKPOINT: {e}"))?;
     let stop_analyzer = CancellationToken::new();
     let analyzer_task = tokio::spawn(analyzer(name.clone(), ANALYZE_EVERY, stop_analyzer.clone()));
 
@@ -811,6 +1261,8 @@ async fn run_case(
     let cpu_idle = cpu_sample(pid, &mut admin, &name).await;
     tokio::time::sleep(IDLE_SAMPLE).await;
     let pg_before = pg_stats(&mut admin, &name).await?;
+    let rows_before = table_rows(&mut case_conn).await?;
+    let bytes_before = store_bytes(&mut case_conn).await?;
 
     // The measured window.
     let expected = case.events * case.endpoints;
@@ -884,8 +1336,26 @@ async fn run_case(
     let analyzes = analyzer_task.await.unwrap_or(0);
     publisher.close().await;
 
+    // Until the store has settled every delivery (its attempts recorded):
+    // then the bytes are read.
+    let settle_started = Instant::now();
+    let mut unsettled = unsettled_deliveries(&mut case_conn).await?;
+    while unsettled > 0 && settle_started.elapsed() < SETTLE_LIMIT {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        unsettled = unsettled_deliveries(&mut case_conn).await?;
+    }
+    let settle_wait = settle_started.elapsed();
+    let bytes_after = store_bytes(&mut case_conn).await?;
+    let wal = wal_diff(&mut case_conn, &bytes_before.lsn, &bytes_after.lsn).await?;
+    let others_after = other_clients(&mut admin, &name).await;
+
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let pg_after = pg_stats(&mut admin, &name).await?;
+    let (rows_after, rows_quiet) = settled_table_rows(&mut case_conn).await?;
+    let wal_rels = match &walinspect {
+        Ok(_) => wal_by_relation(&mut case_conn, &bytes_before.lsn, &bytes_after.lsn).await,
+        Err(e) => Err(format!("CREATE EXTENSION pg_walinspect: {e}")),
+    };
     let statuses = delivery_statuses(&name).await.unwrap_or_default();
     let _ = case_conn.close().await;
     let _ = admin.close().await;
@@ -913,6 +1383,7 @@ async fn run_case(
         lines: Vec::new(),
         goals: Vec::new(),
         errors: Vec::new(),
+        headline: None,
     };
     let l = &mut report.lines;
     l.push(format!(
@@ -1046,6 +1517,43 @@ async fn run_case(
             .join(", "),
     ));
 
+    if unsettled > 0 {
+        l.push(format!(
+            "   !! {unsettled} deliveries still unsettled in the store {} s after the last \
+             receipt: the bytes below miss their last writes",
+            SETTLE_LIMIT.as_secs()
+        ));
+    } else {
+        l.push(row(
+            "store settled after the last receipt",
+            format!("{:.0} ms", settle_wait.as_secs_f64() * 1000.0),
+        ));
+    }
+    let others = others.max(others_after);
+    if others > 0 {
+        l.push(format!(
+            "     note: {others} client backends of other databases were connected: WAL is \
+             cluster-wide, so the WAL figure includes their writes (see `other databases`)"
+        ));
+    }
+    let headline = bytes_lines(
+        l,
+        delivered + failed,
+        &bytes_before,
+        &bytes_after,
+        wal,
+        &wal_rels,
+        &rows_before,
+        &rows_after,
+        rows_quiet,
+    );
+    report.headline = Some(Row {
+        rate,
+        p99,
+        stack_us: us(total),
+        bytes: headline,
+    });
+
     let unreadable = sink.unreadable.load(Ordering::Relaxed);
     if unreadable > 0 {
         report.errors.push(format!(
@@ -1114,6 +1622,42 @@ async fn run_case(
 struct Summary {
     verdicts: Vec<String>,
     errors: Vec<String>,
+    /// Each measured case's line of the final table.
+    rows: Vec<(&'static str, Row)>,
+}
+
+/// The final table: a line per case, with its bytes per delivery.
+fn print_table(cfg: &Config, rows: &[(&'static str, Row)]) {
+    if rows.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "per case ({}; bytes and rows per delivery, WAL since a checkpoint at the window's start):",
+        match &cfg.retention {
+            Some(r) => format!(
+                "retention.deliveries {}, sweep every {}",
+                r.deliveries, r.sweep_every
+            ),
+            None => "no retention".to_owned(),
+        }
+    );
+    println!(
+        "  {:<8} {:>11} {:>9} {:>12} {:>10} {:>12} {:>9} {:>9}",
+        "case", "delivered/s", "p99", "CPU us/dlv", "WAL B", "growth B", "rows ins", "rows upd"
+    );
+    for (name, r) in rows {
+        println!(
+            "  {name:<8} {:>11.0} {:>9} {:>12.0} {:>10} {:>12} {:>9.2} {:>9.2}",
+            r.rate,
+            ms(r.p99),
+            r.stack_us,
+            per_delivery(r.bytes.wal),
+            per_delivery(r.bytes.growth),
+            r.bytes.inserted,
+            r.bytes.updated
+        );
+    }
 }
 
 async fn case(bin: &std::path::Path, cfg: &Config, case: &Case, summary: &mut Summary, ticks: f64) {
@@ -1140,6 +1684,14 @@ async fn case(bin: &std::path::Path, cfg: &Config, case: &Case, summary: &mut Su
         case.retry_schedule
             .map(|s| format!(", retry schedule {s}"))
             .unwrap_or_default()
+            + &cfg
+                .retention
+                .as_ref()
+                .map(|r| format!(
+                    ", retention.deliveries {} (sweep every {})",
+                    r.deliveries, r.sweep_every
+                ))
+                .unwrap_or_default()
     );
     let mut fleet = match Fleet::new(NAME_PREFIX) {
         Ok(f) => f,
@@ -1156,6 +1708,9 @@ async fn case(bin: &std::path::Path, cfg: &Config, case: &Case, summary: &mut Su
     let mut failed = false;
     match outcome {
         Ok(report) => {
+            if let Some(r) = report.headline {
+                summary.rows.push((case.name, r));
+            }
             for l in &report.lines {
                 println!("{l}");
             }
@@ -1210,6 +1765,7 @@ async fn bench(cfg: Config, bin: PathBuf) -> ExitCode {
     for c in cases(&cfg) {
         case(&bin, &cfg, &c, &mut summary, ticks).await;
     }
+    print_table(&cfg, &summary.rows);
     if CLEANUP_FAILED.load(Ordering::SeqCst) {
         summary.errors.push("cleanup failed (see above)".to_owned());
     }
