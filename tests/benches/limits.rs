@@ -60,15 +60,24 @@
 //!   delivered) and a second one without a limit, paused
 //!   (`POST …/pause` with its ETag in `If-Match`); both subscribed. The
 //!   dispatcher's RSS (`VmRSS` of `/proc/<pid>/status`) is sampled every
-//!   second from the warm-up on; after `LIMITS_SETTLE` seconds of warm-up
-//!   (default 5) its RSS then is the baseline. Then `LIMITS_BACKLOG`
-//!   events (default 100,000) are published; the run waits until the
-//!   store holds every delivery (`count(*)` of `webhook_deliveries` = 2 ×
-//!   the events, the warm-up's included), then `LIMITS_HOLD` seconds more
-//!   (default 30) with the limited endpoint's backlog due. Figures: the
-//!   publish time, the time until the store held every delivery, RSS
-//!   before, the most sampled from the first publish on (and the kernel's
-//!   `VmHWM`), at the end, the increase (most - before), the requests each
+//!   second from the warm-up on; `LIMITS_SETTLE` seconds after the
+//!   warm-up (default 5) its RSS is taken ("after the warm-up"). Then a
+//!   burst: `LIMITS_BURST` events (default 100,000, as many as the
+//!   backlog; 0 for none) of `invoice.paid`, which neither endpoint takes,
+//!   to two unlimited endpoints of their own, all delivered, and
+//!   `LIMITS_SETTLE` seconds more: its RSS then is the baseline, a
+//!   dispatcher that has already taken that many events (its buffers,
+//!   pools and allocator at their working size), so that the increase
+//!   measures the backlog and not the first intake of a fresh process.
+//!   Then `LIMITS_BACKLOG` events (default 100,000) are published; the run
+//!   waits until the store holds every delivery (`count(*)` of
+//!   `webhook_deliveries` = 2 × the events, the warm-up's included, plus
+//!   the burst's), then `LIMITS_HOLD` seconds more (default 30) with the
+//!   limited endpoint's backlog due. Figures: the publish time, the time
+//!   until the store held every delivery, RSS after the warm-up and before
+//!   the backlog, the most sampled from the first publish on (and the
+//!   kernel's `VmHWM`), at the end, the increase (most - before; also over
+//!   the warm-up's RSS, the burst's cost included), the requests each
 //!   endpoint got (and the limited one's pace once the store held
 //!   everything: requests a second, gaps between them), the limited
 //!   endpoint's pending deliveries at the end (due now, due later, leased)
@@ -122,6 +131,9 @@ use tokio_util::sync::CancellationToken;
 /// Prefix of each run's database, virtual host and Redis key prefix.
 const NAME_PREFIX: &str = "billing_limits_";
 const EVENT_TYPE: &str = "order.created";
+/// The event type of the `memory` case's burst, which neither the limited
+/// nor the paused endpoint takes.
+const BURST_TYPE: &str = "invoice.paid";
 /// How often the benchmark runs `ANALYZE` during a run (as `fleet.rs`).
 const ANALYZE_EVERY: Duration = Duration::from_secs(2);
 /// Longest wait for the warm-up event.
@@ -148,6 +160,7 @@ struct Config {
     rate: u32,
     events: usize,
     backlog: usize,
+    burst: usize,
     settle: Duration,
     hold: Duration,
     window: usize,
@@ -179,6 +192,7 @@ fn config() -> Result<Config, String> {
         rate,
         events: env_num("LIMITS_EVENTS", 2_000)?,
         backlog: env_num("LIMITS_BACKLOG", 100_000)?,
+        burst: env_num("LIMITS_BURST", 100_000)?,
         settle: Duration::from_secs(env_num("LIMITS_SETTLE", 5)?),
         hold: Duration::from_secs(env_num("LIMITS_HOLD", 30)?),
         window: env_num("LIMITS_CONFIRM_WINDOW", 1_000)?,
@@ -235,7 +249,8 @@ struct Book {
     seen: HashSet<String>,
 }
 
-/// The receiver of a run's endpoints: `/hook/limited` and `/hook/paused`.
+/// The receiver of a run's endpoints: `/hook/limited`, `/hook/paused` and
+/// `/hook/burst`.
 #[derive(Default)]
 struct Receiver {
     limited: Mutex<Book>,
@@ -243,6 +258,8 @@ struct Receiver {
     limited_requests: AtomicU64,
     /// Requests to the paused endpoint (never expected).
     paused_requests: AtomicU64,
+    /// Requests to the `memory` case's burst endpoints.
+    burst_requests: AtomicU64,
     /// Bodies that are not JSON or have no `event_ref`.
     unreadable: AtomicU64,
 }
@@ -273,6 +290,11 @@ async fn paused_hook(State(r): State<Arc<Receiver>>) -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
+async fn burst_hook(State(r): State<Arc<Receiver>>) -> StatusCode {
+    r.burst_requests.fetch_add(1, Ordering::Relaxed);
+    StatusCode::NO_CONTENT
+}
+
 impl Receiver {
     /// Starts the receiver; its base URL (`http://127.0.0.1:<port>/hook`).
     async fn start() -> Result<(Arc<Receiver>, String), String> {
@@ -280,6 +302,7 @@ impl Receiver {
         let app = axum::Router::new()
             .route("/hook/limited", axum::routing::post(limited_hook))
             .route("/hook/paused", axum::routing::post(paused_hook))
+            .route("/hook/burst", axum::routing::post(burst_hook))
             .with_state(r.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -395,13 +418,14 @@ impl Api {
     }
 
     /// Creates an endpoint at `url` (with `rate_limit` when given, checked
-    /// in the answer) subscribed to `order.created` in `env_ref`; its
+    /// in the answer) subscribed to `event_type` in `env_ref`; its
     /// reference.
     async fn endpoint(
         &self,
         url: &str,
         rate_limit: Option<u32>,
         env_ref: &str,
+        event_type: &str,
     ) -> Result<String, String> {
         let mut body = json!({"url": url});
         if let Some(r) = rate_limit {
@@ -420,7 +444,7 @@ impl Api {
             .to_owned();
         self.post(
             &format!("/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions"),
-            json!({"public_event_type": EVENT_TYPE, "scope_type": "environment",
+            json!({"public_event_type": event_type, "scope_type": "environment",
                 "scope_ref": env_ref, "dto_version": 1}),
         )
         .await?;
@@ -672,10 +696,11 @@ struct Published {
     done: Instant,
 }
 
-/// Publishes `bodies` in order on one confirm-mode channel, `window`
-/// confirms outstanding.
+/// Publishes `bodies` (events of `event_type`) in order on one
+/// confirm-mode channel, `window` confirms outstanding.
 async fn publish_all(
     publisher: Publisher,
+    event_type: &'static str,
     bodies: Vec<Vec<u8>>,
     window: usize,
 ) -> Result<(Publisher, Published), String> {
@@ -687,7 +712,7 @@ async fn publish_all(
                 confirmed(c)?;
             }
         }
-        inflight.push(publisher.publish(EVENT_TYPE, &body).await?);
+        inflight.push(publisher.publish(event_type, &body).await?);
     }
     while let Some(c) = inflight.next().await {
         confirmed(c)?;
@@ -723,6 +748,58 @@ async fn statuses(db: &mut PgConnection) -> Result<String, String> {
         .join(", "))
 }
 
+/// The `memory` case's burst, so that the backlog is measured on a
+/// dispatcher that has already taken as many events as it is about to hold
+/// (its buffers, pools and allocator at their working size): `cfg.burst`
+/// events of `BURST_TYPE`, to two unlimited endpoints, all delivered, then
+/// `cfg.settle` more. How long they took from the first publish (`None`
+/// when `LIMITS_BURST` is 0).
+async fn burst(
+    cfg: &Config,
+    stack: &Stack,
+    receiver: &Receiver,
+    hook: &str,
+    publisher: Publisher,
+) -> Result<(Publisher, Option<Duration>), String> {
+    if cfg.burst == 0 {
+        return Ok((publisher, None));
+    }
+    let url = format!("{hook}/burst");
+    for _ in 0..2 {
+        stack
+            .api
+            .endpoint(&url, None, &stack.env_ref, BURST_TYPE)
+            .await?;
+    }
+    let data = domain::webhook::catalogue::example(BURST_TYPE, 1).unwrap_or_default();
+    let (bodies, _) = bodies(cfg.burst, &stack.env_ref, BURST_TYPE, &data);
+    let expected = 2 * cfg.burst as u64;
+    println!(
+        "   a burst of {} events of {BURST_TYPE} to two unlimited endpoints ...",
+        thousands(cfg.burst as u64)
+    );
+    let (publisher, published) = publish_all(publisher, BURST_TYPE, bodies, cfg.window).await?;
+    while receiver.burst_requests.load(Ordering::Relaxed) < expected {
+        if published.done.elapsed() > cfg.limit {
+            return Err(format!(
+                "the burst's {expected} deliveries did not arrive within {} s of the last \
+                 publish ({} did)",
+                cfg.limit.as_secs(),
+                receiver.burst_requests.load(Ordering::Relaxed)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let took = published.first.elapsed();
+    println!(
+        "   burst delivered in {:.1} s; settling {} s",
+        took.as_secs_f64(),
+        cfg.settle.as_secs()
+    );
+    tokio::time::sleep(cfg.settle).await;
+    Ok((publisher, Some(took)))
+}
+
 /// Publishes one event and waits until the limited endpoint received it:
 /// how long that took, and the event's reference.
 async fn warm_up(
@@ -746,12 +823,12 @@ async fn warm_up(
     Ok((started.elapsed(), event_ref))
 }
 
-/// `n` envelopes of `order.created` and their events' references.
-fn bodies(n: usize, env_ref: &str, data: &Value) -> (Vec<Vec<u8>>, Vec<String>) {
+/// `n` envelopes of `event_type` and their events' references.
+fn bodies(n: usize, env_ref: &str, event_type: &str, data: &Value) -> (Vec<Vec<u8>>, Vec<String>) {
     let mut refs = Vec::with_capacity(n);
     let bodies = (0..n)
         .map(|_| {
-            let (event_ref, body) = envelope(env_ref, EVENT_TYPE, data);
+            let (event_ref, body) = envelope(env_ref, event_type, data);
             refs.push(event_ref);
             body
         })
@@ -787,14 +864,19 @@ async fn rate_run(
     let rate = cfg.rate;
     let endpoint = stack
         .api
-        .endpoint(&format!("{hook}/limited"), Some(rate), &stack.env_ref)
+        .endpoint(
+            &format!("{hook}/limited"),
+            Some(rate),
+            &stack.env_ref,
+            EVENT_TYPE,
+        )
         .await?;
     let publisher = Publisher::connect(&stack.amqp_url, "billing-limits-bench").await?;
     let data = domain::webhook::catalogue::example(EVENT_TYPE, 1).unwrap_or_default();
     let (warm, warm_ref) = warm_up(&publisher, receiver, &stack.env_ref, &data).await?;
     // The warm-up's start leaves the limit's window.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    let (bodies, refs) = bodies(cfg.events, &stack.env_ref, &data);
+    let (bodies, refs) = bodies(cfg.events, &stack.env_ref, EVENT_TYPE, &data);
     let refs: HashSet<String> = refs.into_iter().collect();
     println!(
         "   ready; warm-up delivered in {:.0} ms; endpoint {endpoint} rate_limit {rate}; \
@@ -834,7 +916,7 @@ async fn rate_run(
         })
     };
 
-    let publishing = tokio::spawn(publish_all(publisher, bodies, cfg.window));
+    let publishing = tokio::spawn(publish_all(publisher, EVENT_TYPE, bodies, cfg.window));
     let mut publishing = Some(publishing);
     let mut published: Option<Published> = None;
     let mut publisher: Option<Publisher> = None;
@@ -1121,11 +1203,12 @@ async fn memory_run(
             &format!("{hook}/limited"),
             Some(MEMORY_RATE),
             &stack.env_ref,
+            EVENT_TYPE,
         )
         .await?;
     let paused = stack
         .api
-        .endpoint(&format!("{hook}/paused"), None, &stack.env_ref)
+        .endpoint(&format!("{hook}/paused"), None, &stack.env_ref, EVENT_TYPE)
         .await?;
     let path = format!("/api/v1/webhook_endpoints/{paused}");
     let (_, etag) = stack.api.get(&path).await?;
@@ -1162,9 +1245,11 @@ async fn memory_run(
     let data = domain::webhook::catalogue::example(EVENT_TYPE, 1).unwrap_or_default();
     let (warm, _) = warm_up(&publisher, receiver, &stack.env_ref, &data).await?;
     tokio::time::sleep(cfg.settle).await;
+    let cold = rss(pid).ok_or_else(|| format!("no VmRSS of dispatcher pid {pid}"))?;
+    let (publisher, burst) = burst(cfg, stack, receiver, hook, publisher).await?;
     let before = rss(pid).ok_or_else(|| format!("no VmRSS of dispatcher pid {pid}"))?;
-    let (bodies, order) = bodies(cfg.backlog, &stack.env_ref, &data);
-    let expected = 2 * (cfg.backlog as i64 + 1);
+    let (bodies, order) = bodies(cfg.backlog, &stack.env_ref, EVENT_TYPE, &data);
+    let expected = 2 * (cfg.backlog as i64 + 1) + 2 * cfg.burst as i64;
     println!(
         "   ready; warm-up delivered in {:.0} ms; limited endpoint {limited} rate_limit \
          {MEMORY_RATE}, endpoint {paused} paused; dispatcher (pid {pid}) RSS {} after {} s; \
@@ -1176,7 +1261,7 @@ async fn memory_run(
     );
     let requests_before = receiver.limited_requests.load(Ordering::Relaxed);
 
-    let publishing = tokio::spawn(publish_all(publisher, bodies, cfg.window));
+    let publishing = tokio::spawn(publish_all(publisher, EVENT_TYPE, bodies, cfg.window));
     let mut publishing = Some(publishing);
     let mut published: Option<Published> = None;
     let mut publisher: Option<Publisher> = None;
@@ -1340,7 +1425,20 @@ async fn memory_run(
             },
         ),
     );
-    summary.figure(label, "dispatcher RSS before", mib(before));
+    summary.figure(label, "dispatcher RSS after the warm-up event", mib(cold));
+    summary.figure(
+        label,
+        "burst before the backlog",
+        burst.map_or("none (LIMITS_BURST=0)".to_owned(), |b| {
+            format!(
+                "{} events of {BURST_TYPE} to two unlimited endpoints, delivered {:.1} s after \
+                 the first publish",
+                thousands(cfg.burst as u64),
+                b.as_secs_f64()
+            )
+        }),
+    );
+    summary.figure(label, "dispatcher RSS before the backlog", mib(before));
     summary.figure(
         label,
         "dispatcher RSS, most sampled during",
@@ -1360,6 +1458,11 @@ async fn memory_run(
         ),
     );
     summary.figure(label, "dispatcher RSS increase", mib(increase));
+    summary.figure(
+        label,
+        "dispatcher RSS increase over the warm-up's",
+        mib(max_during.saturating_sub(cold)),
+    );
     summary.figure(
         label,
         "requests during (limited / paused)",
