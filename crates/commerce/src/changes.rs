@@ -25,10 +25,10 @@ use crate::CommerceError;
 use domain::catalogue::{Interval, PriceStatus};
 use domain::checkout::lines::{apply_credit, InvoiceLine, InvoiceLines, LinePeriod};
 use domain::checkout::period::period_end;
-use domain::checkout::renewal::next_period_end;
 use domain::checkout::proration::{
     plan_change, ChangeOutcome, NewPeriod, PriceChange, PricedPeriod, ProrationMode,
 };
+use domain::checkout::renewal::next_period_end;
 use domain::checkout::states::{ChangeKind, PaymentStatus, SubscriptionStatus};
 use domain::webhook::shaping::Scope;
 use domain::{Currency, Money, Ref, Timestamp};
