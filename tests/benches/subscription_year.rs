@@ -110,31 +110,13 @@ struct Config {
 }
 
 fn config() -> Result<Config, String> {
-    let backends = match std::env::var("BENCH_BACKEND").as_deref().map(str::trim) {
-        Ok("sqlite") => vec![Backend::Sqlite],
-        Ok("postgres") => vec![Backend::Postgres],
-        Ok("both") => vec![Backend::Sqlite, Backend::Postgres],
-        Ok(other) => {
-            return Err(format!(
-                "BENCH_BACKEND must be sqlite, postgres or both, got {other:?}"
-            ))
-        }
-        Err(_) if billing_tests::fleet_enabled() => vec![Backend::Sqlite, Backend::Postgres],
-        Err(_) => vec![Backend::Sqlite],
-    };
+    let backends = billing_tests::bench_backends()?;
     Ok(Config {
         subscriptions: env_num("BENCH_SUBSCRIPTIONS", 1_000)?,
         concurrency: env_num("BENCH_CONCURRENCY", 16)?,
         backends,
         pipeline: std::env::var("BENCH_PIPELINE").map_or(true, |v| v.trim() != "0"),
     })
-}
-
-fn name(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Sqlite => "embedded (SQLite)",
-        Backend::Postgres => "PostgreSQL",
-    }
 }
 
 /// What a subscription is, by its index (module doc).
@@ -817,7 +799,7 @@ fn secs(d: Duration) -> String {
 /// The benchmark on one backend: its verdicts, or what went wrong.
 async fn run(backend: Backend, cfg: &Config) -> Result<Vec<String>, String> {
     let n = cfg.subscriptions;
-    let label = name(backend);
+    let label = backend.label();
     let app = Arc::new(TestApp::spawn(backend).await);
     let mut kinds: BTreeMap<Kind, usize> = BTreeMap::new();
     for i in 0..n {

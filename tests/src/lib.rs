@@ -797,6 +797,32 @@ pub fn bench_summary(verdicts: &[String], errors: &[String]) -> std::process::Ex
     std::process::ExitCode::FAILURE
 }
 
+/// The backends a benchmark runs on: `BENCH_BACKEND` = `sqlite`,
+/// `postgres` or `both`; unset, SQLite alone, or both when
+/// `BILLING_TEST_FLEET=1`.
+pub fn bench_backends() -> Result<Vec<Backend>, String> {
+    match std::env::var("BENCH_BACKEND").as_deref().map(str::trim) {
+        Ok("sqlite") => Ok(vec![Backend::Sqlite]),
+        Ok("postgres") => Ok(vec![Backend::Postgres]),
+        Ok("both") => Ok(vec![Backend::Sqlite, Backend::Postgres]),
+        Ok(other) => Err(format!(
+            "BENCH_BACKEND must be sqlite, postgres or both, got {other:?}"
+        )),
+        Err(_) if fleet_enabled() => Ok(vec![Backend::Sqlite, Backend::Postgres]),
+        Err(_) => Ok(vec![Backend::Sqlite]),
+    }
+}
+
+impl Backend {
+    /// Its name in a benchmark's figures.
+    pub fn label(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "embedded (SQLite)",
+            Backend::Postgres => "PostgreSQL",
+        }
+    }
+}
+
 /// A benchmark setting: the positive number in the variable `name`, or
 /// `default` when it is not set.
 pub fn env_num<T: std::str::FromStr + PartialOrd + Default>(
