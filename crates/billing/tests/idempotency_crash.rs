@@ -125,6 +125,7 @@ async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str) 
         count_b: "SELECT COUNT(*) FROM service_accounts WHERE name LIKE $1",
         b_pattern: format!("crash-{run}-b%"),
         probe_url,
+        kill_at: Waves::half_of_b(KEYS, WAVE_A),
     };
     let kill = fire_and_kill(&mut first, waves, creates(&api, &secret, &run)).await;
     drop(first);

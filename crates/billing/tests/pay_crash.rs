@@ -743,6 +743,7 @@ async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str) 
         count_b: "SELECT COUNT(*) FROM payments WHERE buyer_email LIKE $1",
         b_pattern: "buyer-b%".to_owned(),
         probe_url,
+        kill_at: Waves::half_of_b(PAYS, WAVE_A),
     };
     let pays = || pays(&api, &secret, &run, &shop.sessions);
     let kill = fire_and_kill(&mut first, waves, pays()).await;

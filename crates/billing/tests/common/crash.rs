@@ -369,6 +369,17 @@ pub struct Waves<'a> {
     pub b_pattern: String,
     /// Reads the store beside the server.
     pub probe_url: &'a str,
+    /// The kill is decided once this many of wave B's rows are in the
+    /// store.
+    pub kill_at: i64,
+}
+
+impl Waves<'_> {
+    /// Half of wave B: the kill lands while wave B is being written, when
+    /// its requests commit one by one.
+    pub fn half_of_b(n: usize, wave_a: usize) -> i64 {
+        ((n - wave_a) / 2) as i64
+    }
 }
 
 /// What the kill left: the answers that came before it and the requests
@@ -447,7 +458,7 @@ pub async fn fire_and_kill(server: &mut Process, waves: Waves<'_>, send: impl Ke
                 .fetch_one(&mut probe)
                 .await
                 .unwrap();
-            if b_in_store >= ((waves.n - waves.wave_a) / 2) as i64 {
+            if b_in_store >= waves.kill_at {
                 break;
             }
         }
