@@ -154,8 +154,11 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
     let queue = event_queue(&store);
     let mut tasks = tokio::task::JoinSet::new();
     // `billing_dependency_up`: what `/readyz` asks, asked every few seconds.
-    let dependencies =
-        dispatcher::metrics::Dependencies::new(store.clone(), config.amqp_url(), redis.clone());
+    let dependencies = dispatcher::dependencies::Dependencies::new(
+        store.clone(),
+        config.amqp_url(),
+        redis.clone(),
+    );
     let token = shutdown.clone();
     tasks.spawn(async move {
         dependencies.watch(token).await;

@@ -417,8 +417,8 @@ pub async fn change(
     )
     .await?;
     if plan.restarts {
-        jobs::cancel(tx, crate::renewals::RENEW, &sub.subscription_ref).await?;
-        crate::renewals::schedule_period_end(tx, &changed).await?;
+        jobs::cancel(tx, crate::timed::RENEW, &sub.subscription_ref).await?;
+        crate::timed::schedule_period_end(tx, &changed).await?;
     }
     price_changes::record(tx, &changed, &sub.price_ref, plan.mode, now).await?;
     // A trial has no order and grants no entitlement yet.
@@ -530,7 +530,7 @@ pub(crate) async fn renew_covered(
     };
     let renewed = subscriptions::update(tx, sub, moved, now).await?;
     subscriptions::change(tx, &renewed, ChangeKind::Renewal, now).await?;
-    crate::renewals::schedule_period_end(tx, &renewed).await?;
+    crate::timed::schedule_period_end(tx, &renewed).await?;
     events.add_new_invoice("invoice.paid", &invoice)?;
     events.add("subscription.renewed", &renewed.dto(now))?;
     Ok(())

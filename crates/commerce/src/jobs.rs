@@ -20,8 +20,9 @@ use crate::refunds::{SETTLE, START};
 use crate::shapes::outside::dispute_body;
 use crate::shapes::refunds::payment_scope;
 use crate::shapes::Served;
+pub use crate::timed::Rules;
+use crate::timed::{BATCH, LEASE_SECONDS, OPEN_DISPUTE};
 use crate::CommerceError;
-use domain::checkout::renewal::DunningSchedule;
 use domain::checkout::sandbox::TestCard;
 use domain::outside::states::DisputeStatus;
 use domain::refunds::amounts::order_status_after;
@@ -35,24 +36,8 @@ use store::billing::refunds;
 use store::{Backend, Store, WriteTx};
 use tokio_util::sync::CancellationToken;
 
-/// The dispute a `pm_card_dispute` payment gets.
-pub const OPEN_DISPUTE: &str = "dispute.open";
-/// How long after its payment that dispute opens.
-pub const DISPUTE_AFTER_SECONDS: i64 = 10;
 /// How often due jobs are looked for.
 const POLL: Duration = Duration::from_millis(250);
-/// How long a runner holds a job before another may take it: after a
-/// crash, its jobs wait this long. A job takes milliseconds, and a runner
-/// whose lease ended finds its job gone at completion and rolls back, so a
-/// short lease never runs a job twice.
-pub(crate) const LEASE_SECONDS: i64 = 5;
-
-/// The rules of timed work that configuration sets.
-#[derive(Debug, Clone, Default)]
-pub struct Rules {
-    /// When a declined renewal is charged again (`billing.dunning_schedule`).
-    pub dunning: DunningSchedule,
-}
 
 /// Runs due jobs until `shutdown` is cancelled: every [`POLL`], the jobs
 /// due by the wall clock (`run_due`).
@@ -66,9 +51,6 @@ pub async fn run(store: Store, rules: Rules, shutdown: CancellationToken) {
         run_due(&store, &rules, &owner, Timestamp::now()).await;
     }
 }
-
-/// Most jobs run in one unit of work.
-pub(crate) const BATCH: u32 = 32;
 
 /// How many units of work of `BATCH` jobs due together run at once. A
 /// unit spends its time on statement round trips rather than on locks, and
@@ -103,7 +85,7 @@ pub async fn run_due(store: &Store, rules: &Rules, owner: &str, now: Timestamp) 
         let full = due.len() >= most as usize;
         let (advances, group): (Vec<Job>, Vec<Job>) = due
             .into_iter()
-            .partition(|job| job.kind == crate::test_clocks::ADVANCE);
+            .partition(|job| job.kind == crate::timed::ADVANCE);
         let grouped = run_groups(store, rules, &group, owner, now, now).await.ran;
         ran += grouped;
         let mut taken = grouped;
@@ -265,9 +247,9 @@ async fn run_in(
         START => start_refund(tx, job, now).await?,
         SETTLE => settle_refund(store, tx, job, now).await?,
         OPEN_DISPUTE => open_dispute(store, tx, job, now).await?,
-        crate::renewals::RENEW => crate::renewals::period_end(store, rules, tx, job, now).await?,
-        crate::renewals::RETRY => crate::renewals::retry(store, rules, tx, job, now).await?,
-        crate::trials::WILL_END => crate::trials::will_end(tx, job, now).await?,
+        crate::timed::RENEW => crate::renewals::period_end(store, rules, tx, job, now).await?,
+        crate::timed::RETRY => crate::renewals::retry(store, rules, tx, job, now).await?,
+        crate::timed::WILL_END => crate::trials::will_end(tx, job, now).await?,
         other => tracing::warn!(kind = other, "unknown job dropped"),
     }
     Ok(())

@@ -21,6 +21,9 @@
 //!   renewals do with a buyer's credit balance and pending lines.
 //! - `test_clocks`: a test clock's advance and the time of a clock.
 //! - `jobs`: the timed-work runner (refunds, sandbox disputes, renewals).
+//! - `timed`: what timed work is (its kinds, rules, the period end's
+//!   schedule), below the use cases that schedule it and the runner.
+//! - `trials`: a trial started at pay, and its warning before it ends.
 //! - `projection`: other systems' events onto disputes, payouts,
 //!   participations.
 //! - `events`: how a use case emits an event into its unit of work.
@@ -37,6 +40,7 @@ pub mod refunds;
 pub mod renewals;
 pub mod shapes;
 pub mod test_clocks;
+pub mod timed;
 pub mod trials;
 
 pub use error::CommerceError;

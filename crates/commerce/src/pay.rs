@@ -23,9 +23,9 @@
 
 use crate::error::found;
 use crate::events::{checkout_key, Batch};
-use crate::renewals::schedule_period_end;
 use crate::shapes::checkout::step;
 use crate::shapes::Served;
+use crate::timed::{schedule_period_end, DISPUTE_AFTER_SECONDS, OPEN_DISPUTE};
 use crate::CommerceError;
 use domain::checkout::buyer::Email;
 use domain::checkout::period::period_end;
@@ -473,10 +473,10 @@ impl Unit<'_> {
         };
         payments::capture(self.tx, &payment, now).await?;
         if charge.card.opens_dispute() {
-            let due = now.plus_seconds(crate::jobs::DISPUTE_AFTER_SECONDS);
+            let due = now.plus_seconds(DISPUTE_AFTER_SECONDS);
             jobs::schedule_on(
                 self.tx,
-                crate::jobs::OPEN_DISPUTE,
+                OPEN_DISPUTE,
                 &payment.payment_intent_ref,
                 self.env,
                 due,

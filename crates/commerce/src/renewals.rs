@@ -12,8 +12,9 @@
 //! to retry) are `domain::checkout`'s; this module writes what they decide.
 
 use crate::events::Batch;
-use crate::jobs::Rules;
 use crate::shapes::Served;
+use crate::timed::{schedule_period_end, Rules};
+pub use crate::timed::{RENEW, RETRY};
 use crate::CommerceError;
 use domain::checkout::renewal::{next_period_end, AtPeriodEnd};
 use domain::checkout::sandbox::{Outcome, TestCard};
@@ -31,31 +32,6 @@ use store::billing::checkout::subscriptions::{self, Move, SubscriptionRecord};
 use store::billing::checkout::PricedItem;
 use store::billing::jobs::{self, Job};
 use store::{Store, StoreError, WriteTx};
-
-/// The end of a subscription's current period.
-pub const RENEW: &str = "subscription.renew";
-/// The next try of a declined renewal's charge.
-pub const RETRY: &str = "subscription.retry";
-
-/// Schedules what happens at the end of `s`'s current period, on its clock.
-pub async fn schedule_period_end(
-    tx: &mut WriteTx,
-    s: &SubscriptionRecord,
-) -> Result<(), StoreError> {
-    let Some(end) = s.current_period_end else {
-        return Ok(());
-    };
-    let clock = s.test_clock_ref.as_ref();
-    jobs::schedule_on(
-        tx,
-        RENEW,
-        &s.subscription_ref,
-        &s.environment_ref,
-        end,
-        clock,
-    )
-    .await
-}
 
 /// The events of a unit of work on `s`, at `now`: they concern its product
 /// and buyer.

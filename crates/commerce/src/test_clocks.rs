@@ -10,7 +10,9 @@
 //! subscription is left as it shows. The advance goes on with the next
 //! job, and ends `ready` at its target as any other.
 
-use crate::jobs::{units_at_once, Rules, BATCH, LEASE_SECONDS};
+use crate::jobs::units_at_once;
+pub use crate::timed::ADVANCE;
+use crate::timed::{Rules, BATCH, LEASE_SECONDS};
 use crate::CommerceError;
 use domain::{Ref, Timestamp};
 use std::collections::HashMap;
@@ -18,9 +20,6 @@ use std::time::Duration;
 use store::billing::jobs::{self, Job};
 use store::billing::test_clocks::{self, TestClockRecord};
 use store::{Store, StoreError};
-
-/// A test clock's accepted advance.
-pub const ADVANCE: &str = "test_clock.advance";
 
 /// How many times an advance runs a job of its clock that fails before it
 /// drops the job as failed for good.

@@ -12,14 +12,15 @@
 //! Timed work, on the subscription's clock: `subscription.trial_will_end`
 //! 3 days before `trial_end` (`WILL_END`; emitted in the pay's own unit
 //! when the trial is shorter), and at `trial_end` the period end
-//! (`renewals::RENEW`), which charges the first period through the renewal
+//! (`timed::RENEW`, run by `crate::renewals`), which charges the first period through the renewal
 //! path: `active` when paid, dunning (`past_due`) when declined.
 
 use crate::events::{checkout_key, Batch};
 use crate::pay::Paid;
-use crate::renewals::schedule_period_end;
 use crate::shapes::checkout::step;
 use crate::shapes::Served;
+use crate::timed::schedule_period_end;
+pub use crate::timed::WILL_END;
 use crate::CommerceError;
 use domain::checkout::buyer::Email;
 use domain::checkout::sandbox::Card;
@@ -38,8 +39,6 @@ use store::billing::checkout::trials::{self, NewTrial};
 use store::billing::jobs::{self, Job};
 use store::{StoreError, WriteTx};
 
-/// The warning before a trial ends.
-pub const WILL_END: &str = "subscription.trial_will_end";
 /// How long before `trial_end` it fires.
 pub const WARN_BEFORE_SECONDS: i64 = 3 * 86_400;
 

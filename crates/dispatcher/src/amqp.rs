@@ -23,6 +23,7 @@
 //! backoff of 100 ms doubling to 5 s; messages that were not acknowledged
 //! are redelivered by the broker.
 
+pub use crate::error::AmqpError;
 use crate::intake;
 use crate::metrics as m;
 use crate::queue::EventQueue;
@@ -127,29 +128,6 @@ impl std::fmt::Debug for AmqpSettings {
             .field("connection_name", &self.connection_name)
             .finish()
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum AmqpError {
-    #[error("AMQP: {0}")]
-    Amqp(#[from] lapin::Error),
-    #[error("the broker did not confirm the message")]
-    NotConfirmed,
-    #[error("no queue is bound to `{exchange}` for routing key `{routing_key}`")]
-    Unroutable {
-        exchange: String,
-        routing_key: String,
-    },
-    #[error("the broker cancelled the consumer")]
-    ConsumerCancelled,
-    #[error("publishing a dead letter failed; reconnecting")]
-    DeadLetterChannel,
-    /// The URL does not parse as `amqp://` or `amqps://` (lapin's reason).
-    #[error("invalid AMQP URL: {0}")]
-    InvalidUrl(String),
-    /// The broker did not confirm a message in time.
-    #[error("RabbitMQ did not answer within {} s", .0.as_secs())]
-    NoAnswer(Duration),
 }
 
 /// Hides the password of an `amqp://user:password@host/vhost` URL.

@@ -22,6 +22,7 @@ pub mod amqp;
 pub mod announce;
 pub mod attempt;
 pub mod breaker;
+pub mod dependencies;
 pub mod drive;
 pub mod endpoints;
 pub mod error;

@@ -18,6 +18,7 @@
 //! It owns no SQL: the store writes, this decides who writes together and
 //! where fresh deliveries go.
 
+pub use crate::error::EnqueueError;
 use crate::handoff::{HandedOver, Intake, Ticket};
 use std::sync::{Arc, Mutex, RwLock};
 use store::fanout::EventRow;
@@ -31,34 +32,6 @@ const TURNS: usize = 2;
 
 /// A caller's answer: whether its event was new, or the group write's error.
 type Reply = oneshot::Sender<Result<bool, Arc<StoreError>>>;
-
-/// Why an event was not accepted into the queue.
-#[derive(Debug, thiserror::Error)]
-pub enum EnqueueError {
-    /// The group write this event joined failed: the cause is that write's
-    /// own error, shared by every caller of the group. Whether retrying
-    /// can help is the cause's to say (`is_unavailable`).
-    #[error("the shared intake write failed: {0}")]
-    Write(#[source] Arc<StoreError>),
-    /// The group write ended without answering (its task was lost):
-    /// whether the event was committed is unknown, and trying again is
-    /// safe (an event is accepted once per `event_ref`).
-    #[error("the shared intake write ended without an answer")]
-    Unanswered,
-    /// The queue no longer takes events.
-    #[error("the event queue is closed")]
-    Closed,
-}
-
-impl EnqueueError {
-    /// True when the store is unavailable for now (`StoreError::is_unavailable`).
-    pub fn is_unavailable(&self) -> bool {
-        match self {
-            EnqueueError::Write(cause) => cause.is_unavailable(),
-            EnqueueError::Unanswered | EnqueueError::Closed => false,
-        }
-    }
-}
 
 /// A handle on the queue; cheap to clone. Every clone shares the group
 /// commit and the registered dispatcher.
