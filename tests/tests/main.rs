@@ -29,6 +29,7 @@ mod fleet_redis_outage;
 mod fuzz_regressions;
 mod hostile_clients;
 mod hostile_receivers;
+mod import_circles;
 mod operational_events;
 mod ordering;
 mod projection;
