@@ -1,7 +1,8 @@
 //! The fleet schedule in Redis against a real Redis and PostgreSQL: the
 //! feed copies the store's due deliveries into Redis; concurrent claimers
 //! never share a delivery; a dead worker's leases come back; Redis losing
-//! all its data loses no delivery; the store's lease fences every claim.
+//! all its data loses no delivery; the store's lease fences every claim; a
+//! claim passes over, unwritten, what an endpoint has no room for.
 //!
 //! Runs with `BILLING_TEST_FLEET=1` (then a missing Redis at
 //! `redis://127.0.0.1:6379`, or `BILLING_TEST_REDIS_URL`, is a failure).
@@ -80,7 +81,7 @@ async fn claim_all_ahead(
     loop {
         let now = Timestamp::now().plus_millis(ahead_ms);
         let until = now.plus_millis(lease_ms);
-        let claimed = rs::claim(&f.app.store, &f.schedule, owner, now, until, batch)
+        let claimed = claim(&f.app.store, &f.schedule, owner, (now, until), batch)
             .await
             .expect("claim");
         if claimed.is_empty() {
@@ -88,6 +89,30 @@ async fn claim_all_ahead(
         }
         got.extend(claimed.into_iter().map(|d| d.delivery_ref.into_string()));
     }
+}
+
+/// The worker's claim path with room for every endpoint: the records
+/// leased (none is passed over).
+async fn claim(
+    store: &store::Store,
+    schedule: &RedisSchedule,
+    owner: &str,
+    (now, until): (Timestamp, Timestamp),
+    limit: u32,
+) -> Result<Vec<store::DeliveryRecord>, dispatcher::DispatchError> {
+    let (claimed, passed) = rs::claim(
+        store,
+        schedule,
+        (owner, now, until),
+        limit,
+        &rs::NoRoom::default(),
+    )
+    .await?;
+    assert_eq!(
+        passed, 0,
+        "nothing is passed over with room for every endpoint"
+    );
+    Ok(claimed)
 }
 
 fn set(v: &[String]) -> HashSet<String> {
@@ -242,7 +267,7 @@ async fn losing_all_redis_data_loses_no_delivery() {
         .unwrap();
     // A worker holds ten deliveries (briefly) when Redis loses everything.
     let (now, until) = lease(800);
-    let held = rs::claim(&f.app.store, &f.schedule, "w1", now, until, 10)
+    let held = claim(&f.app.store, &f.schedule, "w1", (now, until), 10)
         .await
         .unwrap();
     assert_eq!(held.len(), 10);
@@ -316,7 +341,7 @@ async fn claim_skips_what_the_store_leases_to_someone_else() {
         .unwrap();
 
     let (now, until) = lease(60_000);
-    let mine = rs::claim(&f.app.store, &f.schedule, "me", now, until, 100)
+    let mine = claim(&f.app.store, &f.schedule, "me", (now, until), 100)
         .await
         .unwrap();
     let mine: Vec<String> = mine
@@ -397,7 +422,7 @@ async fn a_named_prefix_shared_by_two_stores_loses_neither_ones_members() {
     // A claims everything due: it leases its own three, and puts B's two
     // back where they were instead of deleting them.
     let (now, until) = lease(60_000);
-    let mine = rs::claim(&a.app.store, &sa, "a", now, until, 100)
+    let mine = claim(&a.app.store, &sa, "a", (now, until), 100)
         .await
         .unwrap();
     let mine: Vec<String> = mine
@@ -408,7 +433,7 @@ async fn a_named_prefix_shared_by_two_stores_loses_neither_ones_members() {
     assert_eq!(due_scores(&prefix, &b.refs).await, planned);
     // Its next claims pass over them rather than take them again.
     let (now, until) = lease(60_000);
-    assert!(rs::claim(&a.app.store, &sa, "a", now, until, 100)
+    assert!(claim(&a.app.store, &sa, "a", (now, until), 100)
         .await
         .unwrap()
         .is_empty());
@@ -416,7 +441,7 @@ async fn a_named_prefix_shared_by_two_stores_loses_neither_ones_members() {
 
     // B finds its own, due when they were.
     let (now, until) = lease(60_000);
-    let theirs = rs::claim(&b.app.store, &sb, "b", now, until, 100)
+    let theirs = claim(&b.app.store, &sb, "b", (now, until), 100)
         .await
         .unwrap();
     let theirs: Vec<String> = theirs
@@ -441,4 +466,71 @@ async fn due_scores(prefix: &str, refs: &[String]) -> Vec<Option<i64>> {
         "every member is due: {out:?}"
     );
     out
+}
+
+/// A worker with room for two more deliveries of one endpoint takes two of
+/// its five and every one of the other endpoint's: the other three stay
+/// unleased and unwritten in the store, due again in Redis after the
+/// wait it names, and are taken then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_passes_over_what_an_endpoint_has_no_room_for() {
+    let Some(f) = fixture(2, 5).await else { return };
+    rs::feed_once(&f.app.store, &f.schedule, rs::FEED_HORIZON)
+        .await
+        .unwrap();
+    let endpoints = f
+        .app
+        .store
+        .dispatch()
+        .endpoints_of_deliveries(&f.refs)
+        .await
+        .unwrap();
+    assert_eq!(endpoints.len(), 10);
+    let full = endpoints[&f.refs[0]].clone();
+    let of_full: HashSet<String> = f
+        .refs
+        .iter()
+        .filter(|r| endpoints[*r] == full)
+        .cloned()
+        .collect();
+    assert_eq!(of_full.len(), 5);
+    let no_room = rs::NoRoom {
+        room: [(full.clone(), 2)].into(),
+        retry_after: Duration::from_secs(30),
+    };
+
+    let (now, until) = lease(60_000);
+    let (claimed, passed) = rs::claim(&f.app.store, &f.schedule, ("w", now, until), 100, &no_room)
+        .await
+        .unwrap();
+    assert_eq!((claimed.len(), passed), (7, 3));
+    let taken: Vec<&str> = claimed
+        .iter()
+        .filter(|d| d.endpoint_ref.as_str() == full)
+        .map(|d| d.delivery_ref.as_str())
+        .collect();
+    assert_eq!(taken.len(), 2, "as much as its room");
+    let left: Vec<String> = of_full
+        .iter()
+        .filter(|r| !taken.contains(&r.as_str()))
+        .cloned()
+        .collect();
+    // Passed over: due again in Redis after the wait, unleased in the store.
+    for (r, score) in left
+        .iter()
+        .zip(due_scores(f.schedule.key_prefix(), &left).await)
+    {
+        let score = score.unwrap_or_else(|| panic!("{r} is back in the due set"));
+        assert!(score >= now.millis() + 30_000, "{r} waits its turn");
+    }
+    assert_eq!(f.schedule.due_len().await.unwrap(), 3);
+    let unleased = f
+        .app
+        .store
+        .dispatch()
+        .claim_deliveries_by_ref("someone else", &left, now, until)
+        .await
+        .unwrap();
+    assert_eq!(unleased.len(), 3, "never leased, so free to lease");
+    billing_tests::redis::delete_prefix(f.schedule.key_prefix()).await;
 }

@@ -725,19 +725,32 @@ pub async fn index_left_due(
 /// the store does not know at all: another store's, put back where they
 /// were and passed over for [`FOREIGN_SKIP`]. When the store fails, the
 /// taken members go back to the due set and the error is returned.
+///
+/// The members beyond the room the worker has for their endpoint
+/// (`no_room`) are neither leased nor written: they go back to the due
+/// set, due again after `no_room.retry_after`, so the members behind them
+/// are taken next. Leasing them only to give them back would cost two writes of each
+/// row in the store, and a saturated endpoint's backlog would be written
+/// over and over. Returns the leased records and how many were passed over.
 pub async fn claim(
     store: &Store,
     schedule: &RedisSchedule,
-    owner: &str,
-    now: Timestamp,
-    lease_until: Timestamp,
+    (owner, now, lease_until): (&str, Timestamp, Timestamp),
     limit: u32,
-) -> Result<Vec<DeliveryRecord>, DispatchError> {
+    no_room: &NoRoom,
+) -> Result<(Vec<DeliveryRecord>, usize), DispatchError> {
     let taken = schedule
         .take_due(now.millis(), lease_until.millis(), limit as usize)
         .await?;
+    let (taken, passed) = no_room.split(store, taken, now).await;
+    if !passed.is_empty() {
+        if let Err(e) = schedule.give_back(&passed).await {
+            // Their Redis leases expire and `reclaim_expired` returns them.
+            tracing::warn!(error = %e, "returning passed-over deliveries to Redis failed");
+        }
+    }
     if taken.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), passed.len()));
     }
     let refs: Vec<String> = taken.iter().map(|(r, _)| r.clone()).collect();
     let mut claimed = match store
@@ -781,7 +794,57 @@ pub async fn claim(
             tracing::warn!(error = %e, "dropping refused Redis leases failed");
         }
     }
-    Ok(claimed)
+    Ok((claimed, passed.len()))
+}
+
+/// The endpoints whose deliveries a worker has limited room for at a
+/// claim (each is at its limit of attempts, with deliveries waiting in
+/// the worker): how many more of each it can keep, and how long those it
+/// cannot wait before they are taken again.
+#[derive(Debug, Default)]
+pub struct NoRoom {
+    pub room: HashMap<String, usize>,
+    pub retry_after: Duration,
+}
+
+impl NoRoom {
+    /// Splits members taken from the due set, earliest due first, into
+    /// those to lease and those beyond their endpoint's room, the latter
+    /// with their new due time (`now` + `retry_after`). When the store
+    /// cannot say whose they are, every one is leased, as without this
+    /// split.
+    async fn split(
+        &self,
+        store: &Store,
+        taken: Vec<(String, i64)>,
+        now: Timestamp,
+    ) -> (Vec<(String, i64)>, Vec<(String, i64)>) {
+        if self.room.is_empty() || taken.is_empty() {
+            return (taken, Vec::new());
+        }
+        let refs: Vec<String> = taken.iter().map(|(r, _)| r.clone()).collect();
+        let endpoints = match store.dispatch().endpoints_of_deliveries(&refs).await {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the endpoints of taken deliveries failed");
+                return (taken, Vec::new());
+            }
+        };
+        let due = now.millis() + self.retry_after.as_millis() as i64;
+        let mut room = self.room.clone();
+        let (mut lease, mut passed) = (Vec::new(), Vec::new());
+        for (r, score) in taken {
+            match endpoints.get(&r).and_then(|e| room.get_mut(e)) {
+                Some(0) => passed.push((r, due)),
+                Some(left) => {
+                    *left -= 1;
+                    lease.push((r, score));
+                }
+                None => lease.push((r, score)),
+            }
+        }
+        (lease, passed)
+    }
 }
 
 /// Splits refused members into another store's (under a named prefix, the

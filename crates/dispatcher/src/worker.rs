@@ -24,7 +24,7 @@ use crate::governor::{Governor, Terms};
 use crate::handoff::{self, HandedOver, Slots, Ticket};
 use crate::metrics as m;
 use crate::queue::EventQueue;
-use crate::redis_schedule::{self, RedisSchedule};
+use crate::redis_schedule::{self, NoRoom, RedisSchedule};
 use crate::sending::Sender;
 use crate::settings::DispatchSettings;
 use crate::{attempt, recorder, DispatchError};
@@ -258,7 +258,12 @@ impl Dispatcher {
             let now = Timestamp::now();
             let lease_until = now.plus_millis(self.settings.lease().as_millis() as i64);
             last_claim = Instant::now();
-            let claimed = match self.claim(&owner, now, lease_until, free).await {
+            let no_room = NoRoom {
+                room: carried.room(carry_limits.0),
+                retry_after: BUSY_RETRY,
+            };
+            let lease = (owner.as_str(), now, lease_until);
+            let (claimed, passed) = match self.claim(lease, free, &no_room).await {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "claiming due deliveries failed");
@@ -268,6 +273,9 @@ impl Dispatcher {
                 }
             };
             if claimed.is_empty() {
+                if passed > 0 {
+                    claim_size.after(passed, passed);
+                }
                 // Carried deliveries start as soon as their endpoint has room.
                 let wait = match carried.len() {
                     0 => self.settings.poll_interval,
@@ -342,7 +350,7 @@ impl Dispatcher {
                 self.start(delivery, version, ticket, &mut cache, slots, &results)
                     .await;
             }
-            claim_size.after(taken, busy);
+            claim_size.after(taken + passed, busy + passed);
             self.give_back_many(&owner, &back).await;
             if drained {
                 // Everything due was taken: let new work gather for a moment
@@ -547,20 +555,29 @@ impl Dispatcher {
         });
     }
 
+    /// Leases up to `limit` due deliveries; with them, how many were passed
+    /// over because their endpoint has no more room here (`no_room`). Only the
+    /// fleet's claim passes them over: it takes members from Redis and
+    /// can put them back there without a write. The store's own claim
+    /// leases them, and the claim loop gives them back.
     async fn claim(
         &self,
-        owner: &str,
-        now: Timestamp,
-        lease_until: Timestamp,
+        (owner, now, lease_until): (&str, Timestamp, Timestamp),
         limit: u32,
-    ) -> Result<Vec<DeliveryRecord>, DispatchError> {
+        no_room: &NoRoom,
+    ) -> Result<(Vec<DeliveryRecord>, usize), DispatchError> {
         match &self.redis {
-            Some(r) => redis_schedule::claim(&self.store, r, owner, now, lease_until, limit).await,
-            None => Ok(self
-                .store
-                .dispatch()
-                .claim_due_deliveries(owner, now, lease_until, limit)
-                .await?),
+            Some(r) => {
+                let lease = (owner, now, lease_until);
+                redis_schedule::claim(&self.store, r, lease, limit, no_room).await
+            }
+            None => Ok((
+                self.store
+                    .dispatch()
+                    .claim_due_deliveries(owner, now, lease_until, limit)
+                    .await?,
+                0,
+            )),
         }
     }
 

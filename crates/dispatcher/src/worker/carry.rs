@@ -104,6 +104,18 @@ impl Carried {
         Ok(())
     }
 
+    /// How many more deliveries each endpoint with deliveries kept here
+    /// has room for, up to `per_endpoint` kept: an endpoint has some kept
+    /// only while its slots are full, so a claim may take no more of its
+    /// deliveries than that. Endpoints with none kept are not named.
+    pub(super) fn room(&self, per_endpoint: usize) -> std::collections::HashMap<String, usize> {
+        self.per_endpoint
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(e, n)| (e.clone(), per_endpoint.saturating_sub(*n)))
+            .collect()
+    }
+
     pub(super) fn take_all(&mut self) -> Vec<(DeliveryRecord, i64, Instant)> {
         self.per_endpoint.clear();
         if self.waiting.is_empty() {
@@ -220,6 +232,30 @@ mod tests {
         tokio::time::advance(Duration::from_millis(1)).await;
         let (_, _, since) = carried.take_all().remove(0);
         assert!(since.elapsed() < CARRY_FOR, "kept again, it starts over");
+    }
+
+    /// A claim may take as many of an endpoint's deliveries as it has room
+    /// kept for; an endpoint with none kept is not limited here.
+    #[tokio::test(start_paused = true)]
+    async fn room_is_what_each_endpoint_may_still_keep() {
+        let (a, b) = (
+            Ref::generate(Prefix::WebhookEndpoint),
+            Ref::generate(Prefix::WebhookEndpoint),
+        );
+        let mut carried = Carried::default();
+        assert!(carried.room(3).is_empty());
+        for _ in 0..2 {
+            carried.keep(delivery(&a), 1, (3, 10)).expect("room for a");
+        }
+        carried.keep(delivery(&b), 1, (3, 10)).expect("room for b");
+        carried.keep(delivery(&b), 1, (3, 10)).expect("room for b");
+        carried.keep(delivery(&b), 1, (3, 10)).expect("room for b");
+        let room = carried.room(3);
+        assert_eq!(room.get(a.as_str()), Some(&1));
+        assert_eq!(room.get(b.as_str()), Some(&0));
+        assert_eq!(room.len(), 2);
+        carried.take_all();
+        assert!(carried.room(3).is_empty(), "none kept, none limited");
     }
 
     #[tokio::test(start_paused = true)]

@@ -283,19 +283,34 @@ impl Dispatch<'_> {
         &self,
         refs: &[String],
     ) -> Result<std::collections::HashSet<String>, StoreError> {
+        let found = self.endpoints_of_deliveries(refs).await?;
+        Ok(found.into_keys().collect())
+    }
+
+    /// The endpoint of each of `refs` that names a delivery of this store
+    /// (in any state), by delivery reference: a read, so that the claim
+    /// path can leave the deliveries of endpoints it has no room for
+    /// unleased instead of leasing them and writing them back.
+    pub async fn endpoints_of_deliveries(
+        &self,
+        refs: &[String],
+    ) -> Result<std::collections::HashMap<String, String>, StoreError> {
         const CHUNK: usize = 500;
-        let mut known = std::collections::HashSet::with_capacity(refs.len());
+        let mut found = std::collections::HashMap::with_capacity(refs.len());
         for chunk in refs.chunks(CHUNK) {
             let sql = format!(
-                "SELECT delivery_ref FROM webhook_deliveries WHERE delivery_ref IN ({})",
+                "SELECT delivery_ref, endpoint_ref FROM webhook_deliveries \
+                 WHERE delivery_ref IN ({})",
                 Marks::new(self.backend()).list(chunk.len())
             );
             let args: Vec<Arg> = chunk.iter().map(Arg::from).collect();
-            let found: Vec<String> =
-                read::all(self.pool(), &sql, &args, |row| text(row, "delivery_ref")).await?;
-            known.extend(found);
+            let rows: Vec<(String, String)> = read::all(self.pool(), &sql, &args, |row| {
+                Ok((text(row, "delivery_ref")?, text(row, "endpoint_ref")?))
+            })
+            .await?;
+            found.extend(rows);
         }
-        Ok(known)
+        Ok(found)
     }
 }
 
