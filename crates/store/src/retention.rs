@@ -412,6 +412,9 @@ async fn delete_orphan_events(tx: &mut WriteTx, events: &[String]) -> Result<u64
         .cloned()
         .collect();
     delete_keys(tx, "projected_events", "event_ref", &orphans).await?;
+    // An event's copies of its data (`webhook_event_data`) go with it: no
+    // delivery of it is left to read them.
+    delete_keys(tx, "webhook_event_data", "event_ref", &orphans).await?;
     delete_keys(tx, "events", "event_ref", &orphans).await
 }
 

@@ -206,6 +206,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "755f9986953ee638827f1098b1db9e58d00532c68570081416deb24eebe5fa906c3b30812e5194c85d86b6f1c403910b",
         "755f9986953ee638827f1098b1db9e58d00532c68570081416deb24eebe5fa906c3b30812e5194c85d86b6f1c403910b",
     ),
+    (
+        "0032_event_data_once.sql",
+        "be09908ebea1082d777d9ccd75d5db82effc043c8fbfad728b32830f3af8c8aee21c1747f4019ea43ed345c844df7be9",
+        "be09908ebea1082d777d9ccd75d5db82effc043c8fbfad728b32830f3af8c8aee21c1747f4019ea43ed345c844df7be9",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

@@ -205,14 +205,16 @@ pub async fn read_events(
             }
         }
     }
-    let deliveries: Vec<(String, String, String)> = sqlx::query_as(
-        "SELECT event_ref, public_event_type, event_data FROM webhook_deliveries \
+    let sql = format!(
+        "SELECT event_ref, public_event_type, {} AS event_data FROM webhook_deliveries \
          WHERE endpoint_ref = $1 ORDER BY event_ref",
-    )
-    .bind(endpoint)
-    .fetch_all(&mut *db)
-    .await
-    .unwrap();
+        store::dispatch::EVENT_DATA_OF_ROW
+    );
+    let deliveries: Vec<(String, String, String)> = sqlx::query_as(&sql)
+        .bind(endpoint)
+        .fetch_all(&mut *db)
+        .await
+        .unwrap();
     sources.deliveries = deliveries.len();
     let mut delivered: HashMap<String, usize> = HashMap::new();
     for (event_ref, event_type, data) in deliveries {

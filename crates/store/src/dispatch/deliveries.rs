@@ -125,7 +125,8 @@ pub(crate) const NEW_DELIVERY: [(&str, Source); 23] = [
     ("occurred_at", Source::Bound("BIGINT")),
     ("generation", Source::Fixed("1")),
     ("attempt_count", Source::Fixed("0")),
-    ("event_data", Source::Bound("TEXT")),
+    // The event's copy is in `webhook_event_data` (`SHARED_EVENT_DATA`).
+    ("event_data", Source::Fixed("''")),
     ("match_reasons", Source::Bound("TEXT")),
     // `BodyStatus::Available` (a unit test holds them equal).
     ("body_status", Source::Fixed("'available'")),
@@ -140,7 +141,79 @@ pub(crate) const NEW_DELIVERY: [(&str, Source); 23] = [
 ];
 
 /// Values bound per new delivery: the `Bound` columns of `NEW_DELIVERY`.
-pub(crate) const DELIVERY_VALUES: usize = 19;
+pub(crate) const DELIVERY_VALUES: usize = 18;
+
+/// A delivery's `event_data` when its event's data in its dto version is
+/// the one copy in `webhook_event_data` (written with the delivery, by
+/// `insert_event_data` or the intake's one statement), rather than its own.
+pub const SHARED_EVENT_DATA: &str = "";
+
+/// A `webhook_deliveries` row's event data as an SQL expression: its own
+/// copy, or its event's (`SHARED_EVENT_DATA`), for a read that needs the
+/// data of rows it selects.
+pub const EVENT_DATA_OF_ROW: &str = "CASE WHEN webhook_deliveries.event_data = '' \
+     THEN (SELECT c.data FROM webhook_event_data c \
+     WHERE c.event_ref = webhook_deliveries.event_ref \
+     AND c.dto_version = webhook_deliveries.dto_version) \
+     ELSE webhook_deliveries.event_data END";
+
+/// The event data that `rows` share, once per event and dto version:
+/// `(event_ref, dto_version, data)`.
+pub(crate) fn shared_event_data<'r>(rows: &'r [DeliveryRow<'_>]) -> Vec<(&'r str, i64, &'r str)> {
+    let once: std::collections::BTreeMap<(&str, i64), &str> = rows
+        .iter()
+        .map(|r| {
+            let d = r.new;
+            (
+                (d.event_ref.as_str(), d.dto_version as i64),
+                d.event_data.as_str(),
+            )
+        })
+        .collect();
+    once.into_iter()
+        .map(|((e, v), data)| (e, v, data))
+        .collect()
+}
+
+/// `VALUES` rows of `n` copies of event data, cast for PostgreSQL.
+pub(crate) fn event_data_values(marks: &mut Marks, n: usize) -> String {
+    let rows: Vec<String> = (0..n)
+        .map(|_| {
+            let [e, v, d] = std::array::from_fn(|_| marks.next());
+            format!("(CAST({e} AS TEXT), CAST({v} AS BIGINT), CAST({d} AS TEXT))")
+        })
+        .collect();
+    rows.join(", ")
+}
+
+/// The conflict clause of an insert into `webhook_event_data`: an event
+/// fanned out again (a crash between its deliveries' chunks, a retried
+/// intake) finds its copy there already.
+pub(crate) const EVENT_DATA_CONFLICT: &str = "ON CONFLICT (event_ref, dto_version) DO NOTHING";
+
+/// Writes the event data `rows` share (`shared_event_data`) inside `tx`.
+async fn insert_event_data(
+    tx: &mut WriteTx,
+    backend: Backend,
+    rows: &[DeliveryRow<'_>],
+) -> Result<(), StoreError> {
+    let copies = shared_event_data(rows);
+    for chunk in copies.chunks(DELIVERY_ROWS) {
+        let mut marks = Marks::new(backend);
+        let sql = format!(
+            "INSERT INTO webhook_event_data (event_ref, dto_version, data) VALUES {} {EVENT_DATA_CONFLICT}",
+            event_data_values(&mut marks, chunk.len())
+        );
+        let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 3);
+        for (event_ref, version, data) in chunk {
+            args.push((*event_ref).into());
+            args.push((*version).into());
+            args.push((*data).into());
+        }
+        tx.execute(&sql, &args).await?;
+    }
+    Ok(())
+}
 
 /// The names of `NEW_DELIVERY`'s columns, joined for an `INSERT`.
 pub(crate) fn delivery_columns() -> String {
@@ -177,7 +250,6 @@ impl<'a> DeliveryRow<'a> {
             (d.diagnostic as i64).into(),
             due.into(),
             d.occurred_at.millis().into(),
-            d.event_data.as_str().into(),
             self.match_reasons.as_str().into(),
             now.into(),
             now.into(),
@@ -204,6 +276,7 @@ pub(crate) async fn insert_deliveries(
 ) -> Result<std::collections::HashSet<String>, StoreError> {
     let mut created = std::collections::HashSet::new();
     let mut endpoints = std::collections::HashSet::new();
+    insert_event_data(tx, backend, rows).await?;
     // One statement per chunk of deliveries, never one per delivery: each
     // statement is a round trip to the database.
     for chunk in rows.chunks(DELIVERY_ROWS) {

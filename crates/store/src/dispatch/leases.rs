@@ -8,6 +8,7 @@ use super::*;
 use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
+use crate::dispatch::deliveries::SHARED_EVENT_DATA;
 use crate::lease;
 use crate::webhooks::deliveries::{delivery_from_row, DeliveryRecord};
 use crate::{Backend, StoreError};
@@ -49,22 +50,65 @@ impl Dispatch<'_> {
         }
         let sql = statements::claim_due(self.backend(), limit);
         let (store, owner) = (self.0.clone(), owner.to_owned());
-        self.on_lane(async move {
-            let mut tx = store.begin_write().await?;
-            let args = [
-                owner.as_str().into(),
-                lease_until.millis().into(),
-                now.millis().into(),
-            ];
-            let rows = tx.fetch(&sql, &args).await?;
-            tx.commit().await?;
-            Ok(rows)
-        })
-        .await?
-        // Decoded here, not on the lane, which has the next write to run.
-        .iter()
-        .map(|row| delivery_from_row(row))
-        .collect()
+        let claimed = self
+            .on_lane(async move {
+                let mut tx = store.begin_write().await?;
+                let args = [
+                    owner.as_str().into(),
+                    lease_until.millis().into(),
+                    now.millis().into(),
+                ];
+                let rows = tx.fetch(&sql, &args).await?;
+                tx.commit().await?;
+                Ok(rows)
+            })
+            .await?
+            // Decoded here, not on the lane, which has the next write to run.
+            .iter()
+            .map(|row| delivery_from_row(row))
+            .collect::<Result<Vec<_>, _>>()?;
+        self.fill_event_data(claimed).await
+    }
+
+    /// `records` with the event data of those that share their event's copy
+    /// (`SHARED_EVENT_DATA`) read from `webhook_event_data`, once per event:
+    /// an attempt sends it. A copy that is missing leaves the data empty,
+    /// which the attempt reports as unreadable.
+    async fn fill_event_data(
+        &self,
+        mut records: Vec<DeliveryRecord>,
+    ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        const CHUNK: usize = 500;
+        let mut events: Vec<&str> = records
+            .iter()
+            .filter(|d| d.event_data == SHARED_EVENT_DATA)
+            .map(|d| d.event_ref.as_str())
+            .collect();
+        events.sort_unstable();
+        events.dedup();
+        let mut copies = std::collections::HashMap::new();
+        for chunk in events.chunks(CHUNK) {
+            let sql = format!(
+                "SELECT event_ref, dto_version, data FROM webhook_event_data WHERE event_ref IN ({})",
+                Marks::new(self.backend()).list(chunk.len())
+            );
+            let args: Vec<Arg> = chunk.iter().map(|e| Arg::from(*e)).collect();
+            let rows = read::all(self.pool(), &sql, &args, |row| {
+                let key = (text(row, "event_ref")?, int(row, "dto_version")? as u32);
+                Ok((key, text(row, "data")?))
+            })
+            .await?;
+            copies.extend(rows);
+        }
+        for d in &mut records {
+            if d.event_data == SHARED_EVENT_DATA {
+                let key = (d.event_ref.to_string(), d.dto_version);
+                if let Some(data) = copies.get(&key) {
+                    d.event_data.clone_from(data);
+                }
+            }
+        }
+        Ok(records)
     }
 
     /// Gives a leased delivery back without an attempt: due again at `due`,
@@ -238,7 +282,7 @@ impl Dispatch<'_> {
             }
         }
         tx.commit().await?;
-        Ok(claimed)
+        self.fill_event_data(claimed).await
     }
 
     /// Up to `limit` pending deliveries due at or before `until` and not

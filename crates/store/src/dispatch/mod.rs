@@ -30,6 +30,7 @@ pub mod projection;
 pub mod signals;
 
 pub(crate) use deliveries::{event_from_row, insert_deliveries, order_from_row, DeliveryRow};
+pub use deliveries::{EVENT_DATA_OF_ROW, SHARED_EVENT_DATA};
 pub use leases::statements;
 pub(crate) use leases::*;
 

@@ -278,8 +278,9 @@ impl Webhooks<'_> {
         let refs: Vec<&str> = events.iter().map(|e| e.event_ref.as_str()).collect();
         for chunk in refs.chunks(500) {
             let sql = format!(
-                "SELECT event_ref, dto_version, event_data FROM webhook_deliveries \
+                "SELECT event_ref, dto_version, {} AS event_data FROM webhook_deliveries \
                  WHERE event_ref IN ({}) AND diagnostic = 0",
+                crate::dispatch::EVENT_DATA_OF_ROW,
                 crate::db::marks::Marks::new(self.0.backend()).list(chunk.len())
             );
             let args: Vec<Arg> = chunk.iter().map(|r| Arg::from(*r)).collect();

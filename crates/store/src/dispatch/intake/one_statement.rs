@@ -29,7 +29,10 @@
 use super::{candidates, event_values, events_insert, lease_rows, written, EventsWritten, Leasing};
 use crate::db::marks::Marks;
 use crate::db::tx::Arg;
-use crate::dispatch::deliveries::{delivery_columns, Source, NEW_DELIVERY};
+use crate::dispatch::deliveries::{
+    delivery_columns, event_data_values, shared_event_data, Source, EVENT_DATA_CONFLICT,
+    NEW_DELIVERY,
+};
 use crate::dispatch::fanout::{plan_fan_out_apart, EventRow, Planned};
 use crate::{Backend, Store, StoreError};
 use domain::Timestamp;
@@ -81,9 +84,12 @@ pub(super) async fn insert<T>(
     for row in &rows {
         args.extend(row.values(now.millis()));
     }
-    let returned = store
-        .write_alone_returning(&statement(events.len(), rows.len()), &args, "written")
-        .await?;
+    let copies = shared_event_data(&rows);
+    for (event_ref, version, data) in &copies {
+        args.extend([Arg::from(*event_ref), Arg::from(*version), Arg::from(*data)]);
+    }
+    let sql = statement(events.len(), rows.len(), copies.len());
+    let returned = store.write_alone_returning(&sql, &args, "written").await?;
     // An event's reference is never a delivery's: their prefixes differ.
     let (new, created): (HashSet<String>, HashSet<String>) = returned
         .into_iter()
@@ -93,11 +99,13 @@ pub(super) async fn insert<T>(
     )))
 }
 
-/// The statement for `events` events (`event_values` each) and then
-/// `deliveries` deliveries (`DeliveryRow::values` each): the events not
-/// accepted before, and the deliveries of those alone; it returns the
-/// references written, events' and deliveries', as `written`.
-pub(crate) fn statement(events: usize, deliveries: usize) -> String {
+/// The statement for `events` events (`event_values` each), then
+/// `deliveries` deliveries (`DeliveryRow::values` each), then `copies`
+/// copies of event data (`shared_event_data`, three values each): the
+/// events not accepted before, and the deliveries and copies of those
+/// alone; it returns the references written, events' and deliveries', as
+/// `written`.
+pub(crate) fn statement(events: usize, deliveries: usize, copies: usize) -> String {
     let mut marks = Marks::new(Backend::Postgres);
     let accept = events_insert(&mut marks, events);
     if deliveries == 0 {
@@ -119,11 +127,17 @@ pub(crate) fn statement(events: usize, deliveries: usize) -> String {
             Source::Fixed(literal) => (*literal).to_owned(),
         })
         .collect();
+    // A data-modifying `WITH` runs whether or not the query reads it.
+    let copied = event_data_values(&mut marks, copies);
     format!(
         "WITH ev AS ({accept}), v ({names}) AS (VALUES {rows}), \
          d AS (INSERT INTO webhook_deliveries ({columns}) SELECT {selected} \
          FROM v WHERE v.event_ref IN (SELECT event_ref FROM ev) \
-         ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING RETURNING delivery_ref) \
+         ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING RETURNING delivery_ref), \
+         c (event_ref, dto_version, data) AS (VALUES {copied}), \
+         x AS (INSERT INTO webhook_event_data (event_ref, dto_version, data) \
+         SELECT c.event_ref, c.dto_version, c.data FROM c \
+         WHERE c.event_ref IN (SELECT event_ref FROM ev) {EVENT_DATA_CONFLICT}) \
          SELECT event_ref AS written FROM ev UNION ALL SELECT delivery_ref FROM d",
         names = names.join(", "),
         rows = rows.join(", "),
