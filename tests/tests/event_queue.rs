@@ -161,6 +161,28 @@ async fn only_deliveries_given_room_are_born_leased(app: TestApp) {
         assert_eq!(by_endpoint[&busy], None);
         assert_ne!(written.left_due[0].0, leased.delivery.delivery_ref);
         assert_eq!(held(), 1, "the leased delivery's room alone is held");
+        // Either way, its data is stored once, and a claim reads it back.
+        let copies = format!(
+            "SELECT COUNT(*) FROM webhook_event_data WHERE event_ref = '{}'",
+            e.event_ref
+        );
+        assert_eq!(count(&app, &copies).await, 1, "round {round}");
+        let now = domain::Timestamp::now();
+        let claimed = app
+            .store
+            .dispatch()
+            .claim_deliveries_by_ref(
+                "worker-2",
+                &[written.left_due[0].0.to_string()],
+                now,
+                now.plus_seconds(30),
+            )
+            .await
+            .expect("the claim");
+        assert_eq!(claimed.len(), 1, "round {round}");
+        let data: serde_json::Value =
+            serde_json::from_str(&claimed[0].event_data).expect("its event's data");
+        assert!(data.is_object(), "round {round}: {data}");
 
         let again = write_one(&app, &e, leasing()).await;
         assert!(again.new.is_empty() && again.leased.is_empty() && again.left_due.is_empty());

@@ -19,6 +19,7 @@ mod dead_letters;
 mod delivery_filters;
 mod dispatch;
 mod endpoint_settings;
+mod event_data_once;
 mod event_queue;
 mod filters;
 mod fleet_amqp;

@@ -1,0 +1,112 @@
+//! An event's data is stored once per dto version its deliveries carry
+//! (`webhook_event_data`), not in every delivery: a fan-out to three
+//! endpoints on one version keeps one copy, each endpoint still receives
+//! the data in its own version, the copies go with their event, and a
+//! delivery written before (with its own copy) is delivered from it.
+
+use billing_tests::receiver::{Behaviour, TestReceiver};
+use billing_tests::{backend_tests, TestApp};
+use domain::retention::RetentionPolicy;
+use domain::Timestamp;
+use serde_json::Value;
+use std::time::Duration;
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn payment() -> Value {
+    domain::webhook::catalogue::example("payment.succeeded", 2).expect("example")
+}
+
+/// What an endpoint without a grant receives of `payment()` in version 2.
+fn shaped() -> Value {
+    domain::webhook::shaping::shape_owned("payment.succeeded", 2, payment(), None)
+}
+
+async fn count(app: &TestApp, sql: &str) -> i64 {
+    let pool = app.raw_pool().await;
+    let n: i64 = sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap();
+    pool.close().await;
+    n
+}
+
+/// The `data` of the one body `receiver` got.
+fn data_received(receiver: &TestReceiver) -> Value {
+    let got = receiver.received();
+    assert_eq!(got.len(), 1, "one request");
+    got[0].json()["data"].clone()
+}
+
+async fn a_fan_out_keeps_one_copy_per_version_and_each_endpoint_its_data(app: TestApp) {
+    let on_two: Vec<TestReceiver> = vec![
+        TestReceiver::start(Behaviour::Status(204)).await,
+        TestReceiver::start(Behaviour::Status(204)).await,
+        TestReceiver::start(Behaviour::Status(204)).await,
+    ];
+    for r in &on_two {
+        app.subscribed_endpoint(&r.url(), "payment.succeeded", 2)
+            .await;
+    }
+    let on_one = TestReceiver::start(Behaviour::Status(204)).await;
+    app.subscribed_endpoint(&on_one.url(), "payment.succeeded", 1)
+        .await;
+    let event = app.publish("payment.succeeded", payment()).await;
+
+    let copies = format!("SELECT COUNT(*) FROM webhook_event_data WHERE event_ref = '{event}'");
+    assert_eq!(count(&app, &copies).await, 2, "one copy per dto version");
+    let own = format!(
+        "SELECT COUNT(*) FROM webhook_deliveries WHERE event_ref = '{event}' AND event_data <> ''"
+    );
+    assert_eq!(count(&app, &own).await, 0, "no delivery keeps its own");
+
+    app.dispatch_due("0s").await;
+    let sent = shaped();
+    for r in &on_two {
+        assert_eq!(data_received(r), sent, "version 2 as published, shaped");
+    }
+    let older = data_received(&on_one);
+    let v1 = domain::webhook::shaping::convert("payment.succeeded", 2, 1, &payment());
+    let v1 = domain::webhook::shaping::shape_owned("payment.succeeded", 1, v1, None);
+    assert_ne!(older, sent, "version 1 is its own shape");
+    assert_eq!(older, v1, "converted from version 2, shaped");
+
+    // Settled and past retention, the event goes with its copies.
+    let policy = RetentionPolicy::new(DAY, DAY, DAY, DAY).expect("a valid policy");
+    let later = Timestamp::now().plus_millis(2 * DAY.as_millis() as i64);
+    dispatcher::retention::sweep(&app.store, &policy, later)
+        .await
+        .expect("the sweep runs");
+    assert_eq!(count(&app, &copies).await, 0, "gone with their event");
+}
+
+async fn a_delivery_written_with_its_own_copy_is_delivered_from_it(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    // As a delivery written before its event's data was shared: its own
+    // copy, no shared one.
+    let env = &app.sandbox.environment_ref;
+    let now = Timestamp::now().millis();
+    let data = payment().to_string().replace('\'', "''");
+    let pool = app.raw_pool().await;
+    sqlx::query(&format!(
+        "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, \
+         event_ref, public_event_type, dto_version, status, diagnostic, generation, attempt_count, \
+         next_attempt_at, occurred_at, event_data, match_reasons, body_status, created_at, \
+         updated_at) VALUES ('whd_before', '{env}', '{endpoint}', 'evt_before', \
+         'payment.succeeded', 2, 'pending', 0, 1, 0, {now}, {now}, '{data}', '[]', 'available', \
+         {now}, {now})"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    app.dispatch_due("0s").await;
+    assert_eq!(data_received(&receiver), shaped());
+}
+
+backend_tests!(
+    a_fan_out_keeps_one_copy_per_version_and_each_endpoint_its_data,
+    a_delivery_written_with_its_own_copy_is_delivered_from_it,
+);
