@@ -88,7 +88,9 @@ pub struct DeliveryRecord {
     pub occurred_at: Timestamp,
     /// The event's `data` as published, before shaping, as JSON text: only
     /// an attempt reads it, and it parses it on its own task rather than
-    /// the claim loop parsing a whole batch.
+    /// the claim loop parsing a whole batch. Empty
+    /// (`dispatch::SHARED_EVENT_DATA`) when the delivery reads its event's
+    /// one copy and this read did not fetch it: a claim does.
     pub event_data: String,
     /// Every subscription that matched, as JSON text (an array): only the
     /// API's body view reads it, so a claim does not parse it.
