@@ -230,7 +230,32 @@ impl Fleet {
     /// How late each retry of the endpoint's deliveries started after the
     /// time the attempt before it planned (milliseconds), over every
     /// delivery with more than one attempt.
+    /// How late each retry of the endpoint's deliveries started after the
+    /// time its attempt row planned, once every delivery is recorded
+    /// settled: a receiver answers 200 before the recorder writes that
+    /// attempt (it gathers results for a moment), so the receiver's count
+    /// alone can run ahead of the attempt rows.
     async fn retry_lateness(&self) -> Vec<i64> {
+        let poll = Poll::within(Duration::from_secs(10)).every(Duration::from_millis(50));
+        loop {
+            let deliveries = self
+                .get(&format!(
+                    "/api/v1/webhook_endpoints/{}/deliveries?limit=100",
+                    self.endpoint_ref
+                ))
+                .await;
+            let items = deliveries["data"]["items"].as_array().unwrap().clone();
+            if items.iter().all(|d| d["status"] == "succeeded") {
+                break;
+            }
+            poll.tick(|| {
+                format!(
+                    "{}: not every delivery recorded settled: {items:?}",
+                    self.name
+                )
+            })
+            .await;
+        }
         let deliveries = self
             .get(&format!(
                 "/api/v1/webhook_endpoints/{}/deliveries?limit=100",
