@@ -125,7 +125,8 @@ pub(crate) const NEW_DELIVERY: [(&str, Source); 23] = [
     ("occurred_at", Source::Bound("BIGINT")),
     ("generation", Source::Fixed("1")),
     ("attempt_count", Source::Fixed("0")),
-    // The event's copy is in `webhook_event_data` (`SHARED_EVENT_DATA`).
+    // `SHARED_EVENT_DATA`: the event's copy in `webhook_event_data` (a unit
+    // test holds them equal).
     ("event_data", Source::Fixed("''")),
     ("match_reasons", Source::Bound("TEXT")),
     // `BodyStatus::Available` (a unit test holds them equal).
@@ -337,5 +338,17 @@ mod tests {
             .map(|(_, s)| *s);
         let available = format!("'{}'", BodyStatus::Available.as_str());
         assert!(matches!(body, Some(Source::Fixed(l)) if l == available));
+        // The sentinel of a shared copy is spelled once in Rust and twice
+        // in SQL: the new row's literal and the read's test of it.
+        let shared = format!("'{SHARED_EVENT_DATA}'");
+        let data = NEW_DELIVERY
+            .iter()
+            .find(|(name, _)| *name == "event_data")
+            .map(|(_, s)| *s);
+        assert!(matches!(data, Some(Source::Fixed(l)) if l == shared));
+        assert!(
+            EVENT_DATA_OF_ROW.contains(&format!("event_data = {shared}")),
+            "{EVENT_DATA_OF_ROW}"
+        );
     }
 }
