@@ -18,7 +18,7 @@ pub mod poll;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use sqlx::{Connection, Executor, PgConnection};
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, ExitStatus, Output, Stdio};
@@ -58,22 +58,24 @@ pub fn text(v: &serde_json::Value, field: &str) -> String {
 }
 
 /// A port free on 127.0.0.1 at the time of the call, for a process the
-/// test starts to listen on. It is drawn below the kernel's ephemeral
-/// range (32768 and up here), from which every outgoing connection of the
-/// machine takes its local port: a port from that range may be taken by a
-/// connection between this call and the process's bind.
+/// test starts to listen on, and never handed out twice in one test
+/// binary: tests run in parallel, and a port drawn for a process not yet
+/// started (a site's API port waits out the bootstrap) is free to every
+/// other draw until that process binds it. It is drawn below the kernel's
+/// ephemeral range (32768 and up here), from which every outgoing
+/// connection of the machine takes its local port: a port from that range
+/// may be taken by a connection between this call and the process's bind.
 pub fn free_port() -> u16 {
-    for _ in 0..200 {
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..2_000 {
         let port = 20_000 + (rand_u32() % 12_000) as u16;
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if !given.contains(&port) && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
             return port;
         }
     }
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    panic!("no free port left below the ephemeral range");
 }
 
 /// A number that differs between runs, for unique names.
