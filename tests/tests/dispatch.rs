@@ -724,7 +724,7 @@ fn succeeded(d: &store::DeliveryRecord) -> store::AttemptResult {
         started_at: domain::Timestamp::now(),
         next_attempt_at: None,
         delivery_status: DeliveryStatus::Succeeded,
-        payload: "{}".to_owned(),
+        payload: store::Payload::Verbatim("{}".to_owned()),
         disable_endpoint: false,
         ordered_key: None,
         pushback: None,

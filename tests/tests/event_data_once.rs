@@ -2,7 +2,10 @@
 //! (`webhook_event_data`), not in every delivery: a fan-out to three
 //! endpoints on one version keeps one copy, each endpoint still receives
 //! the data in its own version, the copies go with their event, and a
-//! delivery written before (with its own copy) is delivered from it.
+//! delivery written before (with its own copy) is delivered from it. A
+//! body shaped for no grant is not stored either: the body view builds it
+//! again from the event's copy, the same as it was sent; a body a grant
+//! shaped is kept as sent.
 
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, TestApp};
@@ -106,7 +109,70 @@ async fn a_delivery_written_with_its_own_copy_is_delivered_from_it(app: TestApp)
     assert_eq!(data_received(&receiver), shaped());
 }
 
+/// The body view's payload of `endpoint`'s one delivery, and the
+/// delivery's stored `payload` column.
+async fn body_of(app: &TestApp, endpoint: &str) -> (Value, Option<String>) {
+    let list = app
+        .get(&format!("/api/v1/webhook_endpoints/{endpoint}/deliveries"))
+        .send()
+        .await;
+    list.expect(200);
+    let items = list.data()["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(items.len(), 1, "one delivery: {}", list.text);
+    let delivery = items[0]["delivery_ref"].as_str().unwrap().to_owned();
+    let view = app
+        .get(&format!("/api/v1/webhook_deliveries/{delivery}/body"))
+        .send()
+        .await;
+    view.expect(200);
+    assert_eq!(view.data()["body_status"], "available", "{}", view.text);
+    let pool = app.raw_pool().await;
+    let stored: Option<String> = sqlx::query_scalar(&format!(
+        "SELECT payload FROM webhook_deliveries WHERE delivery_ref = '{delivery}'"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    (view.data()["payload"].clone(), stored)
+}
+
+async fn a_body_shaped_for_no_grant_is_built_again_and_a_granted_one_kept(app: TestApp) {
+    let plain = TestReceiver::start(Behaviour::Status(204)).await;
+    let (plain_ref, _) = app
+        .subscribed_endpoint(&plain.url(), "payment.succeeded", 2)
+        .await;
+    let granted = TestReceiver::start(Behaviour::Status(204)).await;
+    let (granted_ref, _) = app
+        .subscribed_endpoint(&granted.url(), "payment.succeeded", 2)
+        .await;
+    app.post(
+        &format!("/api/v1/webhook_endpoints/{granted_ref}/data_profile_grants"),
+        serde_json::json!({"purpose": "fulfillment", "reason": "ship the goods",
+            "data_classes": ["contact"], "custom_field_refs": []}),
+    )
+    .send()
+    .await
+    .expect(201);
+    app.publish("payment.succeeded", payment()).await;
+    app.dispatch_due("0s").await;
+
+    let (view, stored) = body_of(&app, &plain_ref).await;
+    assert_eq!(stored.as_deref(), Some(""), "not stored: built again");
+    let sent = plain.received()[0].json();
+    assert_eq!(view, sent, "the body view is the body sent");
+    assert_eq!(sent["data"], shaped());
+
+    let (view, stored) = body_of(&app, &granted_ref).await;
+    let sent = granted.received()[0].json();
+    assert_eq!(view, sent, "the body view is the body sent");
+    assert_eq!(sent["data"]["buyer"]["email"], payment()["buyer"]["email"]);
+    let stored: Value = serde_json::from_str(&stored.expect("kept")).expect("JSON");
+    assert_eq!(stored, sent, "kept as sent");
+}
+
 backend_tests!(
     a_fan_out_keeps_one_copy_per_version_and_each_endpoint_its_data,
     a_delivery_written_with_its_own_copy_is_delivered_from_it,
+    a_body_shaped_for_no_grant_is_built_again_and_a_granted_one_kept,
 );

@@ -9,12 +9,11 @@ use crate::schedule::{after_attempt, Answer};
 use crate::sending::Sender;
 use crate::settings::DispatchSettings;
 use crate::signing;
-use domain::webhook::body::DeliveredBody;
 use domain::webhook::limits::{pushes_back, Pushback, RateLimit};
-use domain::webhook::{shaping, AttemptStatus, DeliveryStatus};
+use domain::webhook::{AttemptStatus, DeliveryStatus};
 use domain::Timestamp;
 use std::time::Instant;
-use store::{AttemptResult, DeliveryRecord, Store};
+use store::{AttemptResult, DeliveryRecord, Payload, Store};
 
 pub async fn run(
     store: &Store,
@@ -96,44 +95,29 @@ async fn attempt(
     let started = Timestamp::now();
     let clock = Instant::now();
     let data = match serde_json::from_str(&delivery.event_data) {
-        Ok(data) => shaping::shape_owned(
-            &delivery.public_event_type,
-            delivery.dto_version,
-            data,
-            endpoint.grant.as_ref(),
-        ),
+        Ok(data) => data,
         // Written by the store as JSON; anything else was damaged at rest.
         Err(e) => {
             let about = (delivery, endpoint.rate_limit);
             return unreadable((store, failing), settings, about, started, e).await;
         }
     };
-    let body = DeliveredBody::new(
-        delivery.event_ref.as_str(),
-        &delivery.public_event_type,
-        delivery.dto_version,
-        delivery.occurred_at,
-        delivery.environment_ref.as_str(),
-        &data,
-    )
-    .ordered(
-        delivery.order.as_ref().map(|o| o.key.as_str()),
-        delivery.order.as_ref().and_then(|o| o.sequence),
-    )
-    .to_json();
+    let body = webhook_shapes::body::delivered(delivery, data, endpoint.grant.as_ref());
     let headers = signing::headers(
         delivery.delivery_ref.as_str(),
         started.millis() / 1000,
         body.as_bytes(),
         &endpoint.signing_secrets(settings.clock.now()),
     );
+    // A body shaped for no grant is its event's data and the delivery's
+    // own fields: the store keeps it as `Rebuilt`, and the body view
+    // builds it again with the same function.
+    let (sent, payload) = match endpoint.grant {
+        None => (body, Payload::Rebuilt),
+        Some(_) => (body.clone(), Payload::Verbatim(body)),
+    };
     let response = sender
-        .post(
-            &endpoint.destination,
-            &headers,
-            body.clone(),
-            settings.timeout,
-        )
+        .post(&endpoint.destination, &headers, sent, settings.timeout)
         .await;
     conclude(
         (store, failing),
@@ -141,7 +125,7 @@ async fn attempt(
         (delivery, endpoint.rate_limit),
         (started, clock),
         response,
-        body,
+        payload,
     )
     .await
 }
@@ -173,7 +157,7 @@ async fn unreadable(
         (delivery, rate_limit),
         (started, clock),
         response,
-        String::new(),
+        Payload::Absent,
     )
     .await
 }
@@ -189,7 +173,7 @@ async fn conclude(
     (delivery, rate_limit): (&DeliveryRecord, Option<RateLimit>),
     (started, clock): (Timestamp, Instant),
     response: crate::sending::Response,
-    body: String,
+    payload: Payload,
 ) -> AttemptResult {
     let elapsed = clock.elapsed();
     let success = matches!(response.status, Some(200..=299));
@@ -264,7 +248,7 @@ async fn conclude(
         started_at: started,
         next_attempt_at: next.next_attempt_at,
         delivery_status: next.status,
-        payload: body,
+        payload,
         disable_endpoint: next.disable_endpoint,
         ordered_key: delivery
             .order

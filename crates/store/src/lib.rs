@@ -48,7 +48,9 @@ pub use dispatch::signals::Wakeups;
 pub use dispatch::{fanout, projection, signals};
 pub use dispatch::{AttemptResult, EventData, EventRecord, Recorded};
 pub use webhooks::data_profiles::{DataProfileGrantRecord, NewDataProfileGrant, StoredBody};
-pub use webhooks::deliveries::{AttemptRecord, DeliveryFilter, DeliveryRecord, NewDelivery};
+pub use webhooks::deliveries::{
+    AttemptRecord, DeliveryFilter, DeliveryRecord, NewDelivery, Payload,
+};
 pub use webhooks::endpoints::{
     EndpointGate, EndpointGates, EndpointRecord, EndpointSettings, NewSecret, StoredSecretVersion,
 };

@@ -7,6 +7,7 @@
 //!
 //! Pure conversion from the store's records: no I/O, no HTTP.
 
+pub mod body;
 pub mod delivery;
 pub mod endpoint;
 

@@ -207,7 +207,7 @@ mod tests {
             event_data: "{}".to_owned(),
             match_reasons: "[]".to_owned(),
             body_status: BodyStatus::Available,
-            payload: None,
+            payload: store::Payload::Absent,
             created_at: now,
             updated_at: now,
             version: 1,

@@ -268,7 +268,7 @@ fn next_state(r: &AttemptResult) -> [Arg<'_>; statements::STATE_COLUMNS] {
         (r.attempt_number as i64).into(),
         r.next_attempt_at.map(Timestamp::millis).into(),
         r.started_at.millis().into(),
-        r.payload.as_str().into(),
+        r.payload.stored().into(),
         ResponseClass::of(r.response_status).as_str().into(),
     ]
 }

@@ -79,8 +79,8 @@ pub struct AttemptResult {
     /// When the next attempt is due, if there is one.
     pub next_attempt_at: Option<Timestamp>,
     pub delivery_status: DeliveryStatus,
-    /// The body exactly as sent.
-    pub payload: String,
+    /// The body as sent, or how to build it again.
+    pub payload: crate::webhooks::deliveries::Payload,
     /// Disable the endpoint (410 Gone, or failing for too long).
     pub disable_endpoint: bool,
     /// The delivery's key when it is ordered (`DeliveryRecord::ordered`):

@@ -96,8 +96,8 @@ pub struct DeliveryRecord {
     /// API's body view reads it, so a claim does not parse it.
     pub match_reasons: String,
     pub body_status: BodyStatus,
-    /// The body as last delivered (or as it will be delivered), verbatim.
-    pub payload: Option<String>,
+    /// The body as last delivered (or as it will be delivered).
+    pub payload: Payload,
     pub created_at: Timestamp,
     pub updated_at: Timestamp,
     pub version: i64,
@@ -109,6 +109,47 @@ pub struct DeliveryRecord {
     /// A failed delivery skipped past, releasing its key.
     pub skipped_at: Option<Timestamp>,
     pub skip_reason: Option<String>,
+}
+
+/// A delivery's body as the store keeps it (the `payload` column).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Payload {
+    /// None: not attempted yet, an attempt that sent nothing, or a body
+    /// redacted or expired (`body_status` says which).
+    Absent,
+    /// Not stored, because it is built again from what is: the delivery's
+    /// event data in its dto version (its own, or its event's one copy)
+    /// shaped for no grant, in the envelope of the delivery's own fields
+    /// (`webhook_shapes::body::delivered`). What an endpoint without a
+    /// grant is sent, which is most deliveries: each would otherwise keep
+    /// its event's data a second time.
+    Rebuilt,
+    /// Exactly the bytes sent: a grant shaped them, or a test send wrote
+    /// them.
+    Verbatim(String),
+}
+
+/// The `payload` column's value for `Payload::Rebuilt`: the empty string,
+/// which no JSON body is.
+pub const REBUILT_PAYLOAD: &str = "";
+
+impl Payload {
+    fn from_column(column: Option<String>) -> Payload {
+        match column {
+            None => Payload::Absent,
+            Some(s) if s == REBUILT_PAYLOAD => Payload::Rebuilt,
+            Some(s) => Payload::Verbatim(s),
+        }
+    }
+
+    /// The `payload` column's value.
+    pub fn stored(&self) -> Option<&str> {
+        match self {
+            Payload::Absent => None,
+            Payload::Rebuilt => Some(REBUILT_PAYLOAD),
+            Payload::Verbatim(s) => Some(s),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -169,7 +210,7 @@ pub(crate) fn delivery_from_row(row: &dyn Columns) -> Result<DeliveryRecord, Sto
         event_data: text(row, "event_data")?,
         match_reasons: text(row, "match_reasons")?,
         body_status: state(row, "body_status", BodyStatus::parse)?,
-        payload: row.text("payload")?,
+        payload: Payload::from_column(row.text("payload")?),
         created_at: Timestamp::from_millis(int(row, "created_at")?),
         updated_at: Timestamp::from_millis(int(row, "updated_at")?),
         version: int(row, "version")?,
@@ -330,6 +371,23 @@ pub async fn skip(
 }
 
 impl Webhooks<'_> {
+    /// `d`'s event data in its dto version, as JSON text: its own copy, or
+    /// its event's one copy (`dispatch::SHARED_EVENT_DATA`); `None` when
+    /// that copy is gone.
+    pub async fn event_data_of(&self, d: &DeliveryRecord) -> Result<Option<String>, StoreError> {
+        if d.event_data != crate::dispatch::SHARED_EVENT_DATA {
+            return Ok(Some(d.event_data.clone()));
+        }
+        let copies = read::all(
+            self.pool(),
+            "SELECT data FROM webhook_event_data WHERE event_ref = $1 AND dto_version = $2",
+            &[d.event_ref.as_str().into(), (d.dto_version as i64).into()],
+            |row| text(row, "data"),
+        )
+        .await?;
+        Ok(copies.into_iter().next())
+    }
+
     pub async fn delivery(
         &self,
         environment_ref: &Ref,

@@ -12,7 +12,7 @@ use domain::cursor::scope;
 use domain::webhook::{catalogue, BodyStatus, DeliveryStatus, ResponseClass};
 use serde::Serialize;
 use std::collections::HashMap;
-use store::{AttemptRecord, DeliveryFilter, DeliveryRecord};
+use store::{AttemptRecord, DeliveryFilter, DeliveryRecord, Payload};
 use utoipa::ToSchema;
 pub use webhook_shapes::delivery::{delivery_etag, dto, DeliveryDto};
 
@@ -85,12 +85,11 @@ pub async fn body(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let expired = d.created_at.millis() < ctx.now().millis() - retention;
     let (body_status, payload) = match (d.body_status, expired) {
         (BodyStatus::Available, true) => (BodyStatus::Expired, None),
-        (BodyStatus::Available, false) => (
-            BodyStatus::Available,
-            d.payload
-                .as_deref()
-                .and_then(|p| serde_json::from_str(p).ok()),
-        ),
+        (BodyStatus::Available, false) => match &d.payload {
+            Payload::Absent => (BodyStatus::Available, None),
+            Payload::Verbatim(p) => (BodyStatus::Available, serde_json::from_str(p).ok()),
+            Payload::Rebuilt => rebuilt(ctx, &d).await?,
+        },
         (other, _) => (other, None),
     };
     Ok(Reply::one(
@@ -102,6 +101,21 @@ pub async fn body(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         },
         None,
     ))
+}
+
+/// A body the store did not keep (`Payload::Rebuilt`), built again as the
+/// attempt built it: from the event's data, shaped for no grant. With its
+/// event's copy gone, it is no longer available.
+async fn rebuilt(
+    ctx: &Ctx,
+    d: &DeliveryRecord,
+) -> Result<(BodyStatus, Option<serde_json::Value>), ApiError> {
+    let data = ctx.store().webhooks().event_data_of(d).await?;
+    let Some(data) = data.and_then(|data| serde_json::from_str(&data).ok()) else {
+        return Ok((BodyStatus::Expired, None));
+    };
+    let body = webhook_shapes::body::delivered(d, data, None);
+    Ok((BodyStatus::Available, serde_json::from_str(&body).ok()))
 }
 
 pub async fn attempts(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
