@@ -5,7 +5,8 @@
 //! delivery written before (with its own copy) is delivered from it. A
 //! body shaped for no grant is not stored either: the body view builds it
 //! again from the event's copy, the same as it was sent; a body a grant
-//! shaped is kept as sent.
+//! shaped is kept as sent. Nor are the match reasons of a delivery that
+//! one environment-wide subscription matched.
 
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{backend_tests, TestApp};
@@ -109,8 +110,8 @@ async fn a_delivery_written_with_its_own_copy_is_delivered_from_it(app: TestApp)
     assert_eq!(data_received(&receiver), shaped());
 }
 
-/// The body view's payload of `endpoint`'s one delivery, and the
-/// delivery's stored `payload` column.
+/// The body view of `endpoint`'s one delivery, and the delivery's stored
+/// `payload` column.
 async fn body_of(app: &TestApp, endpoint: &str) -> (Value, Option<String>) {
     let list = app
         .get(&format!("/api/v1/webhook_endpoints/{endpoint}/deliveries"))
@@ -134,7 +135,7 @@ async fn body_of(app: &TestApp, endpoint: &str) -> (Value, Option<String>) {
     .await
     .unwrap();
     pool.close().await;
-    (view.data()["payload"].clone(), stored)
+    (view.data().clone(), stored)
 }
 
 async fn a_body_shaped_for_no_grant_is_built_again_and_a_granted_one_kept(app: TestApp) {
@@ -160,12 +161,29 @@ async fn a_body_shaped_for_no_grant_is_built_again_and_a_granted_one_kept(app: T
     let (view, stored) = body_of(&app, &plain_ref).await;
     assert_eq!(stored.as_deref(), Some(""), "not stored: built again");
     let sent = plain.received()[0].json();
-    assert_eq!(view, sent, "the body view is the body sent");
+    assert_eq!(view["payload"], sent, "the body view is the body sent");
     assert_eq!(sent["data"], shaped());
+    // One subscription over the whole environment: its reasons are the
+    // delivery's own type, environment and version, not stored but shown.
+    let pool = app.raw_pool().await;
+    let reasons: Vec<String> = sqlx::query_scalar(&format!(
+        "SELECT match_reasons FROM webhook_deliveries WHERE endpoint_ref = '{plain_ref}'"
+    ))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    assert_eq!(reasons, ["null"]);
+    let env = &app.sandbox.environment_ref;
+    assert_eq!(
+        view["match_reasons"],
+        serde_json::json!([{"kind": "subscription", "public_event_type": "payment.succeeded",
+            "scope_type": "environment", "scope_ref": env, "dto_version": 2}])
+    );
 
     let (view, stored) = body_of(&app, &granted_ref).await;
     let sent = granted.received()[0].json();
-    assert_eq!(view, sent, "the body view is the body sent");
+    assert_eq!(view["payload"], sent, "the body view is the body sent");
     assert_eq!(sent["data"]["buyer"]["email"], payment()["buyer"]["email"]);
     let stored: Value = serde_json::from_str(&stored.expect("kept")).expect("JSON");
     assert_eq!(stored, sent, "kept as sent");

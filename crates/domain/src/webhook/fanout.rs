@@ -28,14 +28,45 @@ pub struct Subscribed<'a> {
 impl Subscribed<'_> {
     /// Its match reason as a delivery lists it.
     fn reason(&self) -> Value {
-        json!({
-            "kind": "subscription",
-            "public_event_type": self.public_event_type,
-            "scope_type": self.scope_type.as_str(),
-            "scope_ref": self.scope_ref,
-            "dto_version": self.dto_version,
-        })
+        reason(
+            self.public_event_type,
+            self.scope_type,
+            self.scope_ref,
+            self.dto_version,
+        )
     }
+}
+
+fn reason(
+    public_event_type: &str,
+    scope_type: ScopeType,
+    scope_ref: &str,
+    dto_version: u32,
+) -> Value {
+    json!({
+        "kind": "subscription",
+        "public_event_type": public_event_type,
+        "scope_type": scope_type.as_str(),
+        "scope_ref": scope_ref,
+        "dto_version": dto_version,
+    })
+}
+
+/// The match reasons of a delivery that one subscription matched: to its
+/// event's type, over the whole of its environment, in its dto version.
+/// Most deliveries have exactly these, and everything in them is the
+/// delivery's own, so a store need not keep them (`Planned::only_environment`).
+pub fn environment_reasons(
+    public_event_type: &str,
+    environment_ref: &str,
+    dto_version: u32,
+) -> Value {
+    Value::Array(vec![reason(
+        public_event_type,
+        ScopeType::Environment,
+        environment_ref,
+        dto_version,
+    )])
 }
 
 /// One delivery an event gets.
@@ -46,6 +77,15 @@ pub struct Planned<'a> {
     /// Every matching subscription's reason, in the order given (a JSON
     /// array).
     pub match_reasons: Value,
+}
+
+impl Planned<'_> {
+    /// Whether its reasons are `environment_reasons` of an event of
+    /// `public_event_type` in `environment_ref`.
+    pub fn only_environment(&self, public_event_type: &str, environment_ref: &str) -> bool {
+        self.match_reasons
+            == environment_reasons(public_event_type, environment_ref, self.dto_version)
+    }
 }
 
 /// The deliveries of an event with `scope` in `environment_ref` among
@@ -121,6 +161,34 @@ mod tests {
                    "scope_type": "product", "scope_ref": "prd_AAAAAAAAAAAA", "dto_version": 1})
         );
         assert_eq!((planned[1].endpoint_ref, planned[1].dto_version), (&a, 2));
+    }
+
+    #[test]
+    fn only_one_environment_wide_subscription_needs_no_stored_reasons() {
+        let a = Ref::generate(Prefix::WebhookEndpoint);
+        let sub = |scope_type, scope_ref| Subscribed {
+            endpoint_ref: &a,
+            public_event_type: "order.created",
+            scope_type,
+            scope_ref,
+            dto_version: 2,
+        };
+        let only = plan(&scope(&[]), ENV, [sub(ScopeType::Environment, ENV)]);
+        assert!(only[0].only_environment("order.created", ENV));
+        assert_eq!(
+            only[0].match_reasons,
+            environment_reasons("order.created", ENV, 2),
+            "built again from the delivery's own type, environment and version"
+        );
+        let product = sub(ScopeType::Product, "prd_AAAAAAAAAAAA");
+        let with_product = plan(
+            &scope(&["prd_AAAAAAAAAAAA"]),
+            ENV,
+            [sub(ScopeType::Environment, ENV), product],
+        );
+        assert!(!with_product[0].only_environment("order.created", ENV));
+        let by_product = plan(&scope(&["prd_AAAAAAAAAAAA"]), ENV, [product]);
+        assert!(!by_product[0].only_environment("order.created", ENV));
     }
 
     proptest! {

@@ -256,7 +256,13 @@ fn plan(event: &EventRow, subscriptions: &[Candidate], endpoints: Endpoints) -> 
                 diagnostic: false,
                 occurred_at: event.occurred_at,
                 event_data: event.data_as(newest, p.dto_version),
-                match_reasons: p.match_reasons,
+                match_reasons: if p
+                    .only_environment(&event.public_event_type, event.environment_ref.as_str())
+                {
+                    serde_json::Value::Null
+                } else {
+                    p.match_reasons
+                },
                 payload: String::new(),
                 ordered: event.order.is_some() && ordered.contains(p.endpoint_ref.as_str()),
                 limited: limited.contains(p.endpoint_ref.as_str()),

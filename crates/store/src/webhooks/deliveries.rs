@@ -93,7 +93,9 @@ pub struct DeliveryRecord {
     /// one copy and this read did not fetch it: a claim does.
     pub event_data: String,
     /// Every subscription that matched, as JSON text (an array): only the
-    /// API's body view reads it, so a claim does not parse it.
+    /// API's body view reads it, so a claim does not parse it. `null` when
+    /// they are `fanout::environment_reasons` of the delivery's own type,
+    /// environment and version, which are not stored (`NewDelivery`).
     pub match_reasons: String,
     pub body_status: BodyStatus,
     /// The body as last delivered (or as it will be delivered).
@@ -164,6 +166,9 @@ pub struct NewDelivery {
     pub occurred_at: Timestamp,
     /// The event's data in the delivery's dto version, as JSON text.
     pub event_data: String,
+    /// Every subscription that matched (an array), or `null` for
+    /// `domain::webhook::fanout::environment_reasons` of this delivery:
+    /// most deliveries have just those, and a fan-out does not store them.
     pub match_reasons: serde_json::Value,
     pub payload: String,
     /// The event's key and sequence.

@@ -9,7 +9,7 @@ use crate::input::Input;
 use crate::reply::Reply;
 use crate::wire::{opt_ts, ts};
 use domain::cursor::scope;
-use domain::webhook::{catalogue, BodyStatus, DeliveryStatus, ResponseClass};
+use domain::webhook::{catalogue, fanout, BodyStatus, DeliveryStatus, ResponseClass};
 use serde::Serialize;
 use std::collections::HashMap;
 use store::{AttemptRecord, DeliveryFilter, DeliveryRecord, Payload};
@@ -79,8 +79,16 @@ pub async fn retrieve(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
 pub async fn body(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     input.query_params(&[])?;
     let d = load_delivery(ctx, &input).await?;
-    let match_reasons = serde_json::from_str(&d.match_reasons)
-        .map_err(|e| store::StoreError::Corrupt(format!("match_reasons: {e}")))?;
+    let match_reasons = match serde_json::from_str(&d.match_reasons)
+        .map_err(|e| store::StoreError::Corrupt(format!("match_reasons: {e}")))?
+    {
+        serde_json::Value::Null => fanout::environment_reasons(
+            &d.public_event_type,
+            d.environment_ref.as_str(),
+            d.dto_version,
+        ),
+        reasons => reasons,
+    };
     let retention = ctx.state.settings.webhooks.body_retention.as_millis() as i64;
     let expired = d.created_at.millis() < ctx.now().millis() - retention;
     let (body_status, payload) = match (d.body_status, expired) {
