@@ -290,7 +290,7 @@ fn leased_record(row: &DeliveryRow, now: Timestamp) -> DeliveryRecord {
         event_data: d.event_data.clone(),
         match_reasons: row.match_reasons.clone(),
         body_status: BodyStatus::Available,
-        payload: crate::webhooks::deliveries::Payload::Absent,
+        payload: crate::webhooks::payload::Payload::Absent,
         created_at: now,
         updated_at: now,
         version: 1,

@@ -80,7 +80,7 @@ pub struct AttemptResult {
     pub next_attempt_at: Option<Timestamp>,
     pub delivery_status: DeliveryStatus,
     /// The body as sent, or how to build it again.
-    pub payload: crate::webhooks::deliveries::Payload,
+    pub payload: crate::webhooks::payload::Payload,
     /// Disable the endpoint (410 Gone, or failing for too long).
     pub disable_endpoint: bool,
     /// The delivery's key when it is ordered (`DeliveryRecord::ordered`):

@@ -4,8 +4,8 @@
 //! that hold data the endpoint is no longer covered for, in the same
 //! transaction: `create` and `revoke` take the caller's `WriteTx`.
 
-use super::deliveries::REBUILT_PAYLOAD;
 use super::endpoints::EndpointRecord;
+use super::payload::REBUILT_PAYLOAD;
 use super::Webhooks;
 use crate::db::codec::opt_ts;
 use crate::db::codec::{json_col, state, to_json};

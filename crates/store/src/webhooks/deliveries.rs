@@ -4,6 +4,7 @@
 //! in `crate::dispatch`, which shares `mark_url_immutable` and
 //! `delivery_from_row` with them.
 
+pub use super::payload::Payload;
 use super::Webhooks;
 use crate::db::codec::to_json;
 use crate::db::codec::{opt_ts, state};
@@ -111,47 +112,6 @@ pub struct DeliveryRecord {
     /// A failed delivery skipped past, releasing its key.
     pub skipped_at: Option<Timestamp>,
     pub skip_reason: Option<String>,
-}
-
-/// A delivery's body as the store keeps it (the `payload` column).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Payload {
-    /// None: not attempted yet, an attempt that sent nothing, or a body
-    /// redacted or expired (`body_status` says which).
-    Absent,
-    /// Not stored, because it is built again from what is: the delivery's
-    /// event data in its dto version (its own, or its event's one copy)
-    /// shaped for no grant, in the envelope of the delivery's own fields
-    /// (`webhook_shapes::body::delivered`). What an endpoint without a
-    /// grant is sent, which is most deliveries: each would otherwise keep
-    /// its event's data a second time.
-    Rebuilt,
-    /// Exactly the bytes sent: a grant shaped them, or a test send wrote
-    /// them.
-    Verbatim(String),
-}
-
-/// The `payload` column's value for `Payload::Rebuilt`: the empty string,
-/// which no JSON body is.
-pub const REBUILT_PAYLOAD: &str = "";
-
-impl Payload {
-    fn from_column(column: Option<String>) -> Payload {
-        match column {
-            None => Payload::Absent,
-            Some(s) if s == REBUILT_PAYLOAD => Payload::Rebuilt,
-            Some(s) => Payload::Verbatim(s),
-        }
-    }
-
-    /// The `payload` column's value.
-    pub fn stored(&self) -> Option<&str> {
-        match self {
-            Payload::Absent => None,
-            Payload::Rebuilt => Some(REBUILT_PAYLOAD),
-            Payload::Verbatim(s) => Some(s),
-        }
-    }
 }
 
 #[derive(Debug, Clone)]

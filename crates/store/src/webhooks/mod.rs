@@ -20,6 +20,7 @@ pub mod data_profiles;
 pub mod deliveries;
 pub mod endpoints;
 pub mod keys;
+pub mod payload;
 pub mod redrive_jobs;
 pub mod subscriptions;
 
