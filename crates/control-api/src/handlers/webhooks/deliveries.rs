@@ -113,17 +113,20 @@ pub async fn body(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
 
 /// A body the store did not keep (`Payload::Rebuilt`), built again as the
 /// attempt built it: from the event's data, shaped for no grant. With its
-/// event's copy gone, it is no longer available.
+/// event's copy gone, it is no longer available; data that is not JSON
+/// (damaged at rest) shows no body, as an attempt that sent none.
 async fn rebuilt(
     ctx: &Ctx,
     d: &DeliveryRecord,
 ) -> Result<(BodyStatus, Option<serde_json::Value>), ApiError> {
-    let data = ctx.store().webhooks().event_data_of(d).await?;
-    let Some(data) = data.and_then(|data| serde_json::from_str(&data).ok()) else {
+    let Some(data) = ctx.store().webhooks().event_data_of(d).await? else {
         return Ok((BodyStatus::Expired, None));
     };
-    let body = webhook_shapes::body::delivered(d, data, None);
-    Ok((BodyStatus::Available, serde_json::from_str(&body).ok()))
+    let body = serde_json::from_str(&data)
+        .ok()
+        .map(|data| webhook_shapes::body::delivered(d, data, None))
+        .and_then(|body| serde_json::from_str(&body).ok());
+    Ok((BodyStatus::Available, body))
 }
 
 pub async fn attempts(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
