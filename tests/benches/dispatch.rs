@@ -1135,16 +1135,7 @@ async fn seed_backlog(
             .iter()
             .map(|d| {
                 let data = serde_json::from_str(&d.event_data).expect("stored event data");
-                let data = shaping::shape_owned(&d.public_event_type, d.dto_version, data, None);
-                let payload = DeliveredBody::new(
-                    d.event_ref.as_str(),
-                    &d.public_event_type,
-                    d.dto_version,
-                    d.occurred_at,
-                    d.environment_ref.as_str(),
-                    &data,
-                )
-                .to_json();
+                let payload = webhook_shapes::body::delivered(d, data, None);
                 let delay = schedule.delay_before(2).unwrap_or_default();
                 let delay = RetrySchedule::jittered(delay, rand::random());
                 AttemptResult {

@@ -26,6 +26,14 @@ fn shaped() -> Value {
     domain::webhook::shaping::shape_owned("payment.succeeded", 2, payment(), None)
 }
 
+/// The one text column `sql` selects, row by row.
+async fn texts(app: &TestApp, sql: &str) -> Vec<Option<String>> {
+    let pool = app.raw_pool().await;
+    let rows: Vec<Option<String>> = sqlx::query_scalar(sql).fetch_all(&pool).await.unwrap();
+    pool.close().await;
+    rows
+}
+
 async fn count(app: &TestApp, sql: &str) -> i64 {
     let pool = app.raw_pool().await;
     let n: i64 = sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap();
@@ -127,15 +135,13 @@ async fn body_of(app: &TestApp, endpoint: &str) -> (Value, Option<String>) {
         .await;
     view.expect(200);
     assert_eq!(view.data()["body_status"], "available", "{}", view.text);
-    let pool = app.raw_pool().await;
-    let stored: Option<String> = sqlx::query_scalar(&format!(
-        "SELECT payload FROM webhook_deliveries WHERE delivery_ref = '{delivery}'"
-    ))
-    .fetch_one(&pool)
-    .await
-    .unwrap();
-    pool.close().await;
-    (view.data().clone(), stored)
+    let stored = texts(
+        app,
+        &format!("SELECT payload FROM webhook_deliveries WHERE delivery_ref = '{delivery}'"),
+    )
+    .await;
+    assert_eq!(stored.len(), 1, "one row");
+    (view.data().clone(), stored[0].clone())
 }
 
 async fn a_body_shaped_for_no_grant_is_built_again_and_a_granted_one_kept(app: TestApp) {
@@ -165,15 +171,12 @@ async fn a_body_shaped_for_no_grant_is_built_again_and_a_granted_one_kept(app: T
     assert_eq!(sent["data"], shaped());
     // One subscription over the whole environment: its reasons are the
     // delivery's own type, environment and version, not stored but shown.
-    let pool = app.raw_pool().await;
-    let reasons: Vec<String> = sqlx::query_scalar(&format!(
-        "SELECT match_reasons FROM webhook_deliveries WHERE endpoint_ref = '{plain_ref}'"
-    ))
-    .fetch_all(&pool)
-    .await
-    .unwrap();
-    pool.close().await;
-    assert_eq!(reasons, ["null"]);
+    let reasons = texts(
+        &app,
+        &format!("SELECT match_reasons FROM webhook_deliveries WHERE endpoint_ref = '{plain_ref}'"),
+    )
+    .await;
+    assert_eq!(reasons, [Some("null".to_owned())]);
     let env = &app.sandbox.environment_ref;
     assert_eq!(
         view["match_reasons"],

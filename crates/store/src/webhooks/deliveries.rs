@@ -337,20 +337,21 @@ pub async fn skip(
 
 impl Webhooks<'_> {
     /// `d`'s event data in its dto version, as JSON text: its own copy, or
-    /// its event's one copy (`dispatch::SHARED_EVENT_DATA`); `None` when
+    /// its event's one copy (`dispatch::EVENT_DATA_OF_ROW`); `None` when
     /// that copy is gone.
     pub async fn event_data_of(&self, d: &DeliveryRecord) -> Result<Option<String>, StoreError> {
-        if d.event_data != crate::dispatch::SHARED_EVENT_DATA {
-            return Ok(Some(d.event_data.clone()));
-        }
-        let copies = read::all(
+        let sql = format!(
+            "SELECT {} AS data FROM webhook_deliveries WHERE delivery_ref = $1",
+            crate::dispatch::EVENT_DATA_OF_ROW
+        );
+        let data = read::all(
             self.pool(),
-            "SELECT data FROM webhook_event_data WHERE event_ref = $1 AND dto_version = $2",
-            &[d.event_ref.as_str().into(), (d.dto_version as i64).into()],
-            |row| text(row, "data"),
+            &sql,
+            &[d.delivery_ref.as_str().into()],
+            |row| row.text("data"),
         )
         .await?;
-        Ok(copies.into_iter().next())
+        Ok(data.into_iter().flatten().next())
     }
 
     pub async fn delivery(
