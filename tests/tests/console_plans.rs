@@ -4,7 +4,7 @@
 //! of 50 the page reads (`store::webhooks::activity::environment_deliveries_sql`,
 //! the very text the store runs) is one range of an index, read in the
 //! list's order: `webhook_deliveries_by_env` (migration 0024), or
-//! `webhook_deliveries_settled_by_env_status` under a settled status (or,
+//! `webhook_deliveries_failed_by_env` under the failed status (or,
 //! under `pending`, the small live backlog from the index of due work);
 //! never a sequential scan or a sort of the environment's deliveries, and
 //! a bounded number of buffers, on the first page as on a page deep in
@@ -35,7 +35,7 @@ const PAGE: u32 = 50;
 /// The indexes a page may read.
 const INDEXES: [&str; 2] = [
     "webhook_deliveries_by_env",
-    "webhook_deliveries_settled_by_env_status",
+    "webhook_deliveries_failed_by_env",
 ];
 
 /// Every index a plan scans (a sequential scan as `Seq Scan`, a sort as

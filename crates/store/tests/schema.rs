@@ -46,6 +46,11 @@ const ENGINE_SPECIFIC: &[(&str, &str)] = &[
         "autovacuum settings of the tables retention churns are PostgreSQL's \
          storage parameters; SQLite has no vacuum to pace and runs a no-op",
     ),
+    (
+        "0033",
+        "the fillfactor of webhook_deliveries is a PostgreSQL storage parameter; \
+         SQLite rewrites a row in place and runs a no-op",
+    ),
 ];
 
 /// The SHA-384 (sqlx's checksum) of every migration: file name, the SQLite
@@ -210,6 +215,15 @@ const PINNED: &[(&str, &str, &str)] = &[
         "0032_event_data_once.sql",
         "be09908ebea1082d777d9ccd75d5db82effc043c8fbfad728b32830f3af8c8aee21c1747f4019ea43ed345c844df7be9",
         "be09908ebea1082d777d9ccd75d5db82effc043c8fbfad728b32830f3af8c8aee21c1747f4019ea43ed345c844df7be9",
+    ),
+    (
+        "0033_deliveries_room_to_update.sql",
+        "90be1a152a4245e9c24b2f9188d9867acc9fb4fa3949d7f710266f84e4bf17179796f3db18c73edfcccdfc90af05f544",
+        "995c388f00c31123ae7fe413c748fe35c1030f52f49283fa0725be1f75010275a03e13cb9c2f41e2400dfe099135d567",
+    ),    (
+        "0034_failed_deliveries_lists.sql",
+        "1476b27d6ea9e30216fdb5c250d5d6890b7db3eefede442e31a0bdadfaf640de05657ce4a0f3ce34a97e8a48b493348a",
+        "1476b27d6ea9e30216fdb5c250d5d6890b7db3eefede442e31a0bdadfaf640de05657ce4a0f3ce34a97e8a48b493348a",
     ),
 ];
 

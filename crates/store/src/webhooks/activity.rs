@@ -7,9 +7,9 @@
 //! attempts by `webhook_attempts_by_endpoint_status` (endpoint, status,
 //! started_at), an event's deliveries by the unique key that starts with
 //! `event_ref`, the environment's by `webhook_deliveries_by_env`
-//! (environment, created_at, delivery_ref; migration 0024) or, under a
-//! settled status, `webhook_deliveries_settled_by_env_status`
-//! (`tests/tests/console_plans.rs` checks their plans).
+//! (environment, created_at, delivery_ref; migration 0024) or, under the
+//! failed status, `webhook_deliveries_failed_by_env` (migration 0034;
+//! `tests/tests/console_plans.rs` checks their plans).
 
 use super::deliveries::{delivery_from_row, DeliveryFilter};
 use super::Webhooks;
@@ -126,7 +126,7 @@ impl Webhooks<'_> {
     /// statement): the console's deliveries page before an endpoint is
     /// chosen. The same filters and order as an endpoint's list
     /// (`Webhooks::list_deliveries`), its status written into the text
-    /// so that a planner may use the partial index of settled deliveries;
+    /// so that a planner may use the partial index of failed deliveries;
     /// a page is one range of an index however many deliveries and
     /// endpoints the environment has (under `pending` a planner may
     /// rather sort the live backlog, from `webhook_deliveries_due_at`,

@@ -19,8 +19,8 @@ use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, ResponseClass};
 use domain::{Prefix, Ref, Timestamp};
 use std::collections::HashMap;
 
-/// The predicate of the indexes of settled deliveries (migrations 0017
-/// and 0018), word for word.
+/// The predicate of the retention sweep's index of settled deliveries
+/// (`webhook_deliveries_settled`, migration 0017), word for word.
 pub const SETTLED: &str = "status IN ('succeeded', 'failed')";
 
 /// Which deliveries a list or a redrive job takes (contract 12.2); each
@@ -40,16 +40,13 @@ impl DeliveryFilter {
     /// Its conditions, each ` AND …` with the next numbered mark, their
     /// values appended to `args`. The status is written into the text, not
     /// bound: a planner uses a partial index only for a statement whose
-    /// text implies its predicate, and the filter indexes hold settled
-    /// deliveries only (migration 0018), so a settled status also writes
-    /// their predicate word for word.
+    /// text implies its predicate, and the filter indexes hold failed
+    /// deliveries only (migration 0034), whose predicate `status =
+    /// 'failed'` is then in the text word for word.
     pub(crate) fn conditions<'a>(&'a self, args: &mut Vec<Arg<'a>>) -> String {
         let mut sql = String::new();
         if let Some(status) = self.status {
             sql.push_str(&format!(" AND status = '{}'", status.as_str()));
-            if matches!(status, DeliveryStatus::Succeeded | DeliveryStatus::Failed) {
-                sql.push_str(&format!(" AND {SETTLED}"));
-            }
         }
         let mut add = |column: &str, op: &str, value: Arg<'a>| {
             args.push(value);

@@ -1,0 +1,11 @@
+-- A delivery's row is written again within moments of its insert: leased
+-- when a dispatcher claims it, settled after its attempt. Pages filled to
+-- the brim leave no room on the row's own page for its next version, so
+-- every such update went to another page and added an entry to each of
+-- the table's indexes, even the lease, which changes no indexed column
+-- (issue 48's bytes: most of the table's growth was index entries of
+-- versions that lived for milliseconds). Inserts now leave part of each
+-- page free, so that a lease can be a HOT update (no index entry), and a
+-- page's dead versions are pruned in place for the next ones. It applies
+-- to pages written from now on.
+ALTER TABLE webhook_deliveries SET (fillfactor = 60);
