@@ -1,5 +1,5 @@
 //! An event's data is stored once per dto version its deliveries carry
-//! (`webhook_event_data`), not in every delivery: a fan-out to three
+//! (`webhook_event_data`, packed), not in every delivery: a fan-out to three
 //! endpoints on one version keeps one copy, each endpoint still receives
 //! the data in its own version, the copies go with their event, and a
 //! delivery written before (with its own copy) is delivered from it. A
@@ -65,6 +65,18 @@ async fn a_fan_out_keeps_one_copy_per_version_and_each_endpoint_its_data(app: Te
 
     let copies = format!("SELECT COUNT(*) FROM webhook_event_data WHERE event_ref = '{event}'");
     assert_eq!(count(&app, &copies).await, 2, "one copy per dto version");
+    let stored = format!("SELECT data FROM webhook_event_data WHERE event_ref = '{event}'");
+    for copy in texts(&app, &stored).await.into_iter().flatten() {
+        let data = store::dispatch::event_copy::unpack(&copy);
+        assert!(copy.starts_with("~1"), "stored packed: {copy}");
+        assert!(
+            copy.len() < data.len(),
+            "packed shorter: {} of {} bytes",
+            copy.len(),
+            data.len()
+        );
+        serde_json::from_str::<Value>(&data).expect("it unpacks to the event's JSON data");
+    }
     let own = format!(
         "SELECT COUNT(*) FROM webhook_deliveries WHERE event_ref = '{event}' AND event_data <> ''"
     );

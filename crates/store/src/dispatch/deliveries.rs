@@ -2,6 +2,7 @@
 //! rows a delivery is born as (`DeliveryRow`), written once per (event,
 //! endpoint, dto version).
 
+use super::event_copy;
 use super::*;
 use crate::db::codec::{json_col, to_json};
 use crate::db::marks::Marks;
@@ -13,6 +14,7 @@ use domain::webhook::event::EventOrder;
 use domain::webhook::ordering::OrderingKey;
 use domain::webhook::DeliveryStatus;
 use domain::{Prefix, Ref, Timestamp};
+use std::borrow::Cow;
 
 /// An event from a row of `events` or `outbox` (the same columns).
 pub(crate) fn event_from_row(row: &dyn Columns) -> Result<EventRecord, StoreError> {
@@ -151,16 +153,20 @@ pub const SHARED_EVENT_DATA: &str = "";
 
 /// A `webhook_deliveries` row's event data as an SQL expression: its own
 /// copy, or its event's (`SHARED_EVENT_DATA`), for a read that needs the
-/// data of rows it selects.
+/// data of rows it selects. The event's copy is stored packed: a reader
+/// passes what this selects through `event_copy::unpack`, which leaves a
+/// delivery's own copy as it is.
 pub const EVENT_DATA_OF_ROW: &str = "CASE WHEN webhook_deliveries.event_data = '' \
      THEN (SELECT c.data FROM webhook_event_data c \
      WHERE c.event_ref = webhook_deliveries.event_ref \
      AND c.dto_version = webhook_deliveries.dto_version) \
      ELSE webhook_deliveries.event_data END";
 
-/// The event data that `rows` share, once per event and dto version:
-/// `(event_ref, dto_version, data)`.
-pub(crate) fn shared_event_data<'r>(rows: &'r [DeliveryRow<'_>]) -> Vec<(&'r str, i64, &'r str)> {
+/// The event data that `rows` share, once per event and dto version, as
+/// it is stored (`event_copy::pack`): `(event_ref, dto_version, data)`.
+pub(crate) fn shared_event_data<'r>(
+    rows: &'r [DeliveryRow<'_>],
+) -> Vec<(&'r str, i64, Cow<'r, str>)> {
     let once: std::collections::BTreeMap<(&str, i64), &str> = rows
         .iter()
         .map(|r| {
@@ -172,7 +178,7 @@ pub(crate) fn shared_event_data<'r>(rows: &'r [DeliveryRow<'_>]) -> Vec<(&'r str
         })
         .collect();
     once.into_iter()
-        .map(|((e, v), data)| (e, v, data))
+        .map(|((e, v), data)| (e, v, event_copy::pack(data)))
         .collect()
 }
 
@@ -209,7 +215,7 @@ async fn insert_event_data(
         for (event_ref, version, data) in chunk {
             args.push((*event_ref).into());
             args.push((*version).into());
-            args.push((*data).into());
+            args.push(data.as_ref().into());
         }
         tx.execute(&sql, &args).await?;
     }

@@ -9,6 +9,7 @@ use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::dispatch::deliveries::SHARED_EVENT_DATA;
+use crate::dispatch::event_copy;
 use crate::lease;
 use crate::webhooks::deliveries::{delivery_from_row, DeliveryRecord};
 use crate::{Backend, StoreError};
@@ -71,8 +72,8 @@ impl Dispatch<'_> {
     }
 
     /// `records` with the event data of those that share their event's copy
-    /// (`SHARED_EVENT_DATA`) read from `webhook_event_data`, once per event:
-    /// an attempt sends it. A copy that is missing leaves the data empty,
+    /// (`SHARED_EVENT_DATA`) read from `webhook_event_data` and unpacked
+    /// (`event_copy`), once per event: an attempt sends it. A copy that is missing leaves the data empty,
     /// which the attempt reports as unreadable.
     async fn fill_event_data(
         &self,
@@ -95,7 +96,7 @@ impl Dispatch<'_> {
             let args: Vec<Arg> = chunk.iter().map(|e| Arg::from(*e)).collect();
             let rows = read::all(self.pool(), &sql, &args, |row| {
                 let key = (text(row, "event_ref")?, int(row, "dto_version")? as u32);
-                Ok((key, text(row, "data")?))
+                Ok((key, event_copy::unpack_owned(text(row, "data")?)))
             })
             .await?;
             copies.extend(rows);

@@ -334,8 +334,8 @@ pub async fn skip(
 
 impl Webhooks<'_> {
     /// `d`'s event data in its dto version, as JSON text: its own copy, or
-    /// its event's one copy (`dispatch::EVENT_DATA_OF_ROW`); `None` when
-    /// that copy is gone.
+    /// its event's one copy (`dispatch::EVENT_DATA_OF_ROW`, unpacked);
+    /// `None` when that copy is gone.
     pub async fn event_data_of(&self, d: &DeliveryRecord) -> Result<Option<String>, StoreError> {
         let sql = format!(
             "SELECT {} AS data FROM webhook_deliveries WHERE delivery_ref = $1",
@@ -348,7 +348,11 @@ impl Webhooks<'_> {
             |row| row.text("data"),
         )
         .await?;
-        Ok(data.into_iter().flatten().next())
+        Ok(data
+            .into_iter()
+            .flatten()
+            .next()
+            .map(crate::dispatch::event_copy::unpack_owned))
     }
 
     pub async fn delivery(
@@ -373,8 +377,8 @@ impl Webhooks<'_> {
     ///
     /// The one list not read through `crate::resource`, whose filters are
     /// bound equalities: here the status is written into the statement's
-    /// text with the settled predicate word for word, so that a planner
-    /// may use the partial filter indexes (`DeliveryFilter::conditions`),
+    /// text, so that a planner may use the partial indexes of failed
+    /// deliveries (`DeliveryFilter::conditions`),
     /// and `created_after`/`created_before` are ranges. Its order and
     /// paging are still `db::page`'s, as every list's.
     pub async fn list_deliveries(

@@ -288,7 +288,7 @@ impl Webhooks<'_> {
                 Ok((
                     text(row, "event_ref")?,
                     int(row, "dto_version")? as u32,
-                    text(row, "event_data")?,
+                    crate::dispatch::event_copy::unpack_owned(text(row, "event_data")?),
                 ))
             })
             .await?;

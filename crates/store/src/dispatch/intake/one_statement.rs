@@ -86,7 +86,11 @@ pub(super) async fn insert<T>(
     }
     let copies = shared_event_data(&rows);
     for (event_ref, version, data) in &copies {
-        args.extend([Arg::from(*event_ref), Arg::from(*version), Arg::from(*data)]);
+        args.extend([
+            Arg::from(*event_ref),
+            Arg::from(*version),
+            Arg::from(data.as_ref()),
+        ]);
     }
     let sql = statement(events.len(), rows.len(), copies.len());
     let returned = store.write_alone_returning(&sql, &args, "written").await?;
