@@ -30,6 +30,18 @@ use domain::webhook::{catalogue, DeliveryStatus, EndpointStatus};
 use domain::{Ref, Timestamp};
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+/// How an event's scope is stored (`events.scope`): only the fields that
+/// name something. A field left out reads back empty (each of `Scope`'s
+/// fields defaults), so most events, which concern no product, buyer or
+/// business in particular, store `{}`.
+fn stored_scope(scope: &Scope) -> String {
+    let mut value = serde_json::to_value(scope).unwrap_or_default();
+    if let serde_json::Value::Object(fields) = &mut value {
+        fields.retain(|_, v| !(v.is_null() || v.as_array().is_some_and(Vec::is_empty)));
+    }
+    value.to_string()
+}
+
 /// The deliveries of each event, in the order of the events given.
 pub type Plan = Vec<(Ref, Vec<NewDelivery>)>;
 
@@ -57,7 +69,7 @@ impl From<&EventRecord> for EventRow {
             public_event_type: e.public_event_type.clone(),
             occurred_at: e.occurred_at,
             scope: e.scope.clone(),
-            scope_json: to_json(&e.scope),
+            scope_json: stored_scope(&e.scope),
             data_json: e.data.as_str().to_owned(),
             order: e.order.clone(),
         }
@@ -368,4 +380,31 @@ pub fn filter_body(
         order.and_then(|o| o.sequence),
     );
     serde_json::to_value(&body).unwrap_or(serde_json::Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scope_stores_what_it_names_and_reads_back_the_same() {
+        let scopes = [
+            Scope::default(),
+            Scope {
+                product_refs: vec!["prd_N5xP3cV8bT1m".into()],
+                buyer_ref: Some("buy_7Rk2Wd9Lq4Zs".into()),
+                beneficiary_business_ref: Some("biz_B8nM1qW4eR7t".into()),
+            },
+            Scope {
+                buyer_ref: Some("buy_7Rk2Wd9Lq4Zs".into()),
+                ..Scope::default()
+            },
+        ];
+        assert_eq!(stored_scope(&scopes[0]), "{}");
+        assert_eq!(stored_scope(&scopes[2]), r#"{"buyer_ref":"buy_7Rk2Wd9Lq4Zs"}"#);
+        for scope in scopes {
+            let read: Scope = serde_json::from_str(&stored_scope(&scope)).unwrap();
+            assert_eq!(read, scope);
+        }
+    }
 }
