@@ -1106,6 +1106,8 @@ async fn seed_backlog(
     let scope = shaping::Scope::default();
     let scope_json = serde_json::to_string(&scope).expect("a scope");
     let data_json = kind.data.to_string();
+    // Packed by the accepting side, as `EventRow::from` packs it.
+    let data_packed = store::dispatch::event_copy::pack(&data_json).into_owned();
     let mut done = 0;
     let mut last_report = Instant::now();
     while done < n {
@@ -1120,6 +1122,7 @@ async fn seed_backlog(
                 scope: scope.clone(),
                 scope_json: scope_json.clone(),
                 data_json: data_json.clone(),
+                data_packed: data_packed.clone(),
                 order: None,
             })
             .collect();

@@ -163,22 +163,23 @@ pub const EVENT_DATA_OF_ROW: &str = "CASE WHEN webhook_deliveries.event_data = '
      ELSE webhook_deliveries.event_data END";
 
 /// The event data that `rows` share, once per event and dto version, as
-/// it is stored (`event_copy::pack`): `(event_ref, dto_version, data)`.
+/// it is stored (`event_copy::pack`, unless packed before):
+/// `(event_ref, dto_version, data)`.
 pub(crate) fn shared_event_data<'r>(
     rows: &'r [DeliveryRow<'_>],
 ) -> Vec<(&'r str, i64, Cow<'r, str>)> {
-    let once: std::collections::BTreeMap<(&str, i64), &str> = rows
+    let once: std::collections::BTreeMap<(&str, i64), &NewDelivery> = rows
         .iter()
-        .map(|r| {
-            let d = r.new;
-            (
-                (d.event_ref.as_str(), d.dto_version as i64),
-                d.event_data.as_str(),
-            )
-        })
+        .map(|r| ((r.new.event_ref.as_str(), r.new.dto_version as i64), r.new))
         .collect();
     once.into_iter()
-        .map(|((e, v), data)| (e, v, event_copy::pack(data)))
+        .map(|((e, v), d)| {
+            let stored = match &d.event_copy {
+                Some(packed) => Cow::Borrowed(packed.as_str()),
+                None => event_copy::pack(&d.event_data),
+            };
+            (e, v, stored)
+        })
         .collect()
 }
 

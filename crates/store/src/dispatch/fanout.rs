@@ -13,6 +13,7 @@
 //! `Dispatch::fan_out_pending` for events an older version left pending
 //! (its embedded relay queued events before fanning them out).
 
+use super::event_copy;
 use super::Dispatch;
 use crate::db::codec::to_json;
 use crate::db::tx::WriteTx;
@@ -57,6 +58,10 @@ pub struct EventRow {
     pub scope: Scope,
     pub scope_json: String,
     pub data_json: String,
+    /// `data_json` as its event's copy stores it (`event_copy::pack`):
+    /// packed once, by whoever accepts the event, before the write lane;
+    /// empty when it was not, and the write packs it then.
+    pub data_packed: String,
     /// Its key and, once numbered, its sequence.
     pub order: Option<EventOrder>,
 }
@@ -71,12 +76,21 @@ impl From<&EventRecord> for EventRow {
             scope: e.scope.clone(),
             scope_json: stored_scope(&e.scope),
             data_json: e.data.as_str().to_owned(),
+            data_packed: event_copy::pack(e.data.as_str()).into_owned(),
             order: e.order.clone(),
         }
     }
 }
 
 impl EventRow {
+    /// Its data in the shape of `to` (from the shape of `from`) as its
+    /// event's copy stores it, when it was packed before (`data_packed`)
+    /// and the two shapes are the same.
+    pub fn packed_as(&self, from: u32, to: u32) -> Option<String> {
+        let same = !converts(&self.public_event_type, from, to);
+        (same && !self.data_packed.is_empty()).then(|| self.data_packed.clone())
+    }
+
     /// Its data in the shape of `to` (from the shape of `from`), as JSON
     /// text: the text itself unless the two shapes differ.
     pub fn data_as(&self, from: u32, to: u32) -> String {
@@ -268,6 +282,7 @@ fn plan(event: &EventRow, subscriptions: &[Candidate], endpoints: Endpoints) -> 
                 diagnostic: false,
                 occurred_at: event.occurred_at,
                 event_data: event.data_as(newest, p.dto_version),
+                event_copy: event.packed_as(newest, p.dto_version),
                 match_reasons: if p
                     .only_environment(&event.public_event_type, event.environment_ref.as_str())
                 {
@@ -401,7 +416,10 @@ mod tests {
             },
         ];
         assert_eq!(stored_scope(&scopes[0]), "{}");
-        assert_eq!(stored_scope(&scopes[2]), r#"{"buyer_ref":"buy_7Rk2Wd9Lq4Zs"}"#);
+        assert_eq!(
+            stored_scope(&scopes[2]),
+            r#"{"buyer_ref":"buy_7Rk2Wd9Lq4Zs"}"#
+        );
         for scope in scopes {
             let read: Scope = serde_json::from_str(&stored_scope(&scope)).unwrap();
             assert_eq!(read, scope);

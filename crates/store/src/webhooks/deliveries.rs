@@ -123,6 +123,10 @@ pub struct NewDelivery {
     pub occurred_at: Timestamp,
     /// The event's data in the delivery's dto version, as JSON text.
     pub event_data: String,
+    /// `event_data` as its event's copy stores it, when it was packed
+    /// before the write (`dispatch::fanout::EventRow::packed_as`); the
+    /// write packs `event_data` otherwise.
+    pub event_copy: Option<String>,
     /// Every subscription that matched (an array), or `null` for
     /// `domain::webhook::fanout::environment_reasons` of this delivery:
     /// most deliveries have just those, and a fan-out does not store them.

@@ -59,6 +59,7 @@ pub async fn send(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
         diagnostic: true,
         occurred_at,
         event_data: example.to_string(),
+        event_copy: None,
         match_reasons: serde_json::json!([{"kind": "test_send"}]),
         payload,
         order: None,
