@@ -118,6 +118,16 @@ pub fn json(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or(serde_json::Value::Null)
 }
 
+/// An event's scope as a value with every field: the events queue stores
+/// only the fields that name something, and each of `Scope`'s defaults
+/// (`null` when it is not a scope).
+pub fn full_scope(text: &str) -> serde_json::Value {
+    serde_json::from_str::<domain::webhook::shaping::Scope>(text)
+        .ok()
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
 /// One event, wherever it was found.
 pub struct Event {
     pub event_type: String,
@@ -161,7 +171,7 @@ pub async fn read_events(
             event_ref,
             Event {
                 event_type,
-                scope: json(&scope),
+                scope: full_scope(&scope),
                 data: Some(json(&data)),
             },
         );
@@ -182,7 +192,7 @@ pub async fn read_events(
         match events.get_mut(&event_ref) {
             Some(e) => {
                 sources.in_both += 1;
-                if e.event_type != event_type || e.scope != json(&scope) {
+                if e.event_type != event_type || e.scope != full_scope(&scope) {
                     problems.push(format!(
                         "event {event_ref} differs between the outbox and the queue"
                     ));
@@ -198,7 +208,7 @@ pub async fn read_events(
                     event_ref,
                     Event {
                         event_type,
-                        scope: json(&scope),
+                        scope: full_scope(&scope),
                         data,
                     },
                 );
