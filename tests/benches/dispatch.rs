@@ -1122,7 +1122,7 @@ async fn seed_backlog(
                 scope: scope.clone(),
                 scope_json: scope_json.clone(),
                 data_json: data_json.clone(),
-                data_packed: data_packed.clone(),
+                data_packed: Some(data_packed.clone()),
                 order: None,
             })
             .collect();

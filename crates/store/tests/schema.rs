@@ -206,7 +206,8 @@ const PINNED: &[(&str, &str, &str)] = &[
         "0030_trials.sql",
         "931b10830df00b87dff121c717a43725020207260dd7aa6929dbfe881429bffd7ec9b74ed97732407c20eeecd32f8d96",
         "931b10830df00b87dff121c717a43725020207260dd7aa6929dbfe881429bffd7ec9b74ed97732407c20eeecd32f8d96",
-    ),    (
+    ),
+    (
         "0031_period_anchor.sql",
         "755f9986953ee638827f1098b1db9e58d00532c68570081416deb24eebe5fa906c3b30812e5194c85d86b6f1c403910b",
         "755f9986953ee638827f1098b1db9e58d00532c68570081416deb24eebe5fa906c3b30812e5194c85d86b6f1c403910b",
@@ -220,7 +221,8 @@ const PINNED: &[(&str, &str, &str)] = &[
         "0033_deliveries_room_to_update.sql",
         "90be1a152a4245e9c24b2f9188d9867acc9fb4fa3949d7f710266f84e4bf17179796f3db18c73edfcccdfc90af05f544",
         "995c388f00c31123ae7fe413c748fe35c1030f52f49283fa0725be1f75010275a03e13cb9c2f41e2400dfe099135d567",
-    ),    (
+    ),
+    (
         "0034_failed_deliveries_lists.sql",
         "1476b27d6ea9e30216fdb5c250d5d6890b7db3eefede442e31a0bdadfaf640de05657ce4a0f3ce34a97e8a48b493348a",
         "1476b27d6ea9e30216fdb5c250d5d6890b7db3eefede442e31a0bdadfaf640de05657ce4a0f3ce34a97e8a48b493348a",

@@ -60,8 +60,8 @@ pub struct EventRow {
     pub data_json: String,
     /// `data_json` as its event's copy stores it (`event_copy::pack`):
     /// packed once, by whoever accepts the event, before the write lane;
-    /// empty when it was not, and the write packs it then.
-    pub data_packed: String,
+    /// `None` when it was not, and the write packs it then.
+    pub data_packed: Option<String>,
     /// Its key and, once numbered, its sequence.
     pub order: Option<EventOrder>,
 }
@@ -76,7 +76,7 @@ impl From<&EventRecord> for EventRow {
             scope: e.scope.clone(),
             scope_json: stored_scope(&e.scope),
             data_json: e.data.as_str().to_owned(),
-            data_packed: event_copy::pack(e.data.as_str()).into_owned(),
+            data_packed: Some(event_copy::pack(e.data.as_str()).into_owned()),
             order: e.order.clone(),
         }
     }
@@ -88,7 +88,7 @@ impl EventRow {
     /// and the two shapes are the same.
     pub fn packed_as(&self, from: u32, to: u32) -> Option<String> {
         let same = !converts(&self.public_event_type, from, to);
-        (same && !self.data_packed.is_empty()).then(|| self.data_packed.clone())
+        self.data_packed.clone().filter(|_| same)
     }
 
     /// Its data in the shape of `to` (from the shape of `from`), as JSON

@@ -73,8 +73,9 @@ impl Dispatch<'_> {
 
     /// `records` with the event data of those that share their event's copy
     /// (`SHARED_EVENT_DATA`) read from `webhook_event_data` and unpacked
-    /// (`event_copy`), once per event: an attempt sends it. A copy that is missing leaves the data empty,
-    /// which the attempt reports as unreadable.
+    /// (`event_copy`), once per event: an attempt sends it. A copy that is
+    /// missing leaves the data empty, which the attempt reports as
+    /// unreadable.
     async fn fill_event_data(
         &self,
         mut records: Vec<DeliveryRecord>,

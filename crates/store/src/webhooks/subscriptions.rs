@@ -268,7 +268,7 @@ impl Webhooks<'_> {
                         .map_err(|e| StoreError::Corrupt(format!("an event's scope: {e}")))?,
                     scope_json: scope,
                     data_json: String::new(),
-                    data_packed: String::new(),
+                    data_packed: None,
                     order: crate::dispatch::order_from_row(row)?,
                 })
             },
