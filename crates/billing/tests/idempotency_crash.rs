@@ -28,9 +28,9 @@ use std::time::Instant;
 const KEYS: usize = 200;
 /// The creates go in two waves, each all at once: wave A (a quarter of the
 /// keys) first, wave B (the rest) as soon as the first answer of wave A
-/// arrives. The server is killed once half of wave B is in the store (on
+/// arrives. The server is killed while wave B is being written (on
 /// PostgreSQL several of the rest inside their transactions): see
-/// `common::crash::fire_and_kill`.
+/// `common::crash::fire_and_kill` and `Waves::amid_b`.
 const WAVE_A: usize = KEYS / 4;
 
 fn principal_ref(a: &Answer) -> Option<&str> {
@@ -105,16 +105,17 @@ async fn list_accounts(api: &str, secret: &str) -> Vec<serde_json::Value> {
 }
 
 /// The scenario of the module docs against a store the environment
-/// variables `envs` name; `probe_url` reads that store beside the server.
-async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str) {
+/// variables `envs` name (a fleet store if `fleet`); `probe_url` reads that
+/// store beside the server.
+async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str, fleet: bool) {
     let run = format!("{label}-{:08x}", rand_u32());
     let site = Site::new(dir, envs);
     let api = site.api.clone();
     let secret = site.bootstrap().secret;
 
     // 1. Wave A (a quarter of the keys) at once, then wave B (the rest) at
-    //    once as soon as wave A starts answering; SIGKILL once half of wave
-    //    B is in the store.
+    //    once as soon as wave A starts answering; SIGKILL while wave B is
+    //    being written.
     let started = Instant::now();
     let mut first = site.serve("serve-1.log").await;
     let ready_after = started.elapsed();
@@ -125,7 +126,7 @@ async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str) 
         count_b: "SELECT COUNT(*) FROM service_accounts WHERE name LIKE $1",
         b_pattern: format!("crash-{run}-b%"),
         probe_url,
-        kill_at: Waves::half_of_b(KEYS, WAVE_A),
+        kill_at: Waves::amid_b(KEYS, WAVE_A, fleet),
     };
     let kill = fire_and_kill(&mut first, waves, creates(&api, &secret, &run)).await;
     drop(first);
@@ -284,5 +285,5 @@ crash_tests!(
     embedded_crash_mid_flight_replays_every_key_once,
     fleet_crash_mid_flight_replays_every_key_once,
     on_fleet_store("fleet idempotency crash test", "billing_idem", 7),
-    |label, dir, envs, url, _fleet| crash_and_replay(label, dir, envs, url)
+    |label, dir, envs, url, fleet| crash_and_replay(label, dir, envs, url, fleet)
 );

@@ -44,8 +44,8 @@ use std::time::Instant;
 const PAYS: usize = 120;
 /// The pays go in two waves, each all at once: wave A (a quarter of the
 /// keys) first, wave B (the rest) as soon as the first answer of wave A
-/// arrives. The server is killed once half of wave B's payments are in the
-/// store (see `common::crash::fire_and_kill`).
+/// arrives. The server is killed while wave B's payments are being written
+/// (see `common::crash::fire_and_kill` and `Waves::amid_b`).
 const WAVE_A: usize = PAYS / 4;
 
 /// What a successful pay emits, with the newest dto version of each (the
@@ -720,8 +720,9 @@ fn event_type_of(name: &str) -> &'static str {
 }
 
 /// The scenario of the module docs against a store the environment
-/// variables `envs` name; `probe_url` reads that store beside the server.
-async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str) {
+/// variables `envs` name (a fleet store if `fleet`); `probe_url` reads that
+/// store beside the server.
+async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str, fleet: bool) {
     let run = format!("{label}-{:08x}", rand_u32());
     let site = Site::new(dir, envs);
     let api = site.api.clone();
@@ -735,7 +736,7 @@ async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str) 
     let setup_after = started.elapsed();
 
     // 1. Wave A at once, then wave B at once as soon as wave A starts
-    //    answering; SIGKILL once half of wave B's payments are in the store.
+    //    answering; SIGKILL while wave B's payments are being written.
     let waves = Waves {
         n: PAYS,
         wave_a: WAVE_A,
@@ -743,7 +744,7 @@ async fn crash_and_replay(label: &str, dir: &Path, envs: Envs, probe_url: &str) 
         count_b: "SELECT COUNT(*) FROM payments WHERE buyer_email LIKE $1",
         b_pattern: "buyer-b%".to_owned(),
         probe_url,
-        kill_at: Waves::half_of_b(PAYS, WAVE_A),
+        kill_at: Waves::amid_b(PAYS, WAVE_A, fleet),
     };
     let pays = || pays(&api, &secret, &run, &shop.sessions);
     let kill = fire_and_kill(&mut first, waves, pays()).await;
@@ -868,5 +869,5 @@ crash_tests!(
     embedded_crash_mid_pays_leaves_each_payment_whole_once,
     fleet_crash_mid_pays_leaves_each_payment_whole_once,
     on_fleet_store("fleet pay crash test", "billing_pay", 8),
-    |label, dir, envs, url, _fleet| crash_and_replay(label, dir, envs, url)
+    |label, dir, envs, url, fleet| crash_and_replay(label, dir, envs, url, fleet)
 );
