@@ -425,9 +425,9 @@ pub struct Killed {
 
 /// Fires wave A (`waves.wave_a` requests by `send`) at once, then wave B
 /// (the rest) at once as soon as wave A starts answering, and SIGKILLs
-/// `server` once `waves.kill_at` of wave B are in the store. A request that failed
-/// while the server was up fails the test, and so does a kill that cut
-/// off nothing.
+/// `server` once `waves.kill_at` of wave B are in the store. A request
+/// that failed while the server was up fails the test, and so does a kill
+/// that cut off nothing.
 ///
 /// A kill decided by answers alone finds nothing in flight with SQLite:
 /// the requests of one burst take the single writer in turn, and each
