@@ -111,7 +111,7 @@ impl Dispatch<'_> {
         };
         let now = Timestamp::now();
         let mut new = HashSet::new();
-        for chunk in events.chunks(EVENT_ROWS) {
+        for chunk in in_ref_order(events).chunks(EVENT_ROWS) {
             let sql = events_insert(&mut Marks::new(self.backend()), chunk.len());
             let args: Vec<Arg> = chunk.iter().flat_map(|e| event_values(e, now)).collect();
             new.extend(tx.fetch_texts(&sql, &args, "event_ref").await?);
@@ -168,6 +168,19 @@ pub(super) fn events_insert(marks: &mut Marks, n: usize) -> String {
          ON CONFLICT (event_ref) DO NOTHING RETURNING event_ref",
         rows.join(", ")
     )
+}
+
+/// `events` in the order `events_insert` takes them: by reference. On
+/// PostgreSQL an insert holds each new event's key until it commits, so
+/// two batches that share events in opposite orders would each wait on
+/// the other (CI saw `deadlock detected` with three callers of each of 100
+/// events); in one order, the second waits for the first and then finds
+/// its events accepted. Only the insert is in this order: a key's events
+/// are numbered in the order they came (`ordering::accept`).
+pub(super) fn in_ref_order(events: &[EventRow]) -> Vec<&EventRow> {
+    let mut sorted: Vec<&EventRow> = events.iter().collect();
+    sorted.sort_by(|a, b| a.event_ref.as_str().cmp(b.event_ref.as_str()));
+    sorted
 }
 
 /// What `events_insert` binds for `e`, accepted at `now`.

@@ -26,7 +26,10 @@
 //! the batch; a room whose delivery was not inserted (its event was a
 //! duplicate) is dropped, which gives it back.
 
-use super::{candidates, event_values, events_insert, lease_rows, written, EventsWritten, Leasing};
+use super::{
+    candidates, event_values, events_insert, in_ref_order, lease_rows, written, EventsWritten,
+    Leasing,
+};
 use crate::db::marks::Marks;
 use crate::db::tx::Arg;
 use crate::dispatch::deliveries::{
@@ -80,7 +83,10 @@ pub(super) async fn insert<T>(
     let now = Timestamp::now();
     let until = leasing.until(now);
     let rooms = lease_rows(&mut leasing.room, &leasing.owner, until, &mut rows);
-    let mut args: Vec<Arg> = events.iter().flat_map(|e| event_values(e, now)).collect();
+    let mut args: Vec<Arg> = in_ref_order(events)
+        .into_iter()
+        .flat_map(|e| event_values(e, now))
+        .collect();
     for row in &rows {
         args.extend(row.values(now.millis()));
     }
