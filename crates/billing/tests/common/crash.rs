@@ -391,8 +391,8 @@ impl Waves<'_> {
     /// written: on PostgreSQL (`fleet`), where wave B's requests commit one
     /// by one, at half of wave B; on SQLite at its first commit, because
     /// requests that arrive together commit as one group, and half of wave
-    /// B in the store can be all of it (CI saw every create committed
-    /// before the kill).
+    /// B in the store can be all of it, with nothing uncommitted left to
+    /// cut off.
     pub fn amid_b(n: usize, wave_a: usize, fleet: bool) -> i64 {
         if fleet {
             ((n - wave_a) / 2) as i64

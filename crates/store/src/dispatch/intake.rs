@@ -173,10 +173,9 @@ pub(super) fn events_insert(marks: &mut Marks, n: usize) -> String {
 /// `events` in the order `events_insert` takes them: by reference. On
 /// PostgreSQL an insert holds each new event's key until it commits, so
 /// two batches that share events in opposite orders would each wait on
-/// the other (CI saw `deadlock detected` with three callers of each of 100
-/// events); in one order, the second waits for the first and then finds
-/// its events accepted. Only the insert is in this order: a key's events
-/// are numbered in the order they came (`ordering::accept`).
+/// the other, a deadlock; in one order, the second waits for the first
+/// and then finds its events accepted. Only the insert is in this order:
+/// a key's events are numbered in the order they came (`ordering::accept`).
 pub(super) fn in_ref_order(events: &[EventRow]) -> Vec<&EventRow> {
     let mut sorted: Vec<&EventRow> = events.iter().collect();
     sorted.sort_by(|a, b| a.event_ref.as_str().cmp(b.event_ref.as_str()));
