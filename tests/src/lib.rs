@@ -83,6 +83,15 @@ pub struct TestApp {
     _guard: StoreGuard,
 }
 
+/// The schema a test's store starts with.
+#[derive(Debug, Clone, Copy)]
+enum Schema {
+    /// Every migration: the schema this build writes.
+    Current,
+    /// The migrations up to this version only.
+    Through(i64),
+}
+
 enum StoreGuard {
     Sqlite(#[allow(dead_code)] tempfile::TempDir),
     Postgres(#[allow(dead_code)] pg::TestDatabase),
@@ -262,6 +271,21 @@ impl TestApp {
 
     /// Like `spawn`, with `tweak` applied to the test settings.
     pub async fn spawn_with(backend: Backend, tweak: impl FnOnce(&mut ApiSettings)) -> TestApp {
+        TestApp::spawn_on(backend, Schema::Current, tweak).await
+    }
+
+    /// Like `spawn`, over a store of an earlier release's schema: its
+    /// migrations up to version `last` only. The test writes that
+    /// release's rows, then applies the rest (`app.store.migrate()`).
+    pub async fn spawn_released(backend: Backend, last: i64) -> TestApp {
+        TestApp::spawn_on(backend, Schema::Through(last), |_| {}).await
+    }
+
+    async fn spawn_on(
+        backend: Backend,
+        schema: Schema,
+        tweak: impl FnOnce(&mut ApiSettings),
+    ) -> TestApp {
         let (url, guard) = match backend {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().expect("temporary folder");
@@ -269,7 +293,10 @@ impl TestApp {
                 (url, StoreGuard::Sqlite(dir))
             }
             Backend::Postgres => {
-                let db = pg::TestDatabase::create().await;
+                let db = match schema {
+                    Schema::Current => pg::TestDatabase::create().await,
+                    Schema::Through(_) => pg::TestDatabase::create_empty().await,
+                };
                 (db.url.clone(), StoreGuard::Postgres(db))
             }
         };
@@ -279,7 +306,11 @@ impl TestApp {
             .expect("store opens")
             .waking(Default::default());
         let database_url = url.clone();
-        store.migrate().await.expect("migrations apply");
+        match schema {
+            Schema::Current => store.migrate().await,
+            Schema::Through(last) => store.migrate_through(last).await,
+        }
+        .expect("migrations apply");
         let boot = bootstrap(&store).await.expect("bootstrap");
         let mut envs = boot.environments.into_iter();
         let sandbox = envs.next().expect("sandbox");

@@ -89,6 +89,21 @@ pub struct TestDatabase {
 }
 
 impl TestDatabase {
+    /// An empty database, for a test that migrates it itself (from an
+    /// earlier release's schema, say).
+    pub async fn create_empty() -> TestDatabase {
+        let name = format!("billing_t_{}_{}", std::process::id(), suffix());
+        admin()
+            .await
+            .execute(format!("CREATE DATABASE \"{name}\"").as_str())
+            .await
+            .expect("create test database");
+        TestDatabase {
+            url: url_for(&name),
+            name,
+        }
+    }
+
     pub async fn create() -> TestDatabase {
         let template = template().await;
         let name = format!("billing_t_{}_{}", std::process::id(), suffix());

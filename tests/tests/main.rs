@@ -47,4 +47,5 @@ mod subscription_timeline;
 mod subscriptions;
 mod trials;
 mod unit_of_work;
+mod upgrade;
 mod webhooks;

@@ -224,12 +224,8 @@ impl Store {
     /// checkout config versions written before migration 0016
     /// (`billing::checkout_configs::assign_missing_refs`).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        db::migrations::migrator(self.backend)
-            .await
-            .map_err(|e| StoreError::Migration(e.to_string()))?
-            .run(&self.writer)
-            .await
-            .map_err(|e| StoreError::Migration(e.to_string()))?;
+        self.run(db::migrations::migrator(self.backend).await)
+            .await?;
         self.ensure_identity().await?;
         let completed = billing::checkout_configs::assign_missing_refs(self).await?;
         if completed > 0 {
@@ -239,6 +235,26 @@ impl Store {
             );
         }
         Ok(())
+    }
+
+    /// Applies the migrations up to version `last` and no further, and
+    /// nothing else: the schema of the release whose newest migration was
+    /// `last`. An upgrade test writes that release's rows into it, then
+    /// `migrate`s the rest.
+    pub async fn migrate_through(&self, last: i64) -> Result<(), StoreError> {
+        self.run(db::migrations::migrator_through(self.backend, last).await)
+            .await
+    }
+
+    async fn run(
+        &self,
+        migrator: Result<sqlx::migrate::Migrator, sqlx::migrate::MigrateError>,
+    ) -> Result<(), StoreError> {
+        migrator
+            .map_err(|e| StoreError::Migration(e.to_string()))?
+            .run(&self.writer)
+            .await
+            .map_err(|e| StoreError::Migration(e.to_string()))
     }
 
     /// A cheap round trip, for readiness checks.

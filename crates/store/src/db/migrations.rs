@@ -28,7 +28,7 @@ pub fn files(backend: Backend) -> &'static [(&'static str, &'static str)] {
 /// `NNNN_what_it_does.sql` gives version NNNN and description
 /// "what it does".
 #[derive(Debug)]
-struct Embedded(&'static [(&'static str, &'static str)]);
+struct Embedded(Vec<(&'static str, &'static str)>);
 
 impl<'s> MigrationSource<'s> for Embedded {
     fn resolve(self) -> BoxFuture<'s, Result<Vec<Migration>, BoxDynError>> {
@@ -55,7 +55,26 @@ impl<'s> MigrationSource<'s> for Embedded {
 
 /// The migrator of `backend`.
 pub(crate) async fn migrator(backend: Backend) -> Result<Migrator, sqlx::migrate::MigrateError> {
-    Migrator::new(Embedded(files(backend))).await
+    Migrator::new(Embedded(files(backend).to_vec())).await
+}
+
+/// The migrator of `backend` that stops after version `last`: the schema
+/// a store of the release whose newest migration was `last` has, for a
+/// test that upgrades such a store with its rows (`Store::migrate_through`).
+pub(crate) async fn migrator_through(
+    backend: Backend,
+    last: i64,
+) -> Result<Migrator, sqlx::migrate::MigrateError> {
+    let through: Vec<_> = files(backend)
+        .iter()
+        .copied()
+        .filter(|(name, _)| {
+            name.split_once('_')
+                .and_then(|(version, _)| version.parse::<i64>().ok())
+                .is_some_and(|version| version <= last)
+        })
+        .collect();
+    Migrator::new(Embedded(through)).await
 }
 
 #[cfg(test)]
@@ -68,6 +87,9 @@ mod tests {
             let m = migrator(backend).await.unwrap();
             let versions: Vec<i64> = m.iter().map(|m| m.version).collect();
             assert_eq!(versions, (1..=versions.len() as i64).collect::<Vec<_>>());
+            let through = migrator_through(backend, 31).await.unwrap();
+            let versions: Vec<i64> = through.iter().map(|m| m.version).collect();
+            assert_eq!(versions, (1..=31).collect::<Vec<_>>());
         }
         let lite = migrator(Backend::Sqlite).await.unwrap();
         let first = lite.iter().next().unwrap();
