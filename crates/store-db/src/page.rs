@@ -63,7 +63,8 @@ pub async fn fetch_page<T>(
 
 /// The statement of `fetch_page`: `filter` uses `$1..$filter_args`, and a
 /// page that starts after an item binds its `(at, key)` as the two marks
-/// that follow.
+/// that follow. Its `at <= ` bound, which the `OR` implies, is what an
+/// index that orders by `at` starts the page's range at.
 pub fn page_sql(
     table: &str,
     order: Order<'_>,
@@ -76,7 +77,7 @@ pub fn page_sql(
     if page.after.is_some() {
         let (a, b) = (filter_args + 1, filter_args + 2);
         sql.push_str(&format!(
-            " AND ({at} < ${a} OR ({at} = ${a} AND {key} < ${b}))"
+            " AND {at} <= ${a} AND ({at} < ${a} OR ({at} = ${a} AND {key} < ${b}))"
         ));
     }
     sql.push_str(&format!(

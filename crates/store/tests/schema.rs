@@ -227,6 +227,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "1476b27d6ea9e30216fdb5c250d5d6890b7db3eefede442e31a0bdadfaf640de05657ce4a0f3ce34a97e8a48b493348a",
         "1476b27d6ea9e30216fdb5c250d5d6890b7db3eefede442e31a0bdadfaf640de05657ce4a0f3ce34a97e8a48b493348a",
     ),
+    (
+        "0035_list_indexes_without_tie_breaker.sql",
+        "01e06da5d80a6043b3ddd42f0308718d410f8d779821680a46f4ac1fdd69c20bc4f2c31638af81b4337b22b2f15f5359",
+        "01e06da5d80a6043b3ddd42f0308718d410f8d779821680a46f4ac1fdd69c20bc4f2c31638af81b4337b22b2f15f5359",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 //! attempts by `webhook_attempts_by_endpoint_status` (endpoint, status,
 //! started_at), an event's deliveries by the unique key that starts with
 //! `event_ref`, the environment's by `webhook_deliveries_by_env`
-//! (environment, created_at, delivery_ref; migration 0024) or, under the
+//! (environment, created_at; migrations 0024, 0035) or, under the
 //! failed status, `webhook_deliveries_failed_by_env` (migration 0034;
 //! `tests/tests/console_plans.rs` checks their plans).
 
