@@ -1,0 +1,2 @@
+-- A: today's schema exactly as migrated (public.webhook_deliveries); nothing to do.
+SELECT 1;
