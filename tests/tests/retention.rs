@@ -516,7 +516,56 @@ async fn postgres_sweeps_scan_indexes_at_a_million_rows() {
         "the delivery check scans a table:\n{plan}"
     );
     delivery_filters_read_an_index_in_order(&pool, env, &endpoint, now).await;
+    redrive_steps_start_at_their_cursor(&pool, env, &endpoint, now).await;
     pool.close().await;
+}
+
+/// A redrive job's counting step deep in its deliveries reads the index
+/// from its cursor on: the cursor's `created_at` bounds the range, so a
+/// step costs the same at the millionth delivery as at the first.
+async fn redrive_steps_start_at_their_cursor(
+    pool: &sqlx::AnyPool,
+    env: &str,
+    endpoint: &str,
+    now: i64,
+) {
+    use domain::webhook::redrive_job::RedriveJobStatus;
+    use store::webhooks::redrive_jobs::{step_sql, JobFilter, RedriveJobRecord};
+    for (status, endpoint_ref) in [("failed", None), ("succeeded", Some(endpoint.to_owned()))] {
+        let job = RedriveJobRecord {
+            redrive_job_ref: domain::Ref::from_trusted("rdj_planned".to_owned()),
+            environment_ref: domain::Ref::from_trusted(env.to_owned()),
+            status: RedriveJobStatus::Counting,
+            filter: JobFilter {
+                status: status.to_owned(),
+                endpoint_ref,
+                public_event_type: None,
+                created_after: None,
+                created_before: None,
+                last_response_class: None,
+            },
+            reason: "planned".to_owned(),
+            dry_run: true,
+            matched: 0,
+            redriven: 0,
+            skipped: 0,
+            cursor: Some((now - 500_000, format!("whd_{}", 500_000))),
+            created_at: Timestamp::from_millis(now),
+            finished_at: None,
+            version: 1,
+        };
+        let (mut sql, values) = step_sql(&job, 500);
+        for (i, value) in values.iter().enumerate().rev() {
+            sql = sql.replace(&format!("${}", i + 1), value);
+        }
+        let plan = plan_of(pool, &sql).await;
+        assert!(
+            plan.lines()
+                .any(|l| l.contains("Index Cond") && l.contains("created_at >=")),
+            "a {status} step starts at its cursor:\n{plan}"
+        );
+        assert!(!plan.contains("Seq Scan"), "{status}:\n{plan}");
+    }
 }
 
 /// Every filter of `listWebhookDeliveries` (contract 12.2), alone and

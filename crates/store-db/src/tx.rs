@@ -45,6 +45,18 @@ pub enum Arg<'a> {
     Text(Option<&'a str>),
 }
 
+impl Arg<'_> {
+    /// The value written into a statement's text (`'…'` for text, as it
+    /// is: no quote is escaped), for a test that reads the statement's
+    /// plan with its values in place of the marks.
+    pub fn literal(&self) -> String {
+        match self {
+            Arg::Int(v) => v.map_or("NULL".to_owned(), |v| v.to_string()),
+            Arg::Text(v) => v.map_or("NULL".to_owned(), |v| format!("'{v}'")),
+        }
+    }
+}
+
 impl From<i64> for Arg<'_> {
     fn from(v: i64) -> Self {
         Arg::Int(Some(v))

@@ -184,12 +184,6 @@ pub fn environment_deliveries_sql(
     page: &PageRequest,
 ) -> (String, Vec<String>) {
     let (sql, args) = environment_statement(environment_ref, filter, page);
-    let values = args
-        .iter()
-        .map(|a| match a {
-            Arg::Int(v) => v.map_or("NULL".to_owned(), |v| v.to_string()),
-            Arg::Text(v) => v.map_or("NULL".to_owned(), |v| format!("'{v}'")),
-        })
-        .collect();
+    let values = args.iter().map(Arg::literal).collect();
     (sql, values)
 }

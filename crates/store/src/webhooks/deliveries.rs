@@ -611,13 +611,7 @@ pub fn list_deliveries_sql(
         args.len(),
         page,
     );
-    let mut values: Vec<String> = args
-        .iter()
-        .map(|a| match a {
-            Arg::Int(v) => v.map_or("NULL".to_owned(), |v| v.to_string()),
-            Arg::Text(v) => v.map_or("NULL".to_owned(), |v| format!("'{v}'")),
-        })
-        .collect();
+    let mut values: Vec<String> = args.iter().map(Arg::literal).collect();
     if let Some((ms, r)) = &page.after {
         values.extend([ms.to_string(), format!("'{r}'")]);
     }

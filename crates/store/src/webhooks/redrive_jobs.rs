@@ -284,27 +284,7 @@ impl Store {
             return Ok(Step::default());
         };
         let filter = job.filter.deliveries();
-        let mut args: Vec<Arg> = vec![
-            job.environment_ref.as_str().into(),
-            job.created_at.millis().into(),
-        ];
-        let mut sql = String::from(
-            "SELECT delivery_ref, created_at FROM webhook_deliveries \
-             WHERE environment_ref = $1 AND created_at <= $2",
-        );
-        if let Some(endpoint) = &job.filter.endpoint_ref {
-            args.push(endpoint.as_str().into());
-            sql.push_str(&format!(" AND endpoint_ref = ${}", args.len()));
-        }
-        sql.push_str(&filter.conditions(&mut args));
-        if let Some((at, last)) = &job.cursor {
-            let (a, b) = (args.len() + 1, args.len() + 2);
-            sql.push_str(&format!(
-                " AND (created_at > ${a} OR (created_at = ${a} AND delivery_ref > ${b}))"
-            ));
-            args.extend([Arg::from(*at), Arg::from(last.as_str())]);
-        }
-        sql.push_str(&format!(" ORDER BY created_at, delivery_ref LIMIT {limit}"));
+        let (sql, args) = step_statement(&job, &filter, limit);
         let rows = tx.fetch(&sql, &args).await?;
         let mut selected = Vec::with_capacity(rows.len());
         let mut cursor = job.cursor.clone();
@@ -506,4 +486,47 @@ async fn record_step(
     )
     .await?;
     Ok(())
+}
+
+/// The statement of a counting step of `job`: up to `limit` of its
+/// deliveries (`filter`, its `JobFilter`'s), created no later than the
+/// job, after its cursor, in (created_at, delivery_ref) order; and the
+/// values its marks bind.
+fn step_statement<'a>(
+    job: &'a RedriveJobRecord,
+    filter: &'a DeliveryFilter,
+    limit: u32,
+) -> (String, Vec<Arg<'a>>) {
+    let mut args: Vec<Arg> = vec![
+        job.environment_ref.as_str().into(),
+        job.created_at.millis().into(),
+    ];
+    let mut sql = String::from(
+        "SELECT delivery_ref, created_at FROM webhook_deliveries \
+         WHERE environment_ref = $1 AND created_at <= $2",
+    );
+    if let Some(endpoint) = &job.filter.endpoint_ref {
+        args.push(endpoint.as_str().into());
+        sql.push_str(&format!(" AND endpoint_ref = ${}", args.len()));
+    }
+    sql.push_str(&filter.conditions(&mut args));
+    if let Some((at, last)) = &job.cursor {
+        // The `>=` bound, which the `OR` implies, is where an index that
+        // orders by `created_at` starts the step's range.
+        let (a, b) = (args.len() + 1, args.len() + 2);
+        sql.push_str(&format!(
+            " AND created_at >= ${a} AND (created_at > ${a} OR (created_at = ${a} AND delivery_ref > ${b}))"
+        ));
+        args.extend([Arg::from(*at), Arg::from(last.as_str())]);
+    }
+    sql.push_str(&format!(" ORDER BY created_at, delivery_ref LIMIT {limit}"));
+    (sql, args)
+}
+
+/// The statement a counting step of `job` runs, selecting up to `limit`,
+/// with the values its marks bind as text: for a check of its plan.
+pub fn step_sql(job: &RedriveJobRecord, limit: u32) -> (String, Vec<String>) {
+    let filter = job.filter.deliveries();
+    let (sql, args) = step_statement(job, &filter, limit);
+    (sql, args.iter().map(Arg::literal).collect())
 }
