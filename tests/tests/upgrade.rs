@@ -9,7 +9,7 @@
 //! a pending delivery and a redriven failed one are delivered from their
 //! own copies.
 
-use billing_tests::kit::{items, refs};
+use billing_tests::kit::{attempts, get, list, refs};
 use billing_tests::receiver::{Behaviour, TestReceiver};
 use billing_tests::{fleet_or_say, unique_key, Backend, TestApp};
 use domain::webhook::shaping::Scope;
@@ -141,20 +141,8 @@ fn written_by_release(old: &Old, env: &str, endpoint: &str, now: i64) -> Vec<Str
 
 /// The references of the endpoint's deliveries the list answers `query`.
 async fn listed(app: &TestApp, endpoint: &str, query: &str) -> Vec<String> {
-    let r = app
-        .get(&format!(
-            "/api/v1/webhook_endpoints/{endpoint}/deliveries?{query}"
-        ))
-        .send()
-        .await;
-    r.expect(200);
-    refs(&items(&r), "delivery_ref")
-}
-
-async fn get(app: &TestApp, path: &str) -> Value {
-    let r = app.get(path).send().await;
-    r.expect(200);
-    r.data().clone()
+    let path = format!("/api/v1/webhook_endpoints/{endpoint}/deliveries?{query}");
+    refs(&list(app, &path).await, "delivery_ref")
 }
 
 async fn upgrades_with_every_delivery_readable(app: TestApp) {
@@ -189,21 +177,16 @@ async fn upgrades_with_every_delivery_readable(app: TestApp) {
             &format!("/api/v1/webhook_deliveries/{}", old.delivery_ref),
         )
         .await;
+        let delivery = delivery.data();
         assert_eq!(delivery["status"], old.status, "{delivery}");
         assert_eq!(delivery["event_ref"], old.event_ref, "{delivery}");
-        let attempts = get(
-            &app,
-            &format!("/api/v1/webhook_deliveries/{}/attempts", old.delivery_ref),
-        )
-        .await;
-        let statuses: Vec<i64> = attempts["items"]
-            .as_array()
-            .expect("items")
+        let attempts = attempts(&app, old.delivery_ref).await;
+        let statuses: Vec<i64> = attempts
             .iter()
             .rev()
             .map(|a| a["response_status"].as_i64().expect("a response"))
             .collect();
-        assert_eq!(statuses, old.attempts, "{attempts}");
+        assert_eq!(statuses, old.attempts, "{attempts:?}");
     }
     for old in [&SUCCEEDED, &FAILED] {
         let view = get(
@@ -211,6 +194,7 @@ async fn upgrades_with_every_delivery_readable(app: TestApp) {
             &format!("/api/v1/webhook_deliveries/{}/body", old.delivery_ref),
         )
         .await;
+        let view = view.data();
         assert_eq!(view["payload"], sent_body(old), "the body it sent");
         assert_eq!(view["match_reasons"], reasons(&env));
     }
@@ -231,6 +215,7 @@ async fn upgrades_with_every_delivery_readable(app: TestApp) {
         &format!("/api/v1/webhook_deliveries/{}", FAILED.delivery_ref),
     )
     .await;
+    let failed = failed.data();
     app.req(
         "POST",
         &format!("/api/v1/webhook_deliveries/{}/redrive", FAILED.delivery_ref),
