@@ -1,24 +1,5 @@
 -- B: split. psql vars: state_ff (100|60), state_fk (0|1: FK states.delivery_ref -> deliveries)
-CREATE SCHEMA split;
-CREATE TABLE split.webhook_deliveries (
-  delivery_ref      text   NOT NULL PRIMARY KEY,
-  environment_ref   text   NOT NULL,
-  endpoint_ref      text   NOT NULL REFERENCES public.webhook_endpoints(endpoint_ref),
-  event_ref         text   NOT NULL,
-  public_event_type text   NOT NULL,
-  dto_version       bigint NOT NULL,
-  diagnostic        bigint NOT NULL,
-  occurred_at       bigint NOT NULL,
-  event_data        text   NOT NULL,
-  match_reasons     text   NOT NULL,
-  created_at        bigint NOT NULL,
-  ordering_key      text,
-  sequence          bigint,
-  ordered_key       text,
-  UNIQUE (event_ref, endpoint_ref, dto_version)
-) WITH (fillfactor = 100);
-CREATE INDEX webhook_deliveries_by_endpoint ON split.webhook_deliveries (endpoint_ref, created_at DESC, delivery_ref DESC);
-CREATE INDEX webhook_deliveries_by_env      ON split.webhook_deliveries (environment_ref, created_at DESC, delivery_ref DESC);
+\ir immutable.sql
 
 -- fixed-width columns first (avoids alignment padding); copied-in immutable columns last
 CREATE TABLE split.webhook_delivery_states (

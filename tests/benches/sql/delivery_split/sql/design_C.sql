@@ -3,28 +3,10 @@
 -- (failed_at, failed_response_class). A success never touches the immutable row.
 -- open_by_key/blocking are omitted (they would need status or an "open" flag; ordered_key
 -- is NULL for every row of this workload, so in A/B they hold no entries either).
-CREATE SCHEMA split;
-CREATE TABLE split.webhook_deliveries (
-  delivery_ref      text   NOT NULL PRIMARY KEY,
-  environment_ref   text   NOT NULL,
-  endpoint_ref      text   NOT NULL REFERENCES public.webhook_endpoints(endpoint_ref),
-  event_ref         text   NOT NULL,
-  public_event_type text   NOT NULL,
-  dto_version       bigint NOT NULL,
-  diagnostic        bigint NOT NULL,
-  occurred_at       bigint NOT NULL,
-  event_data        text   NOT NULL,
-  match_reasons     text   NOT NULL,
-  created_at        bigint NOT NULL,
-  ordering_key      text,
-  sequence          bigint,
-  ordered_key       text,
-  failed_at         bigint,          -- set only when the delivery ends failed
-  failed_response_class text,        -- ditto
-  UNIQUE (event_ref, endpoint_ref, dto_version)
-) WITH (fillfactor = 100);
-CREATE INDEX webhook_deliveries_by_endpoint ON split.webhook_deliveries (endpoint_ref, created_at DESC, delivery_ref DESC);
-CREATE INDEX webhook_deliveries_by_env      ON split.webhook_deliveries (environment_ref, created_at DESC, delivery_ref DESC);
+\ir immutable.sql
+-- Set only when the delivery ends failed (appended, as declared last).
+ALTER TABLE split.webhook_deliveries ADD COLUMN failed_at bigint;
+ALTER TABLE split.webhook_deliveries ADD COLUMN failed_response_class text;
 CREATE INDEX webhook_deliveries_failed_by_endpoint ON split.webhook_deliveries (endpoint_ref, created_at, delivery_ref) WHERE failed_at IS NOT NULL;
 CREATE INDEX webhook_deliveries_failed_by_endpoint_response ON split.webhook_deliveries (endpoint_ref, failed_response_class, created_at, delivery_ref) WHERE failed_at IS NOT NULL;
 CREATE INDEX webhook_deliveries_failed_by_endpoint_type ON split.webhook_deliveries (endpoint_ref, public_event_type, created_at, delivery_ref) WHERE failed_at IS NOT NULL;
