@@ -26,36 +26,46 @@ pub fn files(backend: Backend) -> &'static [(&'static str, &'static str)] {
 
 /// The embedded files of one engine, as sqlx reads a migration folder:
 /// `NNNN_what_it_does.sql` gives version NNNN and description
-/// "what it does".
+/// "what it does"; those after version `through`, when it is set, are
+/// left out.
 #[derive(Debug)]
-struct Embedded(Vec<(&'static str, &'static str)>);
+struct Embedded {
+    files: &'static [(&'static str, &'static str)],
+    through: Option<i64>,
+}
 
 impl<'s> MigrationSource<'s> for Embedded {
     fn resolve(self) -> BoxFuture<'s, Result<Vec<Migration>, BoxDynError>> {
         Box::pin(async move {
-            self.0
-                .iter()
-                .map(|(name, sql)| {
-                    let (version, rest) = name
-                        .split_once('_')
-                        .ok_or_else(|| format!("{name}: no version"))?;
-                    let description = rest.trim_end_matches(".sql").replace('_', " ");
-                    Ok(Migration::new(
-                        version.parse()?,
-                        Cow::Owned(description),
-                        MigrationType::Simple,
-                        Cow::Borrowed(*sql),
-                        false,
-                    ))
-                })
-                .collect()
+            let all = self.files.iter().map(|(name, sql)| {
+                let (version, rest) = name
+                    .split_once('_')
+                    .ok_or_else(|| format!("{name}: no version"))?;
+                let description = rest.trim_end_matches(".sql").replace('_', " ");
+                Ok(Migration::new(
+                    version.parse()?,
+                    Cow::Owned(description),
+                    MigrationType::Simple,
+                    Cow::Borrowed(*sql),
+                    false,
+                ))
+            });
+            let through = self.through.unwrap_or(i64::MAX);
+            all.filter(|m: &Result<Migration, BoxDynError>| {
+                m.as_ref().map_or(true, |m| m.version <= through)
+            })
+            .collect()
         })
     }
 }
 
 /// The migrator of `backend`.
 pub(crate) async fn migrator(backend: Backend) -> Result<Migrator, sqlx::migrate::MigrateError> {
-    Migrator::new(Embedded(files(backend).to_vec())).await
+    Migrator::new(Embedded {
+        files: files(backend),
+        through: None,
+    })
+    .await
 }
 
 /// The migrator of `backend` that stops after version `last`: the schema
@@ -65,16 +75,11 @@ pub(crate) async fn migrator_through(
     backend: Backend,
     last: i64,
 ) -> Result<Migrator, sqlx::migrate::MigrateError> {
-    let through: Vec<_> = files(backend)
-        .iter()
-        .copied()
-        .filter(|(name, _)| {
-            name.split_once('_')
-                .and_then(|(version, _)| version.parse::<i64>().ok())
-                .is_some_and(|version| version <= last)
-        })
-        .collect();
-    Migrator::new(Embedded(through)).await
+    Migrator::new(Embedded {
+        files: files(backend),
+        through: Some(last),
+    })
+    .await
 }
 
 #[cfg(test)]
