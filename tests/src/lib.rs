@@ -300,6 +300,36 @@ impl TestApp {
                 (db.url.clone(), StoreGuard::Postgres(db))
             }
         };
+        TestApp::serve(backend, url, guard, schema, tweak).await
+    }
+
+    /// The app a new process of the service makes of this one's store:
+    /// new connections, and the store migrated to the current schema as
+    /// the service migrates it when it starts (the upgrade of a store a
+    /// release left, `spawn_released`). This app's connections are
+    /// closed first, as its process would have ended: a SQLite
+    /// connection that read the old schema must not read the new one.
+    pub async fn restarted(self) -> TestApp {
+        let TestApp {
+            store,
+            backend,
+            database_url,
+            _guard,
+            ..
+        } = self;
+        store.close().await;
+        TestApp::serve(backend, database_url, _guard, Schema::Current, |_| {}).await
+    }
+
+    /// Serves the store at `url` (kept by `guard`) after migrating it to
+    /// `schema` and bootstrapping it.
+    async fn serve(
+        backend: Backend,
+        url: String,
+        guard: StoreGuard,
+        schema: Schema,
+        tweak: impl FnOnce(&mut ApiSettings),
+    ) -> TestApp {
         // Wired as `billing::app::open_store` wires the service's.
         let store = Store::connect_with(&url, store_options())
             .await

@@ -175,6 +175,9 @@ async fn claim_and_feed_cost_the_same_whatever_the_backlog() {
             Value::from(now),
             Value::from("{}"),
             Value::from("2xx"),
+            Value::from(200),
+            Value::from(5),
+            Value::from(""),
             Value::from(format!("wat_seed{i:08}")),
             Value::from(app.sandbox.environment_ref.as_str()),
             Value::from(endpoint.as_str()),
@@ -237,8 +240,10 @@ async fn claim_and_feed_cost_the_same_whatever_the_backlog() {
 /// sequential scan per endpoint; the gauge's statement
 /// on PostgreSQL (`recent_outcomes_lateral`), planned generically as a
 /// prepared statement is after a few runs, scans
-/// `webhook_attempts_by_endpoint_status` only, an endpoint without
-/// attempts included.
+/// `webhook_attempts_by_endpoint_status` for rows and
+/// `webhook_deliveries_successes_by_endpoint` for the successes kept on
+/// deliveries (migration 0036) only, an endpoint without attempts
+/// included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_health_gauge_reads_attempts_by_index_whatever_their_spread() {
     let Some(app) = TestApp::spawn_fleet().await else {
@@ -264,6 +269,23 @@ async fn the_health_gauge_reads_attempts_by_index_whatever_their_spread() {
     )
     .await
     .expect("seed");
+    // As many successes again, kept on their deliveries' rows.
+    conn.execute(
+        format!(
+            "INSERT INTO webhook_deliveries (delivery_ref, environment_ref, endpoint_ref, event_ref, \
+             public_event_type, dto_version, status, diagnostic, generation, attempt_count, \
+             last_attempt_at, occurred_at, event_data, match_reasons, body_status, created_at, \
+             updated_at, success_status, success_duration_ms) \
+             SELECT 'wdl_' || e || '_' || i, '{env}', 'we_hot' || e, 'evt_' || e || '_' || i, \
+             'order.created', 1, 'succeeded', 0, 1, 1, 5000 + i, 0, '{{}}', '[]', 'available', \
+             5000 + i, 5000 + i, 200, 1 \
+             FROM generate_series(1, 20) AS e, generate_series(1, 5000) AS i",
+            env = app.sandbox.environment_ref,
+        )
+        .as_str(),
+    )
+    .await
+    .expect("seed kept successes");
     conn.execute("SET session_replication_role = DEFAULT")
         .await
         .expect("foreign keys again");
@@ -272,7 +294,7 @@ async fn the_health_gauge_reads_attempts_by_index_whatever_their_spread() {
     tx.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         .await
         .expect("generic plans");
-    let sql = store::webhooks::deliveries::recent_outcomes_lateral(100);
+    let sql = store::webhooks::attempts::recent_outcomes_lateral(100);
     tx.execute(format!("PREPARE outcomes (text, text, text) AS {sql}").as_str())
         .await
         .expect("prepare");
@@ -284,11 +306,16 @@ async fn the_health_gauge_reads_attempts_by_index_whatever_their_spread() {
     .await
     .expect("explain");
     tx.rollback().await.expect("rollback");
-    let (indexes, buffers) = plan_facts(&plan.0);
+    let (mut indexes, buffers) = plan_facts(&plan.0);
+    indexes.sort();
     assert_eq!(
         indexes,
-        vec!["webhook_attempts_by_endpoint_status"; 2],
-        "two index scans, run once per endpoint, nothing else: {}",
+        [
+            "webhook_attempts_by_endpoint_status",
+            "webhook_attempts_by_endpoint_status",
+            "webhook_deliveries_successes_by_endpoint",
+        ],
+        "three index scans, run once per endpoint, nothing else: {}",
         plan.0
     );
     assert!(

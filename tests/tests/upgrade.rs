@@ -1,11 +1,12 @@
 //! A store of the last release before issue 48's data model (its newest
 //! migration 0031) upgrades with its rows: the migrations after it (an
 //! event's data once per version, room for a row's next version, lists of
-//! failed deliveries only) rewrite no row, so every delivery the release
+//! failed deliveries only, a success kept on its delivery) rewrite no row, so every delivery the release
 //! wrote stays as it was and reads as it did. The rows are written as that
 //! release wrote them: each delivery with its own copy of the event's
 //! data, the body it sent stored, its match reasons stored, its event's
-//! whole scope; then the store is migrated and read through the API, and
+//! whole scope; then the new release starts on the store, migrates it,
+//! and the rows are read through the API, and
 //! a pending delivery and a redriven failed one are delivered from their
 //! own copies.
 
@@ -166,10 +167,8 @@ async fn upgrades_with_every_delivery_readable(app: TestApp) {
     }
     pool.close().await;
 
-    app.store
-        .migrate()
-        .await
-        .expect("the release's store upgrades");
+    // The new release starts on the store and migrates it.
+    let app = app.restarted().await;
 
     for old in [&SUCCEEDED, &FAILED, &PENDING] {
         let delivery = get(

@@ -96,6 +96,29 @@ impl Ref {
         Ref(format!("{}_{}", prefix.as_str(), body))
     }
 
+    /// The reference `seed` always yields, shaped like a generated one:
+    /// the time part from `at` (Unix milliseconds), the rest from the
+    /// SHA-256 of `seed`. For a record kept inside another's row, whose
+    /// reference is derived from that row rather than stored (a delivery's
+    /// kept success, `store::webhooks::attempts`); two seeds share one
+    /// only as two generated references would.
+    pub fn derived(prefix: Prefix, at_millis: i64, seed: &str) -> Ref {
+        use sha2::{Digest, Sha256};
+        let mut body = [0u8; BODY_LEN];
+        base62(
+            (at_millis.max(0) as u64).saturating_mul(100),
+            &mut body[..TIME_LEN],
+        );
+        let digest = Sha256::digest(seed.as_bytes());
+        let mut bits = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+        for slot in &mut body[TIME_LEN..] {
+            *slot = DIGITS[(bits % 62) as usize];
+            bits /= 62;
+        }
+        let body = std::str::from_utf8(&body).expect("base-62 digits are ASCII");
+        Ref(format!("{}_{}", prefix.as_str(), body))
+    }
+
     /// Parses `s` as a reference of kind `prefix`.
     pub fn parse(prefix: Prefix, s: &str) -> Result<Ref, RefError> {
         let expected = prefix.as_str();
@@ -147,6 +170,26 @@ mod tests {
             let r = Ref::generate(*p);
             assert_eq!(Ref::parse(*p, r.as_str()).unwrap(), r);
         }
+    }
+
+    #[test]
+    fn derived_refs_parse_back_and_follow_their_seed() {
+        let at = 1_796_000_000_000;
+        let a = Ref::derived(Prefix::DeliveryAttempt, at, "whd_0000000000001/1");
+        assert_eq!(Ref::parse(Prefix::DeliveryAttempt, a.as_str()).unwrap(), a);
+        assert_eq!(
+            a,
+            Ref::derived(Prefix::DeliveryAttempt, at, "whd_0000000000001/1")
+        );
+        assert_ne!(
+            a,
+            Ref::derived(Prefix::DeliveryAttempt, at, "whd_0000000000001/2")
+        );
+        // Its time part is a generated reference's at the same moment.
+        assert_eq!(
+            &a.as_str()[4..4 + TIME_LEN],
+            &Ref::derived(Prefix::DeliveryAttempt, at, "other").as_str()[4..4 + TIME_LEN]
+        );
     }
 
     #[test]

@@ -47,10 +47,9 @@ pub use dispatch::intake::{EventsWritten, Leased, Leasing};
 pub use dispatch::signals::Wakeups;
 pub use dispatch::{fanout, projection, signals};
 pub use dispatch::{AttemptResult, EventData, EventRecord, Recorded};
+pub use webhooks::attempts::{AttemptRecord, KeptSuccess};
 pub use webhooks::data_profiles::{DataProfileGrantRecord, NewDataProfileGrant, StoredBody};
-pub use webhooks::deliveries::{
-    AttemptRecord, DeliveryFilter, DeliveryRecord, NewDelivery, Payload,
-};
+pub use webhooks::deliveries::{DeliveryFilter, DeliveryRecord, NewDelivery, Payload};
 pub use webhooks::endpoints::{
     EndpointGate, EndpointGates, EndpointRecord, EndpointSettings, NewSecret, StoredSecretVersion,
 };

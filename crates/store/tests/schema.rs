@@ -232,6 +232,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "01e06da5d80a6043b3ddd42f0308718d410f8d779821680a46f4ac1fdd69c20bc4f2c31638af81b4337b22b2f15f5359",
         "01e06da5d80a6043b3ddd42f0308718d410f8d779821680a46f4ac1fdd69c20bc4f2c31638af81b4337b22b2f15f5359",
     ),
+    (
+        "0036_success_kept_on_delivery.sql",
+        "6e04cebb3e6b537cf448723545aedb96a9758fa0dc39b01e56f23219ce925179ebcd3ff3450dad850ee812584059cf65",
+        "6e04cebb3e6b537cf448723545aedb96a9758fa0dc39b01e56f23219ce925179ebcd3ff3450dad850ee812584059cf65",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

@@ -198,6 +198,7 @@ pub(super) async fn redrive_single_and_batch(app: TestApp) {
 
     // Attempts of a delivered one.
     let a = items(&get(&app, &dl(&ds[0], "/attempts")).await);
+    let first = a.clone();
     assert_eq!(a.len(), 1);
     is_ref(&a[0]["attempt_ref"], "wha_");
     assert_eq!(a[0]["delivery_ref"], ds[0].as_str());
@@ -321,6 +322,9 @@ pub(super) async fn redrive_single_and_batch(app: TestApp) {
         })
         .collect();
     assert_eq!(gens, vec![(2, 1), (1, 1)]);
+    // The first generation's success reads as it did before the redrive.
+    assert_eq!(a[1], first[0]);
+    assert_ne!(a[0]["attempt_ref"], a[1]["attempt_ref"]);
     assert_eq!(receiver.count(), 6);
     let page = get(&app, &format!("{}?limit=1", dl(&ds[0], "/attempts"))).await;
     let c = text(&page.data()["next_cursor"]);

@@ -215,6 +215,7 @@ mod tests {
             ordered: false,
             skipped_at: None,
             skip_reason: None,
+            kept_success: None,
         }
     }
 

@@ -1,5 +1,8 @@
 //! Attempt results: each recorded with its delivery's next state in one
-//! unit of work, fenced by the lease that attempted it. On PostgreSQL a
+//! unit of work, fenced by the lease that attempted it. A failure is a row
+//! of `webhook_attempts`; a success without an error stays on its
+//! delivery's row, which the same write rewrites anyway
+//! (`webhooks::attempts`). On PostgreSQL a
 //! small batch (the common case below saturation) is one statement; a
 //! larger one, or one that disables an endpoint or presses on it
 //! (`pressure`), is a transaction.
@@ -131,7 +134,11 @@ impl Dispatch<'_> {
         }
         // One statement per chunk of attempts, never one per attempt: each
         // statement is a round trip to the database.
-        for chunk in recorded.chunks(ATTEMPT_ROWS) {
+        let rows: Vec<&(&AttemptResult, &Ref)> = recorded
+            .iter()
+            .filter(|(r, _)| !r.kept_on_delivery())
+            .collect();
+        for chunk in rows.chunks(ATTEMPT_ROWS) {
             let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
                 .map(|_| format!("({})", marks.list(14)))
@@ -143,7 +150,7 @@ impl Dispatch<'_> {
                 rows.join(", ")
             );
             let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 14);
-            for (r, attempt_ref) in chunk {
+            for &&(r, attempt_ref) in chunk {
                 args.extend::<[Arg; _]>([
                     attempt_ref.as_str().into(),
                     r.delivery_ref.as_str().into(),
@@ -191,9 +198,7 @@ impl Dispatch<'_> {
     ) -> Result<Option<Timestamp>, StoreError> {
         let since = read::scalar_int(
             self.pool(),
-            "SELECT MIN(started_at) FROM webhook_attempts WHERE endpoint_ref = $1 AND status = $2 \
-             AND started_at > COALESCE((SELECT MAX(started_at) FROM webhook_attempts \
-             WHERE endpoint_ref = $1 AND status = $3), -1)",
+            crate::webhooks::attempts::FAILING_SINCE,
             &[
                 endpoint_ref.as_str().into(),
                 AttemptStatus::Failed.as_str().into(),
@@ -259,8 +264,12 @@ fn written_by(owner: &str, now: i64) -> [Arg<'_>; 3] {
 
 /// A result's delivery's next state, as both ways of recording bind it:
 /// reference, generation, status, attempt count, next and last attempt
-/// times, the body sent, the response class.
+/// times, the body sent, the response class; and a success's response
+/// status, duration and body excerpt, which the delivery's row keeps
+/// (nulls for an attempt that is a row of its own,
+/// `AttemptResult::kept_on_delivery`).
 fn next_state(r: &AttemptResult) -> [Arg<'_>; statements::STATE_COLUMNS] {
+    let kept = r.kept_on_delivery();
     [
         r.delivery_ref.as_str().into(),
         (r.generation as i64).into(),
@@ -270,6 +279,9 @@ fn next_state(r: &AttemptResult) -> [Arg<'_>; statements::STATE_COLUMNS] {
         r.started_at.millis().into(),
         r.payload.stored().into(),
         ResponseClass::of(r.response_status).as_str().into(),
+        r.response_status.filter(|_| kept).map(i64::from).into(),
+        kept.then_some(r.duration_ms).into(),
+        r.response_body_excerpt.as_deref().filter(|_| kept).into(),
     ]
 }
 

@@ -310,5 +310,6 @@ fn leased_record(row: &DeliveryRow, now: Timestamp) -> DeliveryRecord {
         ordered: d.ordered,
         skipped_at: None,
         skip_reason: None,
+        kept_success: None,
     }
 }

@@ -384,20 +384,22 @@ pub mod statements {
     /// Bound values per result of `record_states`: the delivery's
     /// reference, generation, next status, attempt count, next attempt
     /// time and last attempt time (the attempt's start), the body sent,
-    /// the response class. `record_small` binds the attempt's reference,
+    /// the response class, and a success's response status, duration and
+    /// body excerpt, which the row keeps (`webhooks::attempts`; null for
+    /// an attempt that is a row). `record_small` binds the attempt's reference,
     /// environment, endpoint, response status, error, body excerpt,
     /// duration and status after them (`RECORD_COLUMNS` in all). After
     /// every result's values: the body status, the time of the write and
     /// the lease's owner.
-    pub const STATE_COLUMNS: usize = 8;
-    pub const RECORD_COLUMNS: usize = 16;
+    pub const STATE_COLUMNS: usize = 11;
+    pub const RECORD_COLUMNS: usize = 19;
     const RECORD_NAMES: &str = "delivery_ref, generation, status, attempt_count, \
-         next_attempt_at, last_attempt_at, payload, last_response_class, attempt_ref, \
-         environment_ref, endpoint_ref, response_status, error, response_body_excerpt, \
-         duration_ms, attempt_status";
+         next_attempt_at, last_attempt_at, payload, last_response_class, success_status, \
+         success_duration_ms, success_excerpt, attempt_ref, environment_ref, endpoint_ref, \
+         response_status, error, response_body_excerpt, duration_ms, attempt_status";
     const RECORD_TYPES: [&str; RECORD_COLUMNS] = [
-        "TEXT", "BIGINT", "TEXT", "BIGINT", "BIGINT", "BIGINT", "TEXT", "TEXT", "TEXT", "TEXT",
-        "TEXT", "BIGINT", "TEXT", "TEXT", "BIGINT", "TEXT",
+        "TEXT", "BIGINT", "TEXT", "BIGINT", "BIGINT", "BIGINT", "TEXT", "TEXT", "BIGINT", "BIGINT",
+        "TEXT", "TEXT", "TEXT", "TEXT", "BIGINT", "TEXT", "TEXT", "BIGINT", "TEXT",
     ];
 
     /// `WITH r (…) AS (VALUES …)` of `n` rows of the first `columns` of
@@ -427,7 +429,9 @@ pub mod statements {
             "UPDATE webhook_deliveries SET status = r.status, \
              attempt_count = r.attempt_count, next_attempt_at = r.next_attempt_at, \
              last_attempt_at = r.last_attempt_at, payload = r.payload, \
-             last_response_class = r.last_response_class, body_status = {body_status}, \
+             last_response_class = r.last_response_class, success_status = r.success_status, \
+             success_duration_ms = r.success_duration_ms, success_excerpt = r.success_excerpt, \
+             body_status = {body_status}, \
              {release}, updated_at = {at}, \
              version = webhook_deliveries.version + 1 \
              FROM r WHERE webhook_deliveries.delivery_ref = r.delivery_ref \
@@ -451,7 +455,8 @@ pub mod statements {
 
     /// PostgreSQL: records `n` attempt results with one statement
     /// (`RECORD_COLUMNS` values each): `record_states`, and an attempt row
-    /// for each delivery so written; returns the references written. Meant
+    /// for each so written that its delivery's row does not keep (every
+    /// one but a success without an error); returns the references written. Meant
     /// for a few results, which the planner looks up by primary key
     /// unprompted (`tests/tests/claim_plans.rs`).
     pub fn record_small(n: usize) -> String {
@@ -465,7 +470,8 @@ pub mod statements {
              SELECT r.attempt_ref, r.delivery_ref, r.environment_ref, r.endpoint_ref, \
              r.generation, r.attempt_count, r.attempt_status, r.response_status, r.error, \
              r.response_body_excerpt, r.duration_ms, r.last_attempt_at, r.next_attempt_at, {at} \
-             FROM r JOIN u ON u.delivery_ref = r.delivery_ref) \
+             FROM r JOIN u ON u.delivery_ref = r.delivery_ref \
+             WHERE r.success_duration_ms IS NULL) \
              SELECT delivery_ref FROM u"
         )
     }

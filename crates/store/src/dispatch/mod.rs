@@ -97,6 +97,14 @@ impl AttemptResult {
     fn releases_key(&self) -> bool {
         self.ordered_key.is_some() && self.delivery_status == DeliveryStatus::Succeeded
     }
+
+    /// Whether its delivery's row keeps it (`webhooks::attempts`) instead
+    /// of a row of its own: a success without an error. A success with one
+    /// (a body that did not end in time) is a row, as every failure is:
+    /// the row keeps no error.
+    fn kept_on_delivery(&self) -> bool {
+        self.status == AttemptStatus::Succeeded && self.error.is_none()
+    }
 }
 
 /// What `Dispatch::record_attempts` wrote.

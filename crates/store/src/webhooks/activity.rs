@@ -5,7 +5,9 @@
 //! deliveries page before an endpoint is chosen). Each is scoped by
 //! environment like every other read, and each is served by indexes:
 //! attempts by `webhook_attempts_by_endpoint_status` (endpoint, status,
-//! started_at), an event's deliveries by the unique key that starts with
+//! started_at) and the successes deliveries keep on their rows by
+//! `webhook_deliveries_successes_by_endpoint` (endpoint, last attempt
+//! time; migration 0036), an event's deliveries by the unique key that starts with
 //! `event_ref`, the environment's by `webhook_deliveries_by_env`
 //! (environment, created_at; migrations 0024, 0035) or, under the
 //! failed status, `webhook_deliveries_failed_by_env` (migration 0034;
@@ -25,6 +27,17 @@ use domain::{Ref, Timestamp};
 pub const DELIVERIES_OF_EVENT: &str =
     "SELECT * FROM webhook_deliveries WHERE event_ref = $1 AND environment_ref = $2 \
      ORDER BY created_at DESC, delivery_ref DESC LIMIT $3";
+
+/// `attempt_activity`'s statement for the successes deliveries keep on
+/// their rows (`webhooks::attempts`): the endpoint (`$1`), from `$2` on,
+/// in buckets of `$3` milliseconds, in the environment `$4`; by
+/// `webhook_deliveries_successes_by_endpoint`, whose predicate is in the
+/// text word for word.
+pub const KEPT_ACTIVITY: &str =
+    "SELECT (last_attempt_at - $2) / $3 AS bucket, COUNT(*) AS attempts, \
+     CAST(SUM(success_duration_ms) AS BIGINT) AS total_ms, MAX(success_duration_ms) AS max_ms \
+     FROM webhook_deliveries WHERE endpoint_ref = $1 AND success_duration_ms IS NOT NULL \
+     AND last_attempt_at >= $2 AND environment_ref = $4 GROUP BY 1";
 
 /// The attempts of one endpoint that started in one time bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -93,6 +106,28 @@ impl Webhooks<'_> {
                     AttemptStatus::Succeeded => b.succeeded += attempts,
                     AttemptStatus::Failed => b.failed += attempts,
                 }
+                b.total_ms += total_ms;
+                b.max_ms = b.max_ms.max(max_ms);
+            }
+        }
+        let args: Vec<Arg> = vec![
+            endpoint_ref.as_str().into(),
+            since.millis().into(),
+            bucket_ms.into(),
+            environment_ref.as_str().into(),
+        ];
+        let kept = read::all(self.pool(), KEPT_ACTIVITY, &args, |row| {
+            Ok((
+                int(row, "bucket")?,
+                int(row, "attempts")?,
+                int(row, "total_ms")?,
+                int(row, "max_ms")?,
+            ))
+        })
+        .await?;
+        for (bucket, attempts, total_ms, max_ms) in kept {
+            if let Some(b) = usize::try_from(bucket).ok().and_then(|i| out.get_mut(i)) {
+                b.succeeded += attempts;
                 b.total_ms += total_ms;
                 b.max_ms = b.max_ms.max(max_ms);
             }

@@ -1,9 +1,10 @@
-//! Deliveries (one notification to one endpoint, in generations) and their
-//! attempts. The API's writes (`create` for a test send, `start_generation`
+//! Deliveries (one notification to one endpoint, in generations); their
+//! attempts are read in `attempts`. The API's writes (`create` for a test send, `start_generation`
 //! for a redrive) take the caller's `WriteTx`; the dispatcher's writes are
 //! in `crate::dispatch`, which shares `mark_url_immutable` and
 //! `delivery_from_row` with them.
 
+use super::attempts::{kept_from_row, write_out_kept, KeptSuccess};
 pub use super::payload::Payload;
 use super::Webhooks;
 use crate::db::codec::to_json;
@@ -12,12 +13,10 @@ use crate::db::page::{fetch_page, Order, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, CellRow, Columns, WriteTx};
 use crate::dispatch::signals::signal_due;
-use crate::resource::{Resource, Scope};
 use crate::StoreError;
 use domain::webhook::event::EventOrder;
-use domain::webhook::{AttemptStatus, BodyStatus, DeliveryStatus, ResponseClass};
+use domain::webhook::{BodyStatus, DeliveryStatus, ResponseClass};
 use domain::{Prefix, Ref, Timestamp};
-use std::collections::HashMap;
 
 /// The predicate of the retention sweep's index of settled deliveries
 /// (`webhook_deliveries_settled`, migration 0017), word for word.
@@ -109,6 +108,10 @@ pub struct DeliveryRecord {
     /// A failed delivery skipped past, releasing its key.
     pub skipped_at: Option<Timestamp>,
     pub skip_reason: Option<String>,
+    /// The current generation's success, kept on the delivery's row
+    /// (`attempts::KeptSuccess`); `None` while it has none, or when it was
+    /// recorded as a row.
+    pub kept_success: Option<KeptSuccess>,
 }
 
 #[derive(Debug, Clone)]
@@ -142,22 +145,6 @@ pub struct NewDelivery {
     pub limited: bool,
 }
 
-#[derive(Debug, Clone)]
-pub struct AttemptRecord {
-    pub attempt_ref: Ref,
-    pub delivery_ref: Ref,
-    pub generation: u32,
-    pub attempt_number: u32,
-    pub status: AttemptStatus,
-    pub response_status: Option<u16>,
-    pub error: Option<String>,
-    pub response_body_excerpt: Option<String>,
-    pub duration_ms: i64,
-    pub started_at: Timestamp,
-    pub next_attempt_at: Option<Timestamp>,
-    pub created_at: Timestamp,
-}
-
 pub(crate) fn delivery_from_row(row: &dyn Columns) -> Result<DeliveryRecord, StoreError> {
     Ok(DeliveryRecord {
         delivery_ref: Ref::from_trusted(text(row, "delivery_ref")?),
@@ -184,33 +171,7 @@ pub(crate) fn delivery_from_row(row: &dyn Columns) -> Result<DeliveryRecord, Sto
         ordered: row.text("ordered_key")?.is_some(),
         skipped_at: opt_ts(row, "skipped_at")?,
         skip_reason: row.text("skip_reason")?,
-    })
-}
-
-impl Resource for AttemptRecord {
-    const TABLE: &'static str = "webhook_attempts";
-    const REF_COLUMN: &'static str = "attempt_ref";
-    const PARENT_COLUMN: Option<&'static str> = Some("delivery_ref");
-
-    fn decode(row: &dyn Columns) -> Result<Self, StoreError> {
-        attempt_from_row(row)
-    }
-}
-
-fn attempt_from_row(row: &dyn Columns) -> Result<AttemptRecord, StoreError> {
-    Ok(AttemptRecord {
-        attempt_ref: Ref::from_trusted(text(row, "attempt_ref")?),
-        delivery_ref: Ref::from_trusted(text(row, "delivery_ref")?),
-        generation: int(row, "generation")? as u32,
-        attempt_number: int(row, "attempt_number")? as u32,
-        status: state(row, "status", AttemptStatus::parse)?,
-        response_status: row.int("response_status")?.map(|s| s as u16),
-        error: row.text("error")?,
-        response_body_excerpt: row.text("response_body_excerpt")?,
-        duration_ms: int(row, "duration_ms")?,
-        started_at: Timestamp::from_millis(int(row, "started_at")?),
-        next_attempt_at: opt_ts(row, "next_attempt_at")?,
-        created_at: Timestamp::from_millis(int(row, "created_at")?),
+        kept_success: kept_from_row(row)?,
     })
 }
 
@@ -243,7 +204,8 @@ pub async fn start_generation(
     let rows = tx
         .fetch(
             "UPDATE webhook_deliveries SET generation = generation + 1, attempt_count = 0, \
-             status = $1, next_attempt_at = $2, updated_at = $3, version = version + 1 \
+             status = $1, next_attempt_at = $2, updated_at = $3, version = version + 1, \
+             success_status = NULL, success_duration_ms = NULL, success_excerpt = NULL \
              WHERE delivery_ref = $4 AND version = $5 RETURNING *",
             &[
                 status.as_str().into(),
@@ -255,6 +217,9 @@ pub async fn start_generation(
         )
         .await?;
     let record = delivery_from_row(rows.first().ok_or(StoreError::Conflict)?)?;
+    // The success the last generation kept on the row is one of its
+    // attempts still: it becomes a row as the row lets go of it.
+    write_out_kept(tx, current).await?;
     if due.is_some() {
         signal_due(tx).await?;
     }
@@ -409,93 +374,6 @@ impl Webhooks<'_> {
         .await
     }
 
-    /// A page of the delivery's attempts, newest first.
-    pub async fn list_attempts(
-        &self,
-        environment_ref: &Ref,
-        delivery_ref: &Ref,
-        page: &PageRequest,
-    ) -> Result<Page<AttemptRecord>, StoreError> {
-        self.0
-            .list(Scope::under(environment_ref, delivery_ref), &[], page)
-            .await
-    }
-
-    /// Outcomes of the endpoint's newest attempts, newest first.
-    pub async fn recent_attempt_outcomes(
-        &self,
-        endpoint_ref: &Ref,
-        limit: u32,
-    ) -> Result<Vec<AttemptStatus>, StoreError> {
-        let mut of = self
-            .recent_attempt_outcomes_of(&[endpoint_ref], limit)
-            .await?;
-        Ok(of.remove(endpoint_ref.as_str()).unwrap_or_default())
-    }
-
-    /// `recent_attempt_outcomes` of each of `endpoints` (those without an
-    /// attempt are left out), in one statement per chunk of endpoints
-    /// rather than one each: per endpoint, the newest of each status are
-    /// merged, each side an index seek on (endpoint_ref, status,
-    /// started_at), so the cost follows the endpoints read, never the
-    /// table's size. On PostgreSQL the statement's text is the same for
-    /// every chunk (`recent_outcomes_lateral`), so it is planned once per
-    /// connection, not once per call.
-    pub async fn recent_attempt_outcomes_of(
-        &self,
-        endpoints: &[&Ref],
-        limit: u32,
-    ) -> Result<HashMap<String, Vec<AttemptStatus>>, StoreError> {
-        let mut outcomes: HashMap<String, Vec<(i64, String, AttemptStatus)>> = HashMap::new();
-        let postgres = self.0.backend() == crate::Backend::Postgres;
-        let chunk_len = if postgres {
-            OUTCOME_ENDPOINTS_LATERAL
-        } else {
-            OUTCOME_ENDPOINTS
-        };
-        for chunk in endpoints.chunks(chunk_len) {
-            let refs_json =
-                postgres.then(|| to_json(&chunk.iter().map(|e| e.as_str()).collect::<Vec<_>>()));
-            let mut args: Vec<Arg> = vec![
-                AttemptStatus::Succeeded.as_str().into(),
-                AttemptStatus::Failed.as_str().into(),
-            ];
-            let sql = if let Some(refs) = &refs_json {
-                args.push(refs.as_str().into());
-                recent_outcomes_lateral(limit)
-            } else {
-                args.extend(chunk.iter().map(|e| Arg::from(e.as_str())));
-                recent_outcomes_sql(chunk.len(), limit)
-            };
-            let rows = read::all(self.pool(), &sql, &args, |r| {
-                let status = state(r, "status", AttemptStatus::parse)?;
-                Ok((
-                    text(r, "endpoint_ref")?,
-                    int(r, "started_at")?,
-                    text(r, "attempt_ref")?,
-                    status,
-                ))
-            })
-            .await?;
-            for (endpoint, started_at, attempt_ref, status) in rows {
-                outcomes
-                    .entry(endpoint)
-                    .or_default()
-                    .push((started_at, attempt_ref, status));
-            }
-        }
-        Ok(outcomes
-            .into_iter()
-            .map(|(endpoint, mut attempts)| {
-                // Newest first; the merge's own order is not kept by the
-                // union around it.
-                attempts.sort_unstable_by(|a, b| (b.0, &b.1).cmp(&(a.0, &a.1)));
-                attempts.truncate(limit as usize);
-                (endpoint, attempts.into_iter().map(|(_, _, s)| s).collect())
-            })
-            .collect())
-    }
-
     /// The status of the endpoint's newest delivery.
     pub async fn latest_delivery_status(
         &self,
@@ -578,15 +456,6 @@ pub(crate) async fn mark_url_immutable(
     Ok(())
 }
 
-/// Endpoints per statement of `recent_attempt_outcomes_of` on SQLite: two
-/// compound terms each inside, one outside, far below SQLite's limit of
-/// 500 terms per compound statement.
-const OUTCOME_ENDPOINTS: usize = 100;
-
-/// Endpoints per statement of `recent_attempt_outcomes_of` on PostgreSQL:
-/// bounds the rows one statement returns (`limit` per endpoint at most).
-const OUTCOME_ENDPOINTS_LATERAL: usize = 1_000;
-
 /// The newest-first order of an endpoint's deliveries.
 const DELIVERY_ORDER: Order<'static> = Order {
     at: "created_at",
@@ -616,54 +485,4 @@ pub fn list_deliveries_sql(
         values.extend([ms.to_string(), format!("'{r}'")]);
     }
     (sql, values)
-}
-
-/// `recent_outcomes_sql` for PostgreSQL, whatever the number of endpoints:
-/// they come as one JSON array of references (`$3`), each joined
-/// laterally to the merge of its newest succeeded (`$1`) and failed (`$2`)
-/// attempts. The text never changes, whatever the endpoints: one whose
-/// text grew with them, two subqueries each, cost the planner more than
-/// the reads it planned, at every chunk of every gauge refresh
-/// (`tests/benches/sql/health_gauge.sh` times both).
-pub fn recent_outcomes_lateral(limit: u32) -> String {
-    let newest = |status: &str| {
-        format!(
-            "(SELECT status, started_at, attempt_ref FROM webhook_attempts \
-             WHERE endpoint_ref = e.endpoint_ref AND status = {status} \
-             ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit})"
-        )
-    };
-    format!(
-        "SELECT e.endpoint_ref, a.status, a.started_at, a.attempt_ref \
-         FROM json_array_elements_text($3::json) AS e (endpoint_ref) \
-         CROSS JOIN LATERAL ({} UNION ALL {} \
-         ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}) AS a",
-        newest("$1"),
-        newest("$2"),
-    )
-}
-
-/// The newest `limit` attempts of each of `n` endpoints (`$3`…), each the
-/// merge of its newest succeeded (`$1`) and failed (`$2`) ones: SQLite's
-/// statement, which has no lateral join.
-pub fn recent_outcomes_sql(n: usize, limit: u32) -> String {
-    let newest = |endpoint: usize, status: &str, alias: &str| {
-        format!(
-            "SELECT * FROM (SELECT endpoint_ref, status, started_at, attempt_ref \
-             FROM webhook_attempts WHERE endpoint_ref = ${endpoint} AND status = {status} \
-             ORDER BY started_at DESC, attempt_ref DESC LIMIT {limit}) AS {alias}"
-        )
-    };
-    (0..n)
-        .map(|i| {
-            let p = i + 3;
-            format!(
-                "SELECT * FROM ({} UNION ALL {} ORDER BY started_at DESC, attempt_ref DESC \
-                 LIMIT {limit}) AS e{i}",
-                newest(p, "$1", &format!("s{i}")),
-                newest(p, "$2", &format!("f{i}")),
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" UNION ALL ")
 }

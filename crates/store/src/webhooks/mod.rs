@@ -16,6 +16,7 @@
 //! domain's enums, not written into the SQL.
 
 pub mod activity;
+pub mod attempts;
 pub mod data_profiles;
 pub mod deliveries;
 pub mod endpoints;

@@ -140,7 +140,7 @@ pub async fn attempts(ctx: &mut Ctx, input: Input) -> Result<Reply, ApiError> {
     let page = ctx
         .store()
         .webhooks()
-        .list_attempts(ctx.env(), &d.delivery_ref, &page)
+        .list_attempts(ctx.env(), &d, &page)
         .await?;
     Ok(Reply::page(
         page,
