@@ -47,14 +47,15 @@
 //!   floor((t - first) / 1 s)) and their most, the most arrivals in any
 //!   sliding 1-s window, requests against distinct events (duplicates), the
 //!   endpoint's health (`effective_rate`, `throttled_until`) sampled every
-//!   second, and the attempts in the store (`count(*)` of
-//!   `webhook_attempts`, `sum(attempt_count)` of `webhook_deliveries`,
-//!   read once no delivery is pending). Goals (the issue's): no second
-//!   above `rate × 1.1` (220 by default), neither a calendar second nor a
-//!   sliding window; all events delivered within `events / rate × 1.25`
-//!   (12.5 s by default: not far below the limit). A contract check too:
-//!   waiting is not an attempt, so both attempt counts equal the requests
-//!   the receiver got (the warm-up's included).
+//!   second, and the attempts in the store (the rows of `webhook_attempts`
+//!   with the successes kept on the rows of `webhook_deliveries`, and
+//!   `sum(attempt_count)` of `webhook_deliveries`, read once no delivery
+//!   is pending). Goals (the issue's): no second above `rate × 1.1` (220
+//!   by default), neither a calendar second nor a sliding window; all
+//!   events delivered within `events / rate × 1.25` (12.5 s by default:
+//!   not far below the limit). A contract check too: waiting is not an
+//!   attempt, so both attempt counts equal the requests the receiver got
+//!   (the warm-up's included).
 //! - `memory`: **the cost of a backlog.** The same layout with one
 //!   dispatcher; one endpoint with `rate_limit` 1 (so almost nothing is
 //!   delivered) and a second one without a limit, paused
@@ -1013,7 +1014,7 @@ async fn rate_run(
         .iter()
         .filter(|(_, e)| !refs.contains(e) && *e != warm_ref)
         .count();
-    let attempts = count(&mut stack.db, "SELECT count(*) FROM webhook_attempts").await?;
+    let attempts = count(&mut stack.db, billing_tests::ATTEMPTS_RECORDED_SQL).await?;
     let attempt_counts = count(
         &mut stack.db,
         "SELECT COALESCE(sum(attempt_count), 0)::BIGINT FROM webhook_deliveries",
@@ -1094,8 +1095,8 @@ async fn rate_run(
         label,
         "attempts in the store",
         format!(
-            "{} rows in webhook_attempts, sum(attempt_count) {}; {} requests received \
-             (warm-up included)",
+            "{} attempts (rows of webhook_attempts and kept successes), \
+             sum(attempt_count) {}; {} requests received (warm-up included)",
             thousands(attempts as u64),
             thousands(attempt_counts as u64),
             thousands(all_requests)
@@ -1375,7 +1376,7 @@ async fn memory_run(
         .fetch_one(&mut stack.db)
         .await
         .map_err(|e| e.to_string())?;
-    let attempts = count(&mut stack.db, "SELECT count(*) FROM webhook_attempts").await?;
+    let attempts = count(&mut stack.db, billing_tests::ATTEMPTS_RECORDED_SQL).await?;
     let attempt_counts = count(
         &mut stack.db,
         "SELECT COALESCE(sum(attempt_count), 0)::BIGINT FROM webhook_deliveries",
@@ -1581,8 +1582,8 @@ async fn memory_run(
         label,
         "attempts in the store",
         format!(
-            "{} rows in webhook_attempts, sum(attempt_count) {}; {} requests received \
-             (warm-up included)",
+            "{} attempts (rows of webhook_attempts and kept successes), \
+             sum(attempt_count) {}; {} requests received (warm-up included)",
             thousands(attempts as u64),
             thousands(attempt_counts as u64),
             thousands(all_requests)

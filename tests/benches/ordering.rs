@@ -806,7 +806,7 @@ async fn measure(
     .fetch_all(&mut *db)
     .await
     .map_err(|e| e.to_string())?;
-    let attempts = count(db, "SELECT count(*) FROM webhook_attempts").await?;
+    let attempts = count(db, billing_tests::ATTEMPTS_RECORDED_SQL).await?;
     let requests = book.arrivals.len() as u64;
     let t = |at: Instant| at.saturating_duration_since(published.first).as_secs_f64();
     println!(

@@ -61,8 +61,9 @@
 //! `succeeded` (a delivery redriven twice would be in generation 3); the
 //! receiver saw each of them succeed once (a repeat in the same
 //! generation, an attempt whose result the SIGKILL lost, is at-least-once
-//! delivery and is counted apart, with the store's attempts of generation
-//! 2).
+//! delivery and is counted apart, with the deliveries that have more than
+//! one attempt of generation 2 in the store: rows of `webhook_attempts`
+//! and the success kept on the delivery's row).
 //!
 //! Goals (the issue's): the job redrives at `redrive.rate` (here: at least
 //! 90 % of it while it runs, never above it by more than 5 %), each
@@ -942,8 +943,11 @@ async fn fleet_phase(
     .map_err(|e| e.to_string())?;
     let repeated_attempts = count(
         &mut db,
-        "SELECT COUNT(*) FROM (SELECT delivery_ref FROM webhook_attempts WHERE endpoint_ref = $1 \
-         AND generation = 2 GROUP BY delivery_ref HAVING COUNT(*) > 1) AS r",
+        "SELECT COUNT(*) FROM (SELECT delivery_ref FROM (\
+         SELECT delivery_ref FROM webhook_attempts WHERE endpoint_ref = $1 AND generation = 2 \
+         UNION ALL SELECT delivery_ref FROM webhook_deliveries WHERE endpoint_ref = $1 \
+         AND generation = 2 AND success_duration_ms IS NOT NULL) AS a \
+         GROUP BY delivery_ref HAVING COUNT(*) > 1) AS r",
         &failing_ep,
     )
     .await?;

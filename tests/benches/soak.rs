@@ -1887,7 +1887,10 @@ async fn failing_deliveries(
 }
 
 /// Per attempt number (2..), the shortest and median gap from the previous
-/// attempt's start, in ms, over the failing endpoints' deliveries.
+/// attempt's start, in ms, over the failing endpoints' deliveries: their
+/// rows of `webhook_attempts` and the successes kept on the deliveries'
+/// own rows (the attempt's number is the delivery's `attempt_count`, its
+/// start its `last_attempt_at`).
 async fn retry_gaps(
     db: &mut PgConnection,
     refs: &[String],
@@ -1897,7 +1900,11 @@ async fn retry_gaps(
                 percentile_cont(0.5) WITHIN GROUP (ORDER BY gap) \
          FROM (SELECT attempt_number, started_at - lag(started_at) OVER \
                  (PARTITION BY delivery_ref, generation ORDER BY attempt_number) AS gap \
-               FROM webhook_attempts WHERE endpoint_ref = ANY($1)) g \
+               FROM (SELECT delivery_ref, generation, attempt_number, started_at \
+                     FROM webhook_attempts WHERE endpoint_ref = ANY($1) \
+                     UNION ALL SELECT delivery_ref, generation, attempt_count, last_attempt_at \
+                     FROM webhook_deliveries \
+                     WHERE endpoint_ref = ANY($1) AND success_duration_ms IS NOT NULL) a) g \
          WHERE gap IS NOT NULL GROUP BY attempt_number ORDER BY attempt_number",
     )
     .bind(refs)

@@ -121,6 +121,12 @@ pub fn fleet_or_say(notice: &Once, services: &str) -> bool {
 /// The RabbitMQ broker of the fleet tests.
 pub const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
+/// The attempts a store recorded, for a count to compare with the requests
+/// a receiver got: the rows of `webhook_attempts` and the successes kept
+/// on their deliveries' rows (`store::webhooks::attempts`).
+pub const ATTEMPTS_RECORDED_SQL: &str = "SELECT (SELECT count(*) FROM webhook_attempts) + \
+     (SELECT count(*) FROM webhook_deliveries WHERE success_duration_ms IS NOT NULL)";
+
 /// A fleet test's own queues on `billing.events` and a broker connection
 /// to inspect them. Every queue bound to `billing.events` with `#` sees
 /// every test's events; those of other tests' environments match no

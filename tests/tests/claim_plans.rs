@@ -13,7 +13,7 @@
 //! Runs with `BILLING_TEST_FLEET=1` only (PostgreSQL).
 
 use billing_tests::TestApp;
-use serde_json::Value;
+use serde_json::{json, Value};
 use sqlx::{Connection, Executor, PgConnection};
 use store::dispatch::statements;
 
@@ -323,6 +323,40 @@ async fn the_health_gauge_reads_attempts_by_index_whatever_their_spread() {
         "a read of 100 attempts touched {buffers} buffers: {}",
         plan.0
     );
+
+    // When the endpoint's run of failures began, and its successes per
+    // chart bucket: the kept ones by their index too, never a scan.
+    let failing_since = explain_in(
+        &mut conn,
+        None,
+        store::webhooks::attempts::FAILING_SINCE,
+        &[json!("we_hot7"), json!("failed"), json!("succeeded")],
+    )
+    .await;
+    let activity = explain_in(
+        &mut conn,
+        None,
+        store::webhooks::activity::KEPT_ACTIVITY,
+        &[
+            json!("we_hot7"),
+            json!(9_900),
+            json!(60_000),
+            json!(app.sandbox.environment_ref.as_str()),
+        ],
+    )
+    .await;
+    for (name, plan, most) in [
+        ("failing since", &failing_since, 40),
+        ("activity", &activity, 40),
+    ] {
+        let (indexes, buffers) = plan_facts(plan);
+        assert!(
+            indexes.contains(&"webhook_deliveries_successes_by_endpoint".to_owned())
+                && !indexes.iter().any(|i| i == "Seq Scan"),
+            "{name} must read kept successes by their index: {indexes:?}: {plan}"
+        );
+        assert!(buffers <= most, "{name} touched {buffers} buffers: {plan}");
+    }
 }
 
 /// The release of ordered deliveries (contract 13.1) reads a key's live
