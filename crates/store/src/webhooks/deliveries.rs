@@ -1,8 +1,8 @@
 //! Deliveries (one notification to one endpoint, in generations); their
-//! attempts are read in `attempts`. The API's writes (`create` for a test send, `start_generation`
-//! for a redrive) take the caller's `WriteTx`; the dispatcher's writes are
-//! in `crate::dispatch`, which shares `mark_url_immutable` and
-//! `delivery_from_row` with them.
+//! attempts are read in `attempts`. The API's writes (`create` for a test
+//! send, `start_generation` for a redrive) take the caller's `WriteTx`;
+//! the dispatcher's writes are in `crate::dispatch`, which shares
+//! `mark_url_immutable` and `delivery_from_row` with them.
 
 use super::attempts::{kept_from_row, write_out_kept, KeptSuccess};
 pub use super::payload::Payload;
