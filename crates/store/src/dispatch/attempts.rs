@@ -2,10 +2,9 @@
 //! unit of work, fenced by the lease that attempted it. A failure is a row
 //! of `webhook_attempts`; a success without an error stays on its
 //! delivery's row, which the same write rewrites anyway
-//! (`webhooks::attempts`). On PostgreSQL a
-//! small batch (the common case below saturation) is one statement; a
-//! larger one, or one that disables an endpoint or presses on it
-//! (`pressure`), is a transaction.
+//! (`webhooks::attempts`). On PostgreSQL a small batch (the common case
+//! below saturation) is one statement; a larger one, or one that disables
+//! an endpoint or presses on it (`pressure`), is a transaction.
 
 use super::statements;
 use super::*;
@@ -134,11 +133,11 @@ impl Dispatch<'_> {
         }
         // One statement per chunk of attempts, never one per attempt: each
         // statement is a round trip to the database.
-        let rows: Vec<&(&AttemptResult, &Ref)> = recorded
+        let own_rows: Vec<&(&AttemptResult, &Ref)> = recorded
             .iter()
             .filter(|(r, _)| !r.kept_on_delivery())
             .collect();
-        for chunk in rows.chunks(ATTEMPT_ROWS) {
+        for chunk in own_rows.chunks(ATTEMPT_ROWS) {
             let mut marks = Marks::new(self.backend());
             let rows: Vec<String> = (0..chunk.len())
                 .map(|_| format!("({})", marks.list(14)))
