@@ -624,6 +624,15 @@ impl TestApp {
             .expect("database")
     }
 
+    /// The one integer `sql` selects (a `COUNT(*)`), read on a connection
+    /// of its own: for rows no API shows.
+    pub async fn count(&self, sql: &str) -> i64 {
+        let pool = self.raw_pool().await;
+        let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.expect("count");
+        pool.close().await;
+        n
+    }
+
     /// Waits (at most `secs` seconds) until `receiver` got `n` distinct
     /// deliveries and the pipeline is [`TestApp::idle`] (each delivery
     /// recorded, so that none is taken again), and shuts `dispatchers` down (each

@@ -34,13 +34,6 @@ async fn texts(app: &TestApp, sql: &str) -> Vec<Option<String>> {
     rows
 }
 
-async fn count(app: &TestApp, sql: &str) -> i64 {
-    let pool = app.raw_pool().await;
-    let n: i64 = sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap();
-    pool.close().await;
-    n
-}
-
 /// The `data` of the one body `receiver` got.
 fn data_received(receiver: &TestReceiver) -> Value {
     let got = receiver.received();
@@ -64,7 +57,7 @@ async fn a_fan_out_keeps_one_copy_per_version_and_each_endpoint_its_data(app: Te
     let event = app.publish("payment.succeeded", payment()).await;
 
     let copies = format!("SELECT COUNT(*) FROM webhook_event_data WHERE event_ref = '{event}'");
-    assert_eq!(count(&app, &copies).await, 2, "one copy per dto version");
+    assert_eq!(app.count(&copies).await, 2, "one copy per dto version");
     let stored = format!("SELECT data FROM webhook_event_data WHERE event_ref = '{event}'");
     for copy in texts(&app, &stored).await.into_iter().flatten() {
         let data = store::dispatch::event_copy::unpack(&copy);
@@ -80,7 +73,7 @@ async fn a_fan_out_keeps_one_copy_per_version_and_each_endpoint_its_data(app: Te
     let own = format!(
         "SELECT COUNT(*) FROM webhook_deliveries WHERE event_ref = '{event}' AND event_data <> ''"
     );
-    assert_eq!(count(&app, &own).await, 0, "no delivery keeps its own");
+    assert_eq!(app.count(&own).await, 0, "no delivery keeps its own");
 
     app.dispatch_due("0s").await;
     let sent = shaped();
@@ -99,7 +92,7 @@ async fn a_fan_out_keeps_one_copy_per_version_and_each_endpoint_its_data(app: Te
     dispatcher::retention::sweep(&app.store, &policy, later)
         .await
         .expect("the sweep runs");
-    assert_eq!(count(&app, &copies).await, 0, "gone with their event");
+    assert_eq!(app.count(&copies).await, 0, "gone with their event");
 }
 
 async fn a_delivery_written_with_its_own_copy_is_delivered_from_it(app: TestApp) {

@@ -54,13 +54,6 @@ async fn write_one<T: Send + 'static>(
         .unwrap()
 }
 
-async fn count(app: &TestApp, sql: &str) -> i64 {
-    let pool = app.raw_pool().await;
-    let (n,): (i64,) = sqlx::query_as(sql).fetch_one(&pool).await.expect("count");
-    pool.close().await;
-    n
-}
-
 /// 300 concurrent callers, each of 100 events sent three times: every
 /// caller is answered, each event is new for exactly one of its callers,
 /// and each is stored once with its one delivery.
@@ -84,12 +77,12 @@ async fn concurrent_callers_are_each_answered_once_committed(app: TestApp) {
     }
     assert_eq!(new.len(), 100);
     assert!(new.values().all(|n| *n == 1), "{new:?}");
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM events").await, 100);
+    assert_eq!(app.count("SELECT COUNT(*) FROM events").await, 100);
     let deliveries = format!(
         "SELECT COUNT(*) FROM webhook_deliveries WHERE endpoint_ref = '{endpoint}' \
          AND status = 'pending' AND lease_owner IS NULL"
     );
-    assert_eq!(count(&app, &deliveries).await, 100);
+    assert_eq!(app.count(&deliveries).await, 100);
 }
 
 /// A room that counts its return (its drop), as a dispatcher's slots do.
@@ -166,7 +159,7 @@ async fn only_deliveries_given_room_are_born_leased(app: TestApp) {
             "SELECT COUNT(*) FROM webhook_event_data WHERE event_ref = '{}'",
             e.event_ref
         );
-        assert_eq!(count(&app, &copies).await, 1, "round {round}");
+        assert_eq!(app.count(&copies).await, 1, "round {round}");
         let now = domain::Timestamp::now();
         let claimed = app
             .store
@@ -188,13 +181,10 @@ async fn only_deliveries_given_room_are_born_leased(app: TestApp) {
         assert!(again.new.is_empty() && again.leased.is_empty() && again.left_due.is_empty());
         assert_eq!(held(), 1, "no room kept for a duplicate");
         assert_eq!(
-            count(
-                &app,
-                &format!(
-                    "SELECT COUNT(*) FROM webhook_deliveries WHERE event_ref = '{}'",
-                    e.event_ref
-                )
-            )
+            app.count(&format!(
+                "SELECT COUNT(*) FROM webhook_deliveries WHERE event_ref = '{}'",
+                e.event_ref
+            ))
             .await,
             2
         );

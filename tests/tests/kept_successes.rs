@@ -14,13 +14,6 @@ use domain::webhook::AttemptStatus::{Failed, Succeeded};
 use domain::{Prefix, Ref, Timestamp};
 use serde_json::{json, Value};
 
-async fn count(app: &TestApp, sql: &str) -> i64 {
-    let pool = app.raw_pool().await;
-    let n: i64 = sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap();
-    pool.close().await;
-    n
-}
-
 fn attempts_path(delivery: &str) -> String {
     format!("/api/v1/webhook_deliveries/{delivery}/attempts")
 }
@@ -65,16 +58,12 @@ async fn a_success_after_a_failure_is_kept_on_its_delivery(app: TestApp) {
 
     // The failure is a row; the success is not.
     let rows = format!("SELECT COUNT(*) FROM webhook_attempts WHERE delivery_ref = '{delivery}'");
-    assert_eq!(count(&app, &rows).await, 1, "the failure alone is a row");
+    assert_eq!(app.count(&rows).await, 1, "the failure alone is a row");
     let kept = format!(
         "SELECT COUNT(*) FROM webhook_deliveries WHERE delivery_ref = '{delivery}' \
          AND success_status = 200 AND success_duration_ms IS NOT NULL"
     );
-    assert_eq!(
-        count(&app, &kept).await,
-        1,
-        "the success is on the delivery"
-    );
+    assert_eq!(app.count(&kept).await, 1, "the success is on the delivery");
 
     // Listed newest first, whole or a page at a time.
     let whole = items(&get(&app, &attempts_path(&delivery)).await);
@@ -162,16 +151,12 @@ async fn a_redrive_writes_the_kept_success_out_first(app: TestApp) {
     .await
     .expect(200);
     let rows = format!("SELECT COUNT(*) FROM webhook_attempts WHERE delivery_ref = '{delivery}'");
-    assert_eq!(count(&app, &rows).await, 1, "written out as a row");
+    assert_eq!(app.count(&rows).await, 1, "written out as a row");
     let kept = format!(
         "SELECT COUNT(*) FROM webhook_deliveries WHERE delivery_ref = '{delivery}' \
          AND success_duration_ms IS NOT NULL"
     );
-    assert_eq!(
-        count(&app, &kept).await,
-        0,
-        "no longer kept on the delivery"
-    );
+    assert_eq!(app.count(&kept).await, 0, "no longer kept on the delivery");
     assert_eq!(items(&get(&app, &attempts_path(&delivery)).await), before);
 
     assert_eq!(app.dispatch_due("0s,1h").await.attempted, 1);

@@ -42,13 +42,6 @@ async fn sweep_at(app: &TestApp, policy: &RetentionPolicy, now: Timestamp) -> Ve
         .collect()
 }
 
-async fn count(app: &TestApp, sql: &str) -> i64 {
-    let pool = app.raw_pool().await;
-    let n: i64 = sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap();
-    pool.close().await;
-    n
-}
-
 /// Waits until the endpoint has a delivery in `status`; returns it.
 async fn one_in(app: &TestApp, endpoint: &str, status: &str) -> Value {
     deliveries(app, endpoint)
@@ -120,7 +113,7 @@ async fn settled_deliveries_and_their_events_go_while_live_work_and_billing_stay
             .await
             .expect_error(404, "not_found");
         let attempts = format!("SELECT COUNT(*) FROM webhook_attempts WHERE delivery_ref = '{d}'");
-        assert_eq!(count(&app, &attempts).await, 0, "its attempts went with it");
+        assert_eq!(app.count(&attempts).await, 0, "its attempts went with it");
     }
     let listed: Vec<Value> = deliveries(&app, &ok_ep).await;
     assert_eq!(
@@ -144,12 +137,12 @@ async fn settled_deliveries_and_their_events_go_while_live_work_and_billing_stay
     }
     let events = |e: &str| format!("SELECT COUNT(*) FROM events WHERE event_ref = '{e}'");
     assert_eq!(
-        count(&app, &events(&first)).await,
+        app.count(&events(&first)).await,
         1,
         "its held delivery keeps it"
     );
-    assert_eq!(count(&app, &events(&live)).await, 1, "live work keeps it");
-    assert_eq!(count(&app, &events(&unsubscribed)).await, 0);
+    assert_eq!(app.count(&events(&live)).await, 1, "live work keeps it");
+    assert_eq!(app.count(&events(&unsubscribed)).await, 0);
     app.get(&format!("/api/v1/products/{product_ref}"))
         .send()
         .await
@@ -190,15 +183,11 @@ async fn bodies_past_their_retention_are_gone_from_disk(app: TestApp) {
     let body = get(&app, &format!("/api/v1/webhook_deliveries/{d}/body")).await;
     assert_eq!(body.data()["body_status"], "available");
     let stored = format!("SELECT COUNT(*) FROM webhook_deliveries WHERE delivery_ref = '{d}' AND payload IS NOT NULL");
-    assert_eq!(count(&app, &stored).await, 1);
+    assert_eq!(app.count(&stored).await, 1);
 
     let swept = sweep_at(&app, &policy(DAY, HOUR), after(2 * HOUR)).await;
     assert_eq!(swept, [("bodies".to_owned(), 1)]);
-    assert_eq!(
-        count(&app, &stored).await,
-        0,
-        "the payload's bytes are gone"
-    );
+    assert_eq!(app.count(&stored).await, 0, "the payload's bytes are gone");
     let body = get(&app, &format!("/api/v1/webhook_deliveries/{d}/body")).await;
     assert_eq!(body.data()["body_status"], "expired");
     assert_eq!(body.data()["payload"], Value::Null);
@@ -273,10 +262,10 @@ async fn two_sweepers_delete_each_row_once(app: TestApp) {
         "{a:?} {b:?}"
     );
     assert_eq!(
-        count(&app, "SELECT COUNT(*) FROM webhook_deliveries").await,
+        app.count("SELECT COUNT(*) FROM webhook_deliveries").await,
         0
     );
-    assert_eq!(count(&app, "SELECT COUNT(*) FROM events").await, 0);
+    assert_eq!(app.count("SELECT COUNT(*) FROM events").await, 0);
     other.close().await;
 }
 
@@ -310,7 +299,7 @@ async fn a_pass_goes_on_from_where_its_last_batch_reached(app: TestApp) {
     assert_eq!(rest.deleted[0], (RetentionKind::Deliveries, 2));
     assert!(!rest.full);
     assert_eq!(
-        count(&app, "SELECT COUNT(*) FROM webhook_deliveries").await,
+        app.count("SELECT COUNT(*) FROM webhook_deliveries").await,
         0
     );
 }
