@@ -17,7 +17,7 @@ use super::deliveries::{delivery_from_row, DeliveryFilter};
 use super::Webhooks;
 use crate::db::page::{Page, PageRequest};
 use crate::db::read;
-use crate::db::tx::{int, Arg};
+use crate::db::tx::{int, Arg, Columns};
 use crate::{DeliveryRecord, StoreError};
 use domain::webhook::AttemptStatus;
 use domain::{Ref, Timestamp};
@@ -38,6 +38,35 @@ pub const KEPT_ACTIVITY: &str =
      CAST(SUM(success_duration_ms) AS BIGINT) AS total_ms, MAX(success_duration_ms) AS max_ms \
      FROM webhook_deliveries WHERE endpoint_ref = $1 AND success_duration_ms IS NOT NULL \
      AND last_attempt_at >= $2 AND environment_ref = $4 GROUP BY 1";
+
+/// One row of `attempt_activity`'s statements: a bucket's index, its
+/// attempts, the sum and the longest of their durations.
+type BucketSums = (i64, i64, i64, i64);
+
+fn bucket_sums(row: &dyn Columns) -> Result<BucketSums, StoreError> {
+    Ok((
+        int(row, "bucket")?,
+        int(row, "attempts")?,
+        int(row, "total_ms")?,
+        int(row, "max_ms")?,
+    ))
+}
+
+/// Adds attempts that ended in `status` into their buckets; those past the
+/// last bucket are left out.
+fn add_sums(out: &mut [ActivityBucket], rows: Vec<BucketSums>, status: AttemptStatus) {
+    for (bucket, attempts, total_ms, max_ms) in rows {
+        let Some(b) = usize::try_from(bucket).ok().and_then(|i| out.get_mut(i)) else {
+            continue;
+        };
+        match status {
+            AttemptStatus::Succeeded => b.succeeded += attempts,
+            AttemptStatus::Failed => b.failed += attempts,
+        }
+        b.total_ms += total_ms;
+        b.max_ms = b.max_ms.max(max_ms);
+    }
+}
 
 /// The attempts of one endpoint that started in one time bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -88,27 +117,10 @@ impl Webhooks<'_> {
                  WHERE endpoint_ref = $1 AND status = $2 AND started_at >= $3 \
                  AND environment_ref = $5 GROUP BY 1",
                 &args,
-                |row| {
-                    Ok((
-                        int(row, "bucket")?,
-                        int(row, "attempts")?,
-                        int(row, "total_ms")?,
-                        int(row, "max_ms")?,
-                    ))
-                },
+                bucket_sums,
             )
             .await?;
-            for (bucket, attempts, total_ms, max_ms) in rows {
-                let Some(b) = usize::try_from(bucket).ok().and_then(|i| out.get_mut(i)) else {
-                    continue;
-                };
-                match status {
-                    AttemptStatus::Succeeded => b.succeeded += attempts,
-                    AttemptStatus::Failed => b.failed += attempts,
-                }
-                b.total_ms += total_ms;
-                b.max_ms = b.max_ms.max(max_ms);
-            }
+            add_sums(&mut out, rows, status);
         }
         let args: Vec<Arg> = vec![
             endpoint_ref.as_str().into(),
@@ -116,22 +128,8 @@ impl Webhooks<'_> {
             bucket_ms.into(),
             environment_ref.as_str().into(),
         ];
-        let kept = read::all(self.pool(), KEPT_ACTIVITY, &args, |row| {
-            Ok((
-                int(row, "bucket")?,
-                int(row, "attempts")?,
-                int(row, "total_ms")?,
-                int(row, "max_ms")?,
-            ))
-        })
-        .await?;
-        for (bucket, attempts, total_ms, max_ms) in kept {
-            if let Some(b) = usize::try_from(bucket).ok().and_then(|i| out.get_mut(i)) {
-                b.succeeded += attempts;
-                b.total_ms += total_ms;
-                b.max_ms = b.max_ms.max(max_ms);
-            }
-        }
+        let kept = read::all(self.pool(), KEPT_ACTIVITY, &args, bucket_sums).await?;
+        add_sums(&mut out, kept, AttemptStatus::Succeeded);
         Ok(out)
     }
 
