@@ -62,8 +62,10 @@ impl Dispatch<'_> {
         if unique.is_empty() {
             return Ok(Recorded::default());
         }
-        let attempt_refs: Vec<Ref> = (0..unique.len())
-            .map(|_| Ref::generate(Prefix::DeliveryAttempt))
+        // A reference for each attempt that will be a row of its own.
+        let attempt_refs: Vec<Option<Ref>> = unique
+            .iter()
+            .map(|r| (!r.kept_on_delivery()).then(|| Ref::generate(Prefix::DeliveryAttempt)))
             .collect();
         if self.backend() == Backend::Postgres
             && unique.len() <= ONE_STATEMENT_ROWS
@@ -83,7 +85,7 @@ impl Dispatch<'_> {
         }
         let mut tx = self.begin_write().await?;
         by_primary_key(&mut tx, self.backend()).await?;
-        let mut recorded: Vec<(&AttemptResult, &Ref)> = Vec::with_capacity(unique.len());
+        let mut recorded: Vec<(&AttemptResult, &Option<Ref>)> = Vec::with_capacity(unique.len());
         for (chunk, refs) in unique
             .chunks(UPDATE_ROWS)
             .zip(attempt_refs.chunks(UPDATE_ROWS))
@@ -133,9 +135,9 @@ impl Dispatch<'_> {
         }
         // One statement per chunk of attempts, never one per attempt: each
         // statement is a round trip to the database.
-        let own_rows: Vec<&(&AttemptResult, &Ref)> = recorded
+        let own_rows: Vec<(&AttemptResult, &Ref)> = recorded
             .iter()
-            .filter(|(r, _)| !r.kept_on_delivery())
+            .filter_map(|&(r, attempt_ref)| Some((r, attempt_ref.as_ref()?)))
             .collect();
         for chunk in own_rows.chunks(ATTEMPT_ROWS) {
             let mut marks = Marks::new(self.backend());
@@ -149,7 +151,7 @@ impl Dispatch<'_> {
                 rows.join(", ")
             );
             let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * 14);
-            for &&(r, attempt_ref) in chunk {
+            for &(r, attempt_ref) in chunk {
                 args.extend::<[Arg; _]>([
                     attempt_ref.as_str().into(),
                     r.delivery_ref.as_str().into(),
@@ -215,17 +217,18 @@ impl Dispatch<'_> {
 /// being told to (`by_primary_key`).
 const ONE_STATEMENT_ROWS: usize = 8;
 
-/// PostgreSQL: records `results` (each with its attempt reference) with
-/// one statement, committed on its own: the deliveries' next states where
-/// `owner` still holds the lease of that generation, and an attempt row
-/// for each delivery so written. One round trip instead of a
+/// PostgreSQL: records `results` (each with its attempt reference, if it
+/// is to be a row of its own) with one statement, committed on its own:
+/// the deliveries' next states where `owner` still holds the lease of that
+/// generation, and an attempt row for each so written that its delivery's
+/// row does not keep. One round trip instead of a
 /// transaction's five; a statement is atomic, so the rule of one unit of
 /// work holds. Returns how many were recorded.
 async fn record_in_one_statement(
     store: &crate::Store,
     owner: &str,
     results: &[&AttemptResult],
-    attempt_refs: &[Ref],
+    attempt_refs: &[Option<Ref>],
     now: i64,
 ) -> Result<usize, StoreError> {
     const COLUMNS: usize = statements::RECORD_COLUMNS;
@@ -234,7 +237,7 @@ async fn record_in_one_statement(
     for (r, attempt_ref) in results.iter().zip(attempt_refs) {
         args.extend(next_state(r));
         args.extend::<[Arg; _]>([
-            attempt_ref.as_str().into(),
+            attempt_ref.as_ref().map(Ref::as_str).into(),
             r.environment_ref.as_str().into(),
             r.endpoint_ref.as_str().into(),
             r.response_status.map(i64::from).into(),
