@@ -2,7 +2,7 @@
 """Builds markdown tables (per delivery) from results/*.csv."""
 import csv, glob, os
 R = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'results')
-order = ['A', 'D', 'B100', 'B60', 'B40', 'B60fk', 'C100', 'C60', 'C40', 'A_fail', 'B100_fail', 'B60_fail', 'C100_fail', 'C60_fail']
+order = ['A', 'D', 'B100', 'B60', 'B40', 'B60fk', 'C100', 'C60', 'C40', 'A_fail', 'B100_fail', 'B60_fail', 'C100_fail', 'C60_fail', 'W', 'W_fail']
 summ = {}
 for f in glob.glob(f'{R}/*.summary.csv'):
     for row in csv.DictReader(open(f)):

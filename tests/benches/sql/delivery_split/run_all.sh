@@ -6,7 +6,10 @@
 # `webhook_deliveries` as migrated; B moves the changing columns (and the
 # indexes that name them) to a state table; C keeps the failed lists on
 # the immutable table under a column set only on failure; D is A without
-# any index that names a changing column (a lower bound, not a design).
+# any index that names a changing column (a lower bound, not a design); W
+# is A's table with each row inserted in its settled state, no lease and no
+# settle, as a dispatcher that attempts before it writes would (measured
+# on migration 0036's schema, docs/performance.md, nineteenth stop).
 # Every design replays 10,000 deliveries (NB batches of BS rows): insert,
 # lease, settle, each its own transaction per batch. WAL is counted per
 # relation from pg_walinspect's block references (other databases may
@@ -33,6 +36,8 @@ export NB=${NB:-100} BS=${BS:-100}
 ./run_one.sh B60_fail  split  failed design_B.sql -v state_ff=60  -v state_fk=0
 ./run_one.sh C100_fail splitc failed design_C.sql -v state_ff=100
 ./run_one.sh C60_fail  splitc failed design_C.sql -v state_ff=60
+./run_one.sh W      born   succeeded design_W.sql
+./run_one.sh W_fail born   failed    design_W.sql
 # extra: lower state fillfactor so that every lease update fits HOT
 ./run_one.sh B40  split  succeeded design_B.sql -v state_ff=40 -v state_fk=0
 ./run_one.sh C40  splitc succeeded design_C.sql -v state_ff=40

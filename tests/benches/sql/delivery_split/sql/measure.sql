@@ -8,8 +8,8 @@ CREATE TEMP TABLE rels AS
 WITH t AS (
   SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
   WHERE c.relkind = 'r' AND (
-        (:'kind' = 'single' AND n.nspname = 'public' AND c.relname = 'webhook_deliveries')
-     OR (:'kind' <> 'single' AND n.nspname = 'split'))
+        (:'kind' IN ('single', 'born') AND n.nspname = 'public' AND c.relname = 'webhook_deliveries')
+     OR (:'kind' NOT IN ('single', 'born') AND n.nspname = 'split'))
 ), r AS (
   SELECT oid, 'heap' AS role, 0 AS ord FROM t
   UNION ALL SELECT i.indexrelid, 'index', 1 FROM pg_index i JOIN t ON t.oid = i.indrelid
