@@ -127,6 +127,17 @@ pub const BROKER: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 pub const ATTEMPTS_RECORDED_SQL: &str = "SELECT (SELECT count(*) FROM webhook_attempts) + \
      (SELECT count(*) FROM webhook_deliveries WHERE success_duration_ms IS NOT NULL)";
 
+/// The stored copies of `event_ref`'s data (packed, one per dto version),
+/// as the column `data` of rows `copy_on_event` (1 on the event's row, 0 in
+/// `webhook_event_data`; migration 0037).
+pub fn event_copies_sql(event_ref: &str) -> String {
+    format!(
+        "SELECT copy_data AS data, 1 AS copy_on_event FROM events \
+         WHERE event_ref = '{event_ref}' AND copy_data IS NOT NULL UNION ALL \
+         SELECT data, 0 FROM webhook_event_data WHERE event_ref = '{event_ref}'"
+    )
+}
+
 /// A fleet test's own queues on `billing.events` and a broker connection
 /// to inspect them. Every queue bound to `billing.events` with `#` sees
 /// every test's events; those of other tests' environments match no

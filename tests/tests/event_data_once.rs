@@ -1,5 +1,6 @@
 //! An event's data is stored once per dto version its deliveries carry
-//! (`webhook_event_data`, packed), not in every delivery: a fan-out to three
+//! (packed: the lowest version on the event's row, any other in
+//! `webhook_event_data`), not in every delivery: a fan-out to three
 //! endpoints on one version keeps one copy, each endpoint still receives
 //! the data in its own version, the copies go with their event, and a
 //! delivery written before (with its own copy) is delivered from it. A
@@ -9,7 +10,7 @@
 //! one environment-wide subscription matched.
 
 use billing_tests::receiver::{Behaviour, TestReceiver};
-use billing_tests::{backend_tests, TestApp};
+use billing_tests::{backend_tests, event_copies_sql, TestApp};
 use domain::retention::RetentionPolicy;
 use domain::Timestamp;
 use serde_json::Value;
@@ -56,9 +57,13 @@ async fn a_fan_out_keeps_one_copy_per_version_and_each_endpoint_its_data(app: Te
         .await;
     let event = app.publish("payment.succeeded", payment()).await;
 
-    let copies = format!("SELECT COUNT(*) FROM webhook_event_data WHERE event_ref = '{event}'");
+    let stored = event_copies_sql(&event);
+    let copies = format!("SELECT COUNT(*) FROM ({stored}) copies");
     assert_eq!(app.count(&copies).await, 2, "one copy per dto version");
-    let stored = format!("SELECT data FROM webhook_event_data WHERE event_ref = '{event}'");
+    let on_event = format!("SELECT COUNT(*) FROM ({stored}) copies WHERE copy_on_event = 1");
+    assert_eq!(app.count(&on_event).await, 1, "the lowest version's on the event's row");
+    let versions = format!("SELECT copy_dto_version FROM events WHERE event_ref = '{event}'");
+    assert_eq!(app.count(&versions).await, 1, "version 1 on the event's row");
     for copy in texts(&app, &stored).await.into_iter().flatten() {
         let data = store::dispatch::event_copy::unpack(&copy);
         assert!(copy.starts_with("~1"), "stored packed: {copy}");

@@ -156,10 +156,15 @@ async fn only_deliveries_given_room_are_born_leased(app: TestApp) {
         assert_eq!(held(), 1, "the leased delivery's room alone is held");
         // Either way, its data is stored once, and a claim reads it back.
         let copies = format!(
+            "SELECT COUNT(*) FROM ({}) copies WHERE copy_on_event = 1",
+            billing_tests::event_copies_sql(e.event_ref.as_str())
+        );
+        assert_eq!(app.count(&copies).await, 1, "round {round}: on its row");
+        let apart = format!(
             "SELECT COUNT(*) FROM webhook_event_data WHERE event_ref = '{}'",
             e.event_ref
         );
-        assert_eq!(app.count(&copies).await, 1, "round {round}");
+        assert_eq!(app.count(&apart).await, 0, "round {round}: none apart");
         let now = domain::Timestamp::now();
         let claimed = app
             .store

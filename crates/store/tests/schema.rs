@@ -237,6 +237,11 @@ const PINNED: &[(&str, &str, &str)] = &[
         "6e04cebb3e6b537cf448723545aedb96a9758fa0dc39b01e56f23219ce925179ebcd3ff3450dad850ee812584059cf65",
         "6e04cebb3e6b537cf448723545aedb96a9758fa0dc39b01e56f23219ce925179ebcd3ff3450dad850ee812584059cf65",
     ),
+    (
+        "0037_event_copy_on_event.sql",
+        "6540a128d18f6e3aaca5bb0629aac727e78c351dca401251d53777fba935cce672837d4cf91f5d129db0a43c0923a55d",
+        "6540a128d18f6e3aaca5bb0629aac727e78c351dca401251d53777fba935cce672837d4cf91f5d129db0a43c0923a55d",
+    ),
 ];
 
 // ---------------------------------------------------------------------------

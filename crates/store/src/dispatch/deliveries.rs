@@ -72,9 +72,19 @@ impl Dispatch<'_> {
             .iter()
             .flat_map(|(_, d)| d.iter().map(DeliveryRow::unleased))
             .collect();
-        let created = insert_deliveries(tx, self.backend(), &rows, now, &Default::default())
-            .await?
-            .len();
+        // The events' rows exist already (the embedded queue's): their
+        // copies are kept apart.
+        let copies = EventCopies::apart(&rows);
+        let created = insert_deliveries(
+            tx,
+            self.backend(),
+            &rows,
+            &copies,
+            now,
+            &Default::default(),
+        )
+        .await?
+        .len();
         for chunk in events.chunks(DELIVERY_ROWS * 10) {
             let mut marks = Marks::new(self.backend());
             let sql = format!(
@@ -152,22 +162,71 @@ pub(crate) const DELIVERY_VALUES: usize = 18;
 pub const SHARED_EVENT_DATA: &str = "";
 
 /// A `webhook_deliveries` row's event data as an SQL expression: its own
-/// copy, or its event's (`SHARED_EVENT_DATA`), for a read that needs the
-/// data of rows it selects. The event's copy is stored packed: a reader
+/// copy, or its event's (`SHARED_EVENT_DATA`: on the event's row, or in
+/// `webhook_event_data`, migration 0037), for a read that needs the data
+/// of rows it selects. The event's copy is stored packed: a reader
 /// passes what this selects through `event_copy::unpack`, which leaves a
 /// delivery's own copy as it is.
 pub const EVENT_DATA_OF_ROW: &str = "CASE WHEN webhook_deliveries.event_data = '' \
-     THEN (SELECT c.data FROM webhook_event_data c \
+     THEN COALESCE((SELECT e.copy_data FROM events e \
+     WHERE e.event_ref = webhook_deliveries.event_ref \
+     AND e.copy_dto_version = webhook_deliveries.dto_version), \
+     (SELECT c.data FROM webhook_event_data c \
      WHERE c.event_ref = webhook_deliveries.event_ref \
-     AND c.dto_version = webhook_deliveries.dto_version) \
+     AND c.dto_version = webhook_deliveries.dto_version)) \
      ELSE webhook_deliveries.event_data END";
 
-/// The event data that `rows` share, once per event and dto version, as
-/// it is stored (`event_copy::pack`, unless packed before):
-/// `(event_ref, dto_version, data)`.
-pub(crate) fn shared_event_data<'r>(
-    rows: &'r [DeliveryRow<'_>],
-) -> Vec<(&'r str, i64, Cow<'r, str>)> {
+/// One copy of an event's data as stored (`event_copy::pack`, unless
+/// packed before): `(event_ref, dto_version, data)`.
+pub(crate) type EventCopy<'r> = (&'r str, i64, Cow<'r, str>);
+
+/// The copies of event data a write's deliveries share, by where they are
+/// kept (migration 0037): on the event's own row, when the write inserts
+/// it (one per event: its lowest dto version), and in
+/// `webhook_event_data` (`apart`).
+pub(crate) struct EventCopies<'r> {
+    pub on_event: std::collections::HashMap<&'r str, (i64, Cow<'r, str>)>,
+    pub apart: Vec<EventCopy<'r>>,
+}
+
+impl<'r> EventCopies<'r> {
+    /// For a write that inserts the rows' events with them: each event's
+    /// lowest dto version on its row, any other apart.
+    pub(crate) fn with_events(rows: &'r [DeliveryRow<'_>]) -> EventCopies<'r> {
+        let mut copies = EventCopies {
+            on_event: Default::default(),
+            apart: Vec::new(),
+        };
+        // In order of event, then dto version: an event's first is its lowest.
+        for (event_ref, version, data) in shared_event_data(rows) {
+            if copies.on_event.contains_key(event_ref) {
+                copies.apart.push((event_ref, version, data));
+            } else {
+                copies.on_event.insert(event_ref, (version, data));
+            }
+        }
+        copies
+    }
+
+    /// For a write whose events exist already: every copy apart.
+    pub(crate) fn apart(rows: &'r [DeliveryRow<'_>]) -> EventCopies<'r> {
+        EventCopies {
+            on_event: Default::default(),
+            apart: shared_event_data(rows),
+        }
+    }
+
+    /// The copy the event's row keeps, if any.
+    pub(crate) fn of_event(&self, event_ref: &str) -> Option<(i64, &str)> {
+        self.on_event
+            .get(event_ref)
+            .map(|(version, data)| (*version, data.as_ref()))
+    }
+}
+
+/// The event data that `rows` share, once per event and dto version, in
+/// order of event, then dto version.
+fn shared_event_data<'r>(rows: &'r [DeliveryRow<'_>]) -> Vec<EventCopy<'r>> {
     let once: std::collections::BTreeMap<(&str, i64), &NewDelivery> = rows
         .iter()
         .map(|r| ((r.new.event_ref.as_str(), r.new.dto_version as i64), r.new))
@@ -199,13 +258,12 @@ pub(crate) fn event_data_values(marks: &mut Marks, n: usize) -> String {
 /// intake) finds its copy there already.
 pub(crate) const EVENT_DATA_CONFLICT: &str = "ON CONFLICT (event_ref, dto_version) DO NOTHING";
 
-/// Writes the event data `rows` share (`shared_event_data`) inside `tx`.
+/// Writes `copies` of event data into `webhook_event_data` inside `tx`.
 async fn insert_event_data(
     tx: &mut WriteTx,
     backend: Backend,
-    rows: &[DeliveryRow<'_>],
+    copies: &[EventCopy<'_>],
 ) -> Result<(), StoreError> {
-    let copies = shared_event_data(rows);
     for chunk in copies.chunks(DELIVERY_ROWS) {
         let mut marks = Marks::new(backend);
         let sql = format!(
@@ -271,20 +329,22 @@ impl<'a> DeliveryRow<'a> {
 }
 
 /// Inserts deliveries (one per event, endpoint and dto version: an
-/// existing one is left as it is) and marks their endpoints' URLs
-/// immutable, inside `tx`, unless `tx` read them fixed already
-/// (`url_fixed`); returns the references of those created. Pending
-/// deliveries are due at `now`.
+/// existing one is left as it is) with the copies of their events' data
+/// that are kept apart (`EventCopies::apart`; the caller writes those on
+/// event rows), and marks their endpoints' URLs immutable, inside `tx`,
+/// unless `tx` read them fixed already (`url_fixed`); returns the
+/// references of those created. Pending deliveries are due at `now`.
 pub(crate) async fn insert_deliveries(
     tx: &mut WriteTx,
     backend: Backend,
     rows: &[DeliveryRow<'_>],
+    copies: &EventCopies<'_>,
     now: i64,
     url_fixed: &std::collections::HashSet<String>,
 ) -> Result<std::collections::HashSet<String>, StoreError> {
     let mut created = std::collections::HashSet::new();
     let mut endpoints = std::collections::HashSet::new();
-    insert_event_data(tx, backend, rows).await?;
+    insert_event_data(tx, backend, &copies.apart).await?;
     // One statement per chunk of deliveries, never one per delivery: each
     // statement is a round trip to the database.
     for chunk in rows.chunks(DELIVERY_ROWS) {

@@ -20,6 +20,7 @@ use crate::db::tx::Arg;
 use crate::dispatch::fanout::{plan_fan_out, EventRow, Plan};
 use crate::dispatch::ordering;
 use crate::dispatch::signals::signal_due;
+use crate::dispatch::deliveries::EventCopies;
 use crate::dispatch::{insert_deliveries, DeliveryRow};
 use crate::webhooks::endpoints::EndpointVersions;
 use crate::DeliveryRecord;
@@ -32,7 +33,7 @@ use std::time::Duration;
 mod one_statement;
 use one_statement::Tried;
 
-/// Event rows per INSERT statement (9 values each).
+/// Event rows per INSERT statement (11 values each).
 const EVENT_ROWS: usize = 100;
 
 /// Which fresh deliveries are born leased, and to whom: `room` is asked
@@ -111,13 +112,24 @@ impl Dispatch<'_> {
         };
         let now = Timestamp::now();
         let mut new = HashSet::new();
+        let planned = candidates(&plan);
+        let copies = EventCopies::with_events(&planned);
         for chunk in in_ref_order(events).chunks(EVENT_ROWS) {
             let sql = events_insert(&mut Marks::new(self.backend()), chunk.len());
-            let args: Vec<Arg> = chunk.iter().flat_map(|e| event_values(e, now)).collect();
+            let args: Vec<Arg> = chunk
+                .iter()
+                .flat_map(|e| event_values(e, now, copies.of_event(e.event_ref.as_str())))
+                .collect();
             new.extend(tx.fetch_texts(&sql, &args, "event_ref").await?);
         }
         // Only new events fan out: a duplicate's deliveries were made when
-        // it was first accepted.
+        // it was first accepted (and its copies kept then).
+        let copies = EventCopies {
+            on_event: copies.on_event,
+            apart: (copies.apart.into_iter())
+                .filter(|(event_ref, _, _)| new.contains(*event_ref))
+                .collect(),
+        };
         let mut rows: Vec<DeliveryRow> = candidates(&plan)
             .into_iter()
             .filter(|row| new.contains(row.new.event_ref.as_str()))
@@ -129,8 +141,15 @@ impl Dispatch<'_> {
             }
             _ => Vec::new(),
         };
-        let created =
-            insert_deliveries(&mut tx, self.backend(), &rows, now.millis(), &url_fixed).await?;
+        let created = insert_deliveries(
+            &mut tx,
+            self.backend(),
+            &rows,
+            &copies,
+            now.millis(),
+            &url_fixed,
+        )
+        .await?;
         let mut written = written(&rows, rooms, &created, new, &versions, now);
         if !numbered.keys.is_empty() {
             ordering::advance(tx.inner(), &numbered.to_walk).await?;
@@ -150,21 +169,28 @@ impl Dispatch<'_> {
 }
 
 /// `INSERT INTO events` of `n` events (`event_values` each, marks taken
-/// from `marks`), processed at once and so without their data (the
-/// deliveries carry it, migration 0010); a reference accepted before is
-/// left as it is. Returns the references of the events that were new.
+/// from `marks`), processed at once and so without their data as
+/// published (the deliveries carry it, migration 0010), but with the copy
+/// of it that their deliveries share, if any (migration 0037); a reference
+/// accepted before is left as it is. Returns the references of the events
+/// that were new.
 pub(super) fn events_insert(marks: &mut Marks, n: usize) -> String {
     let rows: Vec<String> = (0..n)
         .map(|_| {
             let columns = marks.list(5);
             let (received, processed) = (marks.next(), marks.next());
             let (key, sequence) = (marks.next(), marks.next());
-            format!("({columns}, 'processed', {received}, {processed}, {key}, {sequence})")
+            let (version, copy) = (marks.next(), marks.next());
+            format!(
+                "({columns}, 'processed', {received}, {processed}, {key}, {sequence}, \
+                 {version}, {copy})"
+            )
         })
         .collect();
     format!(
         "INSERT INTO events (event_ref, environment_ref, public_event_type, occurred_at, scope, \
-         status, received_at, processed_at, ordering_key, sequence) VALUES {} \
+         status, received_at, processed_at, ordering_key, sequence, copy_dto_version, \
+         copy_data) VALUES {} \
          ON CONFLICT (event_ref) DO NOTHING RETURNING event_ref",
         rows.join(", ")
     )
@@ -182,8 +208,13 @@ pub(super) fn in_ref_order(events: &[EventRow]) -> Vec<&EventRow> {
     sorted
 }
 
-/// What `events_insert` binds for `e`, accepted at `now`.
-pub(super) fn event_values(e: &EventRow, now: Timestamp) -> [Arg<'_>; 9] {
+/// What `events_insert` binds for `e`, accepted at `now`, with the copy
+/// of its data its row keeps (`EventCopies::of_event`).
+pub(super) fn event_values<'a>(
+    e: &'a EventRow,
+    now: Timestamp,
+    copy: Option<(i64, &'a str)>,
+) -> [Arg<'a>; 11] {
     [
         e.event_ref.as_str().into(),
         e.environment_ref.as_str().into(),
@@ -194,6 +225,8 @@ pub(super) fn event_values(e: &EventRow, now: Timestamp) -> [Arg<'_>; 9] {
         now.millis().into(),
         e.order.as_ref().map(|o| o.key.as_str()).into(),
         e.order.as_ref().and_then(|o| o.sequence).into(),
+        copy.map(|(version, _)| version).into(),
+        copy.map(|(_, data)| data).into(),
     ]
 }
 

@@ -72,10 +72,10 @@ impl Dispatch<'_> {
     }
 
     /// `records` with the event data of those that share their event's copy
-    /// (`SHARED_EVENT_DATA`) read from `webhook_event_data` and unpacked
-    /// (`event_copy`), once per event: an attempt sends it. A copy that is
-    /// missing leaves the data empty, which the attempt reports as
-    /// unreadable.
+    /// (`SHARED_EVENT_DATA`) read from the event's row or from
+    /// `webhook_event_data` (migration 0037) and unpacked (`event_copy`),
+    /// once per event: an attempt sends it. A copy that is missing leaves
+    /// the data empty, which the attempt reports as unreadable.
     async fn fill_event_data(
         &self,
         mut records: Vec<DeliveryRecord>,
@@ -90,11 +90,17 @@ impl Dispatch<'_> {
         events.dedup();
         let mut copies = std::collections::HashMap::new();
         for chunk in events.chunks(CHUNK) {
+            let mut marks = Marks::new(self.backend());
+            let (on_event, apart) = (marks.list(chunk.len()), marks.list(chunk.len()));
             let sql = format!(
-                "SELECT event_ref, dto_version, data FROM webhook_event_data WHERE event_ref IN ({})",
-                Marks::new(self.backend()).list(chunk.len())
+                "SELECT event_ref, copy_dto_version AS dto_version, copy_data AS data FROM events \
+                 WHERE event_ref IN ({on_event}) AND copy_data IS NOT NULL UNION ALL \
+                 SELECT event_ref, dto_version, data FROM webhook_event_data \
+                 WHERE event_ref IN ({apart})"
             );
-            let args: Vec<Arg> = chunk.iter().map(|e| Arg::from(*e)).collect();
+            let args: Vec<Arg> = (chunk.iter().chain(chunk))
+                .map(|e| Arg::from(*e))
+                .collect();
             let rows = read::all(self.pool(), &sql, &args, |row| {
                 let key = (text(row, "event_ref")?, int(row, "dto_version")? as u32);
                 Ok((key, event_copy::unpack_owned(text(row, "data")?)))

@@ -33,8 +33,7 @@ use super::{
 use crate::db::marks::Marks;
 use crate::db::tx::Arg;
 use crate::dispatch::deliveries::{
-    delivery_columns, event_data_values, shared_event_data, Source, EVENT_DATA_CONFLICT,
-    NEW_DELIVERY,
+    delivery_columns, event_data_values, EventCopies, Source, EVENT_DATA_CONFLICT, NEW_DELIVERY,
 };
 use crate::dispatch::fanout::{plan_fan_out_apart, EventRow, Planned};
 use crate::{Backend, Store, StoreError};
@@ -83,22 +82,22 @@ pub(super) async fn insert<T>(
     let now = Timestamp::now();
     let until = leasing.until(now);
     let rooms = lease_rows(&mut leasing.room, &leasing.owner, until, &mut rows);
+    let copies = EventCopies::with_events(&rows);
     let mut args: Vec<Arg> = in_ref_order(events)
         .into_iter()
-        .flat_map(|e| event_values(e, now))
+        .flat_map(|e| event_values(e, now, copies.of_event(e.event_ref.as_str())))
         .collect();
     for row in &rows {
         args.extend(row.values(now.millis()));
     }
-    let copies = shared_event_data(&rows);
-    for (event_ref, version, data) in &copies {
+    for (event_ref, version, data) in &copies.apart {
         args.extend([
             Arg::from(*event_ref),
             Arg::from(*version),
             Arg::from(data.as_ref()),
         ]);
     }
-    let sql = statement(events.len(), rows.len(), copies.len());
+    let sql = statement(events.len(), rows.len(), copies.apart.len());
     let returned = store.write_alone_returning(&sql, &args, "written").await?;
     // An event's reference is never a delivery's: their prefixes differ.
     let (new, created): (HashSet<String>, HashSet<String>) = returned
@@ -109,12 +108,12 @@ pub(super) async fn insert<T>(
     )))
 }
 
-/// The statement for `events` events (`event_values` each), then
-/// `deliveries` deliveries (`DeliveryRow::values` each), then `copies`
-/// copies of event data (`shared_event_data`, three values each): the
-/// events not accepted before, and the deliveries and copies of those
-/// alone; it returns the references written, events' and deliveries', as
-/// `written`.
+/// The statement for `events` events (`event_values` each, with the copy
+/// of its data an event's row keeps), then `deliveries` deliveries
+/// (`DeliveryRow::values` each), then `copies` copies of event data kept
+/// apart (`EventCopies::apart`, three values each): the events not
+/// accepted before, and the deliveries and copies of those alone; it
+/// returns the references written, events' and deliveries', as `written`.
 pub(crate) fn statement(events: usize, deliveries: usize, copies: usize) -> String {
     let mut marks = Marks::new(Backend::Postgres);
     let accept = events_insert(&mut marks, events);
@@ -138,17 +137,22 @@ pub(crate) fn statement(events: usize, deliveries: usize, copies: usize) -> Stri
         })
         .collect();
     // A data-modifying `WITH` runs whether or not the query reads it.
-    let copied = event_data_values(&mut marks, copies);
+    let apart = match copies {
+        0 => String::new(),
+        n => format!(
+            ", c (event_ref, dto_version, data) AS (VALUES {}), \
+             x AS (INSERT INTO webhook_event_data (event_ref, dto_version, data) \
+             SELECT c.event_ref, c.dto_version, c.data FROM c \
+             WHERE c.event_ref IN (SELECT event_ref FROM ev) {EVENT_DATA_CONFLICT})",
+            event_data_values(&mut marks, n)
+        ),
+    };
     format!(
         "WITH ev AS ({accept}), v ({names}) AS (VALUES {rows}), \
          d AS (INSERT INTO webhook_deliveries ({columns}) SELECT {selected} \
          FROM v WHERE v.event_ref IN (SELECT event_ref FROM ev) \
-         ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING RETURNING delivery_ref), \
-         c (event_ref, dto_version, data) AS (VALUES {copied}), \
-         x AS (INSERT INTO webhook_event_data (event_ref, dto_version, data) \
-         SELECT c.event_ref, c.dto_version, c.data FROM c \
-         WHERE c.event_ref IN (SELECT event_ref FROM ev) {EVENT_DATA_CONFLICT}) \
-         SELECT event_ref AS written FROM ev UNION ALL SELECT delivery_ref FROM d",
+         ON CONFLICT (event_ref, endpoint_ref, dto_version) DO NOTHING RETURNING delivery_ref)\
+         {apart} SELECT event_ref AS written FROM ev UNION ALL SELECT delivery_ref FROM d",
         names = names.join(", "),
         rows = rows.join(", "),
         columns = delivery_columns(),
