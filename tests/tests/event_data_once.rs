@@ -61,9 +61,17 @@ async fn a_fan_out_keeps_one_copy_per_version_and_each_endpoint_its_data(app: Te
     let copies = format!("SELECT COUNT(*) FROM ({stored}) copies");
     assert_eq!(app.count(&copies).await, 2, "one copy per dto version");
     let on_event = format!("SELECT COUNT(*) FROM ({stored}) copies WHERE copy_on_event = 1");
-    assert_eq!(app.count(&on_event).await, 1, "the lowest version's on the event's row");
+    assert_eq!(
+        app.count(&on_event).await,
+        1,
+        "the lowest version's on the event's row"
+    );
     let versions = format!("SELECT copy_dto_version FROM events WHERE event_ref = '{event}'");
-    assert_eq!(app.count(&versions).await, 1, "version 1 on the event's row");
+    assert_eq!(
+        app.count(&versions).await,
+        1,
+        "version 1 on the event's row"
+    );
     for copy in texts(&app, &stored).await.into_iter().flatten() {
         let data = store::dispatch::event_copy::unpack(&copy);
         assert!(copy.starts_with("~1"), "stored packed: {copy}");

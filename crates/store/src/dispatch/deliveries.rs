@@ -75,16 +75,10 @@ impl Dispatch<'_> {
         // The events' rows exist already (the embedded queue's): their
         // copies are kept apart.
         let copies = EventCopies::apart(&rows);
-        let created = insert_deliveries(
-            tx,
-            self.backend(),
-            &rows,
-            &copies,
-            now,
-            &Default::default(),
-        )
-        .await?
-        .len();
+        let created =
+            insert_deliveries(tx, self.backend(), &rows, &copies, now, &Default::default())
+                .await?
+                .len();
         for chunk in events.chunks(DELIVERY_ROWS * 10) {
             let mut marks = Marks::new(self.backend());
             let sql = format!(

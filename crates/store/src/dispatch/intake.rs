@@ -17,10 +17,10 @@
 use super::Dispatch;
 use crate::db::marks::Marks;
 use crate::db::tx::Arg;
+use crate::dispatch::deliveries::EventCopies;
 use crate::dispatch::fanout::{plan_fan_out, EventRow, Plan};
 use crate::dispatch::ordering;
 use crate::dispatch::signals::signal_due;
-use crate::dispatch::deliveries::EventCopies;
 use crate::dispatch::{insert_deliveries, DeliveryRow};
 use crate::webhooks::endpoints::EndpointVersions;
 use crate::DeliveryRecord;

@@ -98,9 +98,7 @@ impl Dispatch<'_> {
                  SELECT event_ref, dto_version, data FROM webhook_event_data \
                  WHERE event_ref IN ({apart})"
             );
-            let args: Vec<Arg> = (chunk.iter().chain(chunk))
-                .map(|e| Arg::from(*e))
-                .collect();
+            let args: Vec<Arg> = (chunk.iter().chain(chunk)).map(|e| Arg::from(*e)).collect();
             let rows = read::all(self.pool(), &sql, &args, |row| {
                 let key = (text(row, "event_ref")?, int(row, "dto_version")? as u32);
                 Ok((key, event_copy::unpack_owned(text(row, "data")?)))
