@@ -186,7 +186,7 @@ pub(crate) struct EventCopies<'r> {
 impl<'r> EventCopies<'r> {
     /// For a write that inserts the rows' events with them: each event's
     /// lowest dto version on its row, any other apart.
-    pub(crate) fn with_events(rows: &'r [DeliveryRow<'_>]) -> EventCopies<'r> {
+    pub(crate) fn with_events(rows: &[DeliveryRow<'r>]) -> EventCopies<'r> {
         let mut copies = EventCopies {
             on_event: Default::default(),
             apart: Vec::new(),
@@ -203,7 +203,7 @@ impl<'r> EventCopies<'r> {
     }
 
     /// For a write whose events exist already: every copy apart.
-    pub(crate) fn apart(rows: &'r [DeliveryRow<'_>]) -> EventCopies<'r> {
+    pub(crate) fn apart(rows: &[DeliveryRow<'r>]) -> EventCopies<'r> {
         EventCopies {
             on_event: Default::default(),
             apart: shared_event_data(rows),
@@ -220,7 +220,7 @@ impl<'r> EventCopies<'r> {
 
 /// The event data that `rows` share, once per event and dto version, in
 /// order of event, then dto version.
-fn shared_event_data<'r>(rows: &'r [DeliveryRow<'_>]) -> Vec<EventCopy<'r>> {
+fn shared_event_data<'a>(rows: &[DeliveryRow<'a>]) -> Vec<EventCopy<'a>> {
     let once: std::collections::BTreeMap<(&str, i64), &NewDelivery> = rows
         .iter()
         .map(|r| ((r.new.event_ref.as_str(), r.new.dto_version as i64), r.new))

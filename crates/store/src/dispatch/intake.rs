@@ -112,8 +112,8 @@ impl Dispatch<'_> {
         };
         let now = Timestamp::now();
         let mut new = HashSet::new();
-        let planned = candidates(&plan);
-        let copies = EventCopies::with_events(&planned);
+        let mut rows = candidates(&plan);
+        let copies = EventCopies::with_events(&rows);
         for chunk in in_ref_order(events).chunks(EVENT_ROWS) {
             let sql = events_insert(&mut Marks::new(self.backend()), chunk.len());
             let args: Vec<Arg> = chunk
@@ -130,10 +130,7 @@ impl Dispatch<'_> {
                 .filter(|(event_ref, _, _)| new.contains(*event_ref))
                 .collect(),
         };
-        let mut rows: Vec<DeliveryRow> = candidates(&plan)
-            .into_iter()
-            .filter(|row| new.contains(row.new.event_ref.as_str()))
-            .collect();
+        rows.retain(|row| new.contains(row.new.event_ref.as_str()));
         let rooms = match (leasing.as_mut(), owner.as_deref()) {
             (Some(l), Some(owner)) => {
                 let until = l.until(now);
