@@ -74,7 +74,7 @@ impl Dispatch<'_> {
             .collect();
         // The events' rows exist already (the embedded queue's): their
         // copies are kept apart.
-        let copies = EventCopies::apart(&rows);
+        let copies = shared_event_data(&rows);
         let created =
             insert_deliveries(tx, self.backend(), &rows, &copies, now, &Default::default())
                 .await?
@@ -202,14 +202,6 @@ impl<'r> EventCopies<'r> {
         copies
     }
 
-    /// For a write whose events exist already: every copy apart.
-    pub(crate) fn apart(rows: &[DeliveryRow<'r>]) -> EventCopies<'r> {
-        EventCopies {
-            on_event: Default::default(),
-            apart: shared_event_data(rows),
-        }
-    }
-
     /// The copy the event's row keeps, if any.
     pub(crate) fn of_event(&self, event_ref: &str) -> Option<(i64, &str)> {
         self.on_event
@@ -219,7 +211,8 @@ impl<'r> EventCopies<'r> {
 }
 
 /// The event data that `rows` share, once per event and dto version, in
-/// order of event, then dto version.
+/// order of event, then dto version: all of it apart, for a write whose
+/// events exist already.
 fn shared_event_data<'a>(rows: &[DeliveryRow<'a>]) -> Vec<EventCopy<'a>> {
     let once: std::collections::BTreeMap<(&str, i64), &NewDelivery> = rows
         .iter()
@@ -324,21 +317,21 @@ impl<'a> DeliveryRow<'a> {
 
 /// Inserts deliveries (one per event, endpoint and dto version: an
 /// existing one is left as it is) with the copies of their events' data
-/// that are kept apart (`EventCopies::apart`; the caller writes those on
-/// event rows), and marks their endpoints' URLs immutable, inside `tx`,
+/// that are kept apart (`copies`; the caller writes those on event rows,
+/// `EventCopies::on_event`), and marks their endpoints' URLs immutable, inside `tx`,
 /// unless `tx` read them fixed already (`url_fixed`); returns the
 /// references of those created. Pending deliveries are due at `now`.
 pub(crate) async fn insert_deliveries(
     tx: &mut WriteTx,
     backend: Backend,
     rows: &[DeliveryRow<'_>],
-    copies: &EventCopies<'_>,
+    copies: &[EventCopy<'_>],
     now: i64,
     url_fixed: &std::collections::HashSet<String>,
 ) -> Result<std::collections::HashSet<String>, StoreError> {
     let mut created = std::collections::HashSet::new();
     let mut endpoints = std::collections::HashSet::new();
-    insert_event_data(tx, backend, &copies.apart).await?;
+    insert_event_data(tx, backend, copies).await?;
     // One statement per chunk of deliveries, never one per delivery: each
     // statement is a round trip to the database.
     for chunk in rows.chunks(DELIVERY_ROWS) {

@@ -113,7 +113,7 @@ impl Dispatch<'_> {
         let now = Timestamp::now();
         let mut new = HashSet::new();
         let mut rows = candidates(&plan);
-        let copies = EventCopies::with_events(&rows);
+        let mut copies = EventCopies::with_events(&rows);
         for chunk in in_ref_order(events).chunks(EVENT_ROWS) {
             let sql = events_insert(&mut Marks::new(self.backend()), chunk.len());
             let args: Vec<Arg> = chunk
@@ -124,12 +124,9 @@ impl Dispatch<'_> {
         }
         // Only new events fan out: a duplicate's deliveries were made when
         // it was first accepted (and its copies kept then).
-        let copies = EventCopies {
-            on_event: copies.on_event,
-            apart: (copies.apart.into_iter())
-                .filter(|(event_ref, _, _)| new.contains(*event_ref))
-                .collect(),
-        };
+        copies
+            .apart
+            .retain(|(event_ref, _, _)| new.contains(*event_ref));
         rows.retain(|row| new.contains(row.new.event_ref.as_str()));
         let rooms = match (leasing.as_mut(), owner.as_deref()) {
             (Some(l), Some(owner)) => {
@@ -142,7 +139,7 @@ impl Dispatch<'_> {
             &mut tx,
             self.backend(),
             &rows,
-            &copies,
+            &copies.apart,
             now.millis(),
             &url_fixed,
         )

@@ -111,7 +111,7 @@ pub(super) async fn insert<T>(
 /// The statement for `events` events (`event_values` each, with the copy
 /// of its data an event's row keeps), then `deliveries` deliveries
 /// (`DeliveryRow::values` each), then `copies` copies of event data kept
-/// apart (`EventCopies::apart`, three values each): the events not
+/// apart (`EventCopies`' `apart`, three values each): the events not
 /// accepted before, and the deliveries and copies of those alone; it
 /// returns the references written, events' and deliveries', as `written`.
 pub(crate) fn statement(events: usize, deliveries: usize, copies: usize) -> String {
