@@ -123,7 +123,8 @@ impl Driven {
         })
     }
 
-    /// Rounds at the moment each starts until one finds nothing due: then
+    /// Rounds at the moment each starts, read from the settings' clock (the
+    /// one its attempts are recorded by), until one finds nothing due: then
     /// every delivery due by that moment has been attempted and recorded.
     /// A retry scheduled `0s` after a failure is due in the next round;
     /// one scheduled later is left alone. It ends because each delivery has
@@ -131,7 +132,7 @@ impl Driven {
     pub async fn run_until_idle(&mut self) -> Result<Round, DispatchError> {
         let mut total = Round::default();
         loop {
-            let round = self.run_once(Timestamp::now()).await?;
+            let round = self.run_once(self.settings.clock.now()).await?;
             if round == Round::default() {
                 return Ok(total);
             }
