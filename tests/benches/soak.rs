@@ -141,9 +141,10 @@
 //! check counts only the deliveries still in the store (every one of them
 //! `failed` after the whole schedule, no retry early), not one per expected
 //! event. Before the checks, the end of the run prints the database's size
-//! and growth by thirds, the rows left, and rows written against rows
-//! deleted per second per table (and the sweep's counters) over the last
-//! third of the load and the whole load.
+//! and growth by thirds (and, apart, that of the tables the deliveries'
+//! retention sweeps, `SWEPT_TABLES`, and of the rest), the rows left, and
+//! rows written against rows deleted per second per table (and the sweep's
+//! counters) over the last third of the load and the whole load.
 //!
 //! Each report, and the end of the run for the whole of it, also gives the
 //! delivery latency the receiver saw: publish (the event handed to the
@@ -241,6 +242,17 @@ const ROW_TABLES: [(&str, &str); 3] = [
     ("webhook_deliveries", "deliveries"),
     ("webhook_attempts", "attempts"),
     ("events", "events"),
+];
+
+/// The tables the deliveries' retention sweeps (`BILLING_RETENTION__DELIVERIES`):
+/// the rest of the store keeps what the load writes past the run (request
+/// logs and idempotency records under their own, longer retention; billing
+/// records for good), so the database's growth is told apart from theirs.
+const SWEPT_TABLES: [&str; 4] = [
+    "webhook_deliveries",
+    "webhook_attempts",
+    "webhook_event_data",
+    "events",
 ];
 
 // ------------------------------------------------------------------ config
@@ -1077,6 +1089,9 @@ struct StoreCounts {
     updated: i64,
     /// `pg_database_size(current_database())`, in bytes.
     db_bytes: i64,
+    /// `pg_total_relation_size` (heap, indexes, TOAST) of `SWEPT_TABLES`,
+    /// in bytes.
+    swept_bytes: i64,
     /// Cumulative `n_tup_ins` and `n_tup_del` (`pg_stat_user_tables`) of
     /// `ROW_TABLES`, in that order.
     inserted: [i64; 3],
@@ -1341,6 +1356,15 @@ impl Monitor {
         .fetch_one(&mut self.db)
         .await
         .ok()?;
+        let swept_bytes: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c \
+             WHERE c.relname = ANY($1) AND c.relkind = 'r' \
+               AND c.relnamespace = 'public'::regnamespace",
+        )
+        .bind(SWEPT_TABLES)
+        .fetch_one(&mut self.db)
+        .await
+        .ok()?;
         let names: Vec<&str> = ROW_TABLES.iter().map(|t| t.0).collect();
         let tables: Vec<(String, i64, i64)> = sqlx::query_as(
             "SELECT relname::text, n_tup_ins, n_tup_del FROM pg_stat_user_tables \
@@ -1365,6 +1389,7 @@ impl Monitor {
             commits: row.4,
             updated: row.5,
             db_bytes: row.6,
+            swept_bytes,
             inserted,
             deleted,
         })
@@ -1944,9 +1969,9 @@ fn thirds(values: &[f64]) -> Option<(f64, f64)> {
     ))
 }
 
-/// The database's growth over the first, second and last third of
-/// `sized` (samples with store counts, in order), in bytes, with the
-/// seconds each third spans.
+/// The growth over the first, second and last third of `sized` (samples
+/// with store counts, in order) of what `bytes` reads from each, in bytes,
+/// with the seconds each third spans.
 struct Growth {
     first: f64,
     second: f64,
@@ -1954,13 +1979,13 @@ struct Growth {
     spans: [(f64, f64); 3],
 }
 
-fn store_growth(sized: &[&Sample]) -> Option<Growth> {
+fn store_growth(sized: &[&Sample], bytes: fn(&StoreCounts) -> i64) -> Option<Growth> {
     let n = sized.len();
     if n < 4 {
         return None;
     }
     let (i1, i2) = (n / 3, 2 * n / 3);
-    let b = |i: usize| sized[i].store.map_or(0.0, |c| c.db_bytes as f64);
+    let b = |i: usize| sized[i].store.as_ref().map_or(0.0, |c| bytes(c) as f64);
     let at = |i: usize| sized[i].at;
     Some(Growth {
         first: b(i1) - b(0),
@@ -2501,7 +2526,8 @@ async fn soak(
         .iter()
         .filter(|s| s.loaded && s.store.is_some())
         .collect();
-    let growth = store_growth(&sized);
+    let growth = store_growth(&sized, |c| c.db_bytes);
+    let swept = store_growth(&sized, |c| c.swept_bytes);
     let mib_of = |b: f64| b / (1024.0 * 1024.0);
     if let (Some(g), Some(first), Some(last)) = (&growth, sized.first(), sized.last()) {
         println!(
@@ -2524,6 +2550,29 @@ async fn soak(
             g.spans[2].1,
             mib_of(g.last),
         );
+        if let Some(w) = &swept {
+            let share = |last: f64, first: f64| {
+                if first > 0.0 {
+                    format!("{:.1} %", last / first * 100.0)
+                } else {
+                    "-".to_owned()
+                }
+            };
+            println!(
+                "  of which the tables the deliveries' retention sweeps ({}): first third \
+                 {:+.1} MiB, second {:+.1} MiB, last {:+.1} MiB ({} of the first); the rest \
+                 of the store (kept past the run: request logs, idempotency records, billing \
+                 records): {:+.1}, {:+.1}, {:+.1} MiB",
+                SWEPT_TABLES.join(", "),
+                mib_of(w.first),
+                mib_of(w.second),
+                mib_of(w.last),
+                share(w.last, w.first),
+                mib_of(g.first - w.first),
+                mib_of(g.second - w.second),
+                mib_of(g.last - w.last),
+            );
+        }
     }
     if let Some(rows) = final_rows {
         println!(

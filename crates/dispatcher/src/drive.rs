@@ -123,9 +123,11 @@ impl Driven {
         })
     }
 
-    /// Rounds at the moment each starts, read from the settings' clock (the
-    /// one its attempts are recorded by), until one finds nothing due: then
+    /// Rounds at the moment each starts until one finds nothing due: then
     /// every delivery due by that moment has been attempted and recorded.
+    /// The moment is the settings' clock's: the wall clock, or a test's
+    /// moved ahead of it, so that a test makes a retry due by moving its
+    /// clock past the retry's time rather than by sleeping.
     /// A retry scheduled `0s` after a failure is due in the next round;
     /// one scheduled later is left alone. It ends because each delivery has
     /// finitely many attempts (its schedule), unless events keep coming.

@@ -40,7 +40,9 @@ pub struct DispatchSettings {
     pub admitted_addresses: Vec<IpAddr>,
     /// "Now" for which secret versions sign (a retiring one's expiry):
     /// the wall clock, or a test's. Due times and leases stay on the wall
-    /// clock, which every process of a fleet shares.
+    /// clock, which every process of a fleet shares; only a driven round
+    /// (`drive::Driven`, run by tests and tools) claims what is due by
+    /// this clock's now.
     pub clock: domain::Clock,
     /// Makes the operational events (contract 13.4) of the changes the
     /// attempts' rules detect (`Announcer::new` with
