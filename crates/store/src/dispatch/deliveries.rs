@@ -318,9 +318,9 @@ impl<'a> DeliveryRow<'a> {
 /// Inserts deliveries (one per event, endpoint and dto version: an
 /// existing one is left as it is) with the copies of their events' data
 /// that are kept apart (`copies`; the caller writes those on event rows,
-/// `EventCopies::on_event`), and marks their endpoints' URLs immutable, inside `tx`,
-/// unless `tx` read them fixed already (`url_fixed`); returns the
-/// references of those created. Pending deliveries are due at `now`.
+/// `EventCopies::on_event`), and marks their endpoints' URLs immutable,
+/// inside `tx`, unless `tx` read them fixed already (`url_fixed`); returns
+/// the references of those created. Pending deliveries are due at `now`.
 pub(crate) async fn insert_deliveries(
     tx: &mut WriteTx,
     backend: Backend,
