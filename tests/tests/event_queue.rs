@@ -120,6 +120,7 @@ async fn only_deliveries_given_room_are_born_leased(app: TestApp) {
         Some(Leasing {
             owner: "worker-1".to_owned(),
             lease: Duration::from_secs(30),
+            reference_key: None,
             room: Box::new(move |endpoint: &Ref| {
                 asked.fetch_add(1, Ordering::SeqCst);
                 (endpoint.as_str() == roomy).then(|| {

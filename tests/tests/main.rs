@@ -8,6 +8,7 @@
 
 mod admin;
 mod architecture;
+mod born_settled;
 mod catalogue;
 mod checkout;
 mod checkout_events;

@@ -38,7 +38,7 @@ use domain::{Ref, Timestamp};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 
 /// Room a dispatcher reserved for one attempt: its slots, held until the
 /// attempt ends (or the ticket is dropped).
@@ -47,6 +47,49 @@ pub struct Ticket {
     /// The room in flight a governor gave the attempt (its endpoint is
     /// limited), freed with the ticket.
     pub governed: Option<crate::governor::Admitted>,
+    /// Set when the delivery is attempted before it is written
+    /// (`crate::queue`).
+    pub before_write: Option<BeforeWrite>,
+}
+
+/// The link between an attempt made before its delivery was written and
+/// the write: the result goes to the write (`report`), which says once it
+/// ended what became of the delivery (`verdict`). Until then nothing may
+/// touch the delivery's row, which may not exist yet.
+pub struct BeforeWrite {
+    pub report: oneshot::Sender<store::AttemptResult>,
+    pub verdict: oneshot::Receiver<Written>,
+}
+
+/// What the write made of a delivery attempted before it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Born settled: the write recorded the attempt.
+    Settled,
+    /// Written leased to this dispatcher: its result is recorded as any.
+    Leased,
+}
+
+impl Ticket {
+    /// For a delivery attempted before its write: reports the attempt's
+    /// `result` (`None`: it was not attempted) to the write and waits for
+    /// it to end. Whether the delivery's row exists leased to this
+    /// dispatcher, for the result to be recorded or the delivery given
+    /// back; a delivery not attempted before its write is. A write that
+    /// failed, or left the delivery out (its event was accepted before),
+    /// sends no verdict: the event comes again, or was delivered by
+    /// whoever accepted it.
+    pub async fn written_leased(&mut self, result: Option<&store::AttemptResult>) -> bool {
+        match self.before_write.take() {
+            None => true,
+            Some(BeforeWrite { report, verdict }) => {
+                if let Some(result) = result {
+                    let _ = report.send(result.clone());
+                }
+                matches!(verdict.await, Ok(Written::Leased))
+            }
+        }
+    }
 }
 
 /// A delivery handed to the dispatcher: leased to it, committed, with the
@@ -154,6 +197,7 @@ impl Slots {
         Some(Ticket {
             permits,
             governed: None,
+            before_write: None,
         })
     }
 }
@@ -162,6 +206,7 @@ impl Slots {
 pub struct Intake {
     owner: String,
     lease: Duration,
+    reference_key: [u8; 32],
     slots: Arc<Slots>,
     handed: mpsc::UnboundedSender<HandedOver>,
     left_due: LeftDue,
@@ -187,6 +232,7 @@ impl Intake {
         let intake = Intake {
             owner: settings.worker_id.clone(),
             lease: settings.lease(),
+            reference_key: *settings.cipher.reference_key(),
             slots,
             handed,
             left_due: LeftDue::Wake(wake),
@@ -205,14 +251,22 @@ impl Intake {
     }
 
     /// The store's `Leasing` for one group write: deliveries that find
-    /// room (`reserve`) are born leased to this dispatcher.
+    /// room (`reserve`) are born leased to this dispatcher, under keyed
+    /// references (some are attempted before the write, `crate::queue`).
     pub fn leasing(self: &Arc<Intake>) -> store::Leasing<Ticket> {
         let intake = self.clone();
         store::Leasing {
             owner: self.owner.clone(),
             lease: self.lease,
             room: Box::new(move |endpoint_ref| intake.reserve(endpoint_ref)),
+            reference_key: Some(self.reference_key),
         }
+    }
+
+    /// Whether the endpoint's last attempt here ended within the quick
+    /// limit: a fresh delivery to it is attempted before it is written.
+    pub fn is_quick(&self, endpoint_ref: &Ref) -> bool {
+        self.slots.is_quick(endpoint_ref)
     }
 
     /// Room to attempt a new delivery to `endpoint_ref` at once, if there

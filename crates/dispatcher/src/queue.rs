@@ -15,12 +15,26 @@
 //! the dispatcher's writes. A failed group write fails every caller of the
 //! group with the group's own error (`EnqueueError::Write`).
 //!
+//! With a dispatcher registered here, a group's fresh deliveries to quick
+//! endpoints (`Intake::is_quick`) are attempted before the group is
+//! written (`write_attempting_first`): the write waits up to
+//! `FIRST_ATTEMPTS` for their results, and each that succeeded is born
+//! settled, one row inserted once, instead of a row inserted leased and
+//! rewritten by its record. Those still in flight then, or that failed,
+//! are written leased and recorded as any attempt. The callers are
+//! answered, and AMQP messages acknowledged, only after the write: a
+//! crash before it redelivers the events, and the deliveries, attempted
+//! again, keep their references (`store::Leasing::reference_key`), so a
+//! receiver sees the same `webhook-id` twice, never two.
+//!
 //! It owns no SQL: the store writes, this decides who writes together and
 //! where fresh deliveries go.
 
 pub use crate::error::EnqueueError;
-use crate::handoff::{HandedOver, Intake, Ticket};
+use crate::handoff::{BeforeWrite, HandedOver, Intake, Ticket, Written};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 use store::fanout::EventRow;
 use store::{EventRecord, EventsWritten, Store, StoreError};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
@@ -29,6 +43,11 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 /// batch and waits for the writer, and the events that arrive meanwhile
 /// gather for the one after.
 const TURNS: usize = 2;
+
+/// How long a group write waits for the attempts made before it: a quick
+/// endpoint answers well within it; one that does not is written leased
+/// and recorded when it answers.
+const FIRST_ATTEMPTS: Duration = Duration::from_millis(200);
 
 /// A caller's answer: whether its event was new, or the group write's error.
 type Reply = oneshot::Sender<Result<bool, Arc<StoreError>>>;
@@ -161,22 +180,19 @@ impl Inner {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let leasing = intake.as_ref().map(Intake::leasing);
-        let outcome = self
-            .store
-            .dispatch()
-            .write_events::<Ticket>(events, leasing)
-            .await;
+        let outcome = match &intake {
+            Some(intake) => write_attempting_first(&self.store, intake, events).await,
+            None => {
+                let dispatch = self.store.dispatch();
+                dispatch.write_events::<Ticket>(events, None).await
+            }
+        };
         let new = match outcome {
-            Ok(EventsWritten {
-                new,
-                leased,
-                left_due,
-            }) => {
+            Ok(written) => {
                 if let Some(intake) = &intake {
-                    hand_over(intake, leased, left_due);
+                    hand_over(intake, written.leased, written.left_due);
                 }
-                Ok(new)
+                Ok(written.new)
             }
             // One error for the whole group, shared by its callers.
             Err(e) => Err(Arc::new(e)),
@@ -191,6 +207,64 @@ impl Inner {
         }
         drop(turn);
     }
+}
+
+/// Writes a group with this process's dispatcher (module docs): prepares
+/// it, hands the leased deliveries to quick endpoints over to be attempted
+/// at once, waits up to `FIRST_ATTEMPTS` for their results, writes, and
+/// tells each attempt what the write made of its delivery.
+async fn write_attempting_first(
+    store: &Store,
+    intake: &Arc<Intake>,
+    events: Vec<EventRow>,
+) -> Result<EventsWritten<Ticket>, StoreError> {
+    let dispatch = store.dispatch();
+    let mut prepared = dispatch.prepare_events(events, intake.leasing()).await?;
+    let first = prepared.take_leased(|endpoint| intake.is_quick(endpoint));
+    if first.is_empty() {
+        return dispatch.write_prepared(prepared, Vec::new()).await;
+    }
+    let (mut reports, mut verdicts) = (Vec::new(), Vec::new());
+    let first: Vec<HandedOver> = first
+        .into_iter()
+        .map(|mut h| {
+            let (report, reported) = oneshot::channel();
+            let (verdict, heard) = oneshot::channel();
+            h.room.before_write = Some(BeforeWrite {
+                report,
+                verdict: heard,
+            });
+            reports.push(reported);
+            verdicts.push((h.delivery.delivery_ref.clone(), verdict));
+            h
+        })
+        .collect();
+    intake.take(first);
+    let deadline = tokio::time::Instant::now() + FIRST_ATTEMPTS;
+    let mut attempted = Vec::with_capacity(reports.len());
+    for reported in reports {
+        // A report dropped unsent: the attempt never started.
+        if let Ok(Ok(result)) = tokio::time::timeout_at(deadline, reported).await {
+            attempted.push(result);
+        }
+    }
+    let settled: HashSet<String> = attempted
+        .iter()
+        .filter(|r| r.settles_at_birth())
+        .map(|r| r.delivery_ref.to_string())
+        .collect();
+    let written = dispatch.write_prepared(prepared, attempted).await;
+    if let Ok(w) = &written {
+        for (delivery_ref, verdict) in verdicts {
+            if w.created.contains(delivery_ref.as_str()) {
+                let _ = verdict.send(match settled.contains(delivery_ref.as_str()) {
+                    true => Written::Settled,
+                    false => Written::Leased,
+                });
+            }
+        }
+    }
+    written
 }
 
 /// Gives the dispatcher the deliveries the group write leased to it, and

@@ -162,12 +162,16 @@ impl Dispatcher {
         match handed_task.await {
             Ok((mut handed, left)) => {
                 handed.close();
-                let mut back: Vec<_> = left
-                    .into_iter()
-                    .map(|h| (h.delivery.delivery_ref, Some(Duration::ZERO)))
-                    .collect();
+                let mut back = Vec::new();
+                let mut left = left;
                 while let Some(h) = handed.recv().await {
-                    back.push((h.delivery.delivery_ref, Some(Duration::ZERO)));
+                    left.push(h);
+                }
+                for mut h in left {
+                    // One attempted before its write waits for the write.
+                    if h.room.written_leased(None).await {
+                        back.push((h.delivery.delivery_ref, Some(Duration::ZERO)));
+                    }
                 }
                 self.give_back_many(&self.settings.worker_id, &back).await;
             }
@@ -487,7 +491,7 @@ impl Dispatcher {
         &self,
         delivery: DeliveryRecord,
         version: i64,
-        ticket: Ticket,
+        mut ticket: Ticket,
         cache: &mut EndpointCache,
         slots: &Arc<Slots>,
         results: &mpsc::Sender<store::AttemptResult>,
@@ -506,13 +510,17 @@ impl Dispatcher {
             Ok(v) => v,
             Err(e) => {
                 tracing::warn!(error = %e, "loading endpoint failed");
-                self.give_back(owner, &delivery, Some(Duration::from_secs(1)))
-                    .await;
+                if ticket.written_leased(None).await {
+                    self.give_back(owner, &delivery, Some(Duration::from_secs(1)))
+                        .await;
+                }
                 return;
             }
         };
         if view.status != EndpointStatus::Active {
-            self.give_back(owner, &delivery, None).await;
+            if ticket.written_leased(None).await {
+                self.give_back(owner, &delivery, None).await;
+            }
             return;
         }
         self.spawn_attempt(delivery, view, ticket, slots.clone(), results.clone());
@@ -522,7 +530,7 @@ impl Dispatcher {
         &self,
         delivery: DeliveryRecord,
         view: Arc<crate::endpoints::EndpointView>,
-        ticket: Ticket,
+        mut ticket: Ticket,
         slots: Arc<Slots>,
         results: mpsc::Sender<store::AttemptResult>,
     ) {
@@ -548,9 +556,14 @@ impl Dispatcher {
                     Instant::now().into_std(),
                 );
             }
+            // An attempt made before its delivery was written reports to
+            // the write, and is recorded only if the write left its
+            // delivery leased here (born settled, it is recorded already).
             // The permits are released only once the result is queued for
             // recording, so shutdown's wait covers it.
-            let _ = results.send(result).await;
+            if ticket.written_leased(Some(&result)).await {
+                let _ = results.send(result).await;
+            }
             drop(ticket);
         });
     }

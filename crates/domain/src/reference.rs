@@ -119,6 +119,35 @@ impl Ref {
         Ref(format!("{}_{}", prefix.as_str(), body))
     }
 
+    /// The reference that `seed` yields under `key`, a secret, shaped
+    /// like a generated one made at `at_millis` (its sub-millisecond ticks
+    /// drawn from the seed too): the same seed and key always yield it,
+    /// and without the key it cannot be told from a generated one (the
+    /// body is HMAC-SHA256 of the seed, a keyed pseudo-random function, so
+    /// contract 7's rule that no reference is guessed from another holds).
+    /// For a record that must keep its reference when it is made again
+    /// after a crash: a delivery attempted before it was written
+    /// (`store::Prepared`), whose `webhook-id` a receiver has seen.
+    pub fn keyed(prefix: Prefix, at_millis: i64, key: &[u8; 32], seed: &str) -> Ref {
+        use hmac::{Hmac, Mac};
+        let mut mac =
+            <Hmac<sha2::Sha256> as Mac>::new_from_slice(key).expect("HMAC takes any key length");
+        mac.update(seed.as_bytes());
+        let digest = mac.finalize().into_bytes();
+        let mut bits = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+        let ticks = (at_millis.max(0) as u64)
+            .saturating_mul(100)
+            .saturating_add(u64::from(digest[8]) % 100);
+        let mut body = [0u8; BODY_LEN];
+        base62(ticks, &mut body[..TIME_LEN]);
+        for slot in &mut body[TIME_LEN..] {
+            *slot = DIGITS[(bits % 62) as usize];
+            bits /= 62;
+        }
+        let body = std::str::from_utf8(&body).expect("base-62 digits are ASCII");
+        Ref(format!("{}_{}", prefix.as_str(), body))
+    }
+
     /// Parses `s` as a reference of kind `prefix`.
     pub fn parse(prefix: Prefix, s: &str) -> Result<Ref, RefError> {
         let expected = prefix.as_str();
@@ -190,6 +219,36 @@ mod tests {
             &a.as_str()[4..4 + TIME_LEN],
             &Ref::derived(Prefix::DeliveryAttempt, at, "other").as_str()[4..4 + TIME_LEN]
         );
+    }
+
+    #[test]
+    fn keyed_refs_follow_seed_and_key_and_parse_back() {
+        let at = 1_796_000_000_000;
+        let key = [3u8; 32];
+        let seed = "evt_000000000001/whep_00000000001/2";
+        let a = Ref::keyed(Prefix::WebhookDelivery, at, &key, seed);
+        assert_eq!(Ref::parse(Prefix::WebhookDelivery, a.as_str()).unwrap(), a);
+        assert_eq!(a, Ref::keyed(Prefix::WebhookDelivery, at, &key, seed));
+        assert_ne!(a, Ref::keyed(Prefix::WebhookDelivery, at, &[4u8; 32], seed));
+        assert_ne!(a, Ref::keyed(Prefix::WebhookDelivery, at, &key, "other"));
+        // Its time part is within the millisecond of `at`.
+        let generated_at = |millis: i64| Ref::derived(Prefix::WebhookDelivery, millis, "");
+        let time = |r: &Ref| r.as_str()[4..4 + TIME_LEN].to_owned();
+        assert!(time(&generated_at(at)) <= time(&a));
+        assert!(time(&a) < time(&generated_at(at + 1)));
+    }
+
+    proptest! {
+        #[test]
+        fn keyed_refs_of_distinct_seeds_differ(a in "[a-z0-9/]{1,40}", b in "[a-z0-9/]{1,40}") {
+            prop_assume!(a != b);
+            let key = [9u8; 32];
+            let at = 1_796_000_000_000;
+            prop_assert_ne!(
+                Ref::keyed(Prefix::WebhookDelivery, at, &key, &a),
+                Ref::keyed(Prefix::WebhookDelivery, at, &key, &b)
+            );
+        }
     }
 
     #[test]

@@ -10,13 +10,27 @@ use std::fmt;
 
 const NONCE_LEN: usize = 12;
 
-/// Authenticated encryption under one 256-bit key. `Debug` never prints it.
+/// Authenticated encryption under one 256-bit key, and a second key
+/// derived from it for references that must repeat (`reference_key`).
+/// `Debug` never prints either.
 #[derive(Clone)]
-pub struct SecretCipher(ChaCha20Poly1305);
+pub struct SecretCipher(ChaCha20Poly1305, [u8; 32]);
 
 impl SecretCipher {
     pub fn new(key: [u8; 32]) -> Self {
-        SecretCipher(ChaCha20Poly1305::new(Key::from_slice(&key)))
+        use hmac::{Hmac, Mac};
+        let mut mac =
+            <Hmac<sha2::Sha256> as Mac>::new_from_slice(&key).expect("HMAC takes any key length");
+        mac.update(b"billing: keyed references");
+        let refs = mac.finalize().into_bytes().into();
+        SecretCipher(ChaCha20Poly1305::new(Key::from_slice(&key)), refs)
+    }
+
+    /// The key of `Ref::keyed` references: every process that shares the
+    /// secret key derives the same one, and it reveals nothing of the
+    /// encryption key.
+    pub fn reference_key(&self) -> &[u8; 32] {
+        &self.1
     }
 
     /// Parses a key as written in configuration: standard base64 of 32

@@ -12,7 +12,7 @@ use crate::webhooks::deliveries::{mark_url_immutable, NewDelivery};
 use crate::{Backend, StoreError};
 use domain::webhook::event::EventOrder;
 use domain::webhook::ordering::OrderingKey;
-use domain::webhook::DeliveryStatus;
+use domain::webhook::{DeliveryStatus, ResponseClass};
 use domain::{Prefix, Ref, Timestamp};
 use std::borrow::Cow;
 
@@ -75,10 +75,16 @@ impl Dispatch<'_> {
         // The events' rows exist already (the embedded queue's): their
         // copies are kept apart.
         let copies = shared_event_data(&rows);
-        let created =
-            insert_deliveries(tx, self.backend(), &rows, &copies, now, &Default::default())
-                .await?
-                .len();
+        let created = insert_deliveries(
+            tx,
+            self.backend(),
+            &rows,
+            &copies,
+            (now, now),
+            &Default::default(),
+        )
+        .await?
+        .len();
         for chunk in events.chunks(DELIVERY_ROWS * 10) {
             let mut marks = Marks::new(self.backend());
             let sql = format!(
@@ -99,11 +105,18 @@ impl Dispatch<'_> {
 /// build its record) and the lease it is born with, if any (owner, until).
 /// Its JSON columns are serialised when the row is built, before the
 /// write transaction begins.
+///
+/// A settled row (`settled`: its first attempt, made before the write,
+/// succeeded) is born in the state that attempt's record would have left
+/// it in (`attempts::next_state`): settled, its success kept on it, no
+/// lease.
+#[derive(Clone)]
 pub(crate) struct DeliveryRow<'a> {
     pub new: &'a NewDelivery,
     pub delivery_ref: Ref,
     pub lease: Option<(&'a str, i64)>,
     pub match_reasons: String,
+    pub settled: Option<&'a AttemptResult>,
 }
 
 /// Where a column of a new delivery comes from.
@@ -118,7 +131,7 @@ pub(crate) enum Source {
 
 /// The columns a new delivery is written with, in order: the one layout
 /// that `insert_deliveries` and the intake's one statement both write.
-pub(crate) const NEW_DELIVERY: [(&str, Source); 23] = [
+pub(crate) const NEW_DELIVERY: [(&str, Source); 28] = [
     ("delivery_ref", Source::Bound("TEXT")),
     ("environment_ref", Source::Bound("TEXT")),
     ("endpoint_ref", Source::Bound("TEXT")),
@@ -130,14 +143,19 @@ pub(crate) const NEW_DELIVERY: [(&str, Source); 23] = [
     ("next_attempt_at", Source::Bound("BIGINT")),
     ("occurred_at", Source::Bound("BIGINT")),
     ("generation", Source::Fixed("1")),
-    ("attempt_count", Source::Fixed("0")),
+    ("attempt_count", Source::Bound("BIGINT")),
+    ("last_attempt_at", Source::Bound("BIGINT")),
     // `SHARED_EVENT_DATA`: the event's copy in `webhook_event_data` (a unit
     // test holds them equal).
     ("event_data", Source::Fixed("''")),
     ("match_reasons", Source::Bound("TEXT")),
     // `BodyStatus::Available` (a unit test holds them equal).
     ("body_status", Source::Fixed("'available'")),
-    ("payload", Source::Fixed("NULL")),
+    ("payload", Source::Bound("TEXT")),
+    ("last_response_class", Source::Bound("TEXT")),
+    ("success_status", Source::Bound("BIGINT")),
+    ("success_duration_ms", Source::Bound("BIGINT")),
+    ("success_excerpt", Source::Bound("TEXT")),
     ("created_at", Source::Bound("BIGINT")),
     ("updated_at", Source::Bound("BIGINT")),
     ("lease_owner", Source::Bound("TEXT")),
@@ -148,7 +166,7 @@ pub(crate) const NEW_DELIVERY: [(&str, Source); 23] = [
 ];
 
 /// Values bound per new delivery: the `Bound` columns of `NEW_DELIVERY`.
-pub(crate) const DELIVERY_VALUES: usize = 18;
+pub(crate) const DELIVERY_VALUES: usize = 25;
 
 /// A delivery's `event_data` when its event's data in its dto version is
 /// the one copy in `webhook_event_data` (written with the delivery, by
@@ -281,16 +299,19 @@ impl<'a> DeliveryRow<'a> {
             delivery_ref: Ref::generate(Prefix::WebhookDelivery),
             lease: None,
             match_reasons: to_json(&new.match_reasons),
+            settled: None,
         }
     }
 
-    /// The values the row binds, written at `now` (a pending delivery is
-    /// due then, unless it is ordered: it waits for its key's release,
-    /// `ordering::release`): one per `Bound` column of `NEW_DELIVERY`, in
-    /// its order.
-    pub(crate) fn values(&self, now: i64) -> [Arg<'_>; DELIVERY_VALUES] {
+    /// The values the row binds, created at `at` and written at `now` (a
+    /// pending delivery is due then, unless it is ordered: it waits for
+    /// its key's release, `ordering::release`; a settled one is due
+    /// never): one per `Bound` column of `NEW_DELIVERY`, in its order.
+    pub(crate) fn values(&self, (at, now): (i64, i64)) -> [Arg<'_>; DELIVERY_VALUES] {
         let d = self.new;
-        let due = (d.status == DeliveryStatus::Pending && !d.ordered).then_some(now);
+        let s = self.settled;
+        let status = s.map_or(d.status, |r| r.delivery_status);
+        let due = (status == DeliveryStatus::Pending && !d.ordered).then_some(now);
         let order = d.order.as_ref();
         [
             self.delivery_ref.as_str().into(),
@@ -299,12 +320,20 @@ impl<'a> DeliveryRow<'a> {
             d.event_ref.as_str().into(),
             d.public_event_type.as_str().into(),
             (d.dto_version as i64).into(),
-            d.status.as_str().into(),
+            status.as_str().into(),
             (d.diagnostic as i64).into(),
             due.into(),
             d.occurred_at.millis().into(),
+            s.map_or(0, |r| r.attempt_number as i64).into(),
+            s.map(|r| r.started_at.millis()).into(),
             self.match_reasons.as_str().into(),
-            now.into(),
+            s.and_then(|r| r.payload.stored()).into(),
+            s.map(|r| ResponseClass::of(r.response_status).as_str())
+                .into(),
+            s.and_then(|r| r.response_status).map(i64::from).into(),
+            s.map(|r| r.duration_ms).into(),
+            s.and_then(|r| r.response_body_excerpt.as_deref()).into(),
+            at.into(),
             now.into(),
             self.lease.map(|(owner, _)| owner).into(),
             self.lease.map(|(_, until)| until).into(),
@@ -320,13 +349,14 @@ impl<'a> DeliveryRow<'a> {
 /// that are kept apart (`copies`; the caller writes those on event rows,
 /// `EventCopies::on_event`), and marks their endpoints' URLs immutable,
 /// inside `tx`, unless `tx` read them fixed already (`url_fixed`); returns
-/// the references of those created. Pending deliveries are due at `now`.
+/// the references of those created. They are created at `at`, and
+/// pending ones are due at `now` (`DeliveryRow::values`).
 pub(crate) async fn insert_deliveries(
     tx: &mut WriteTx,
     backend: Backend,
     rows: &[DeliveryRow<'_>],
     copies: &[EventCopy<'_>],
-    now: i64,
+    (at, now): (i64, i64),
     url_fixed: &std::collections::HashSet<String>,
 ) -> Result<std::collections::HashSet<String>, StoreError> {
     let mut created = std::collections::HashSet::new();
@@ -357,7 +387,7 @@ pub(crate) async fn insert_deliveries(
         );
         let mut args: Vec<Arg> = Vec::with_capacity(chunk.len() * DELIVERY_VALUES);
         for row in chunk {
-            args.extend(row.values(now));
+            args.extend(row.values((at, now)));
         }
         for r in tx.fetch(&sql, &args).await? {
             created.insert(text(&r, "delivery_ref")?);

@@ -4,45 +4,70 @@
 //! is never left waiting for a second transaction to fan it out.
 //!
 //! A plain data operation: which callers share a transaction (group
-//! commit) and which fresh deliveries go straight to a dispatcher
-//! (hand-off) are the dispatcher's policy (`dispatcher::queue`). The store
-//! only asks, through `Leasing`, which deliveries to insert already leased,
-//! and returns their records after the commit.
+//! commit), which fresh deliveries go straight to a dispatcher (hand-off)
+//! and which are attempted before they are written are the dispatcher's
+//! policy (`dispatcher::queue`). The store only asks, through `Leasing`,
+//! which deliveries to lease, and writes what it is told.
+//!
+//! With a dispatcher, the write is in two steps: `prepare_events` reads
+//! the plan and the events accepted before, and leases the new events'
+//! deliveries that get room (`Prepared`); the dispatcher may attempt some
+//! of them at once (`Prepared::take_leased`); `write_prepared` then
+//! writes the batch, and a delivery whose first attempt succeeded is born
+//! settled: its one row is inserted as the record of that attempt would
+//! have left it, never inserted leased and rewritten. Its reference is
+//! keyed (`Leasing::reference_key`, `Ref::keyed`): a batch written again
+//! after a crash (its events were never acknowledged) gives each delivery
+//! the reference its receiver saw as `webhook-id`. A keyed reference that
+//! meets another delivery's (one chance in about 10^14 for two deliveries
+//! of events of the same millisecond) fails the write as a duplicate key:
+//! the batch is then written with generated references, unleased.
 //!
 //! Invariant: the records of leased deliveries are returned only after the
 //! transaction that created them and their leases committed, so the lease
 //! fences them exactly as a claim's; if the process dies, the lease
-//! expires and a claim takes them again.
+//! expires and a claim takes them again. Those taken before the write
+//! (`take_leased`) are attempted before it, but their outcome is recorded
+//! only once the write has committed, by the write itself (born settled)
+//! or under the lease it wrote.
 
 use super::Dispatch;
+use crate::db::codec::to_json;
 use crate::db::marks::Marks;
-use crate::db::tx::Arg;
+use crate::db::read;
+use crate::db::tx::{text, Arg};
 use crate::dispatch::deliveries::EventCopies;
-use crate::dispatch::fanout::{plan_fan_out, EventRow, Plan};
+use crate::dispatch::fanout::{plan_fan_out, plan_fan_out_apart, EventRow, Plan, Planned};
 use crate::dispatch::ordering;
 use crate::dispatch::signals::signal_due;
-use crate::dispatch::{insert_deliveries, DeliveryRow};
+use crate::dispatch::{insert_deliveries, AttemptResult, DeliveryRow};
+use crate::webhooks::deliveries::NewDelivery;
 use crate::webhooks::endpoints::EndpointVersions;
 use crate::DeliveryRecord;
 use crate::StoreError;
 use domain::webhook::{BodyStatus, DeliveryStatus};
-use domain::{Ref, Timestamp};
-use std::collections::HashSet;
+use domain::{Prefix, Ref, Timestamp};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 mod one_statement;
-use one_statement::Tried;
 
 /// Event rows per INSERT statement (11 values each).
 const EVENT_ROWS: usize = 100;
 
 /// Which fresh deliveries are born leased, and to whom: `room` is asked
-/// once per pending delivery, in the transaction, and what it returns (a
-/// dispatcher's reserved room) comes back with the delivery's record.
+/// once per pending delivery of a new event, before the write, and what it
+/// returns (a dispatcher's reserved room) comes back with the delivery's
+/// record.
 pub struct Leasing<T> {
     pub owner: String,
     pub lease: Duration,
     pub room: Room<T>,
+    /// The key of the deliveries' references (`Ref::keyed`), for a
+    /// dispatcher that attempts deliveries before they are written: the
+    /// same batch written again gives each delivery the same reference.
+    /// Without one, references are generated.
+    pub reference_key: Option<[u8; 32]>,
 }
 
 /// Asked for each pending delivery's endpoint: room to attempt it now, if
@@ -57,62 +82,256 @@ pub struct Leased<T> {
     pub room: T,
 }
 
-/// What `write_events` committed.
+/// What a write of events committed.
 pub struct EventsWritten<T> {
     /// The references of the events that were new.
     pub new: HashSet<String>,
-    /// The deliveries created leased (`Leasing`).
+    /// The deliveries created leased whose room was not taken before the
+    /// write (`Prepared::take_leased`), for the caller to start.
     pub leased: Vec<Leased<T>>,
     /// The deliveries created due now without a lease, for a claim.
     pub left_due: Vec<(Ref, Timestamp)>,
+    /// The references of every delivery created.
+    pub created: HashSet<String>,
+}
+
+/// A batch planned and leased but not written (module docs).
+pub struct Prepared<T> {
+    events: Vec<EventRow>,
+    planned: Planned,
+    decided: Decided,
+    /// The leased deliveries' rooms, by index, until taken.
+    rooms: Vec<(usize, Option<T>)>,
+}
+
+/// What the preparation decided for each planned delivery (in the order
+/// of `planned_deliveries`).
+struct Decided {
+    refs: Vec<Ref>,
+    match_reasons: Vec<String>,
+    /// The leased ones, by index.
+    leased: HashSet<usize>,
+    owner: String,
+    until: i64,
+    /// When the batch was planned: its deliveries' creation time.
+    at: Timestamp,
+}
+
+impl<T> Prepared<T> {
+    /// The records of the leased deliveries whose endpoint `pick` picks,
+    /// each with its room, for attempts before the write. Each stays leased
+    /// in the write, unless its result says it is settled
+    /// (`write_prepared`).
+    pub fn take_leased(&mut self, mut pick: impl FnMut(&Ref) -> bool) -> Vec<Leased<T>> {
+        let news: Vec<&NewDelivery> = planned_deliveries(&self.planned.0).collect();
+        let d = &self.decided;
+        let mut taken = Vec::new();
+        for (i, room) in self.rooms.iter_mut() {
+            let new = news[*i];
+            if room.is_none() || !pick(&new.endpoint_ref) {
+                continue;
+            }
+            let row = DeliveryRow {
+                new,
+                delivery_ref: d.refs[*i].clone(),
+                lease: None,
+                match_reasons: d.match_reasons[*i].clone(),
+                settled: None,
+            };
+            taken.push(Leased {
+                delivery: leased_record(&row, d.at),
+                endpoint_version: endpoint_version(&self.planned.1, new),
+                room: room.take().expect("checked above"),
+            });
+        }
+        taken
+    }
+
+    /// Every delivery's reference generated again, and none leased: after
+    /// a keyed reference met another delivery's (module docs).
+    fn redraw(&mut self) {
+        let d = &mut self.decided;
+        for r in d.refs.iter_mut() {
+            *r = Ref::generate(Prefix::WebhookDelivery);
+        }
+        d.leased.clear();
+        self.rooms.clear();
+    }
 }
 
 impl Dispatch<'_> {
     /// Inserts the events not accepted before and their deliveries, in one
-    /// unit of work. On SQLite it is a turn of the write lane, and
-    /// subscriptions are read for the whole batch inside it, never through
-    /// the pool before it: the write waits on no other thread for what it
-    /// plans with. On PostgreSQL, with a dispatcher leasing here, they are
-    /// read just before, and a small batch is one statement
-    /// (`one_statement`).
-    ///
-    /// Without `leasing` (no dispatcher in this process), deliveries left
-    /// due are signalled to other processes in the transaction; with it,
-    /// they are returned for the caller to hand on (`left_due`).
+    /// unit of work. Without `leasing` (no dispatcher in this process) it
+    /// is one transaction, which on SQLite is a turn of the write lane and
+    /// reads the subscriptions inside it, never through the pool before
+    /// it; deliveries left due are signalled to other processes in it.
+    /// With `leasing`, it is `prepare_events` and `write_prepared` with no
+    /// delivery attempted in between.
     pub async fn write_events<T: Send + 'static>(
         &self,
-        mut events: Vec<EventRow>,
+        events: Vec<EventRow>,
         leasing: Option<Leasing<T>>,
     ) -> Result<EventsWritten<T>, StoreError> {
+        match leasing {
+            Some(leasing) => {
+                let prepared = self.prepare_events(events, leasing).await?;
+                self.write_prepared(prepared, Vec::new()).await
+            }
+            None => {
+                let store = self.0.clone();
+                let mut events = events;
+                self.on_lane(async move {
+                    store
+                        .dispatch()
+                        .insert_in_tx::<T>(&mut events, None, None)
+                        .await
+                })
+                .await
+            }
+        }
+    }
+
+    /// Plans `events` through the pool, and leases to `leasing`'s owner the
+    /// pending deliveries of those not accepted before that get room (an
+    /// ordered or limited delivery never does). Writes nothing: a batch
+    /// dropped unwritten gives its rooms back.
+    pub async fn prepare_events<T>(
+        &self,
+        events: Vec<EventRow>,
+        mut leasing: Leasing<T>,
+    ) -> Result<Prepared<T>, StoreError> {
+        let planned = plan_fan_out_apart(self.0, &events).await?;
+        let before = self.accepted_before(&events).await?;
+        let at = Timestamp::now();
+        let until = leasing.until(at);
+        let (mut refs, mut match_reasons, mut rooms) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, new) in planned_deliveries(&planned.0).enumerate() {
+            refs.push(match &leasing.reference_key {
+                Some(key) => keyed_ref(key, new),
+                None => Ref::generate(Prefix::WebhookDelivery),
+            });
+            match_reasons.push(to_json(&new.match_reasons));
+            let leasable = new.status == DeliveryStatus::Pending && !new.ordered && !new.limited;
+            if !leasable || before.contains(new.event_ref.as_str()) {
+                continue;
+            }
+            if let Some(room) = (leasing.room)(&new.endpoint_ref) {
+                rooms.push((i, Some(room)));
+            }
+        }
+        Ok(Prepared {
+            events,
+            planned,
+            decided: Decided {
+                refs,
+                match_reasons,
+                leased: rooms.iter().map(|(i, _)| *i).collect(),
+                owner: leasing.owner,
+                until,
+                at,
+            },
+            rooms,
+        })
+    }
+
+    /// Writes a prepared batch in one unit of work. A delivery whose
+    /// first attempt is among `attempted` and succeeded without an error
+    /// (`AttemptResult::settles_at_birth`) is inserted settled; the other
+    /// leased ones are inserted leased. Deliveries of events accepted
+    /// meanwhile (by another process) are not written: `created` says
+    /// which were.
+    pub async fn write_prepared<T: Send + 'static>(
+        &self,
+        prepared: Prepared<T>,
+        attempted: Vec<AttemptResult>,
+    ) -> Result<EventsWritten<T>, StoreError> {
         let store = self.0.clone();
-        self.on_lane(async move { store.dispatch().insert_events(&mut events, leasing).await })
+        self.on_lane(async move {
+            let mut prepared = prepared;
+            let settled: HashMap<String, AttemptResult> = attempted
+                .into_iter()
+                .filter(AttemptResult::settles_at_birth)
+                .map(|r| (r.delivery_ref.to_string(), r))
+                .collect();
+            let dispatch = store.dispatch();
+            match dispatch.insert_prepared(&mut prepared, &settled).await {
+                Err(StoreError::Duplicate) => {
+                    tracing::warn!(
+                        "a keyed delivery reference met another delivery's; written with generated ones"
+                    );
+                    prepared.redraw();
+                    dispatch.insert_prepared(&mut prepared, &HashMap::new()).await
+                }
+                written => written,
+            }
+        })
+        .await
+    }
+
+    async fn insert_prepared<T>(
+        &self,
+        prepared: &mut Prepared<T>,
+        settled: &HashMap<String, AttemptResult>,
+    ) -> Result<EventsWritten<T>, StoreError> {
+        let Prepared {
+            events,
+            planned,
+            decided,
+            rooms,
+        } = prepared;
+        let prepared = (&*planned, &*decided, rooms.as_mut_slice());
+        if let Some(written) = one_statement::insert(self.0, events, prepared, settled).await? {
+            return Ok(written);
+        }
+        let prepared = (&*planned, &*decided, rooms.as_mut_slice());
+        self.insert_in_tx(events, Some(prepared), Some(settled))
             .await
     }
 
-    async fn insert_events<T>(
+    /// The references among `events`' of events accepted before.
+    async fn accepted_before(&self, events: &[EventRow]) -> Result<HashSet<String>, StoreError> {
+        let mut before = HashSet::new();
+        for chunk in events.chunks(EVENT_ROWS) {
+            let sql = format!(
+                "SELECT event_ref FROM events WHERE event_ref IN ({})",
+                Marks::new(self.backend()).list(chunk.len())
+            );
+            let args: Vec<Arg> = chunk.iter().map(|e| e.event_ref.as_str().into()).collect();
+            before.extend(read::all(self.pool(), &sql, &args, |row| text(row, "event_ref")).await?);
+        }
+        Ok(before)
+    }
+
+    /// The transaction that writes a batch: planned in it, unless it was
+    /// prepared (then with the deliveries as decided, and those `settled`).
+    async fn insert_in_tx<T>(
         &self,
         events: &mut [EventRow],
-        mut leasing: Option<Leasing<T>>,
+        prepared: Option<(&Planned, &Decided, &mut [(usize, Option<T>)])>,
+        settled: Option<&HashMap<String, AttemptResult>>,
     ) -> Result<EventsWritten<T>, StoreError> {
-        let mut planned = None;
-        if let Some(leasing) = leasing.as_mut() {
-            match one_statement::insert(self.0, events, leasing).await? {
-                Tried::Written(written) => return Ok(written),
-                Tried::Declined(read) => planned = read,
-            }
-        }
-        let owner = leasing.as_ref().map(|l| l.owner.clone());
         let mut tx = self.begin_write().await?;
         // Numbered first: the fan-out copies each event's sequence.
         let numbered = ordering::accept(tx.inner(), events).await?;
         let events = &*events;
-        let (plan, versions, url_fixed) = match planned {
-            Some(read) => read,
-            None => plan_fan_out(&mut tx, events).await?,
+        let planned_here;
+        let (planned, decided, rooms) = match prepared {
+            Some((planned, decided, rooms)) => (planned, Some(decided), take_rooms(rooms)),
+            None => {
+                planned_here = plan_fan_out(&mut tx, events).await?;
+                (&planned_here, None, Vec::new())
+            }
         };
+        let (plan, versions, url_fixed) = planned;
         let now = Timestamp::now();
+        let at = decided.as_ref().map_or(now, |d| d.at);
+        let rows = match decided {
+            Some(d) => decided_rows(plan, d, settled),
+            None => planned_deliveries(plan)
+                .map(DeliveryRow::unleased)
+                .collect(),
+        };
         let mut new = HashSet::new();
-        let mut rows = candidates(&plan);
         let mut copies = EventCopies::with_events(&rows);
         for chunk in in_ref_order(events).chunks(EVENT_ROWS) {
             let sql = events_insert(&mut Marks::new(self.backend()), chunk.len());
@@ -127,24 +346,21 @@ impl Dispatch<'_> {
         copies
             .apart
             .retain(|(event_ref, _, _)| new.contains(*event_ref));
-        rows.retain(|row| new.contains(row.new.event_ref.as_str()));
-        let rooms = match (leasing.as_mut(), owner.as_deref()) {
-            (Some(l), Some(owner)) => {
-                let until = l.until(now);
-                lease_rows(&mut l.room, owner, until, &mut rows)
-            }
-            _ => Vec::new(),
-        };
+        let inserted: Vec<DeliveryRow> = rows
+            .iter()
+            .filter(|row| new.contains(row.new.event_ref.as_str()))
+            .cloned()
+            .collect();
         let created = insert_deliveries(
             &mut tx,
             self.backend(),
-            &rows,
+            &inserted,
             &copies.apart,
-            now.millis(),
-            &url_fixed,
+            (at.millis(), now.millis()),
+            url_fixed,
         )
         .await?;
-        let mut written = written(&rows, rooms, &created, new, &versions, now);
+        let mut written = written(&rows, rooms, created, new, versions, at);
         if !numbered.keys.is_empty() {
             ordering::advance(tx.inner(), &numbered.to_walk).await?;
             let keys = numbered.keys.into_iter().collect();
@@ -154,7 +370,7 @@ impl Dispatch<'_> {
                 .extend(released.into_iter().map(|r| (r, now)));
         }
         // With no dispatcher here to take them, other processes' are told.
-        if !written.left_due.is_empty() && leasing.is_none() {
+        if !written.left_due.is_empty() && decided.is_none() {
             signal_due(&mut tx).await?;
         }
         tx.commit().await?;
@@ -226,36 +442,51 @@ pub(super) fn event_values<'a>(
 
 /// The deliveries planned for the batch, each event's once even if the
 /// batch repeats it.
-pub(super) fn candidates(plan: &Plan) -> Vec<DeliveryRow<'_>> {
+pub(super) fn planned_deliveries(plan: &Plan) -> impl Iterator<Item = &NewDelivery> {
     let mut planned = HashSet::new();
     plan.iter()
-        .filter(|(event_ref, _)| planned.insert(event_ref.as_str()))
-        .flat_map(|(_, deliveries)| deliveries.iter().map(DeliveryRow::unleased))
+        .filter(move |(event_ref, _)| planned.insert(event_ref.as_str()))
+        .flat_map(|(_, deliveries)| deliveries.iter())
+}
+
+/// A delivery's keyed reference: the same for the same event, endpoint
+/// and dto version, its time part the event's.
+fn keyed_ref(key: &[u8; 32], d: &NewDelivery) -> Ref {
+    let seed = format!("{}/{}/{}", d.event_ref, d.endpoint_ref, d.dto_version);
+    Ref::keyed(Prefix::WebhookDelivery, d.occurred_at.millis(), key, &seed)
+}
+
+/// The rows of a prepared batch: its references, leases as decided, and
+/// the settled ones (by reference in `settled`) with their attempt and
+/// no lease.
+fn decided_rows<'a>(
+    plan: &'a Plan,
+    d: &'a Decided,
+    settled: Option<&'a HashMap<String, AttemptResult>>,
+) -> Vec<DeliveryRow<'a>> {
+    planned_deliveries(plan)
+        .enumerate()
+        .map(|(i, new)| {
+            let delivery_ref = d.refs[i].clone();
+            let settled = settled.and_then(|s| s.get(delivery_ref.as_str()));
+            let leased = settled.is_none() && d.leased.contains(&i);
+            DeliveryRow {
+                new,
+                lease: leased.then_some((d.owner.as_str(), d.until)),
+                delivery_ref,
+                match_reasons: d.match_reasons[i].clone(),
+                settled,
+            }
+        })
         .collect()
 }
 
-/// Asks `room` for room for each pending row, in order, and leases those
-/// that get some to `owner` until `until`; returns each room with its
-/// row's index.
-pub(super) fn lease_rows<'a, T>(
-    room: &mut Room<T>,
-    owner: &'a str,
-    until: i64,
-    rows: &mut [DeliveryRow<'a>],
-) -> Vec<(usize, T)> {
-    let mut rooms = Vec::new();
-    for (i, row) in rows.iter_mut().enumerate() {
-        // An ordered delivery waits for its key's release; a limited one
-        // starts where its limits are kept.
-        if row.new.status != DeliveryStatus::Pending || row.new.ordered || row.new.limited {
-            continue;
-        }
-        if let Some(got) = room(&row.new.endpoint_ref) {
-            row.lease = Some((owner, until));
-            rooms.push((i, got));
-        }
-    }
+/// The rooms not taken before the write, by their row's index.
+fn take_rooms<T>(rooms: &mut [(usize, Option<T>)]) -> Vec<(usize, T)> {
     rooms
+        .iter_mut()
+        .filter_map(|(i, room)| Some((*i, room.take()?)))
+        .collect()
 }
 
 impl<T> Leasing<T> {
@@ -265,6 +496,11 @@ impl<T> Leasing<T> {
     }
 }
 
+/// The endpoint version `d` was planned against.
+fn endpoint_version(versions: &EndpointVersions, d: &NewDelivery) -> i64 {
+    versions.get(d.endpoint_ref.as_str()).map_or(0, |(v, _)| *v)
+}
+
 /// What a committed write of `rows` (of which `created` were inserted)
 /// returns: the leased ones with their rooms (a room whose row was not
 /// inserted is dropped, which gives it back) and the unleased pending
@@ -272,20 +508,21 @@ impl<T> Leasing<T> {
 pub(super) fn written<T>(
     rows: &[DeliveryRow<'_>],
     rooms: Vec<(usize, T)>,
-    created: &HashSet<String>,
+    created: HashSet<String>,
     new: HashSet<String>,
     versions: &EndpointVersions,
-    now: Timestamp,
+    at: Timestamp,
 ) -> EventsWritten<T> {
     let left_due = rows
         .iter()
         .filter(|r| {
             r.lease.is_none()
+                && r.settled.is_none()
                 && r.new.status == DeliveryStatus::Pending
                 && !r.new.ordered
                 && created.contains(r.delivery_ref.as_str())
         })
-        .map(|r| (r.delivery_ref.clone(), now))
+        .map(|r| (r.delivery_ref.clone(), at))
         .collect();
     let leased = rooms
         .into_iter()
@@ -293,10 +530,8 @@ pub(super) fn written<T>(
         .map(|(i, room)| {
             let row = &rows[i];
             Leased {
-                delivery: leased_record(row, now),
-                endpoint_version: versions
-                    .get(row.new.endpoint_ref.as_str())
-                    .map_or(0, |(v, _)| *v),
+                delivery: leased_record(row, at),
+                endpoint_version: endpoint_version(versions, row.new),
                 room,
             }
         })
@@ -305,12 +540,13 @@ pub(super) fn written<T>(
         new,
         leased,
         left_due,
+        created,
     }
 }
 
-/// The record of a delivery just inserted from `row` at `now`, as a claim
-/// would have read it back.
-fn leased_record(row: &DeliveryRow, now: Timestamp) -> DeliveryRecord {
+/// The record of a delivery created leased from `row`, planned at `at`,
+/// as a claim would have read it back.
+fn leased_record(row: &DeliveryRow, at: Timestamp) -> DeliveryRecord {
     let d = row.new;
     DeliveryRecord {
         delivery_ref: row.delivery_ref.clone(),
@@ -323,15 +559,15 @@ fn leased_record(row: &DeliveryRow, now: Timestamp) -> DeliveryRecord {
         diagnostic: d.diagnostic,
         generation: 1,
         attempt_count: 0,
-        next_attempt_at: Some(now),
+        next_attempt_at: Some(at),
         last_attempt_at: None,
         occurred_at: d.occurred_at,
         event_data: d.event_data.clone(),
         match_reasons: row.match_reasons.clone(),
         body_status: BodyStatus::Available,
         payload: crate::webhooks::payload::Payload::Absent,
-        created_at: now,
-        updated_at: now,
+        created_at: at,
+        updated_at: at,
         version: 1,
         order: d.order.clone(),
         ordered: d.ordered,

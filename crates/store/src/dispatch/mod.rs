@@ -105,6 +105,20 @@ impl AttemptResult {
     fn kept_on_delivery(&self) -> bool {
         self.status == AttemptStatus::Succeeded && self.error.is_none()
     }
+
+    /// Whether a first attempt made before its delivery was written can be
+    /// written as its delivery's birth (`intake::Prepared`): a success
+    /// kept on the row, that settles it, releases no key and presses on
+    /// nothing; the rest of what recording does has nothing to do for it.
+    pub fn settles_at_birth(&self) -> bool {
+        self.kept_on_delivery()
+            && self.attempt_number == 1
+            && self.generation == 1
+            && self.delivery_status == DeliveryStatus::Succeeded
+            && !self.disable_endpoint
+            && self.ordered_key.is_none()
+            && self.pushback.is_none()
+    }
 }
 
 /// What `Dispatch::record_attempts` wrote.

@@ -14,81 +14,67 @@
 //! committed, each statement at a snapshot of its own, and locks nothing
 //! it reads, so its plan is as old as this one by the time it writes.
 //!
-//! It applies to at most `EVENTS` events and `DELIVERIES` deliveries, for
-//! a dispatcher that leases here (without one, deliveries left due are
-//! signalled in the transaction), when every endpoint's url is fixed
-//! already (a first delivery fixes it, in the transaction). Otherwise
-//! `insert` declines and the transaction writes the batch, from the plan
-//! read here if there is one (PostgreSQL's transaction reads at read
-//! committed, so a plan read just before is the one it would read).
-//!
-//! Room is asked before the write, for the deliveries of every event of
-//! the batch; a room whose delivery was not inserted (its event was a
-//! duplicate) is dropped, which gives it back.
+//! It applies to a prepared batch (`Dispatch::prepare_events`, which
+//! read the plan) of at most `EVENTS` events and `DELIVERIES` deliveries,
+//! none ordered, when every endpoint's url is fixed already (a first
+//! delivery fixes it, in the transaction). Otherwise `insert` declines and
+//! the transaction writes the batch, from the same plan (PostgreSQL's
+//! transaction reads at read committed, so a plan read just before is the
+//! one it would read).
 
 use super::{
-    candidates, event_values, events_insert, in_ref_order, lease_rows, written, EventsWritten,
-    Leasing,
+    decided_rows, event_values, events_insert, in_ref_order, take_rooms, written, Decided,
+    EventsWritten,
 };
 use crate::db::marks::Marks;
 use crate::db::tx::Arg;
 use crate::dispatch::deliveries::{
     delivery_columns, event_data_values, EventCopies, Source, EVENT_DATA_CONFLICT, NEW_DELIVERY,
 };
-use crate::dispatch::fanout::{plan_fan_out_apart, EventRow, Planned};
+use crate::dispatch::fanout::{EventRow, Planned};
+use crate::dispatch::AttemptResult;
 use crate::{Backend, Store, StoreError};
 use domain::Timestamp;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 /// The most events a batch written this way holds.
 const EVENTS: usize = 8;
 /// The most deliveries it makes.
 const DELIVERIES: usize = 64;
 
-/// What `insert` did.
-pub(super) enum Tried<T> {
-    Written(EventsWritten<T>),
-    /// The batch is not one this way writes (module docs); nothing was
-    /// written. The plan, when it was read already: the transaction
-    /// writes from it rather than read it again.
-    Declined(Option<Planned>),
-}
-
-/// Writes `events` and their deliveries with one statement, leasing what
-/// `leasing` has room for, when the batch is one this way writes.
+/// Writes `events` and their deliveries as `decided` (those `settled`
+/// born settled) with one statement, when the batch is one this way
+/// writes; `None` when it is not, and nothing was written.
 pub(super) async fn insert<T>(
     store: &Store,
     events: &[EventRow],
-    leasing: &mut Leasing<T>,
-) -> Result<Tried<T>, StoreError> {
+    ((plan, versions, url_fixed), decided, rooms): (&Planned, &Decided, &mut [(usize, Option<T>)]),
+    settled: &HashMap<String, AttemptResult>,
+) -> Result<Option<EventsWritten<T>>, StoreError> {
     // An event with a key is numbered in the transaction (`ordering`).
     if store.backend() != Backend::Postgres
         || events.is_empty()
         || events.len() > EVENTS
         || events.iter().any(|e| e.order.is_some())
     {
-        return Ok(Tried::Declined(None));
+        return Ok(None);
     }
-    let (plan, versions, url_fixed) = plan_fan_out_apart(store, events).await?;
-    let mut rows = candidates(&plan);
+    let rows = decided_rows(plan, decided, Some(settled));
     let fits = rows.len() <= DELIVERIES
         && rows
             .iter()
             .all(|r| url_fixed.contains(r.new.endpoint_ref.as_str()));
     if !fits {
-        drop(rows);
-        return Ok(Tried::Declined(Some((plan, versions, url_fixed))));
+        return Ok(None);
     }
     let now = Timestamp::now();
-    let until = leasing.until(now);
-    let rooms = lease_rows(&mut leasing.room, &leasing.owner, until, &mut rows);
     let copies = EventCopies::with_events(&rows);
     let mut args: Vec<Arg> = in_ref_order(events)
         .into_iter()
         .flat_map(|e| event_values(e, now, copies.of_event(e.event_ref.as_str())))
         .collect();
     for row in &rows {
-        args.extend(row.values(now.millis()));
+        args.extend(row.values((decided.at.millis(), now.millis())));
     }
     for (event_ref, version, data) in &copies.apart {
         args.extend([
@@ -103,8 +89,9 @@ pub(super) async fn insert<T>(
     let (new, created): (HashSet<String>, HashSet<String>) = returned
         .into_iter()
         .partition(|r| events.iter().any(|e| e.event_ref.as_str() == r));
-    Ok(Tried::Written(written(
-        &rows, rooms, &created, new, &versions, now,
+    let rooms = take_rooms(rooms);
+    Ok(Some(written(
+        &rows, rooms, created, new, versions, decided.at,
     )))
 }
 

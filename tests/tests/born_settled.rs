@@ -1,0 +1,200 @@
+//! Deliveries attempted before they are written (`dispatcher::queue`), on
+//! every backend: to a quick endpoint, a fresh delivery whose first
+//! attempt succeeds is born settled (its row written once, its attempt
+//! listed as any); one still in flight when the write stops waiting, or
+//! that failed, is written leased and recorded as any; and its reference
+//! is keyed, so that the same event accepted again, by another process
+//! racing this one, sends the same `webhook-id`.
+
+use billing_tests::kit::{attempts, deliveries};
+use billing_tests::receiver::{Behaviour, TestReceiver};
+use billing_tests::{backend_tests, TestApp};
+use serde_json::Value;
+use std::time::Duration;
+
+fn payment() -> Value {
+    domain::webhook::catalogue::example("payment.succeeded", 2).expect("example")
+}
+
+/// How many times the delivery's row was written (its `version`).
+async fn writes(app: &TestApp, delivery_ref: &str) -> i64 {
+    app.count(&format!(
+        "SELECT version FROM webhook_deliveries WHERE delivery_ref = '{delivery_ref}'"
+    ))
+    .await
+}
+
+/// The delivery of `event_ref` to the endpoint, once it has `status`.
+async fn delivery_of(app: &TestApp, endpoint: &str, event_ref: &str, status: &str) -> Value {
+    app.eventually(20, || async {
+        deliveries(app, endpoint)
+            .await
+            .into_iter()
+            .find(|d| d["event_ref"] == event_ref && d["status"] == status)
+    })
+    .await
+}
+
+async fn a_quick_endpoints_delivery_is_born_settled(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s"));
+    // The endpoint's first attempt here shows it quick.
+    let first = app.publish("payment.succeeded", payment()).await;
+    let d = delivery_of(&app, &endpoint, &first, "succeeded").await;
+    let first_ref = d["delivery_ref"].as_str().unwrap().to_owned();
+    let event_ref = app.publish("payment.succeeded", payment()).await;
+    let d = delivery_of(&app, &endpoint, &event_ref, "succeeded").await;
+    let delivery_ref = d["delivery_ref"].as_str().unwrap();
+    dispatcher.shutdown().await;
+
+    assert_eq!(writes(&app, &first_ref).await, 2, "inserted, then recorded");
+    assert_eq!(writes(&app, delivery_ref).await, 1, "inserted settled");
+    assert_eq!(d["attempt_count"], 1, "{d}");
+    let tried = attempts(&app, delivery_ref).await;
+    assert_eq!(tried.len(), 1, "{tried:?}");
+    assert_eq!(tried[0]["status"], "succeeded");
+    assert_eq!(tried[0]["response_status"], 204);
+    // Created before its attempt started, as any delivery.
+    assert!(
+        d["created_at"].as_str() <= tried[0]["started_at"].as_str(),
+        "{d} {tried:?}"
+    );
+    let sent: Vec<_> = receiver
+        .received()
+        .into_iter()
+        .filter(|r| r.json()["event_ref"] == event_ref.as_str())
+        .collect();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].header("webhook-id"), delivery_ref);
+    let body = app
+        .get(&format!("/api/v1/webhook_deliveries/{delivery_ref}/body"))
+        .send()
+        .await;
+    assert_eq!(body.data()["payload"], sent[0].json());
+    // Its reference is keyed: the same event, endpoint and version give
+    // it again, in this process or another sharing the secret key.
+    let occurred_at = app
+        .count(&format!(
+            "SELECT occurred_at FROM webhook_deliveries WHERE delivery_ref = '{delivery_ref}'"
+        ))
+        .await;
+    let keyed = domain::Ref::keyed(
+        domain::Prefix::WebhookDelivery,
+        occurred_at,
+        app.cipher.reference_key(),
+        &format!("{event_ref}/{endpoint}/2"),
+    );
+    assert_eq!(keyed.as_str(), delivery_ref);
+}
+
+async fn an_attempt_still_in_flight_is_written_leased_and_recorded(app: TestApp) {
+    // Slower than the write waits (`FIRST_ATTEMPTS`), quicker than the
+    // quick limit (a second).
+    let receiver = TestReceiver::start(Behaviour::Hang(Duration::from_millis(500))).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s"));
+    let first = app.publish("payment.succeeded", payment()).await;
+    delivery_of(&app, &endpoint, &first, "succeeded").await;
+    let event_ref = app.publish("payment.succeeded", payment()).await;
+    let d = delivery_of(&app, &endpoint, &event_ref, "succeeded").await;
+    dispatcher.shutdown().await;
+    let delivery_ref = d["delivery_ref"].as_str().unwrap();
+    assert_eq!(
+        writes(&app, delivery_ref).await,
+        2,
+        "inserted, then recorded"
+    );
+    assert_eq!(attempts(&app, delivery_ref).await.len(), 1);
+    assert_eq!(receiver.count(), 2, "one request per delivery");
+}
+
+async fn a_first_attempt_that_fails_is_recorded_with_its_retry(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,30s"));
+    let first = app.publish("payment.succeeded", payment()).await;
+    delivery_of(&app, &endpoint, &first, "succeeded").await;
+    receiver.set(Behaviour::Status(500));
+    let event_ref = app.publish("payment.succeeded", payment()).await;
+    let d = app
+        .eventually(20, || async {
+            deliveries(&app, &endpoint)
+                .await
+                .into_iter()
+                .find(|d| d["event_ref"] == event_ref.as_str() && d["attempt_count"] == 1)
+        })
+        .await;
+    dispatcher.shutdown().await;
+    assert_eq!(d["status"], "pending", "{d}");
+    let tried = attempts(&app, d["delivery_ref"].as_str().unwrap()).await;
+    assert_eq!(tried.len(), 1, "{tried:?}");
+    assert_eq!(tried[0]["status"], "failed");
+    assert_eq!(tried[0]["response_status"], 500);
+    assert!(tried[0]["next_attempt_at"].is_string(), "{tried:?}");
+}
+
+async fn one_event_accepted_by_two_processes_sends_one_webhook_id(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    // A second process: its own queue and dispatcher over the same store.
+    let other_queue = dispatcher::EventQueue::new(app.store.clone());
+    let mut settings = app.dispatch_settings("0s,1s");
+    settings.worker_id = "the-other-process".into();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let other =
+        tokio::spawn(dispatcher::Dispatcher::new(other_queue.clone(), settings).run(stop.clone()));
+    let mine = app.start_dispatcher(app.dispatch_settings("0s,1s"));
+    // Each shows the endpoint quick to itself.
+    for queue in [&app.queue, &other_queue] {
+        let (event_ref, envelope) = app.envelope("payment.succeeded", payment());
+        dispatcher::intake::accept(queue, envelope.as_bytes(), "test")
+            .await
+            .expect("accepted");
+        delivery_of(&app, &endpoint, &event_ref, "succeeded").await;
+    }
+    for _ in 0..5 {
+        let (event_ref, envelope) = app.envelope("payment.succeeded", payment());
+        let (a, b) = tokio::join!(
+            dispatcher::intake::accept(&app.queue, envelope.as_bytes(), "test"),
+            dispatcher::intake::accept(&other_queue, envelope.as_bytes(), "test"),
+        );
+        a.expect("accepted");
+        b.expect("accepted");
+        let d = delivery_of(&app, &endpoint, &event_ref, "succeeded").await;
+        let ids: std::collections::BTreeSet<String> = receiver
+            .received()
+            .into_iter()
+            .filter(|r| r.json()["event_ref"] == event_ref.as_str())
+            .map(|r| r.header("webhook-id").to_owned())
+            .collect();
+        assert_eq!(
+            ids.into_iter().collect::<Vec<_>>(),
+            vec![d["delivery_ref"].as_str().unwrap().to_owned()]
+        );
+        let stored = app
+            .count(&format!(
+                "SELECT COUNT(*) FROM webhook_deliveries WHERE event_ref = '{event_ref}'"
+            ))
+            .await;
+        assert_eq!(stored, 1);
+    }
+    mine.shutdown().await;
+    stop.cancel();
+    let _ = other.await;
+}
+
+backend_tests!(
+    a_quick_endpoints_delivery_is_born_settled,
+    an_attempt_still_in_flight_is_written_leased_and_recorded,
+    a_first_attempt_that_fails_is_recorded_with_its_retry,
+    one_event_accepted_by_two_processes_sends_one_webhook_id,
+);
