@@ -192,9 +192,54 @@ async fn one_event_accepted_by_two_processes_sends_one_webhook_id(app: TestApp) 
     let _ = other.await;
 }
 
+
+async fn a_keyed_reference_taken_already_is_drawn_again(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s"));
+    let first = app.publish("payment.succeeded", payment()).await;
+    let d = delivery_of(&app, &endpoint, &first, "succeeded").await;
+    // Another delivery holds the reference the next event's would be
+    // keyed to, as one of another event of the same millisecond could.
+    let (event_ref, envelope) = app.envelope("payment.succeeded", payment());
+    let occurred_at: Value = serde_json::from_str::<Value>(&envelope).unwrap()["occurred_at"].clone();
+    let occurred_at = domain::Timestamp::parse(occurred_at.as_str().unwrap())
+        .expect("an RFC 3339 time")
+        .millis();
+    let keyed = domain::Ref::keyed(
+        domain::Prefix::WebhookDelivery,
+        occurred_at,
+        app.cipher.reference_key(),
+        &format!("{event_ref}/{endpoint}/2"),
+    );
+    let pool = app.raw_pool().await;
+    sqlx::query(&format!(
+        "UPDATE webhook_deliveries SET delivery_ref = '{keyed}' WHERE delivery_ref = '{}'",
+        d["delivery_ref"].as_str().unwrap()
+    ))
+    .execute(&pool)
+    .await
+    .expect("the delivery moved");
+    pool.close().await;
+    app.accept(&envelope).await;
+    let d = delivery_of(&app, &endpoint, &event_ref, "succeeded").await;
+    dispatcher.shutdown().await;
+    assert_ne!(d["delivery_ref"], keyed.as_str(), "{d}");
+    let sent: Vec<String> = receiver
+        .received()
+        .into_iter()
+        .filter(|r| r.json()["event_ref"] == event_ref.as_str())
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
+    assert_eq!(sent.last().map(String::as_str), d["delivery_ref"].as_str());
+}
+
 backend_tests!(
     a_quick_endpoints_delivery_is_born_settled,
     an_attempt_still_in_flight_is_written_leased_and_recorded,
     a_first_attempt_that_fails_is_recorded_with_its_retry,
     one_event_accepted_by_two_processes_sends_one_webhook_id,
+    a_keyed_reference_taken_already_is_drawn_again,
 );
