@@ -192,7 +192,6 @@ async fn one_event_accepted_by_two_processes_sends_one_webhook_id(app: TestApp) 
     let _ = other.await;
 }
 
-
 async fn a_keyed_reference_taken_already_is_drawn_again(app: TestApp) {
     let receiver = TestReceiver::start(Behaviour::Status(204)).await;
     let (endpoint, _) = app
@@ -204,7 +203,8 @@ async fn a_keyed_reference_taken_already_is_drawn_again(app: TestApp) {
     // Another delivery holds the reference the next event's would be
     // keyed to, as one of another event of the same millisecond could.
     let (event_ref, envelope) = app.envelope("payment.succeeded", payment());
-    let occurred_at: Value = serde_json::from_str::<Value>(&envelope).unwrap()["occurred_at"].clone();
+    let occurred_at: Value =
+        serde_json::from_str::<Value>(&envelope).unwrap()["occurred_at"].clone();
     let occurred_at = domain::Timestamp::parse(occurred_at.as_str().unwrap())
         .expect("an RFC 3339 time")
         .millis();
@@ -236,10 +236,56 @@ async fn a_keyed_reference_taken_already_is_drawn_again(app: TestApp) {
     assert_eq!(sent.last().map(String::as_str), d["delivery_ref"].as_str());
 }
 
+async fn deliveries_waiting_for_a_slot_are_attempted_before_the_write(app: TestApp) {
+    let receiver = TestReceiver::start(Behaviour::Hang(Duration::from_millis(20))).await;
+    let (endpoint, _) = app
+        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
+        .await;
+    let mut settings = app.dispatch_settings("0s,1s");
+    settings.max_in_flight_per_endpoint = 1;
+    let dispatcher = app.start_dispatcher(settings);
+    let first = app.publish("payment.succeeded", payment()).await;
+    delivery_of(&app, &endpoint, &first, "succeeded").await;
+    // Accepted together, they share a group write or two: one slot, so
+    // most wait for it before the write.
+    let envelopes: Vec<(String, String)> = (0..6)
+        .map(|_| app.envelope("payment.succeeded", payment()))
+        .collect();
+    futures::future::join_all(envelopes.iter().map(|(_, e)| app.accept(e))).await;
+    let mut refs = Vec::new();
+    for (event_ref, _) in &envelopes {
+        let d = delivery_of(&app, &endpoint, event_ref, "succeeded").await;
+        refs.push(d["delivery_ref"].as_str().unwrap().to_owned());
+    }
+    dispatcher.shutdown().await;
+    let mut ids = receiver.webhook_ids();
+    ids.sort();
+    let mut expected: Vec<String> = refs.clone();
+    expected.push(
+        deliveries(&app, &endpoint)
+            .await
+            .into_iter()
+            .find(|d| d["event_ref"] == first.as_str())
+            .unwrap()["delivery_ref"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+    );
+    expected.sort();
+    assert_eq!(ids, expected, "one request per delivery, under its reference");
+    let mut settled_at_birth = 0;
+    for r in &refs {
+        assert_eq!(attempts(&app, r).await.len(), 1, "{r}");
+        settled_at_birth += usize::from(writes(&app, r).await == 1);
+    }
+    assert!(settled_at_birth > 0, "none of {refs:?} was born settled");
+}
+
 backend_tests!(
     a_quick_endpoints_delivery_is_born_settled,
     an_attempt_still_in_flight_is_written_leased_and_recorded,
     a_first_attempt_that_fails_is_recorded_with_its_retry,
     one_event_accepted_by_two_processes_sends_one_webhook_id,
     a_keyed_reference_taken_already_is_drawn_again,
+    deliveries_waiting_for_a_slot_are_attempted_before_the_write,
 );

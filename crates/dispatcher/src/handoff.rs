@@ -71,6 +71,15 @@ pub enum Written {
 }
 
 impl Ticket {
+    /// Gives back every slot but the global one (the first, as
+    /// `Slots::try_reserve` and `Slots::reserve_by` take them) and the
+    /// governor's room: for an attempt that ended but whose result waits
+    /// for its write.
+    pub fn keep_global_only(&mut self) {
+        self.permits.truncate(1);
+        self.governed = None;
+    }
+
     /// For a delivery attempted before its write: reports the attempt's
     /// `result` (`None`: it was not attempted) to the write and waits for
     /// it to end. Whether the delivery's row exists leased to this
@@ -173,20 +182,46 @@ impl Slots {
         quick.contains(endpoint_ref.as_str())
     }
 
+    /// The semaphore of `endpoint_ref`'s slots.
+    fn endpoint_slots(&self, endpoint_ref: &Ref) -> Arc<Semaphore> {
+        let mut limits = self.per_endpoint.lock().unwrap_or_else(|p| p.into_inner());
+        match limits.get(endpoint_ref.as_str()) {
+            Some(s) => s.clone(),
+            None => limits
+                .entry(endpoint_ref.to_string())
+                .or_insert_with(|| Arc::new(Semaphore::new(self.per_endpoint_limit)))
+                .clone(),
+        }
+    }
+
+    /// For a quick endpoint's delivery: one slot of `endpoint_ref` and one
+    /// global slot, as soon as both are free, if that is before `until`.
+    pub async fn reserve_by(
+        &self,
+        endpoint_ref: &Ref,
+        until: tokio::time::Instant,
+    ) -> Option<Ticket> {
+        let endpoint = self.endpoint_slots(endpoint_ref);
+        let endpoint = tokio::time::timeout_at(until, endpoint.acquire_owned())
+            .await
+            .ok()?
+            .ok()?;
+        let global = self.global.clone();
+        let global = tokio::time::timeout_at(until, global.acquire_owned())
+            .await
+            .ok()?
+            .ok()?;
+        Some(Ticket {
+            permits: vec![global, endpoint],
+            governed: None,
+            before_write: None,
+        })
+    }
+
     /// One slot of `endpoint_ref` and one global slot, if both are free,
     /// and for an endpoint not known to be quick one of the shared part.
     pub fn try_reserve(&self, endpoint_ref: &Ref) -> Option<Ticket> {
-        let endpoint = {
-            let mut limits = self.per_endpoint.lock().unwrap_or_else(|p| p.into_inner());
-            match limits.get(endpoint_ref.as_str()) {
-                Some(s) => s.clone(),
-                None => limits
-                    .entry(endpoint_ref.to_string())
-                    .or_insert_with(|| Arc::new(Semaphore::new(self.per_endpoint_limit)))
-                    .clone(),
-            }
-        };
-        let endpoint = endpoint.try_acquire_owned().ok()?;
+        let endpoint = self.endpoint_slots(endpoint_ref).try_acquire_owned().ok()?;
         let unproven = match self.is_quick(endpoint_ref) {
             true => None,
             false => Some(self.unproven.clone().try_acquire_owned().ok()?),
@@ -272,16 +307,31 @@ impl Intake {
     /// Room to attempt a new delivery to `endpoint_ref` at once, if there
     /// is some (slots free, circuit closed).
     pub fn reserve(&self, endpoint_ref: &Ref) -> Option<Ticket> {
-        let closed = self
-            .slots
-            .breakers
-            .lock()
-            .map(|b| b.is_closed(endpoint_ref.as_str()))
-            .unwrap_or(false);
-        if !closed {
+        if !self.circuit_closed(endpoint_ref) {
             return None;
         }
         self.slots.try_reserve(endpoint_ref)
+    }
+
+    /// Room to attempt a new delivery to a quick endpoint as soon as its
+    /// slots free, if that is before `until` and its circuit is closed.
+    pub async fn reserve_by(
+        &self,
+        endpoint_ref: &Ref,
+        until: tokio::time::Instant,
+    ) -> Option<Ticket> {
+        if !self.circuit_closed(endpoint_ref) {
+            return None;
+        }
+        self.slots.reserve_by(endpoint_ref, until).await
+    }
+
+    fn circuit_closed(&self, endpoint_ref: &Ref) -> bool {
+        self.slots
+            .breakers
+            .lock()
+            .map(|b| b.is_closed(endpoint_ref.as_str()))
+            .unwrap_or(false)
     }
 
     /// Starts the attempts of committed, leased deliveries.

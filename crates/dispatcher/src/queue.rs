@@ -221,26 +221,40 @@ async fn write_attempting_first(
     let dispatch = store.dispatch();
     let mut prepared = dispatch.prepare_events(events, intake.leasing()).await?;
     let first = prepared.take_leased(|endpoint| intake.is_quick(endpoint));
-    if first.is_empty() {
+    let roomless = prepared.roomless(|endpoint| intake.is_quick(endpoint));
+    if first.is_empty() && roomless.is_empty() {
         return dispatch.write_prepared(prepared, Vec::new()).await;
     }
-    let (mut reports, mut verdicts) = (Vec::new(), Vec::new());
-    let first: Vec<HandedOver> = first
-        .into_iter()
-        .map(|mut h| {
-            let (report, reported) = oneshot::channel();
-            let (verdict, heard) = oneshot::channel();
-            h.room.before_write = Some(BeforeWrite {
-                report,
-                verdict: heard,
-            });
-            reports.push(reported);
-            verdicts.push((h.delivery.delivery_ref.clone(), verdict));
-            h
-        })
-        .collect();
-    intake.take(first);
     let deadline = tokio::time::Instant::now() + FIRST_ATTEMPTS;
+    let (mut reports, mut verdicts) = (Vec::new(), Vec::new());
+    let mut before_write = |mut h: HandedOver| {
+        let (report, reported) = oneshot::channel();
+        let (verdict, heard) = oneshot::channel();
+        h.room.before_write = Some(BeforeWrite {
+            report,
+            verdict: heard,
+        });
+        reports.push(reported);
+        verdicts.push((h.delivery.delivery_ref.clone(), verdict));
+        h
+    };
+    intake.take(first.into_iter().map(&mut before_write).collect());
+    // The others start as their endpoint's slots free, while a result can
+    // still come back in time.
+    let mut waiting = tokio::task::JoinSet::new();
+    for r in roomless {
+        let (intake, until) = (intake.clone(), deadline - FIRST_ATTEMPTS / 4);
+        waiting.spawn(async move {
+            let room = intake.reserve_by(&r.endpoint_ref, until).await;
+            (r, room)
+        });
+    }
+    while let Some(joined) = waiting.join_next().await {
+        if let Ok((r, Some(room))) = joined {
+            let h = before_write(prepared.lease(r, room));
+            intake.take(vec![h]);
+        }
+    }
     let mut attempted = Vec::with_capacity(reports.len());
     for reported in reports {
         // A report dropped unsent: the attempt never started.

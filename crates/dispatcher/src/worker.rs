@@ -559,8 +559,13 @@ impl Dispatcher {
             // An attempt made before its delivery was written reports to
             // the write, and is recorded only if the write left its
             // delivery leased here (born settled, it is recorded already).
-            // The permits are released only once the result is queued for
-            // recording, so shutdown's wait covers it.
+            // An attempt made before its write leaves its endpoint's slots
+            // now, not after the write. The global permit is released only
+            // once the result is queued for recording, so shutdown's wait
+            // covers it.
+            if ticket.before_write.is_some() {
+                ticket.keep_global_only();
+            }
             if ticket.written_leased(Some(&result)).await {
                 let _ = results.send(result).await;
             }

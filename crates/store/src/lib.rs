@@ -43,7 +43,7 @@ pub use admin::Admin;
 pub use billing::Billing;
 pub use db::{Backend, LaneError, Page, PageRequest, StoreError, Synchronous, WriteTx};
 pub use dispatch::dead_letters::DeadLetterRecord;
-pub use dispatch::intake::{EventsWritten, Leased, Leasing, Prepared};
+pub use dispatch::intake::{EventsWritten, Leased, Leasing, Prepared, Roomless};
 pub use dispatch::signals::Wakeups;
 pub use dispatch::{fanout, projection, signals};
 pub use dispatch::{AttemptResult, EventData, EventRecord, Recorded};

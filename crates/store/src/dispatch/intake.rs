@@ -104,6 +104,12 @@ pub struct Prepared<T> {
     rooms: Vec<(usize, Option<T>)>,
 }
 
+/// A prepared delivery that got no room (`Prepared::roomless`).
+pub struct Roomless {
+    index: usize,
+    pub endpoint_ref: Ref,
+}
+
 /// What the preparation decided for each planned delivery (in the order
 /// of `planned_deliveries`).
 struct Decided {
@@ -111,6 +117,8 @@ struct Decided {
     match_reasons: Vec<String>,
     /// The leased ones, by index.
     leased: HashSet<usize>,
+    /// Those that could be leased but got no room, by index.
+    roomless: Vec<usize>,
     owner: String,
     until: i64,
     /// When the batch was planned: its deliveries' creation time.
@@ -147,6 +155,46 @@ impl<T> Prepared<T> {
         taken
     }
 
+    /// The deliveries that could have been leased (pending, of a new
+    /// event, neither ordered nor limited) but got no room, whose endpoint
+    /// `pick` picks: room may come for them before the write (`lease`).
+    pub fn roomless(&self, mut pick: impl FnMut(&Ref) -> bool) -> Vec<Roomless> {
+        let news: Vec<&NewDelivery> = planned_deliveries(&self.planned.0).collect();
+        self.decided
+            .roomless
+            .iter()
+            .filter(|i| pick(&news[**i].endpoint_ref))
+            .map(|i| Roomless {
+                index: *i,
+                endpoint_ref: news[*i].endpoint_ref.clone(),
+            })
+            .collect()
+    }
+
+    /// Leases a delivery that got its room late, with `room`; its record,
+    /// for an attempt before the write (as `take_leased`'s).
+    pub fn lease(&mut self, roomless: Roomless, room: T) -> Leased<T> {
+        let i = roomless.index;
+        let d = &mut self.decided;
+        d.leased.insert(i);
+        d.roomless.retain(|r| *r != i);
+        let new = planned_deliveries(&self.planned.0)
+            .nth(i)
+            .expect("an index of the plan");
+        let row = DeliveryRow {
+            new,
+            delivery_ref: d.refs[i].clone(),
+            lease: None,
+            match_reasons: d.match_reasons[i].clone(),
+            settled: None,
+        };
+        Leased {
+            delivery: leased_record(&row, d.at),
+            endpoint_version: endpoint_version(&self.planned.1, new),
+            room,
+        }
+    }
+
     /// Every delivery's reference generated again, and none leased: after
     /// a keyed reference met another delivery's (module docs).
     fn redraw(&mut self) {
@@ -155,6 +203,7 @@ impl<T> Prepared<T> {
             *r = Ref::generate(Prefix::WebhookDelivery);
         }
         d.leased.clear();
+        d.roomless.clear();
         self.rooms.clear();
     }
 }
@@ -205,6 +254,7 @@ impl Dispatch<'_> {
         let at = Timestamp::now();
         let until = leasing.until(at);
         let (mut refs, mut match_reasons, mut rooms) = (Vec::new(), Vec::new(), Vec::new());
+        let mut roomless = Vec::new();
         for (i, new) in planned_deliveries(&planned.0).enumerate() {
             refs.push(match &leasing.reference_key {
                 Some(key) => keyed_ref(key, new),
@@ -215,8 +265,9 @@ impl Dispatch<'_> {
             if !leasable || before.contains(new.event_ref.as_str()) {
                 continue;
             }
-            if let Some(room) = (leasing.room)(&new.endpoint_ref) {
-                rooms.push((i, Some(room)));
+            match (leasing.room)(&new.endpoint_ref) {
+                Some(room) => rooms.push((i, Some(room))),
+                None => roomless.push(i),
             }
         }
         Ok(Prepared {
@@ -226,6 +277,7 @@ impl Dispatch<'_> {
                 refs,
                 match_reasons,
                 leased: rooms.iter().map(|(i, _)| *i).collect(),
+                roomless,
                 owner: leasing.owner,
                 until,
                 at,
