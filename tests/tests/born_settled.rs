@@ -272,7 +272,10 @@ async fn deliveries_waiting_for_a_slot_are_attempted_before_the_write(app: TestA
             .to_owned(),
     );
     expected.sort();
-    assert_eq!(ids, expected, "one request per delivery, under its reference");
+    assert_eq!(
+        ids, expected,
+        "one request per delivery, under its reference"
+    );
     let mut settled_at_birth = 0;
     for r in &refs {
         assert_eq!(attempts(&app, r).await.len(), 1, "{r}");

@@ -27,6 +27,7 @@ pub mod drive;
 pub mod endpoints;
 pub mod error;
 pub mod failing;
+pub mod first_attempts;
 pub mod governor;
 pub mod handoff;
 pub mod intake;

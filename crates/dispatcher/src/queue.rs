@@ -16,38 +16,25 @@
 //! group with the group's own error (`EnqueueError::Write`).
 //!
 //! With a dispatcher registered here, a group's fresh deliveries to quick
-//! endpoints (`Intake::is_quick`) are attempted before the group is
-//! written (`write_attempting_first`): the write waits up to
-//! `FIRST_ATTEMPTS` for their results, and each that succeeded is born
-//! settled, one row inserted once, instead of a row inserted leased and
-//! rewritten by its record. Those still in flight then, or that failed,
-//! are written leased and recorded as any attempt. The callers are
-//! answered, and AMQP messages acknowledged, only after the write: a
-//! crash before it redelivers the events, and the deliveries, attempted
-//! again, keep their references (`store::Leasing::reference_key`), so a
-//! receiver sees the same `webhook-id` twice, never two.
+//! endpoints are attempted before the group is written
+//! (`crate::first_attempts`). The callers are answered, and AMQP messages
+//! acknowledged, only after the write.
 //!
 //! It owns no SQL: the store writes, this decides who writes together and
 //! where fresh deliveries go.
 
 pub use crate::error::EnqueueError;
-use crate::handoff::{BeforeWrite, HandedOver, Intake, Ticket, Written};
-use std::collections::HashSet;
+use crate::first_attempts::Unwritten;
+use crate::handoff::{HandedOver, Intake, Ticket};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
 use store::fanout::EventRow;
-use store::{EventRecord, EventsWritten, Store, StoreError};
+use store::{EventRecord, Store, StoreError};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 /// Group writes in flight at once: while one writes, the next has taken its
 /// batch and waits for the writer, and the events that arrive meanwhile
 /// gather for the one after.
 const TURNS: usize = 2;
-
-/// How long a group write waits for the attempts made before it: a quick
-/// endpoint answers well within it; one that does not is written leased
-/// and recorded when it answers.
-const FIRST_ATTEMPTS: Duration = Duration::from_millis(200);
 
 /// A caller's answer: whether its event was new, or the group write's error.
 type Reply = oneshot::Sender<Result<bool, Arc<StoreError>>>;
@@ -64,6 +51,8 @@ struct Inner {
     turns: Arc<Semaphore>,
     /// This process's dispatcher, if one runs here.
     handoff: RwLock<Option<Arc<Intake>>>,
+    /// Successes of attempts whose write failed, for the events' return.
+    unwritten: Unwritten,
     /// The store's environments the intake has met (`intake::screen`).
     environments: crate::intake::Environments,
     /// What projects other systems' events (`intake::project`), given by
@@ -92,6 +81,7 @@ impl EventQueue {
             waiting: Mutex::default(),
             turns: Arc::new(Semaphore::new(TURNS)),
             handoff: RwLock::default(),
+            unwritten: Unwritten::default(),
             environments: crate::intake::Environments::default(),
             projector,
         }))
@@ -181,7 +171,9 @@ impl Inner {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         let outcome = match &intake {
-            Some(intake) => write_attempting_first(&self.store, intake, events).await,
+            Some(intake) => {
+                crate::first_attempts::write(&self.store, intake, &self.unwritten, events).await
+            }
             None => {
                 let dispatch = self.store.dispatch();
                 dispatch.write_events::<Ticket>(events, None).await
@@ -207,78 +199,6 @@ impl Inner {
         }
         drop(turn);
     }
-}
-
-/// Writes a group with this process's dispatcher (module docs): prepares
-/// it, hands the leased deliveries to quick endpoints over to be attempted
-/// at once, waits up to `FIRST_ATTEMPTS` for their results, writes, and
-/// tells each attempt what the write made of its delivery.
-async fn write_attempting_first(
-    store: &Store,
-    intake: &Arc<Intake>,
-    events: Vec<EventRow>,
-) -> Result<EventsWritten<Ticket>, StoreError> {
-    let dispatch = store.dispatch();
-    let mut prepared = dispatch.prepare_events(events, intake.leasing()).await?;
-    let first = prepared.take_leased(|endpoint| intake.is_quick(endpoint));
-    let roomless = prepared.roomless(|endpoint| intake.is_quick(endpoint));
-    if first.is_empty() && roomless.is_empty() {
-        return dispatch.write_prepared(prepared, Vec::new()).await;
-    }
-    let deadline = tokio::time::Instant::now() + FIRST_ATTEMPTS;
-    let (mut reports, mut verdicts) = (Vec::new(), Vec::new());
-    let mut before_write = |mut h: HandedOver| {
-        let (report, reported) = oneshot::channel();
-        let (verdict, heard) = oneshot::channel();
-        h.room.before_write = Some(BeforeWrite {
-            report,
-            verdict: heard,
-        });
-        reports.push(reported);
-        verdicts.push((h.delivery.delivery_ref.clone(), verdict));
-        h
-    };
-    intake.take(first.into_iter().map(&mut before_write).collect());
-    // The others start as their endpoint's slots free, while a result can
-    // still come back in time.
-    let mut waiting = tokio::task::JoinSet::new();
-    for r in roomless {
-        let (intake, until) = (intake.clone(), deadline - FIRST_ATTEMPTS / 4);
-        waiting.spawn(async move {
-            let room = intake.reserve_by(&r.endpoint_ref, until).await;
-            (r, room)
-        });
-    }
-    while let Some(joined) = waiting.join_next().await {
-        if let Ok((r, Some(room))) = joined {
-            let h = before_write(prepared.lease(r, room));
-            intake.take(vec![h]);
-        }
-    }
-    let mut attempted = Vec::with_capacity(reports.len());
-    for reported in reports {
-        // A report dropped unsent: the attempt never started.
-        if let Ok(Ok(result)) = tokio::time::timeout_at(deadline, reported).await {
-            attempted.push(result);
-        }
-    }
-    let settled: HashSet<String> = attempted
-        .iter()
-        .filter(|r| r.settles_at_birth())
-        .map(|r| r.delivery_ref.to_string())
-        .collect();
-    let written = dispatch.write_prepared(prepared, attempted).await;
-    if let Ok(w) = &written {
-        for (delivery_ref, verdict) in verdicts {
-            if w.created.contains(delivery_ref.as_str()) {
-                let _ = verdict.send(match settled.contains(delivery_ref.as_str()) {
-                    true => Written::Settled,
-                    false => Written::Leased,
-                });
-            }
-        }
-    }
-    written
 }
 
 /// Gives the dispatcher the deliveries the group write leased to it, and

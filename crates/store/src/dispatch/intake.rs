@@ -108,6 +108,7 @@ pub struct Prepared<T> {
 pub struct Roomless {
     index: usize,
     pub endpoint_ref: Ref,
+    pub delivery_ref: Ref,
 }
 
 /// What the preparation decided for each planned delivery (in the order
@@ -155,6 +156,11 @@ impl<T> Prepared<T> {
         taken
     }
 
+    /// Every planned delivery's reference.
+    pub fn delivery_refs(&self) -> &[Ref] {
+        &self.decided.refs
+    }
+
     /// The deliveries that could have been leased (pending, of a new
     /// event, neither ordered nor limited) but got no room, whose endpoint
     /// `pick` picks: room may come for them before the write (`lease`).
@@ -167,6 +173,7 @@ impl<T> Prepared<T> {
             .map(|i| Roomless {
                 index: *i,
                 endpoint_ref: news[*i].endpoint_ref.clone(),
+                delivery_ref: self.decided.refs[*i].clone(),
             })
             .collect()
     }
@@ -555,8 +562,8 @@ fn endpoint_version(versions: &EndpointVersions, d: &NewDelivery) -> i64 {
 
 /// What a committed write of `rows` (of which `created` were inserted)
 /// returns: the leased ones with their rooms (a room whose row was not
-/// inserted is dropped, which gives it back) and the unleased pending
-/// ones left due.
+/// inserted, or was inserted settled, is dropped, which gives it back) and
+/// the unleased pending ones left due.
 pub(super) fn written<T>(
     rows: &[DeliveryRow<'_>],
     rooms: Vec<(usize, T)>,
@@ -578,6 +585,7 @@ pub(super) fn written<T>(
         .collect();
     let leased = rooms
         .into_iter()
+        .filter(|(i, _)| rows[*i].settled.is_none())
         .filter(|(i, _)| created.contains(rows[*i].delivery_ref.as_str()))
         .map(|(i, room)| {
             let row = &rows[i];
