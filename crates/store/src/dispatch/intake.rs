@@ -104,6 +104,10 @@ pub struct Prepared<T> {
     rooms: Vec<(usize, Option<T>)>,
 }
 
+/// A prepared batch as its write takes it: the plan, the decisions, and
+/// the rooms not taken.
+type Parts<'p, T> = (&'p Planned, &'p Decided, &'p mut [(usize, Option<T>)]);
+
 /// A prepared delivery that got no room (`Prepared::roomless`).
 pub struct Roomless {
     index: usize,
@@ -366,7 +370,7 @@ impl Dispatch<'_> {
     async fn insert_in_tx<T>(
         &self,
         events: &mut [EventRow],
-        prepared: Option<(&Planned, &Decided, &mut [(usize, Option<T>)])>,
+        prepared: Option<Parts<'_, T>>,
         settled: Option<&HashMap<String, AttemptResult>>,
     ) -> Result<EventsWritten<T>, StoreError> {
         let mut tx = self.begin_write().await?;

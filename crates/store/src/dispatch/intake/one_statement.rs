@@ -23,15 +23,15 @@
 //! one it would read).
 
 use super::{
-    decided_rows, event_values, events_insert, in_ref_order, take_rooms, written, Decided,
-    EventsWritten,
+    decided_rows, event_values, events_insert, in_ref_order, take_rooms, written, EventsWritten,
+    Parts,
 };
 use crate::db::marks::Marks;
 use crate::db::tx::Arg;
 use crate::dispatch::deliveries::{
     delivery_columns, event_data_values, EventCopies, Source, EVENT_DATA_CONFLICT, NEW_DELIVERY,
 };
-use crate::dispatch::fanout::{EventRow, Planned};
+use crate::dispatch::fanout::EventRow;
 use crate::dispatch::AttemptResult;
 use crate::{Backend, Store, StoreError};
 use domain::Timestamp;
@@ -48,7 +48,7 @@ const DELIVERIES: usize = 64;
 pub(super) async fn insert<T>(
     store: &Store,
     events: &[EventRow],
-    ((plan, versions, url_fixed), decided, rooms): (&Planned, &Decided, &mut [(usize, Option<T>)]),
+    ((plan, versions, url_fixed), decided, rooms): Parts<'_, T>,
     settled: &HashMap<String, AttemptResult>,
 ) -> Result<Option<EventsWritten<T>>, StoreError> {
     // An event with a key is numbered in the transaction (`ordering`).
