@@ -48,7 +48,7 @@ pub struct Ticket {
     /// limited), freed with the ticket.
     pub governed: Option<crate::governor::Admitted>,
     /// Set when the delivery is attempted before it is written
-    /// (`crate::queue`).
+    /// (`crate::first_attempts`).
     pub before_write: Option<BeforeWrite>,
 }
 
@@ -287,7 +287,8 @@ impl Intake {
 
     /// The store's `Leasing` for one group write: deliveries that find
     /// room (`reserve`) are born leased to this dispatcher, under keyed
-    /// references (some are attempted before the write, `crate::queue`).
+    /// references (some are attempted before the write,
+    /// `crate::first_attempts`).
     pub fn leasing(self: &Arc<Intake>) -> store::Leasing<Ticket> {
         let intake = self.clone();
         store::Leasing {
