@@ -177,3 +177,53 @@ async fn written(
     }
     written
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::webhook::{AttemptStatus, DeliveryStatus};
+    use domain::{Prefix, Ref, Timestamp};
+
+    fn success() -> AttemptResult {
+        AttemptResult {
+            delivery_ref: Ref::generate(Prefix::WebhookDelivery),
+            environment_ref: Ref::generate(Prefix::Environment),
+            endpoint_ref: Ref::generate(Prefix::WebhookEndpoint),
+            generation: 1,
+            attempt_number: 1,
+            status: AttemptStatus::Succeeded,
+            response_status: Some(204),
+            error: None,
+            response_body_excerpt: None,
+            duration_ms: 3,
+            started_at: Timestamp::now(),
+            next_attempt_at: None,
+            delivery_status: DeliveryStatus::Succeeded,
+            payload: store::Payload::Rebuilt,
+            disable_endpoint: false,
+            ordered_key: None,
+            pushback: None,
+        }
+    }
+
+    #[test]
+    fn a_kept_success_is_taken_once_by_its_delivery() {
+        let unwritten = Unwritten::default();
+        let (a, b) = (success(), success());
+        unwritten.keep(vec![a.clone(), b.clone()]);
+        let other = Ref::generate(Prefix::WebhookDelivery);
+        assert!(unwritten.take(std::slice::from_ref(&other)).is_empty());
+        let taken = unwritten.take(&[a.delivery_ref.clone(), other]);
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].delivery_ref, a.delivery_ref);
+        assert!(unwritten.take(&[a.delivery_ref]).is_empty(), "taken once");
+        assert_eq!(unwritten.take(&[b.delivery_ref]).len(), 1);
+    }
+
+    #[test]
+    fn at_most_so_many_are_kept() {
+        let unwritten = Unwritten::default();
+        unwritten.keep((0..KEPT_AT_MOST + 5).map(|_| success()).collect());
+        assert_eq!(unwritten.lock().len(), KEPT_AT_MOST);
+    }
+}
