@@ -139,19 +139,14 @@ pub(crate) async fn write(
             attempted.push(result);
         }
     }
-    let settled: HashSet<String> = attempted
-        .iter()
-        .filter(|r| r.settles_at_birth())
-        .map(|r| r.delivery_ref.to_string())
-        .collect();
     let written = written(store, prepared, attempted, unwritten).await;
     if let Ok(w) = &written {
         for (delivery_ref, verdict) in verdicts {
-            if w.created.contains(delivery_ref.as_str()) {
-                let _ = verdict.send(match settled.contains(delivery_ref.as_str()) {
-                    true => Written::Settled,
-                    false => Written::Leased,
-                });
+            let r = delivery_ref.as_str();
+            if w.settled.contains(r) {
+                let _ = verdict.send(Written::Settled);
+            } else if w.created.contains(r) {
+                let _ = verdict.send(Written::Leased);
             }
         }
     }

@@ -75,6 +75,7 @@ impl Dispatch<'_> {
         // The events' rows exist already (the embedded queue's): their
         // copies are kept apart.
         let copies = shared_event_data(&rows);
+        let rows: Vec<&DeliveryRow> = rows.iter().collect();
         let created = insert_deliveries(
             tx,
             self.backend(),
@@ -110,7 +111,6 @@ impl Dispatch<'_> {
 /// succeeded) is born in the state that attempt's record would have left
 /// it in (`attempts::next_state`): settled, its success kept on it, no
 /// lease.
-#[derive(Clone)]
 pub(crate) struct DeliveryRow<'a> {
     pub new: &'a NewDelivery,
     pub delivery_ref: Ref,
@@ -354,7 +354,7 @@ impl<'a> DeliveryRow<'a> {
 pub(crate) async fn insert_deliveries(
     tx: &mut WriteTx,
     backend: Backend,
-    rows: &[DeliveryRow<'_>],
+    rows: &[&DeliveryRow<'_>],
     copies: &[EventCopy<'_>],
     (at, now): (i64, i64),
     url_fixed: &std::collections::HashSet<String>,

@@ -93,6 +93,9 @@ pub struct EventsWritten<T> {
     pub left_due: Vec<(Ref, Timestamp)>,
     /// The references of every delivery created.
     pub created: HashSet<String>,
+    /// Those of them created settled by their first attempt
+    /// (`Dispatch::write_prepared`).
+    pub settled: HashSet<String>,
 }
 
 /// A batch planned and leased but not written (module docs).
@@ -104,9 +107,15 @@ pub struct Prepared<T> {
     rooms: Vec<(usize, Option<T>)>,
 }
 
-/// A prepared batch as its write takes it: the plan, the decisions, and
-/// the rooms not taken.
-type Parts<'p, T> = (&'p Planned, &'p Decided, &'p mut [(usize, Option<T>)]);
+/// A prepared batch as its write takes it: the plan, the decisions, the
+/// rooms not taken, and the first attempts that settle their deliveries
+/// (by reference).
+type Parts<'p, T> = (
+    &'p Planned,
+    &'p Decided,
+    &'p mut [(usize, Option<T>)],
+    &'p HashMap<String, AttemptResult>,
+);
 
 /// A prepared delivery that got no room (`Prepared::roomless`).
 pub struct Roomless {
@@ -118,6 +127,8 @@ pub struct Roomless {
 /// What the preparation decided for each planned delivery (in the order
 /// of `planned_deliveries`).
 struct Decided {
+    /// Where each is in the plan: its event's entry, and its place there.
+    positions: Vec<(usize, usize)>,
     refs: Vec<Ref>,
     match_reasons: Vec<String>,
     /// The leased ones, by index.
@@ -136,26 +147,14 @@ impl<T> Prepared<T> {
     /// in the write, unless its result says it is settled
     /// (`write_prepared`).
     pub fn take_leased(&mut self, mut pick: impl FnMut(&Ref) -> bool) -> Vec<Leased<T>> {
-        let news: Vec<&NewDelivery> = planned_deliveries(&self.planned.0).collect();
-        let d = &self.decided;
+        let (planned, d) = (&self.planned, &self.decided);
         let mut taken = Vec::new();
         for (i, room) in self.rooms.iter_mut() {
-            let new = news[*i];
-            if room.is_none() || !pick(&new.endpoint_ref) {
+            if room.is_none() || !pick(&d.new_at(planned, *i).endpoint_ref) {
                 continue;
             }
-            let row = DeliveryRow {
-                new,
-                delivery_ref: d.refs[*i].clone(),
-                lease: None,
-                match_reasons: d.match_reasons[*i].clone(),
-                settled: None,
-            };
-            taken.push(Leased {
-                delivery: leased_record(&row, d.at),
-                endpoint_version: endpoint_version(&self.planned.1, new),
-                room: room.take().expect("checked above"),
-            });
+            let room = room.take().expect("checked above");
+            taken.push(d.leased_before_write(planned, *i, room));
         }
         taken
     }
@@ -169,15 +168,15 @@ impl<T> Prepared<T> {
     /// event, neither ordered nor limited) but got no room, whose endpoint
     /// `pick` picks: room may come for them before the write (`lease`).
     pub fn roomless(&self, mut pick: impl FnMut(&Ref) -> bool) -> Vec<Roomless> {
-        let news: Vec<&NewDelivery> = planned_deliveries(&self.planned.0).collect();
-        self.decided
-            .roomless
+        let d = &self.decided;
+        d.roomless
             .iter()
-            .filter(|i| pick(&news[**i].endpoint_ref))
-            .map(|i| Roomless {
-                index: *i,
-                endpoint_ref: news[*i].endpoint_ref.clone(),
-                delivery_ref: self.decided.refs[*i].clone(),
+            .map(|i| (*i, d.new_at(&self.planned, *i)))
+            .filter(|(_, new)| pick(&new.endpoint_ref))
+            .map(|(i, new)| Roomless {
+                index: i,
+                endpoint_ref: new.endpoint_ref.clone(),
+                delivery_ref: d.refs[i].clone(),
             })
             .collect()
     }
@@ -189,21 +188,7 @@ impl<T> Prepared<T> {
         let d = &mut self.decided;
         d.leased.insert(i);
         d.roomless.retain(|r| *r != i);
-        let new = planned_deliveries(&self.planned.0)
-            .nth(i)
-            .expect("an index of the plan");
-        let row = DeliveryRow {
-            new,
-            delivery_ref: d.refs[i].clone(),
-            lease: None,
-            match_reasons: d.match_reasons[i].clone(),
-            settled: None,
-        };
-        Leased {
-            delivery: leased_record(&row, d.at),
-            endpoint_version: endpoint_version(&self.planned.1, new),
-            room,
-        }
+        d.leased_before_write(&self.planned, i, room)
     }
 
     /// Every delivery's reference generated again, and none leased: after
@@ -240,12 +225,9 @@ impl Dispatch<'_> {
             None => {
                 let store = self.0.clone();
                 let mut events = events;
-                self.on_lane(async move {
-                    store
-                        .dispatch()
-                        .insert_in_tx::<T>(&mut events, None, None)
-                        .await
-                })
+                self.on_lane(
+                    async move { store.dispatch().insert_in_tx::<T>(&mut events, None).await },
+                )
                 .await
             }
         }
@@ -266,6 +248,7 @@ impl Dispatch<'_> {
         let until = leasing.until(at);
         let (mut refs, mut match_reasons, mut rooms) = (Vec::new(), Vec::new(), Vec::new());
         let mut roomless = Vec::new();
+        let positions: Vec<(usize, usize)> = planned_positions(&planned.0).collect();
         for (i, new) in planned_deliveries(&planned.0).enumerate() {
             refs.push(match &leasing.reference_key {
                 Some(key) => keyed_ref(key, new),
@@ -285,6 +268,7 @@ impl Dispatch<'_> {
             events,
             planned,
             decided: Decided {
+                positions,
                 refs,
                 match_reasons,
                 leased: rooms.iter().map(|(i, _)| *i).collect(),
@@ -342,13 +326,12 @@ impl Dispatch<'_> {
             decided,
             rooms,
         } = prepared;
-        let prepared = (&*planned, &*decided, rooms.as_mut_slice());
-        if let Some(written) = one_statement::insert(self.0, events, prepared, settled).await? {
+        let prepared = (&*planned, &*decided, rooms.as_mut_slice(), settled);
+        if let Some(written) = one_statement::insert(self.0, events, prepared).await? {
             return Ok(written);
         }
-        let prepared = (&*planned, &*decided, rooms.as_mut_slice());
-        self.insert_in_tx(events, Some(prepared), Some(settled))
-            .await
+        let prepared = (&*planned, &*decided, rooms.as_mut_slice(), settled);
+        self.insert_in_tx(events, Some(prepared)).await
     }
 
     /// The references among `events`' of events accepted before.
@@ -366,12 +349,11 @@ impl Dispatch<'_> {
     }
 
     /// The transaction that writes a batch: planned in it, unless it was
-    /// prepared (then with the deliveries as decided, and those `settled`).
+    /// prepared (then with the deliveries as decided, `Parts`).
     async fn insert_in_tx<T>(
         &self,
         events: &mut [EventRow],
         prepared: Option<Parts<'_, T>>,
-        settled: Option<&HashMap<String, AttemptResult>>,
     ) -> Result<EventsWritten<T>, StoreError> {
         let mut tx = self.begin_write().await?;
         // Numbered first: the fan-out copies each event's sequence.
@@ -379,7 +361,9 @@ impl Dispatch<'_> {
         let events = &*events;
         let planned_here;
         let (planned, decided, rooms) = match prepared {
-            Some((planned, decided, rooms)) => (planned, Some(decided), take_rooms(rooms)),
+            Some((planned, decided, rooms, settled)) => {
+                (planned, Some((decided, settled)), take_rooms(rooms))
+            }
             None => {
                 planned_here = plan_fan_out(&mut tx, events).await?;
                 (&planned_here, None, Vec::new())
@@ -387,9 +371,9 @@ impl Dispatch<'_> {
         };
         let (plan, versions, url_fixed) = planned;
         let now = Timestamp::now();
-        let at = decided.as_ref().map_or(now, |d| d.at);
+        let at = decided.map_or(now, |(d, _)| d.at);
         let rows = match decided {
-            Some(d) => decided_rows(plan, d, settled),
+            Some((d, settled)) => decided_rows(plan, d, settled),
             None => planned_deliveries(plan)
                 .map(DeliveryRow::unleased)
                 .collect(),
@@ -409,10 +393,9 @@ impl Dispatch<'_> {
         copies
             .apart
             .retain(|(event_ref, _, _)| new.contains(*event_ref));
-        let inserted: Vec<DeliveryRow> = rows
+        let inserted: Vec<&DeliveryRow> = rows
             .iter()
             .filter(|row| new.contains(row.new.event_ref.as_str()))
-            .cloned()
             .collect();
         let created = insert_deliveries(
             &mut tx,
@@ -506,10 +489,43 @@ pub(super) fn event_values<'a>(
 /// The deliveries planned for the batch, each event's once even if the
 /// batch repeats it.
 pub(super) fn planned_deliveries(plan: &Plan) -> impl Iterator<Item = &NewDelivery> {
+    planned_positions(plan).map(|(e, k)| &plan[e].1[k])
+}
+
+/// Where `planned_deliveries` takes each from: its event's entry in the
+/// plan, and its place there.
+fn planned_positions(plan: &Plan) -> impl Iterator<Item = (usize, usize)> + '_ {
     let mut planned = HashSet::new();
     plan.iter()
-        .filter(move |(event_ref, _)| planned.insert(event_ref.as_str()))
-        .flat_map(|(_, deliveries)| deliveries.iter())
+        .enumerate()
+        .filter(move |(_, (event_ref, _))| planned.insert(event_ref.as_str()))
+        .flat_map(|(e, (_, deliveries))| (0..deliveries.len()).map(move |k| (e, k)))
+}
+
+impl Decided {
+    /// The `i`th planned delivery.
+    fn new_at<'p>(&self, planned: &'p Planned, i: usize) -> &'p NewDelivery {
+        let (e, k) = self.positions[i];
+        &planned.0[e].1[k]
+    }
+
+    /// The record of the `i`th delivery, leased with `room` to be attempted
+    /// before the write, as the write will create it.
+    fn leased_before_write<T>(&self, planned: &Planned, i: usize, room: T) -> Leased<T> {
+        let new = self.new_at(planned, i);
+        let row = DeliveryRow {
+            new,
+            delivery_ref: self.refs[i].clone(),
+            lease: None,
+            match_reasons: self.match_reasons[i].clone(),
+            settled: None,
+        };
+        Leased {
+            delivery: leased_record(&row, self.at),
+            endpoint_version: endpoint_version(&planned.1, new),
+            room,
+        }
+    }
 }
 
 /// A delivery's keyed reference: the same for the same event, endpoint
@@ -525,13 +541,13 @@ fn keyed_ref(key: &[u8; 32], d: &NewDelivery) -> Ref {
 fn decided_rows<'a>(
     plan: &'a Plan,
     d: &'a Decided,
-    settled: Option<&'a HashMap<String, AttemptResult>>,
+    settled: &'a HashMap<String, AttemptResult>,
 ) -> Vec<DeliveryRow<'a>> {
     planned_deliveries(plan)
         .enumerate()
         .map(|(i, new)| {
             let delivery_ref = d.refs[i].clone();
-            let settled = settled.and_then(|s| s.get(delivery_ref.as_str()));
+            let settled = settled.get(delivery_ref.as_str());
             let leased = settled.is_none() && d.leased.contains(&i);
             DeliveryRow {
                 new,
@@ -600,11 +616,17 @@ pub(super) fn written<T>(
             }
         })
         .collect();
+    let settled = rows
+        .iter()
+        .filter(|r| r.settled.is_some() && created.contains(r.delivery_ref.as_str()))
+        .map(|r| r.delivery_ref.to_string())
+        .collect();
     EventsWritten {
         new,
         leased,
         left_due,
         created,
+        settled,
     }
 }
 

@@ -32,10 +32,9 @@ use crate::dispatch::deliveries::{
     delivery_columns, event_data_values, EventCopies, Source, EVENT_DATA_CONFLICT, NEW_DELIVERY,
 };
 use crate::dispatch::fanout::EventRow;
-use crate::dispatch::AttemptResult;
 use crate::{Backend, Store, StoreError};
 use domain::Timestamp;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 /// The most events a batch written this way holds.
 const EVENTS: usize = 8;
@@ -48,8 +47,7 @@ const DELIVERIES: usize = 64;
 pub(super) async fn insert<T>(
     store: &Store,
     events: &[EventRow],
-    ((plan, versions, url_fixed), decided, rooms): Parts<'_, T>,
-    settled: &HashMap<String, AttemptResult>,
+    ((plan, versions, url_fixed), decided, rooms, settled): Parts<'_, T>,
 ) -> Result<Option<EventsWritten<T>>, StoreError> {
     // An event with a key is numbered in the transaction (`ordering`).
     if store.backend() != Backend::Postgres
@@ -59,7 +57,7 @@ pub(super) async fn insert<T>(
     {
         return Ok(None);
     }
-    let rows = decided_rows(plan, decided, Some(settled));
+    let rows = decided_rows(plan, decided, settled);
     let fits = rows.len() <= DELIVERIES
         && rows
             .iter()
