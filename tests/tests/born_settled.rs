@@ -35,22 +35,72 @@ async fn delivery_of(app: &TestApp, endpoint: &str, event_ref: &str, status: &st
     .await
 }
 
-async fn a_quick_endpoints_delivery_is_born_settled(app: TestApp) {
-    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
+/// A receiver behind an endpoint subscribed to `payment.succeeded` v2, a
+/// dispatcher with `settings`, and a first delivery made: its attempt
+/// shows the endpoint quick to the dispatcher.
+struct Quick {
+    receiver: TestReceiver,
+    endpoint: String,
+    dispatcher: billing_tests::DispatcherHandle,
+    /// The first delivery, succeeded.
+    first: Value,
+}
+
+async fn quick_endpoint(
+    app: &TestApp,
+    behaviour: Behaviour,
+    settings: dispatcher::DispatchSettings,
+) -> Quick {
+    let receiver = TestReceiver::start(behaviour).await;
     let (endpoint, _) = app
         .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
         .await;
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s"));
-    // The endpoint's first attempt here shows it quick.
-    let first = app.publish("payment.succeeded", payment()).await;
-    let d = delivery_of(&app, &endpoint, &first, "succeeded").await;
-    let first_ref = d["delivery_ref"].as_str().unwrap().to_owned();
+    let dispatcher = app.start_dispatcher(settings);
+    let event_ref = app.publish("payment.succeeded", payment()).await;
+    let first = delivery_of(app, &endpoint, &event_ref, "succeeded").await;
+    Quick {
+        receiver,
+        endpoint,
+        dispatcher,
+        first,
+    }
+}
+
+/// The reference the delivery of `event_ref` (occurred at
+/// `occurred_at`) to `endpoint` is keyed to.
+fn keyed(app: &TestApp, event_ref: &str, endpoint: &str, occurred_at: i64) -> domain::Ref {
+    domain::Ref::keyed(
+        domain::Prefix::WebhookDelivery,
+        occurred_at,
+        app.cipher.reference_key(),
+        &format!("{event_ref}/{endpoint}/2"),
+    )
+}
+
+/// The requests `receiver` got for `event_ref`.
+fn sent_for(receiver: &TestReceiver, event_ref: &str) -> Vec<billing_tests::receiver::Received> {
+    receiver
+        .received()
+        .into_iter()
+        .filter(|r| r.json()["event_ref"] == event_ref)
+        .collect()
+}
+
+async fn a_quick_endpoints_delivery_is_born_settled(app: TestApp) {
+    let settings = app.dispatch_settings("0s,1s");
+    let Quick {
+        receiver,
+        endpoint,
+        dispatcher,
+        first,
+    } = quick_endpoint(&app, Behaviour::Status(204), settings).await;
+    let first_ref = first["delivery_ref"].as_str().unwrap();
     let event_ref = app.publish("payment.succeeded", payment()).await;
     let d = delivery_of(&app, &endpoint, &event_ref, "succeeded").await;
     let delivery_ref = d["delivery_ref"].as_str().unwrap();
     dispatcher.shutdown().await;
 
-    assert_eq!(writes(&app, &first_ref).await, 2, "inserted, then recorded");
+    assert_eq!(writes(&app, first_ref).await, 2, "inserted, then recorded");
     assert_eq!(writes(&app, delivery_ref).await, 1, "inserted settled");
     assert_eq!(d["attempt_count"], 1, "{d}");
     let tried = attempts(&app, delivery_ref).await;
@@ -62,11 +112,7 @@ async fn a_quick_endpoints_delivery_is_born_settled(app: TestApp) {
         d["created_at"].as_str() <= tried[0]["started_at"].as_str(),
         "{d} {tried:?}"
     );
-    let sent: Vec<_> = receiver
-        .received()
-        .into_iter()
-        .filter(|r| r.json()["event_ref"] == event_ref.as_str())
-        .collect();
+    let sent = sent_for(&receiver, &event_ref);
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].header("webhook-id"), delivery_ref);
     let body = app
@@ -81,25 +127,21 @@ async fn a_quick_endpoints_delivery_is_born_settled(app: TestApp) {
             "SELECT occurred_at FROM webhook_deliveries WHERE delivery_ref = '{delivery_ref}'"
         ))
         .await;
-    let keyed = domain::Ref::keyed(
-        domain::Prefix::WebhookDelivery,
-        occurred_at,
-        app.cipher.reference_key(),
-        &format!("{event_ref}/{endpoint}/2"),
-    );
+    let keyed = keyed(&app, &event_ref, &endpoint, occurred_at);
     assert_eq!(keyed.as_str(), delivery_ref);
 }
 
 async fn an_attempt_still_in_flight_is_written_leased_and_recorded(app: TestApp) {
     // Slower than the write waits (`FIRST_ATTEMPTS`), quicker than the
     // quick limit (a second).
-    let receiver = TestReceiver::start(Behaviour::Hang(Duration::from_millis(500))).await;
-    let (endpoint, _) = app
-        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
-        .await;
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s"));
-    let first = app.publish("payment.succeeded", payment()).await;
-    delivery_of(&app, &endpoint, &first, "succeeded").await;
+    let hang = Behaviour::Hang(Duration::from_millis(500));
+    let settings = app.dispatch_settings("0s,1s");
+    let Quick {
+        receiver,
+        endpoint,
+        dispatcher,
+        ..
+    } = quick_endpoint(&app, hang, settings).await;
     let event_ref = app.publish("payment.succeeded", payment()).await;
     let d = delivery_of(&app, &endpoint, &event_ref, "succeeded").await;
     dispatcher.shutdown().await;
@@ -114,13 +156,13 @@ async fn an_attempt_still_in_flight_is_written_leased_and_recorded(app: TestApp)
 }
 
 async fn a_first_attempt_that_fails_is_recorded_with_its_retry(app: TestApp) {
-    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
-    let (endpoint, _) = app
-        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
-        .await;
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,30s"));
-    let first = app.publish("payment.succeeded", payment()).await;
-    delivery_of(&app, &endpoint, &first, "succeeded").await;
+    let settings = app.dispatch_settings("0s,30s");
+    let Quick {
+        receiver,
+        endpoint,
+        dispatcher,
+        ..
+    } = quick_endpoint(&app, Behaviour::Status(204), settings).await;
     receiver.set(Behaviour::Status(500));
     let event_ref = app.publish("payment.succeeded", payment()).await;
     let d = app
@@ -170,10 +212,8 @@ async fn one_event_accepted_by_two_processes_sends_one_webhook_id(app: TestApp) 
         a.expect("accepted");
         b.expect("accepted");
         let d = delivery_of(&app, &endpoint, &event_ref, "succeeded").await;
-        let ids: std::collections::BTreeSet<String> = receiver
-            .received()
-            .into_iter()
-            .filter(|r| r.json()["event_ref"] == event_ref.as_str())
+        let ids: std::collections::BTreeSet<String> = sent_for(&receiver, &event_ref)
+            .iter()
             .map(|r| r.header("webhook-id").to_owned())
             .collect();
         assert_eq!(
@@ -193,13 +233,13 @@ async fn one_event_accepted_by_two_processes_sends_one_webhook_id(app: TestApp) 
 }
 
 async fn a_keyed_reference_taken_already_is_drawn_again(app: TestApp) {
-    let receiver = TestReceiver::start(Behaviour::Status(204)).await;
-    let (endpoint, _) = app
-        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
-        .await;
-    let dispatcher = app.start_dispatcher(app.dispatch_settings("0s,1s"));
-    let first = app.publish("payment.succeeded", payment()).await;
-    let d = delivery_of(&app, &endpoint, &first, "succeeded").await;
+    let settings = app.dispatch_settings("0s,1s");
+    let Quick {
+        receiver,
+        endpoint,
+        dispatcher,
+        first: d,
+    } = quick_endpoint(&app, Behaviour::Status(204), settings).await;
     // Another delivery holds the reference the next event's would be
     // keyed to, as one of another event of the same millisecond could.
     let (event_ref, envelope) = app.envelope("payment.succeeded", payment());
@@ -208,12 +248,7 @@ async fn a_keyed_reference_taken_already_is_drawn_again(app: TestApp) {
     let occurred_at = domain::Timestamp::parse(occurred_at.as_str().unwrap())
         .expect("an RFC 3339 time")
         .millis();
-    let keyed = domain::Ref::keyed(
-        domain::Prefix::WebhookDelivery,
-        occurred_at,
-        app.cipher.reference_key(),
-        &format!("{event_ref}/{endpoint}/2"),
-    );
+    let keyed = keyed(&app, &event_ref, &endpoint, occurred_at);
     let pool = app.raw_pool().await;
     sqlx::query(&format!(
         "UPDATE webhook_deliveries SET delivery_ref = '{keyed}' WHERE delivery_ref = '{}'",
@@ -227,25 +262,23 @@ async fn a_keyed_reference_taken_already_is_drawn_again(app: TestApp) {
     let d = delivery_of(&app, &endpoint, &event_ref, "succeeded").await;
     dispatcher.shutdown().await;
     assert_ne!(d["delivery_ref"], keyed.as_str(), "{d}");
-    let sent: Vec<String> = receiver
-        .received()
-        .into_iter()
-        .filter(|r| r.json()["event_ref"] == event_ref.as_str())
+    let sent: Vec<String> = sent_for(&receiver, &event_ref)
+        .iter()
         .map(|r| r.header("webhook-id").to_owned())
         .collect();
     assert_eq!(sent.last().map(String::as_str), d["delivery_ref"].as_str());
 }
 
 async fn deliveries_waiting_for_a_slot_are_attempted_before_the_write(app: TestApp) {
-    let receiver = TestReceiver::start(Behaviour::Hang(Duration::from_millis(20))).await;
-    let (endpoint, _) = app
-        .subscribed_endpoint(&receiver.url(), "payment.succeeded", 2)
-        .await;
     let mut settings = app.dispatch_settings("0s,1s");
     settings.max_in_flight_per_endpoint = 1;
-    let dispatcher = app.start_dispatcher(settings);
-    let first = app.publish("payment.succeeded", payment()).await;
-    delivery_of(&app, &endpoint, &first, "succeeded").await;
+    let hang = Behaviour::Hang(Duration::from_millis(20));
+    let Quick {
+        receiver,
+        endpoint,
+        dispatcher,
+        first,
+    } = quick_endpoint(&app, hang, settings).await;
     // Accepted together, they share a group write or two: one slot, so
     // most wait for it before the write.
     let envelopes: Vec<(String, String)> = (0..6)
@@ -261,16 +294,7 @@ async fn deliveries_waiting_for_a_slot_are_attempted_before_the_write(app: TestA
     let mut ids = receiver.webhook_ids();
     ids.sort();
     let mut expected: Vec<String> = refs.clone();
-    expected.push(
-        deliveries(&app, &endpoint)
-            .await
-            .into_iter()
-            .find(|d| d["event_ref"] == first.as_str())
-            .unwrap()["delivery_ref"]
-            .as_str()
-            .unwrap()
-            .to_owned(),
-    );
+    expected.push(first["delivery_ref"].as_str().unwrap().to_owned());
     expected.sort();
     assert_eq!(
         ids, expected,
