@@ -17,11 +17,14 @@
 //! durable: a valid event after the store accepted it (a duplicate
 //! `event_ref` is ignored by the store, so a redelivery is harmless); an
 //! invalid one after it was kept in the store's dead letters and published
-//! to `billing.events.dead` with a publisher confirm. When the store cannot
+//! to `billing.events.dead` with a publisher confirm. The acks of messages
+//! settled together go as one bulk ack (`acks`). When the store cannot
 //! be written, the message is handed back (nack with requeue) after a short
 //! pause: it is never lost. A lost connection is re-established with a
 //! backoff of 100 ms doubling to 5 s; messages that were not acknowledged
 //! are redelivered by the broker.
+
+mod acks;
 
 pub use crate::error::AmqpError;
 use crate::intake;
@@ -30,7 +33,7 @@ use crate::queue::EventQueue;
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
+    BasicCancelOptions, BasicConsumeOptions, BasicNackOptions,
     BasicPublishOptions, BasicQosOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
     QueueBindOptions, QueueDeclareOptions,
 };
@@ -383,6 +386,8 @@ async fn session(
 
 struct Handler {
     queue: EventQueue,
+    /// The consuming channel's acks, sent in bulk.
+    acks: acks::Acks,
     dead: Channel,
     /// Cancelled by a handler whose dead letter channel failed.
     broken: CancellationToken,
@@ -417,8 +422,11 @@ async fn run_session(
         "consuming events from RabbitMQ"
     );
     *backoff = MIN_BACKOFF;
+    let acks_done = CancellationToken::new();
+    let (acks, ack_task) = acks::Acks::start(channel.clone(), acks_done.clone());
     let handler = Arc::new(Handler {
         queue: queue.clone(),
+        acks,
         dead,
         broken: CancellationToken::new(),
         shutdown: shutdown.clone(),
@@ -457,6 +465,8 @@ async fn run_session(
     };
     // Let the handlers finish their message (each acks or hands it back).
     let _ = tokio::time::timeout(DRAIN, slots.acquire_many(handlers as u32)).await;
+    acks_done.cancel();
+    let _ = ack_task.await;
     if outcome.is_ok() {
         let _ = channel
             .basic_cancel(consumer.tag().as_str(), BasicCancelOptions::default())
@@ -485,14 +495,14 @@ impl Handler {
         match parsed {
             intake::Screened::Foreign => {
                 metrics::counter!(m::EVENTS_FOREIGN, "source" => SOURCE).increment(1);
-                self.ack(&delivery).await;
+                self.ack(&delivery);
             }
             intake::Screened::Accept(event) => match self.queue.enqueue(&event).await {
                 Ok(_) => {
                     // The event is durable now: even if the ack is lost, a
                     // redelivery is a duplicate the store ignores.
                     metrics::counter!(m::EVENTS_CONSUMED, "source" => SOURCE).increment(1);
-                    self.ack(&delivery).await;
+                    self.ack(&delivery);
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, event_ref = %event.event_ref, "event not stored; handing it back");
@@ -554,13 +564,11 @@ impl Handler {
             "message refused and dead-lettered"
         );
         metrics::counter!(m::EVENTS_DEAD, "source" => SOURCE).increment(1);
-        self.ack(delivery).await;
+        self.ack(delivery);
     }
 
-    async fn ack(&self, delivery: &Delivery) {
-        if let Err(e) = delivery.ack(BasicAckOptions::default()).await {
-            tracing::warn!(error = %e, "ack failed; the broker will redeliver the message");
-        }
+    fn ack(&self, delivery: &Delivery) {
+        self.acks.ack(delivery.delivery_tag);
     }
 
     /// Hands a message back for redelivery after a pause, so a failing
@@ -577,6 +585,7 @@ impl Handler {
         if let Err(e) = delivery.nack(requeue).await {
             tracing::warn!(error = %e, "nack failed; the broker will redeliver the message");
         }
+        self.acks.nacked(delivery.delivery_tag);
     }
 }
 

@@ -71,12 +71,13 @@ pub enum Written {
 }
 
 impl Ticket {
-    /// Gives back every slot but the global one (the first, as
-    /// `Slots::try_reserve` and `Slots::reserve_by` take them) and the
-    /// governor's room: for an attempt that ended but whose result waits
-    /// for its write.
-    pub fn keep_global_only(&mut self) {
-        self.permits.truncate(1);
+    /// Gives back every slot and the governor's room: for an attempt that
+    /// ended but whose result waits for its write. Waiting is not being in
+    /// flight, and a group write waits for many such results: held, their
+    /// slots would keep the group's other deliveries, and the claim loop,
+    /// from starting.
+    pub fn free_slots(&mut self) {
+        self.permits.clear();
         self.governed = None;
     }
 
@@ -126,6 +127,10 @@ pub struct Slots {
     pub failing: FailingSince,
     /// Each endpoint's recent rate, the base a 429 or 503 halves.
     pub recent: crate::governor::Recent,
+    /// Attempts made before their write that ended, until their result is
+    /// queued for recording or known to be written: shutdown waits for
+    /// them after the attempts in flight.
+    pub awaiting_write: tokio_util::task::TaskTracker,
 }
 
 impl Slots {
@@ -145,6 +150,7 @@ impl Slots {
             breakers: Mutex::default(),
             failing: FailingSince::default(),
             recent: Default::default(),
+            awaiting_write: tokio_util::task::TaskTracker::new(),
         }
     }
 

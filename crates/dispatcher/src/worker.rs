@@ -178,13 +178,13 @@ impl Dispatcher {
             // Those it held keep their leases until they expire.
             Err(e) => tracing::error!(error = %e, "the hand-over task failed"),
         }
-        // Wait for in-flight attempts: each holds a global permit.
+        // Wait for in-flight attempts (each holds a global permit), then
+        // for the results of those made before their write.
         let all = self.settings.max_in_flight as u32;
-        let _ = tokio::time::timeout(
-            self.settings.timeout + Duration::from_secs(2),
-            slots.global.acquire_many(all),
-        )
-        .await;
+        let drained = tokio::time::Instant::now() + self.settings.timeout + Duration::from_secs(2);
+        let _ = tokio::time::timeout_at(drained, slots.global.acquire_many(all)).await;
+        slots.awaiting_write.close();
+        let _ = tokio::time::timeout_at(drained, slots.awaiting_write.wait()).await;
         let _ = fanout.await;
         let _ = gauges.await;
         if let Some(mut indexer) = indexer {
@@ -559,13 +559,14 @@ impl Dispatcher {
             // An attempt made before its delivery was written reports to
             // the write, and is recorded only if the write left its
             // delivery leased here (born settled, it is recorded already).
-            // An attempt made before its write leaves its endpoint's slots
-            // now, not after the write. The global permit is released only
-            // once the result is queued for recording, so shutdown's wait
-            // covers it.
-            if ticket.before_write.is_some() {
-                ticket.keep_global_only();
-            }
+            // It leaves its slots now, not after the write; shutdown waits
+            // for its result through `awaiting_write` instead (the token
+            // is taken before the slots go, so no moment is uncovered).
+            let _awaiting = ticket.before_write.is_some().then(|| {
+                let token = slots.awaiting_write.token();
+                ticket.free_slots();
+                token
+            });
             if ticket.written_leased(Some(&result)).await {
                 let _ = results.send(result).await;
             }
