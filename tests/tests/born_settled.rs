@@ -308,8 +308,41 @@ async fn deliveries_waiting_for_a_slot_are_attempted_before_the_write(app: TestA
     assert!(settled_at_birth > 0, "none of {refs:?} was born settled");
 }
 
+/// One slot in all: an attempt made before its write gives it up when it
+/// ends, not when its write does, so the group's next delivery takes it
+/// and is attempted before the same write.
+async fn a_slot_is_given_up_when_its_attempt_ends_not_its_write(app: TestApp) {
+    let mut settings = app.dispatch_settings("0s,1s");
+    settings.max_in_flight = 1;
+    settings.max_in_flight_per_endpoint = 1;
+    let Quick {
+        endpoint,
+        dispatcher,
+        ..
+    } = quick_endpoint(&app, Behaviour::Hang(Duration::from_millis(10)), settings).await;
+    let envelopes: Vec<(String, String)> = (0..12)
+        .map(|_| app.envelope("payment.succeeded", payment()))
+        .collect();
+    futures::future::join_all(envelopes.iter().map(|(_, e)| app.accept(e))).await;
+    let mut settled_at_birth = 0;
+    for (event_ref, _) in &envelopes {
+        let d = delivery_of(&app, &endpoint, event_ref, "succeeded").await;
+        let r = d["delivery_ref"].as_str().unwrap();
+        assert_eq!(attempts(&app, r).await.len(), 1, "{r}");
+        settled_at_birth += usize::from(writes(&app, r).await == 1);
+    }
+    dispatcher.shutdown().await;
+    // Held until the write, the one slot would serve one delivery per
+    // group write (3 of 12 here: the 12 take three group writes).
+    assert!(
+        settled_at_birth >= 6,
+        "{settled_at_birth} of 12 born settled"
+    );
+}
+
 backend_tests!(
     a_quick_endpoints_delivery_is_born_settled,
+    a_slot_is_given_up_when_its_attempt_ends_not_its_write,
     an_attempt_still_in_flight_is_written_leased_and_recorded,
     a_first_attempt_that_fails_is_recorded_with_its_retry,
     one_event_accepted_by_two_processes_sends_one_webhook_id,
