@@ -33,8 +33,11 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
 /// Group writes in flight at once: while one writes, the next has taken its
 /// batch and waits for the writer, and the events that arrive meanwhile
-/// gather for the one after.
-const TURNS: usize = 2;
+/// gather for the one after. With a dispatcher here a group also holds its
+/// turn while its fresh deliveries are attempted before the write
+/// (`crate::first_attempts`), so more turns than two let one group's
+/// attempts and another's write go on together.
+const TURNS: usize = 4;
 
 /// A caller's answer: whether its event was new, or the group write's error.
 type Reply = oneshot::Sender<Result<bool, Arc<StoreError>>>;
