@@ -269,6 +269,32 @@ async fn a_keyed_reference_taken_already_is_drawn_again(app: TestApp) {
     assert_eq!(sent.last().map(String::as_str), d["delivery_ref"].as_str());
 }
 
+/// `n` events accepted together; the reference of each one's delivery to
+/// `endpoint`, once it succeeded.
+async fn accepted_together(app: &TestApp, endpoint: &str, n: usize) -> Vec<String> {
+    let envelopes: Vec<(String, String)> = (0..n)
+        .map(|_| app.envelope("payment.succeeded", payment()))
+        .collect();
+    futures::future::join_all(envelopes.iter().map(|(_, e)| app.accept(e))).await;
+    let mut refs = Vec::new();
+    for (event_ref, _) in &envelopes {
+        let d = delivery_of(app, endpoint, event_ref, "succeeded").await;
+        refs.push(d["delivery_ref"].as_str().unwrap().to_owned());
+    }
+    refs
+}
+
+/// How many of the deliveries `refs` were born settled (their row written
+/// once), each checked to have been attempted once.
+async fn born_settled(app: &TestApp, refs: &[String]) -> usize {
+    let mut settled_at_birth = 0;
+    for r in refs {
+        assert_eq!(attempts(app, r).await.len(), 1, "{r}");
+        settled_at_birth += usize::from(writes(app, r).await == 1);
+    }
+    settled_at_birth
+}
+
 async fn deliveries_waiting_for_a_slot_are_attempted_before_the_write(app: TestApp) {
     let mut settings = app.dispatch_settings("0s,1s");
     settings.max_in_flight_per_endpoint = 1;
@@ -281,15 +307,7 @@ async fn deliveries_waiting_for_a_slot_are_attempted_before_the_write(app: TestA
     } = quick_endpoint(&app, hang, settings).await;
     // Accepted together, they share a group write or two: one slot, so
     // most wait for it before the write.
-    let envelopes: Vec<(String, String)> = (0..6)
-        .map(|_| app.envelope("payment.succeeded", payment()))
-        .collect();
-    futures::future::join_all(envelopes.iter().map(|(_, e)| app.accept(e))).await;
-    let mut refs = Vec::new();
-    for (event_ref, _) in &envelopes {
-        let d = delivery_of(&app, &endpoint, event_ref, "succeeded").await;
-        refs.push(d["delivery_ref"].as_str().unwrap().to_owned());
-    }
+    let refs = accepted_together(&app, &endpoint, 6).await;
     dispatcher.shutdown().await;
     let mut ids = receiver.webhook_ids();
     ids.sort();
@@ -300,11 +318,7 @@ async fn deliveries_waiting_for_a_slot_are_attempted_before_the_write(app: TestA
         ids, expected,
         "one request per delivery, under its reference"
     );
-    let mut settled_at_birth = 0;
-    for r in &refs {
-        assert_eq!(attempts(&app, r).await.len(), 1, "{r}");
-        settled_at_birth += usize::from(writes(&app, r).await == 1);
-    }
+    let settled_at_birth = born_settled(&app, &refs).await;
     assert!(settled_at_birth > 0, "none of {refs:?} was born settled");
 }
 
@@ -320,18 +334,9 @@ async fn a_slot_is_given_up_when_its_attempt_ends_not_its_write(app: TestApp) {
         dispatcher,
         ..
     } = quick_endpoint(&app, Behaviour::Hang(Duration::from_millis(10)), settings).await;
-    let envelopes: Vec<(String, String)> = (0..12)
-        .map(|_| app.envelope("payment.succeeded", payment()))
-        .collect();
-    futures::future::join_all(envelopes.iter().map(|(_, e)| app.accept(e))).await;
-    let mut settled_at_birth = 0;
-    for (event_ref, _) in &envelopes {
-        let d = delivery_of(&app, &endpoint, event_ref, "succeeded").await;
-        let r = d["delivery_ref"].as_str().unwrap();
-        assert_eq!(attempts(&app, r).await.len(), 1, "{r}");
-        settled_at_birth += usize::from(writes(&app, r).await == 1);
-    }
+    let refs = accepted_together(&app, &endpoint, 12).await;
     dispatcher.shutdown().await;
+    let settled_at_birth = born_settled(&app, &refs).await;
     // Held until the write, the one slot would serve one delivery per
     // group write (3 of 12 here: the 12 take three group writes).
     assert!(
