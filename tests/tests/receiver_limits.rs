@@ -215,8 +215,15 @@ async fn a_fleets_dispatchers_share_the_limit() {
     publish(&app, 60).await;
     let got = received(&receiver, 60, Duration::from_secs(30)).await;
     let took = began.elapsed();
-    let most = most_in_any(&got, Duration::from_secs(1));
-    assert!(most <= 20, "{most} in one second across the fleet");
+    // The contract bounds when attempts start; the receiver stamps when
+    // its handler runs, on the same two worker threads as three
+    // dispatchers and the API. The governor's window keeps 50 ms for the
+    // way from admission to receiver; counting in 900 ms windows leaves
+    // this loaded runtime 150 ms. Dispatchers that each kept a limit of
+    // their own would still send 60 within about a second, and the time
+    // the 60 take bounds the fleet's rate over the whole run.
+    let most = most_in_any(&got, Duration::from_millis(900));
+    assert!(most <= 20, "{most} in 900 ms across the fleet");
     assert!(
         took >= Duration::from_millis(1900),
         "60 at 20/s in {took:?}"

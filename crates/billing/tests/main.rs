@@ -26,6 +26,7 @@ mod outage_rabbitmq;
 mod outage_redis;
 mod outage_sqlite_full;
 mod pay_crash;
+mod prewrite_kill;
 mod renewal_crash;
 mod retention;
 mod secrets_leak;

@@ -4,6 +4,12 @@
 //! Redis logical database named for the run (`<prefix><pid>_<hex>`), the
 //! leftovers of killed runs removed, and everything released when the
 //! `Fleet` is dropped. Each benchmark includes it with `#[path]`.
+//!
+//! `BENCH_AMQP_QUEUE_VERSION` (`1` or `2`; unset or empty: the broker's default)
+//! sets a policy `queue-version` on the run's virtual host before the
+//! service declares its queues, so that an operator's choice of classic
+//! queue storage can be measured without changing what the service
+//! declares.
 #![allow(dead_code)]
 
 use lapin::options::{
@@ -348,6 +354,26 @@ impl Fleet {
             ".*",
         ])
         .await?;
+        let version = std::env::var("BENCH_AMQP_QUEUE_VERSION").unwrap_or_default();
+        if !version.trim().is_empty() {
+            let version: u8 = match version.trim() {
+                "1" => 1,
+                "2" => 2,
+                other => return Err(format!("BENCH_AMQP_QUEUE_VERSION: {other:?} is not 1 or 2")),
+            };
+            rabbitmqctl(&[
+                "-q",
+                "set_policy",
+                "-p",
+                &name,
+                "--apply-to",
+                "queues",
+                "queue-version",
+                ".*",
+                &format!("{{\"queue-version\":{version}}}"),
+            ])
+            .await?;
+        }
         let redis_db = pick_redis_db().await?;
         self.redis_db = Some(redis_db);
         flush_redis(redis_db).await?;
