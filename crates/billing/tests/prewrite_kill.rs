@@ -45,12 +45,14 @@ struct Request {
     answered: bool,
 }
 
+/// The event whose requests are held open, and where to say one arrived.
+type Held = Option<(String, mpsc::UnboundedSender<()>)>;
+
 #[derive(Clone)]
 struct Hook {
     requests: Arc<Mutex<Vec<Request>>>,
-    /// The event whose requests are held open (never answered), with
-    /// where to say that one arrived.
-    hold: Arc<Mutex<Option<(String, mpsc::UnboundedSender<()>)>>>,
+    /// Held requests are never answered.
+    hold: Arc<Mutex<Held>>,
 }
 
 async fn hook_answer(
