@@ -11,8 +11,8 @@
 
 use crate::common::poll::Poll;
 use crate::common::{
-    billing, bootstrap, first_readyz, fleet, fleet_env, free_port, FreshDatabase, Process, Sandbox,
-    AMQP_URL, REDIS_URL,
+    billing, bootstrap, first_readyz, fleet, fleet_env, free_port, subscribed_endpoint,
+    FreshDatabase, Process, Sandbox, AMQP_URL, REDIS_URL,
 };
 use axum::body::Bytes;
 use axum::extract::State;
@@ -84,27 +84,6 @@ fn dispatcher(dir: &std::path::Path, envs: &[(&str, String)]) -> Process {
     )
 }
 
-async fn post(
-    client: &reqwest::Client,
-    url: String,
-    secret: &str,
-    body: serde_json::Value,
-) -> serde_json::Value {
-    let r = client
-        .post(url)
-        .bearer_auth(secret)
-        .header(
-            "Idempotency-Key",
-            format!("k-{}", crate::common::rand_u32()),
-        )
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.status());
-    r.json().await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_dispatcher_never_breaks_a_keys_order() {
     if !fleet("ordered SIGKILL test") {
@@ -152,23 +131,13 @@ async fn a_killed_dispatcher_never_breaks_a_keys_order() {
     let base = format!("http://127.0.0.1:{api_port}");
     let client = reqwest::Client::new();
     first_readyz(&client, &base, String::new).await;
-    let endpoint = post(
+    subscribed_endpoint(
         &client,
-        format!("{base}/api/v1/webhook_endpoints"),
+        &base,
         &secret,
         serde_json::json!({"url": hook, "ordering": "per_key"}),
-    )
-    .await;
-    let endpoint_ref = endpoint["data"]["endpoint_ref"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    post(
-        &client,
-        format!("{base}/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions"),
-        &secret,
-        serde_json::json!({"public_event_type": "order.created", "scope_type": "environment",
-            "scope_ref": environment_ref, "dto_version": 1}),
+        "order.created",
+        &environment_ref,
     )
     .await;
 

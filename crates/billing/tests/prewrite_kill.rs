@@ -21,8 +21,8 @@
 use crate::common::crash::{count, probe};
 use crate::common::poll::Poll;
 use crate::common::{
-    billing, bootstrap, first_readyz, fleet, fleet_env, free_port, rand_u32, FreshDatabase,
-    FreshVhost, Process, Sandbox, REDIS_URL,
+    billing, bootstrap, first_readyz, fleet, fleet_env, free_port, subscribed_endpoint,
+    FreshDatabase, FreshVhost, Process, Sandbox, REDIS_URL,
 };
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -150,24 +150,6 @@ async fn publish(vhost: &str, environment_ref: &str, event_ref: &str) {
         .expect("the event is published");
 }
 
-async fn post(
-    client: &reqwest::Client,
-    url: String,
-    secret: &str,
-    body: serde_json::Value,
-) -> serde_json::Value {
-    let r = client
-        .post(url)
-        .bearer_auth(secret)
-        .header("Idempotency-Key", format!("prewrite-kill-{}", rand_u32()))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.status());
-    r.json().await.unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_between_an_attempt_and_its_write_resends_the_same_webhook_id() {
     if !fleet("SIGKILL between an attempt and its write") {
@@ -198,23 +180,13 @@ async fn a_kill_between_an_attempt_and_its_write_resends_the_same_webhook_id() {
     let mut run = 1;
     let mut process = serve(dir.path(), &envs, run);
     first_readyz(&client, &base, || process.log_tail()).await;
-    let endpoint = post(
+    subscribed_endpoint(
         &client,
-        format!("{base}/api/v1/webhook_endpoints"),
+        &base,
         &secret,
         serde_json::json!({"url": url}),
-    )
-    .await;
-    let endpoint_ref = endpoint["data"]["endpoint_ref"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    post(
-        &client,
-        format!("{base}/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions"),
-        &secret,
-        serde_json::json!({"public_event_type": EVENT_TYPE, "scope_type": "environment",
-            "scope_ref": environment_ref, "dto_version": 1}),
+        EVENT_TYPE,
+        &environment_ref,
     )
     .await;
 

@@ -271,6 +271,55 @@ async fn poll_readyz(
         .await
 }
 
+/// Makes an endpoint from `endpoint` (its create body) on the API at
+/// `base`, subscribed to `event_type` (dto 1) for the whole environment
+/// `environment_ref`; its ref. Each request has a fresh idempotency key
+/// and must succeed.
+pub async fn subscribed_endpoint(
+    client: &reqwest::Client,
+    base: &str,
+    secret: &str,
+    endpoint: serde_json::Value,
+    event_type: &str,
+    environment_ref: &str,
+) -> String {
+    let made = post_ok(
+        client,
+        format!("{base}/api/v1/webhook_endpoints"),
+        secret,
+        endpoint,
+    )
+    .await;
+    let endpoint_ref = text(&made["data"], "endpoint_ref");
+    post_ok(
+        client,
+        format!("{base}/api/v1/webhook_endpoints/{endpoint_ref}/subscriptions"),
+        secret,
+        serde_json::json!({"public_event_type": event_type, "scope_type": "environment",
+            "scope_ref": environment_ref, "dto_version": 1}),
+    )
+    .await;
+    endpoint_ref
+}
+
+async fn post_ok(
+    client: &reqwest::Client,
+    url: String,
+    secret: &str,
+    body: serde_json::Value,
+) -> serde_json::Value {
+    let r = client
+        .post(url)
+        .bearer_auth(secret)
+        .header("Idempotency-Key", format!("k-{}", rand_u32()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.status());
+    r.json().await.unwrap()
+}
+
 /// Waits (up to 30 s) for the API at `api` to answer `/readyz` at all; the
 /// body of its first answer, ready or not.
 pub async fn first_readyz(
