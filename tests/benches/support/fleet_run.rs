@@ -354,13 +354,16 @@ impl Fleet {
             ".*",
         ])
         .await?;
-        let version = std::env::var("BENCH_AMQP_QUEUE_VERSION").unwrap_or_default();
-        if !version.trim().is_empty() {
-            let version: u8 = match version.trim() {
-                "1" => 1,
-                "2" => 2,
-                other => return Err(format!("BENCH_AMQP_QUEUE_VERSION: {other:?} is not 1 or 2")),
-            };
+        let version = match std::env::var("BENCH_AMQP_QUEUE_VERSION")
+            .unwrap_or_default()
+            .trim()
+        {
+            "" => None,
+            "1" => Some(1),
+            "2" => Some(2),
+            other => return Err(format!("BENCH_AMQP_QUEUE_VERSION: {other:?} is not 1 or 2")),
+        };
+        if let Some(version) = version {
             rabbitmqctl(&[
                 "-q",
                 "set_policy",
