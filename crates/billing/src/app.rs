@@ -152,6 +152,12 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
     // One queue per process: the events its writes emit and those other
     // systems publish come in the same way.
     let queue = event_queue(&store);
+    if matches!(role, Role::All | Role::Dispatcher) {
+        // Before the outbox relay and the AMQP intake start: an event
+        // attempted before a write that a crash stopped must be written
+        // again under its keyed reference (`dispatcher::queue`).
+        queue.await_dispatcher();
+    }
     let mut tasks = tokio::task::JoinSet::new();
     // `billing_dependency_up`: what `/readyz` asks, asked every few seconds.
     let dependencies = dispatcher::dependencies::Dependencies::new(

@@ -1,22 +1,25 @@
 //! A SIGKILL between an attempt made before the write and the write
-//! itself (issue 48), with the real binary in fleet mode: `billing serve`
-//! over PostgreSQL, a RabbitMQ virtual host and Redis.
+//! itself (issue 48), with the real binary, in both modes: `billing serve`
+//! over PostgreSQL, a RabbitMQ virtual host and Redis (fleet, with
+//! `BILLING_TEST_FLEET=1`), and over its SQLite file (embedded).
 //!
-//! With a dispatcher in the process, a group of events from RabbitMQ is
-//! prepared, its deliveries to quick endpoints are attempted, and only
-//! then are the events and deliveries written and the messages
-//! acknowledged. The receiver here holds one event's first request open
-//! and the test kills the process as that request arrives: the attempt
-//! was made, nothing of it was written (checked in the store: no
-//! delivery row for the event, else the try is made again with another
-//! event), and the message was never acknowledged. After a restart the
-//! broker hands the event over again and it is delivered again under the
-//! same `webhook-id` (a delivery's reference is keyed by event, endpoint
-//! and version, not drawn at random), so a receiver that keeps the ids it
-//! has seen drops the repeat. The store ends with one delivery for the
-//! event, succeeded, whose reference is that `webhook-id`.
-//!
-//! Runs with `BILLING_TEST_FLEET=1`.
+//! With a dispatcher in the process, a group of events is prepared, its
+//! deliveries to quick endpoints are attempted, and only then are the
+//! events and deliveries written and the events' sources told: a message
+//! from RabbitMQ acknowledged (fleet), an event of the store's outbox
+//! deleted (embedded, where an API's unit of work emits its events into
+//! the outbox and this process's relay hands them to its queue; here the
+//! test emits into the outbox as another process would). The receiver
+//! holds one event's first request open and the test kills the process as
+//! that request arrives: the attempt was made, nothing of it was written
+//! (checked in the store: no delivery row for the event, else the try is
+//! made again with another event), and the source still has the event.
+//! After a restart the event is handed over again and it is delivered
+//! again under the same `webhook-id` (a delivery's reference is keyed by
+//! event, endpoint and version, not drawn at random), so a receiver that
+//! keeps the ids it has seen drops the repeat. The store ends with one
+//! delivery for the event, succeeded, whose reference is that
+//! `webhook-id`.
 
 use crate::common::crash::{count, probe};
 use crate::common::poll::Poll;
@@ -136,18 +139,55 @@ fn new_event_ref() -> String {
     domain::Ref::generate(domain::Prefix::Event).into_string()
 }
 
-/// Publishes the event `event_ref` of `EVENT_TYPE` in `environment_ref`.
-async fn publish(vhost: &str, environment_ref: &str, event_ref: &str) {
-    let envelope = serde_json::json!({
-        "event_ref": event_ref,
-        "public_event_type": EVENT_TYPE,
-        "environment_ref": environment_ref,
-        "occurred_at": domain::Timestamp::now().to_rfc3339(),
-        "data": domain::webhook::catalogue::example(EVENT_TYPE, 1).unwrap(),
-    });
-    dispatcher::amqp::publish(vhost, envelope.to_string().as_bytes(), EVENT_TYPE)
-        .await
-        .expect("the event is published");
+/// Where the test's events come from.
+enum Source {
+    /// The `billing.events` exchange on this virtual host (fleet).
+    Broker(String),
+    /// The outbox of the store at this URL, which the server's relay
+    /// reads (embedded).
+    Outbox(String),
+}
+
+impl Source {
+    /// The event `event_ref` of `EVENT_TYPE` in `environment_ref`, handed
+    /// to the source.
+    async fn publish(&self, environment_ref: &str, event_ref: &str) {
+        let data = domain::webhook::catalogue::example(EVENT_TYPE, 1).unwrap();
+        match self {
+            Source::Broker(vhost) => {
+                let envelope = serde_json::json!({
+                    "event_ref": event_ref,
+                    "public_event_type": EVENT_TYPE,
+                    "environment_ref": environment_ref,
+                    "occurred_at": domain::Timestamp::now().to_rfc3339(),
+                    "data": data,
+                });
+                dispatcher::amqp::publish(vhost, envelope.to_string().as_bytes(), EVENT_TYPE)
+                    .await
+                    .expect("the event is published");
+            }
+            Source::Outbox(url) => {
+                use store::dispatch::outbox::Emit;
+                let store = store::Store::connect(url).await.unwrap();
+                let event = store::EventRecord {
+                    event_ref: domain::Ref::parse(domain::Prefix::Event, event_ref).unwrap(),
+                    environment_ref: domain::Ref::parse(
+                        domain::Prefix::Environment,
+                        environment_ref,
+                    )
+                    .unwrap(),
+                    public_event_type: EVENT_TYPE.into(),
+                    occurred_at: domain::Timestamp::now(),
+                    scope: Default::default(),
+                    data: store::EventData::parse(data.to_string()).unwrap(),
+                    order: None,
+                };
+                let mut tx = store.begin().await.unwrap();
+                tx.emit(&event).await.unwrap();
+                tx.commit().await.unwrap();
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,8 +198,34 @@ async fn a_kill_between_an_attempt_and_its_write_resends_the_same_webhook_id() {
     let db = FreshDatabase::create("billing_prewrite_kill").await;
     let vhost = FreshVhost::create("billing_prewrite_kill");
     let dir = tempfile::tempdir().unwrap();
+    let envs = fleet_env(&db.url, &vhost.url, REDIS_URL);
+    let source = Source::Broker(vhost.url.clone());
+    kill_before_the_write("fleet", dir.path(), envs, &db.url, &source).await;
+    db.remove().await;
+    vhost.remove();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_between_an_attempt_and_its_write_resends_the_same_webhook_id_embedded() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data/billing.db");
+    let url = format!("sqlite://{}", file.display());
+    let envs = vec![("BILLING_STORE__URL", url.clone())];
+    let source = Source::Outbox(url);
+    let probe_url = format!("sqlite://{}?mode=ro", file.display());
+    kill_before_the_write("embedded", dir.path(), envs, &probe_url, &source).await;
+}
+
+/// The scenario over the store `envs` name (`probe_url` reads it), with
+/// events from `source`.
+async fn kill_before_the_write(
+    label: &str,
+    dir: &Path,
+    mut envs: Vec<(&'static str, String)>,
+    probe_url: &str,
+    source: &Source,
+) {
     let api_port = free_port();
-    let mut envs = fleet_env(&db.url, &vhost.url, REDIS_URL);
     envs.extend([
         ("BILLING_API__LISTEN", format!("127.0.0.1:{api_port}")),
         (
@@ -171,14 +237,14 @@ async fn a_kill_between_an_attempt_and_its_write_resends_the_same_webhook_id() {
     let Sandbox {
         secret,
         environment_ref,
-    } = bootstrap(dir.path(), &envs);
+    } = bootstrap(dir, &envs);
     let (hook, url) = Hook::start().await;
     let base = format!("http://127.0.0.1:{api_port}");
     let client = reqwest::Client::new();
-    let mut store = probe(&db.url).await;
+    let mut store = probe(probe_url).await;
 
     let mut run = 1;
-    let mut process = serve(dir.path(), &envs, run);
+    let mut process = serve(dir, &envs, run);
     first_readyz(&client, &base, || process.log_tail()).await;
     subscribed_endpoint(
         &client,
@@ -196,7 +262,7 @@ async fn a_kill_between_an_attempt_and_its_write_resends_the_same_webhook_id() {
         // An endpoint's deliveries are attempted before the write once it
         // has answered this process quickly.
         let warm = new_event_ref();
-        publish(&vhost.url, &environment_ref, &warm).await;
+        source.publish(&environment_ref, &warm).await;
         published.push(warm.clone());
         hook.answered(&warm, "the warm-up event").await;
 
@@ -205,7 +271,7 @@ async fn a_kill_between_an_attempt_and_its_write_resends_the_same_webhook_id() {
         // The hold names the event before it is published, so its first
         // request cannot slip through.
         *hook.hold.lock().unwrap() = Some((target.clone(), arrived));
-        publish(&vhost.url, &environment_ref, &target).await;
+        source.publish(&environment_ref, &target).await;
         published.push(target.clone());
         tokio::time::timeout(Duration::from_secs(30), arrival.recv())
             .await
@@ -218,14 +284,14 @@ async fn a_kill_between_an_attempt_and_its_write_resends_the_same_webhook_id() {
         )
         .await;
         run += 1;
-        process = serve(dir.path(), &envs, run);
+        process = serve(dir, &envs, run);
         first_readyz(&client, &base, || process.log_tail()).await;
         if rows == 0 {
             caught = Some(target);
             break;
         }
         crate::common::say(&format!(
-            "prewrite kill: the write of {target} came before the kill; trying again"
+            "prewrite kill ({label}): the write of {target} came before the kill; trying again"
         ));
     }
     let target = caught.expect("a kill landed between an attempt and its write");
@@ -268,11 +334,8 @@ async fn a_kill_between_an_attempt_and_its_write_resends_the_same_webhook_id() {
     );
     assert!(process.terminate_cleanly(), "SIGTERM exits cleanly");
     crate::common::say(&format!(
-        "prewrite kill: {} requests for {target}, all with webhook-id {}",
+        "prewrite kill ({label}): {} requests for {target}, all with webhook-id {}",
         requests.len(),
         ids[0]
     ));
-    drop(store);
-    db.remove().await;
-    vhost.remove();
 }

@@ -20,16 +20,25 @@
 //! (`crate::first_attempts`). The callers are answered, and AMQP messages
 //! acknowledged, only after the write.
 //!
+//! A process that runs a dispatcher says so before its event sources start
+//! (`EventQueue::await_dispatcher`), and its queue writes no group until
+//! the dispatcher registers: an event whose delivery was attempted before
+//! a write that a crash stopped comes back at the next start, from the
+//! broker or the outbox, and only a group written with the dispatcher's
+//! `Leasing` gives that delivery the keyed reference (`webhook-id`) its
+//! receiver saw. Without a registered dispatcher, references are drawn at
+//! random.
+//!
 //! It owns no SQL: the store writes, this decides who writes together and
 //! where fresh deliveries go.
 
 pub use crate::error::EnqueueError;
 use crate::first_attempts::Unwritten;
 use crate::handoff::{HandedOver, Intake, Ticket};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use store::fanout::EventRow;
 use store::{EventRecord, Store, StoreError};
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 /// Group writes in flight at once: while one writes, the next has taken its
 /// batch and waits for the writer, and the events that arrive meanwhile
@@ -42,6 +51,17 @@ const TURNS: usize = 4;
 /// A caller's answer: whether its event was new, or the group write's error.
 type Reply = oneshot::Sender<Result<bool, Arc<StoreError>>>;
 
+/// Where a group's fresh deliveries go.
+#[derive(Clone)]
+enum Handoff {
+    /// Nowhere yet: a dispatcher is starting, and groups wait for it.
+    Awaited,
+    /// To this dispatcher.
+    Registered(Arc<Intake>),
+    /// None: they are left due in the store for a claim.
+    None,
+}
+
 /// A handle on the queue; cheap to clone. Every clone shares the group
 /// commit and the registered dispatcher.
 #[derive(Clone)]
@@ -53,7 +73,7 @@ struct Inner {
     waiting: Mutex<Vec<(EventRow, Reply)>>,
     turns: Arc<Semaphore>,
     /// This process's dispatcher, if one runs here.
-    handoff: RwLock<Option<Arc<Intake>>>,
+    handoff: watch::Sender<Handoff>,
     /// Successes of attempts whose write failed, for the events' return.
     unwritten: Unwritten,
     /// The store's environments the intake has met (`intake::screen`).
@@ -83,7 +103,7 @@ impl EventQueue {
             store,
             waiting: Mutex::default(),
             turns: Arc::new(Semaphore::new(TURNS)),
-            handoff: RwLock::default(),
+            handoff: watch::Sender::new(Handoff::None),
             unwritten: Unwritten::default(),
             environments: crate::intake::Environments::default(),
             projector,
@@ -105,20 +125,36 @@ impl EventQueue {
         &self.0.environments
     }
 
+    /// Says that a dispatcher will run in this process: until it
+    /// registers, no group is written (module docs). Called before the
+    /// process's event sources start.
+    pub fn await_dispatcher(&self) {
+        self.0.handoff.send_if_modified(|h| match h {
+            Handoff::None => {
+                *h = Handoff::Awaited;
+                true
+            }
+            _ => false,
+        });
+    }
+
     /// Registers this process's running dispatcher, in place of any
     /// other: fresh deliveries it has room for are handed to it.
     pub(crate) fn register(&self, intake: Arc<Intake>) {
-        *self.0.handoff.write().unwrap_or_else(|p| p.into_inner()) = Some(intake);
+        self.0.handoff.send_replace(Handoff::Registered(intake));
     }
 
     /// Unregisters `intake` (its dispatcher is stopping), unless another
     /// took its place: while none is registered, fresh deliveries are
     /// left due in the store for a claim.
     pub(crate) fn unregister(&self, intake: &Arc<Intake>) {
-        let mut registered = self.0.handoff.write().unwrap_or_else(|p| p.into_inner());
-        if registered.as_ref().is_some_and(|r| Arc::ptr_eq(r, intake)) {
-            *registered = None;
-        }
+        self.0.handoff.send_if_modified(|h| match h {
+            Handoff::Registered(r) if Arc::ptr_eq(r, intake) => {
+                *h = Handoff::None;
+                true
+            }
+            _ => false,
+        });
     }
 
     /// Accepts an event. Returns false when an event with this reference
@@ -163,16 +199,23 @@ impl Inner {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The registered dispatcher, once an awaited one has registered.
+    async fn intake(&self) -> Option<Arc<Intake>> {
+        let mut handoff = self.handoff.subscribe();
+        let decided = handoff.wait_for(|h| !matches!(h, Handoff::Awaited)).await;
+        match decided.as_deref() {
+            Ok(Handoff::Registered(intake)) => Some(intake.clone()),
+            // The sender lives as long as `self`: never an error.
+            _ => None,
+        }
+    }
+
     /// Writes one group, hands its fresh deliveries to the dispatcher, and
     /// answers its callers.
     async fn write(self: Arc<Inner>, batch: Vec<(EventRow, Reply)>, turn: OwnedSemaphorePermit) {
         let (events, replies): (Vec<EventRow>, Vec<Reply>) = batch.into_iter().unzip();
         let refs: Vec<domain::Ref> = events.iter().map(|e| e.event_ref.clone()).collect();
-        let intake = self
-            .handoff
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let intake = self.intake().await;
         let outcome = match &intake {
             Some(intake) => {
                 crate::first_attempts::write(&self.store, intake, &self.unwritten, events).await
