@@ -1107,7 +1107,7 @@ async fn seed_backlog(
     let scope_json = serde_json::to_string(&scope).expect("a scope");
     let data_json = kind.data.to_string();
     // Packed by the accepting side, as `EventRow::from` packs it.
-    let data_packed = store::dispatch::event_copy::pack(&data_json).into_owned();
+    let data_packed = store::packed::pack(&data_json).into_owned();
     let mut done = 0;
     let mut last_report = Instant::now();
     while done < n {

@@ -232,7 +232,7 @@ fn batches(environment: &Ref, amounts: &[Amount], batch: usize) -> Vec<Vec<Event
             occurred_at: Timestamp::now(),
             scope: scope.clone(),
             scope_json: scope_json.clone(),
-            data_packed: Some(store::dispatch::event_copy::pack(&data.to_string()).into_owned()),
+            data_packed: Some(store::packed::pack(&data.to_string()).into_owned()),
             data_json: data.to_string(),
             order: None,
         }

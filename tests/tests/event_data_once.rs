@@ -73,7 +73,7 @@ async fn a_fan_out_keeps_one_copy_per_version_and_each_endpoint_its_data(app: Te
         "version 1 on the event's row"
     );
     for copy in texts(&app, &stored).await.into_iter().flatten() {
-        let data = store::dispatch::event_copy::unpack(&copy);
+        let data = store::packed::unpack(&copy);
         assert!(copy.starts_with("~2"), "stored packed: {copy}");
         assert!(
             copy.len() < data.len(),

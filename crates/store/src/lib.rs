@@ -29,6 +29,7 @@ pub mod db;
 pub mod dispatch;
 mod identity;
 pub(crate) mod lease;
+pub mod packed;
 pub mod resource;
 pub mod retention;
 pub mod webhooks;

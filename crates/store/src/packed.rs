@@ -1,27 +1,28 @@
-//! How an event's one copy of its data (`webhook_event_data.data`,
-//! migration 0032) is stored: packed. An event's data is our own JSON (a
-//! resource as the API shows it), whose keys and shapes repeat from event
-//! to event, so it is compressed against a preset dictionary of those
-//! shapes and written as a mark followed by the compressed bytes in
-//! base64:
+//! How the store keeps our own JSON packed: an event's one copy of its
+//! data (`webhook_event_data.data` and `events.copy_data`, migrations 0032
+//! and 0037) and an idempotency record's stored response
+//! (`idempotency_keys.response_body`). Both are resources as the API shows
+//! them, whose keys and shapes repeat from row to row, so they are
+//! compressed against a preset dictionary of those shapes and written as a
+//! mark followed by the compressed bytes in base64:
 //!
 //! - `~2` (written now): a zstd frame (level 6, content size, no checksum)
 //!   against `DICTIONARY_V1` as raw content, which is digested once per
 //!   process.
-//! - `~1` (written until 2026-11-30): raw deflate against
+//! - `~1` (event copies written until 2026-11-30): raw deflate against
 //!   `DICTIONARY_V1`. A deflate stream is primed by hashing the whole
 //!   dictionary, for every copy: about four times `~2`'s cost.
 //!
-//! The column stays text on both engines, and a copy written before
-//! packing (plain JSON, which never starts with `~`) reads as it is.
+//! The columns stay text on both engines, and text written before packing
+//! (plain JSON, which never starts with `~`) reads as it is.
 //!
-//! This module owns the format, and it must never change what a packed
-//! copy means: a copy packed today must unpack the same for as long as it
-//! is kept. A new dictionary or codec gets a new mark (`~3`), and the old
-//! ones stay readable. `unpack` never fails: a copy damaged at rest reads
-//! as the stored text, which is not JSON, and its readers already treat
-//! data that is not JSON (an attempt reports it unreadable, the body view
-//! shows no body).
+//! This module owns the format, and it must never change what packed text
+//! means: text packed today must unpack the same for as long as it is
+//! kept. A new dictionary or codec gets a new mark (`~3`), and the old
+//! ones stay readable. `unpack` never fails: text damaged at rest reads as
+//! it is stored, which is not JSON, and its readers already treat data
+//! that is not JSON (an attempt reports it unreadable, the body view shows
+//! no body, a replay answers what is stored).
 
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use base64::Engine;
@@ -31,9 +32,9 @@ use std::cell::RefCell;
 use std::sync::LazyLock;
 use zstd::zstd_safe::{CCtx, CDict, DCtx, DDict};
 
-/// What a copy packed with deflate against `DICTIONARY_V1` starts with.
+/// What text packed with deflate against `DICTIONARY_V1` starts with.
 const MARK_V1: &str = "~1";
-/// What a copy packed with zstd against `DICTIONARY_V1` starts with.
+/// What text packed with zstd against `DICTIONARY_V1` starts with.
 const MARK_V2: &str = "~2";
 
 /// The preset dictionary of `~1` and `~2`: the event catalogue's example
@@ -44,14 +45,14 @@ const MARK_V2: &str = "~2";
 /// and shapes. The rarest types come first and the most frequent last
 /// (`tests::write_a_dictionary_from_the_catalogue` made it). Its bytes
 /// never change (`tests::the_dictionary_never_changes`).
-const DICTIONARY_V1: &[u8] = include_bytes!("event_copy_v1.dict");
+const DICTIONARY_V1: &[u8] = include_bytes!("packed_v1.dict");
 
 /// zstd's level for `~2`: for an event's data, about 6 % smaller than
 /// zstd's default (3) in about the same time; the levels that pack smaller
 /// still take several times as long for a few bytes.
 const LEVEL_V2: i32 = 6;
 
-/// Above this many bytes a copy is left as it is: a stored copy is read
+/// Above this many bytes text is left as it is: stored text is read
 /// whole, and its unpacked size bounds what a damaged one can inflate to.
 const MAX_PACKED_INPUT: usize = 1 << 20;
 
@@ -60,7 +61,7 @@ static PACKING: LazyLock<CDict<'static>> = LazyLock::new(|| CDict::create(DICTIO
 static UNPACKING: LazyLock<DDict<'static>> = LazyLock::new(|| DDict::create(DICTIONARY_V1));
 
 thread_local! {
-    /// One context of each kind per thread, reused for every copy.
+    /// One context of each kind per thread, reused for every text.
     static PACKER: RefCell<CCtx<'static>> = RefCell::new(CCtx::create());
     static UNPACKER: RefCell<DCtx<'static>> = RefCell::new(DCtx::create());
     static INFLATER: RefCell<Decompress> = RefCell::new(Decompress::new(false));
@@ -96,9 +97,9 @@ fn marked<'a>(mark: &str, data: &'a str, bytes: Option<Vec<u8>>) -> Cow<'a, str>
     }
 }
 
-/// The data a stored copy holds (`pack`'s inverse, and that of every
-/// earlier mark): a packed copy unpacked, any other text as it is. A
-/// packed copy that does not unpack to UTF-8 within bounds reads as the
+/// The data stored text holds (`pack`'s inverse, and that of every
+/// earlier mark): packed text unpacked, any other text as it is. A
+/// packed text that does not unpack to UTF-8 within bounds reads as the
 /// stored text.
 pub fn unpack(stored: &str) -> Cow<'_, str> {
     let unpacked = if let Some(encoded) = stored.strip_prefix(MARK_V2) {
@@ -114,7 +115,7 @@ pub fn unpack(stored: &str) -> Cow<'_, str> {
     }
 }
 
-/// `unpack` for an owned copy, without copying one that is not packed.
+/// `unpack` for owned text, without copying text that is not packed.
 pub fn unpack_owned(stored: String) -> String {
     match unpack(&stored) {
         Cow::Owned(data) => data,
@@ -257,7 +258,7 @@ mod tests {
     }
 
     /// Writes a dictionary made as `DICTIONARY_V1` was, from the catalogue
-    /// as it is now, to the file named by `EVENT_COPY_DICTIONARY`: the
+    /// as it is now, to the file named by `PACKED_DICTIONARY`: the
     /// start of a new mark, never a change to `~1`'s.
     #[test]
     #[ignore = "a tool: makes the dictionary of a new mark"]
@@ -293,7 +294,7 @@ mod tests {
                 }
             }
         }
-        let path = std::env::var("EVENT_COPY_DICTIONARY").expect("EVENT_COPY_DICTIONARY");
+        let path = std::env::var("PACKED_DICTIONARY").expect("PACKED_DICTIONARY");
         std::fs::write(path, shapes.concat()).unwrap();
     }
 

@@ -229,7 +229,7 @@ pub async fn read_events(
     let mut delivered: HashMap<String, usize> = HashMap::new();
     for (event_ref, event_type, data) in deliveries {
         *delivered.entry(event_ref.clone()).or_default() += 1;
-        let data = json(&store::dispatch::event_copy::unpack(&data));
+        let data = json(&store::packed::unpack(&data));
         match events.get_mut(&event_ref) {
             None => problems.push(format!(
                 "a delivery of event {event_ref} ({event_type}), which is neither in the outbox nor in the queue"

@@ -2,12 +2,12 @@
 //! rows a delivery is born as (`DeliveryRow`), written once per (event,
 //! endpoint, dto version).
 
-use super::event_copy;
 use super::*;
 use crate::db::codec::{json_col, to_json};
 use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
+use crate::packed;
 use crate::webhooks::deliveries::{mark_url_immutable, NewDelivery};
 use crate::{Backend, StoreError};
 use domain::webhook::event::EventOrder;
@@ -177,7 +177,7 @@ pub const SHARED_EVENT_DATA: &str = "";
 /// copy, or its event's (`SHARED_EVENT_DATA`: on the event's row, or in
 /// `webhook_event_data`, migration 0037), for a read that needs the data
 /// of rows it selects. The event's copy is stored packed: a reader
-/// passes what this selects through `event_copy::unpack`, which leaves a
+/// passes what this selects through `packed::unpack`, which leaves a
 /// delivery's own copy as it is.
 pub const EVENT_DATA_OF_ROW: &str = "CASE WHEN webhook_deliveries.event_data = '' \
      THEN COALESCE((SELECT e.copy_data FROM events e \
@@ -188,7 +188,7 @@ pub const EVENT_DATA_OF_ROW: &str = "CASE WHEN webhook_deliveries.event_data = '
      AND c.dto_version = webhook_deliveries.dto_version)) \
      ELSE webhook_deliveries.event_data END";
 
-/// One copy of an event's data as stored (`event_copy::pack`, unless
+/// One copy of an event's data as stored (`packed::pack`, unless
 /// packed before): `(event_ref, dto_version, data)`.
 pub(crate) type EventCopy<'r> = (&'r str, i64, Cow<'r, str>);
 
@@ -239,8 +239,8 @@ fn shared_event_data<'a>(rows: &[DeliveryRow<'a>]) -> Vec<EventCopy<'a>> {
     once.into_iter()
         .map(|((e, v), d)| {
             let stored = match &d.event_copy {
-                Some(packed) => Cow::Borrowed(packed.as_str()),
-                None => event_copy::pack(&d.event_data),
+                Some(copy) => Cow::Borrowed(copy.as_str()),
+                None => packed::pack(&d.event_data),
             };
             (e, v, stored)
         })

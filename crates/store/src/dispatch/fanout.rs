@@ -13,11 +13,11 @@
 //! `Dispatch::fan_out_pending` for events an older version left pending
 //! (its embedded relay queued events before fanning them out).
 
-use super::event_copy;
 use super::Dispatch;
 use crate::db::codec::to_json;
 use crate::db::tx::WriteTx;
 use crate::dispatch::EventRecord;
+use crate::packed;
 use crate::webhooks::endpoints::EndpointVersions;
 use crate::webhooks::subscriptions::{subscribed, subscribed_in, SubscriptionRow};
 use crate::{NewDelivery, StoreError, SubscriptionRecord};
@@ -58,7 +58,7 @@ pub struct EventRow {
     pub scope: Scope,
     pub scope_json: String,
     pub data_json: String,
-    /// `data_json` as its event's copy stores it (`event_copy::pack`):
+    /// `data_json` as its event's copy stores it (`packed::pack`):
     /// packed once, by whoever accepts the event, before the write lane;
     /// `None` when it was not, and the write packs it then.
     pub data_packed: Option<String>,
@@ -76,7 +76,7 @@ impl From<&EventRecord> for EventRow {
             scope: e.scope.clone(),
             scope_json: stored_scope(&e.scope),
             data_json: e.data.as_str().to_owned(),
-            data_packed: Some(event_copy::pack(e.data.as_str()).into_owned()),
+            data_packed: Some(packed::pack(e.data.as_str()).into_owned()),
             order: e.order.clone(),
         }
     }

@@ -9,8 +9,8 @@ use crate::db::marks::Marks;
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, Columns, WriteTx};
 use crate::dispatch::deliveries::SHARED_EVENT_DATA;
-use crate::dispatch::event_copy;
 use crate::lease;
+use crate::packed;
 use crate::webhooks::deliveries::{delivery_from_row, DeliveryRecord};
 use crate::{Backend, StoreError};
 use domain::webhook::DeliveryStatus;
@@ -73,7 +73,7 @@ impl Dispatch<'_> {
 
     /// `records` with the event data of those that share their event's copy
     /// (`SHARED_EVENT_DATA`) read from the event's row or from
-    /// `webhook_event_data` (migration 0037) and unpacked (`event_copy`),
+    /// `webhook_event_data` (migration 0037) and unpacked (`packed`),
     /// once per event: an attempt sends it. A copy that is missing leaves
     /// the data empty, which the attempt reports as unreadable.
     async fn fill_event_data(
@@ -101,7 +101,7 @@ impl Dispatch<'_> {
             let args: Vec<Arg> = (chunk.iter().chain(chunk)).map(|e| Arg::from(*e)).collect();
             let rows = read::all(self.pool(), &sql, &args, |row| {
                 let key = (text(row, "event_ref")?, int(row, "dto_version")? as u32);
-                Ok((key, event_copy::unpack_owned(text(row, "data")?)))
+                Ok((key, packed::unpack_owned(text(row, "data")?)))
             })
             .await?;
             copies.extend(rows);

@@ -19,7 +19,6 @@
 mod attempts;
 pub mod dead_letters;
 mod deliveries;
-pub mod event_copy;
 pub mod fanout;
 pub mod intake;
 mod leases;

@@ -321,7 +321,7 @@ impl Webhooks<'_> {
             .into_iter()
             .flatten()
             .next()
-            .map(crate::dispatch::event_copy::unpack_owned))
+            .map(crate::packed::unpack_owned))
     }
 
     pub async fn delivery(

@@ -289,7 +289,7 @@ impl Webhooks<'_> {
                 Ok((
                     text(row, "event_ref")?,
                     int(row, "dto_version")? as u32,
-                    crate::dispatch::event_copy::unpack_owned(text(row, "event_data")?),
+                    crate::packed::unpack_owned(text(row, "event_data")?),
                 ))
             })
             .await?;
