@@ -22,13 +22,15 @@
 //! answers 200, `billing admin bootstrap --json` gives the sandbox secret
 //! and environment, and the endpoints are created and subscribed to
 //! `order.created` through the HTTP API. The database is then `ANALYZE`d,
-//! and again every 2 s while the case runs, from a connection of its own
-//! (this machine's PostgreSQL runs with autovacuum off; production's
-//! auto-analyze keeps the planner's statistics fresh). One warm-up event
-//! (not measured) opens the service's connections. At the end of a case,
-//! whether it passed or failed, the child gets SIGTERM (by its PID), the
-//! virtual host is deleted, the Redis database flushed and the PostgreSQL
-//! database dropped (a drop guard). Leftovers of earlier runs whose process
+//! and again every `BENCH_ANALYZE_SECONDS` (default 2) while the case
+//! runs, from a connection of its own (this machine's PostgreSQL runs with
+//! autovacuum off; production's auto-analyze keeps the planner's
+//! statistics fresh, at most once a minute per table with the default
+//! `autovacuum_naptime`, which `BENCH_ANALYZE_SECONDS=60` stands for). One
+//! warm-up event (not measured) opens the service's connections. At the
+//! end of a case, whether it passed or failed, the child gets SIGTERM (by
+//! its PID), the virtual host is deleted, the Redis database flushed and
+//! the PostgreSQL database dropped (a drop guard). Leftovers of earlier runs whose process
 //! is gone are removed at start.
 //!
 //! Events are published with lapin on the case's virtual host to the
@@ -199,11 +201,12 @@ const EVENT_TYPE: &str = "order.created";
 const FAULT_RATE: f64 = 0.2;
 const FAULT_SCHEDULE: &str = "0s,1s,1s,2s";
 const FANOUT_ENDPOINTS: usize = 10;
-/// How often the benchmark runs `ANALYZE` during a case: often enough that
-/// even the shortest saturated case (about 3 s) is planned with statistics
-/// of its backlog, as autovacuum's analyze would plan a growing table. Its
-/// own CPU is part of PostgreSQL's figures (most visible in `paced`).
-const ANALYZE_EVERY: Duration = Duration::from_secs(2);
+/// How often the benchmark runs `ANALYZE` during a case by default: often
+/// enough that even the shortest saturated case (about 3 s) is planned with
+/// statistics of its backlog, as autovacuum's analyze would plan a growing
+/// table. Its own CPU is part of PostgreSQL's figures (most visible in
+/// `paced`).
+const ANALYZE_EVERY: u64 = 2;
 /// Longest wait for the warm-up event and for one event of `latency`.
 const ONE_EVENT_LIMIT: Duration = Duration::from_secs(30);
 /// The quiet moment before the window, over which idle CPU is measured.
@@ -235,6 +238,8 @@ struct Config {
     window: usize,
     limit: Duration,
     retention: Option<Retention>,
+    /// `BENCH_ANALYZE_SECONDS`: the period of the `ANALYZE` during a case.
+    analyze_every: Duration,
 }
 
 /// `BENCH_RETENTION`: the service runs with a short `retention.deliveries`
@@ -294,6 +299,7 @@ fn config() -> Result<Config, String> {
         window: env_num("BENCH_CONFIRM_WINDOW", 1_000)?,
         limit: Duration::from_secs(env_num("BENCH_CASE_LIMIT", 120)?),
         retention: retention_setting(),
+        analyze_every: Duration::from_secs(env_num("BENCH_ANALYZE_SECONDS", ANALYZE_EVERY)?),
     })
 }
 
@@ -1241,7 +1247,7 @@ async fn run_case(
     let warm_up = warm_started.elapsed();
     let warm_requests = sink.requests.load(Ordering::Relaxed);
 
-    // Statistics for the planner, now and every 2 s.
+    // Statistics for the planner, now and every `cfg.analyze_every`.
     let mut case_conn = PgConnection::connect(&pg_url_for(&name))
         .await
         .map_err(|e| format!("PostgreSQL {name}: {e}"))?;
@@ -1261,7 +1267,11 @@ async fn run_case(
         .await
         .map_err(|e| format!("CHECKPOINT: {e}"))?;
     let stop_analyzer = CancellationToken::new();
-    let analyzer_task = tokio::spawn(analyzer(name.clone(), ANALYZE_EVERY, stop_analyzer.clone()));
+    let analyzer_task = tokio::spawn(analyzer(
+        name.clone(),
+        cfg.analyze_every,
+        stop_analyzer.clone(),
+    ));
 
     // A quiet moment: the statistics of the setup reach pg_stat_database,
     // and the stack's idle CPU is measured.

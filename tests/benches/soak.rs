@@ -31,7 +31,11 @@
 //! retention check) is passed as `BILLING_RETENTION__DELIVERIES`, with
 //! `BILLING_RETENTION__SWEEP_EVERY` = `BENCH_SOAK_SWEEP_EVERY` (default
 //! `30s`): settled deliveries with their attempts, then their events, are
-//! deleted that long after they settled.
+//! deleted that long after they settled. `BENCH_SOAK_REQUEST_LOG_RETENTION`
+//! (unset or empty: the service's default of 30 days) is passed as
+//! `BILLING_RETENTION__REQUEST_LOGS`: the request logs the load's API calls
+//! leave are then deleted as well. Idempotency records (at least an hour)
+//! and billing records (never) are kept past any run.
 //!
 //! Autovacuum is off on this machine and on in production, where it
 //! reclaims the dead versions that every delivery's updates leave and the
@@ -142,7 +146,8 @@
 //! `failed` after the whole schedule, no retry early), not one per expected
 //! event. Before the checks, the end of the run prints the database's size
 //! and growth by thirds (and, apart, that of the tables the deliveries'
-//! retention sweeps, `SWEPT_TABLES`, and of the rest), the rows left, and
+//! retention sweeps, `SWEPT_TABLES`, of the request logs, of the
+//! idempotency records, and of the rest), the rows left, and
 //! rows written against rows deleted per second per table (and the sweep's
 //! counters) over the last third of the load and the whole load.
 //!
@@ -255,6 +260,15 @@ const SWEPT_TABLES: [&str; 4] = [
     "events",
 ];
 
+/// Parts of the store whose growth the end of the run gives apart, with
+/// their tables; the rest of the store is billing records, endpoints,
+/// catalogues and statistics.
+const STORE_PARTS: [(&str, &[&str]); 3] = [
+    ("the tables the deliveries' retention sweeps", &SWEPT_TABLES),
+    ("request logs", &["request_logs"]),
+    ("idempotency records", &["idempotency_keys"]),
+];
+
 // ------------------------------------------------------------------ config
 
 struct Config {
@@ -280,6 +294,9 @@ struct Config {
     /// `BENCH_SOAK_SWEEP_EVERY`: `retention.sweep_every` when `retention`
     /// is set.
     sweep_every: String,
+    /// `BENCH_SOAK_REQUEST_LOG_RETENTION`: the service's
+    /// `retention.request_logs`, or `None` for its default.
+    request_log_retention: Option<String>,
     /// `BENCH_SOAK_VACUUM_SECONDS`: the period of the rounds of
     /// autovacuum's work (`vacuumer`), or `None` when
     /// `BENCH_SOAK_AUTOVACUUM=off`.
@@ -348,6 +365,7 @@ fn config() -> Result<Config, String> {
         }
     };
     let retention = duration("BENCH_SOAK_RETENTION", "")?;
+    let request_log_retention = duration("BENCH_SOAK_REQUEST_LOG_RETENTION", "")?;
     let sweep_every =
         duration("BENCH_SOAK_SWEEP_EVERY", "30s")?.unwrap_or_else(|| "30s".to_owned());
     let vacuum_every = match std::env::var("BENCH_SOAK_AUTOVACUUM").as_deref() {
@@ -379,6 +397,7 @@ fn config() -> Result<Config, String> {
         max_in_flight: env_num("BENCH_SOAK_MAX_IN_FLIGHT", 64)?,
         analyze_every: Duration::from_secs(env_num("BENCH_SOAK_ANALYZE_SECONDS", 30)?),
         retention,
+        request_log_retention,
         sweep_every,
         vacuum_every,
     })
@@ -1089,9 +1108,9 @@ struct StoreCounts {
     updated: i64,
     /// `pg_database_size(current_database())`, in bytes.
     db_bytes: i64,
-    /// `pg_total_relation_size` (heap, indexes, TOAST) of `SWEPT_TABLES`,
-    /// in bytes.
-    swept_bytes: i64,
+    /// `pg_total_relation_size` (heap, indexes, TOAST) of each of
+    /// `STORE_PARTS`, in bytes.
+    part_bytes: [i64; STORE_PARTS.len()],
     /// Cumulative `n_tup_ins` and `n_tup_del` (`pg_stat_user_tables`) of
     /// `ROW_TABLES`, in that order.
     inserted: [i64; 3],
@@ -1356,15 +1375,28 @@ impl Monitor {
         .fetch_one(&mut self.db)
         .await
         .ok()?;
-        let swept_bytes: i64 = sqlx::query_scalar(
-            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c \
+        let part_tables: Vec<&str> = STORE_PARTS
+            .iter()
+            .flat_map(|p| p.1.iter().copied())
+            .collect();
+        let sizes: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT c.relname::text, pg_total_relation_size(c.oid)::bigint FROM pg_class c \
              WHERE c.relname = ANY($1) AND c.relkind = 'r' \
                AND c.relnamespace = 'public'::regnamespace",
         )
-        .bind(SWEPT_TABLES)
-        .fetch_one(&mut self.db)
+        .bind(&part_tables)
+        .fetch_all(&mut self.db)
         .await
         .ok()?;
+        let mut part_bytes = [0i64; STORE_PARTS.len()];
+        for (name, size) in sizes {
+            if let Some(i) = STORE_PARTS
+                .iter()
+                .position(|p| p.1.contains(&name.as_str()))
+            {
+                part_bytes[i] += size;
+            }
+        }
         let names: Vec<&str> = ROW_TABLES.iter().map(|t| t.0).collect();
         let tables: Vec<(String, i64, i64)> = sqlx::query_as(
             "SELECT relname::text, n_tup_ins, n_tup_del FROM pg_stat_user_tables \
@@ -1389,7 +1421,7 @@ impl Monitor {
             commits: row.4,
             updated: row.5,
             db_bytes: row.6,
-            swept_bytes,
+            part_bytes,
             inserted,
             deleted,
         })
@@ -1979,7 +2011,7 @@ struct Growth {
     spans: [(f64, f64); 3],
 }
 
-fn store_growth(sized: &[&Sample], bytes: fn(&StoreCounts) -> i64) -> Option<Growth> {
+fn store_growth(sized: &[&Sample], bytes: impl Fn(&StoreCounts) -> i64) -> Option<Growth> {
     let n = sized.len();
     if n < 4 {
         return None;
@@ -2108,6 +2140,12 @@ async fn soak(
         envs.push((
             "BILLING_RETENTION__SWEEP_EVERY".to_owned(),
             cfg.sweep_every.clone(),
+        ));
+    }
+    if let Some(retention) = &cfg.request_log_retention {
+        envs.push((
+            "BILLING_RETENTION__REQUEST_LOGS".to_owned(),
+            retention.clone(),
         ));
     }
     let stderr = std::fs::File::create(&fleet.stderr_path).map_err(|e| e.to_string())?;
@@ -2309,6 +2347,12 @@ async fn soak(
             cfg.sweep_every
         ),
         None => println!("retention: the service's default (BENCH_SOAK_RETENTION unset)"),
+    }
+    match &cfg.request_log_retention {
+        Some(r) => println!("request logs: BILLING_RETENTION__REQUEST_LOGS={r}"),
+        None => println!(
+            "request logs: the service's retention (BENCH_SOAK_REQUEST_LOG_RETENTION unset)"
+        ),
     }
     match cfg.vacuum_every {
         Some(every) => println!(
@@ -2527,7 +2571,9 @@ async fn soak(
         .filter(|s| s.loaded && s.store.is_some())
         .collect();
     let growth = store_growth(&sized, |c| c.db_bytes);
-    let swept = store_growth(&sized, |c| c.swept_bytes);
+    let parts: Vec<Option<Growth>> = (0..STORE_PARTS.len())
+        .map(|i| store_growth(&sized, |c| c.part_bytes[i]))
+        .collect();
     let mib_of = |b: f64| b / (1024.0 * 1024.0);
     if let (Some(g), Some(first), Some(last)) = (&growth, sized.first(), sized.last()) {
         println!(
@@ -2550,29 +2596,36 @@ async fn soak(
             g.spans[2].1,
             mib_of(g.last),
         );
-        if let Some(w) = &swept {
-            let share = |last: f64, first: f64| {
-                if first > 0.0 {
-                    format!("{:.1} %", last / first * 100.0)
-                } else {
-                    "-".to_owned()
-                }
-            };
+        let share = |last: f64, first: f64| {
+            if first > 0.0 {
+                format!("{:.1} %", last / first * 100.0)
+            } else {
+                "-".to_owned()
+            }
+        };
+        let mut rest = [g.first, g.second, g.last];
+        for ((name, tables), part) in STORE_PARTS.iter().zip(&parts) {
+            let Some(p) = part else { continue };
             println!(
-                "  of which the tables the deliveries' retention sweeps ({}): first third \
-                 {:+.1} MiB, second {:+.1} MiB, last {:+.1} MiB ({} of the first); the rest \
-                 of the store (kept past the run: request logs, idempotency records, billing \
-                 records): {:+.1}, {:+.1}, {:+.1} MiB",
-                SWEPT_TABLES.join(", "),
-                mib_of(w.first),
-                mib_of(w.second),
-                mib_of(w.last),
-                share(w.last, w.first),
-                mib_of(g.first - w.first),
-                mib_of(g.second - w.second),
-                mib_of(g.last - w.last),
+                "  of which {name} ({}): first third {:+.1} MiB, second {:+.1} MiB, last {:+.1} \
+                 MiB ({} of the first)",
+                tables.join(", "),
+                mib_of(p.first),
+                mib_of(p.second),
+                mib_of(p.last),
+                share(p.last, p.first),
             );
+            rest[0] -= p.first;
+            rest[1] -= p.second;
+            rest[2] -= p.last;
         }
+        println!(
+            "  the rest of the store (billing records, endpoints, catalogues, statistics): \
+             {:+.1}, {:+.1}, {:+.1} MiB",
+            mib_of(rest[0]),
+            mib_of(rest[1]),
+            mib_of(rest[2]),
+        );
     }
     if let Some(rows) = final_rows {
         println!(
