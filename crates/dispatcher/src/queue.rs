@@ -52,7 +52,6 @@ const TURNS: usize = 4;
 type Reply = oneshot::Sender<Result<bool, Arc<StoreError>>>;
 
 /// Where a group's fresh deliveries go.
-#[derive(Clone)]
 enum Handoff {
     /// Nowhere yet: a dispatcher is starting, and groups wait for it.
     Awaited,
