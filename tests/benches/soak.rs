@@ -261,10 +261,13 @@ const SWEPT_TABLES: [&str; 4] = [
 ];
 
 /// Parts of the store whose growth the end of the run gives apart, with
-/// their tables; the rest of the store is billing records, endpoints,
-/// catalogues and statistics.
-const STORE_PARTS: [(&str, &[&str]); 3] = [
-    ("the tables the deliveries' retention sweeps", &SWEPT_TABLES),
+/// their tables (`SWEPT_TABLES` one by one, then the others); the rest of
+/// the store is billing records, endpoints, catalogues and statistics.
+const STORE_PARTS: [(&str, &[&str]); 6] = [
+    ("deliveries", &["webhook_deliveries"]),
+    ("attempts", &["webhook_attempts"]),
+    ("events' copies off their row", &["webhook_event_data"]),
+    ("events", &["events"]),
     ("request logs", &["request_logs"]),
     ("idempotency records", &["idempotency_keys"]),
 ];
@@ -2604,20 +2607,34 @@ async fn soak(
             }
         };
         let mut rest = [g.first, g.second, g.last];
+        let mut swept = [0.0; 3];
+        for ((_, tables), part) in STORE_PARTS.iter().zip(&parts) {
+            let Some(p) = part else { continue };
+            for (i, grew) in [p.first, p.second, p.last].into_iter().enumerate() {
+                rest[i] -= grew;
+                if tables.iter().all(|t| SWEPT_TABLES.contains(t)) {
+                    swept[i] += grew;
+                }
+            }
+        }
+        println!(
+            "  of which the tables the deliveries' retention sweeps ({}): first third {:+.1} \
+             MiB, second {:+.1} MiB, last {:+.1} MiB ({} of the first)",
+            SWEPT_TABLES.join(", "),
+            mib_of(swept[0]),
+            mib_of(swept[1]),
+            mib_of(swept[2]),
+            share(swept[2], swept[0]),
+        );
         for ((name, tables), part) in STORE_PARTS.iter().zip(&parts) {
             let Some(p) = part else { continue };
             println!(
-                "  of which {name} ({}): first third {:+.1} MiB, second {:+.1} MiB, last {:+.1} \
-                 MiB ({} of the first)",
+                "    {name} ({}): {:+.1}, {:+.1}, {:+.1} MiB",
                 tables.join(", "),
                 mib_of(p.first),
                 mib_of(p.second),
                 mib_of(p.last),
-                share(p.last, p.first),
             );
-            rest[0] -= p.first;
-            rest[1] -= p.second;
-            rest[2] -= p.last;
         }
         println!(
             "  the rest of the store (billing records, endpoints, catalogues, statistics): \
