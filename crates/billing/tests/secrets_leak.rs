@@ -1289,7 +1289,7 @@ fn unpacked_texts(lossy: &str) -> Vec<String> {
 /// The store's files (the database, its WAL) hold no plaintext secret:
 /// credentials are digested, signing secrets encrypted, and the key is
 /// nowhere but in its own file; nor do the texts the store keeps packed
-/// (event copies, idempotency records' responses), once unpacked.
+/// (event copies), once unpacked.
 fn scan_store(dir: &Path, secrets: &[Secret], leaks: &mut Vec<String>) {
     let data = dir.join("data");
     let mut scanned = 0;
@@ -1328,7 +1328,7 @@ fn scan_store(dir: &Path, secrets: &[Secret], leaks: &mut Vec<String>) {
         }
     }
     assert!(scanned > 0, "the store's files are in {}", data.display());
-    // The run's events and keyed writes are stored packed: a scan that
+    // The run's events' copies are stored packed: a scan that
     // unpacked none would prove nothing of them.
     assert!(unpacked > 0, "packed texts found in the store's files");
 }

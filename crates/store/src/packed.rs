@@ -1,10 +1,9 @@
 //! How the store keeps our own JSON packed: an event's one copy of its
 //! data (`webhook_event_data.data` and `events.copy_data`, migrations 0032
-//! and 0037) and an idempotency record's stored response
-//! (`idempotency_keys.response_body`). Both are resources as the API shows
-//! them, whose keys and shapes repeat from row to row, so they are
-//! compressed against a preset dictionary of those shapes and written as a
-//! mark followed by the compressed bytes in base64:
+//! and 0037), a resource as the API shows it, whose keys and shapes repeat
+//! from row to row, so it is compressed against a preset dictionary of
+//! those shapes and written as a mark followed by the compressed bytes in
+//! base64:
 //!
 //! - `~2` (written now): a zstd frame (level 6, content size, no checksum)
 //!   against `DICTIONARY_V1` as raw content, which is digested once per
@@ -22,7 +21,7 @@
 //! ones stay readable. `unpack` never fails: text damaged at rest reads as
 //! it is stored, which is not JSON, and its readers already treat data
 //! that is not JSON (an attempt reports it unreadable, the body view shows
-//! no body, a replay answers what is stored).
+//! no body).
 
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use base64::Engine;

@@ -11,13 +11,9 @@
 //! neither, and a replay never runs the operation again. No row says "in
 //! flight": a claim lives in this process's memory and in the open
 //! transaction, so it ends with them, however they end.
-//!
-//! The stored response is kept packed (`crate::packed`); a response stored
-//! before packing replays as it is.
 
 use crate::db::read;
 use crate::db::tx::{int, text, WriteTx};
-use crate::packed;
 use crate::{Backend, Store, StoreError};
 use domain::Timestamp;
 use sha2::{Digest, Sha256};
@@ -161,7 +157,7 @@ impl Store {
                 Ok(Some(Claim::Replay(StoredResponse {
                     status: u16::try_from(int(row, "status_code")?)
                         .map_err(|_| StoreError::Corrupt("status_code out of range".into()))?,
-                    body: packed::unpack_owned(text(row, "response_body")?),
+                    body: text(row, "response_body")?,
                     etag: row.text("response_etag")?,
                 })))
             },
@@ -264,7 +260,7 @@ impl KeyClaim {
                 self.fingerprint.as_str().into(),
                 self.now.millis().into(),
                 i64::from(response.status).into(),
-                packed::pack(&response.body).as_ref().into(),
+                response.body.as_str().into(),
                 response.etag.as_deref().into(),
             ],
         )
