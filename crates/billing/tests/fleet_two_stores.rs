@@ -297,20 +297,10 @@ async fn publish(vhost: &str, environment_ref: &str) -> Vec<String> {
 /// Publishes `EVENTS` events of `event_type` (the catalogue's example
 /// data) and `environment_ref`; their refs.
 async fn publish_type(vhost: &str, environment_ref: &str, event_type: &str) -> Vec<String> {
-    let data = domain::webhook::catalogue::example(event_type, 1).unwrap();
     let mut refs = Vec::new();
     for _ in 0..EVENTS {
         let event_ref = domain::Ref::generate(domain::Prefix::Event).into_string();
-        let envelope = serde_json::json!({
-            "event_ref": event_ref,
-            "public_event_type": event_type,
-            "environment_ref": environment_ref,
-            "occurred_at": domain::Timestamp::now().to_rfc3339(),
-            "data": data,
-        });
-        dispatcher::amqp::publish(vhost, envelope.to_string().as_bytes(), event_type)
-            .await
-            .expect("the event is published");
+        crate::common::publish_example(vhost, environment_ref, &event_ref, event_type).await;
         refs.push(event_ref);
     }
     refs

@@ -24,8 +24,8 @@
 use crate::common::crash::{count, probe};
 use crate::common::poll::Poll;
 use crate::common::{
-    billing, bootstrap, first_readyz, fleet, fleet_env, free_port, subscribed_endpoint,
-    FreshDatabase, FreshVhost, Process, Sandbox, REDIS_URL,
+    billing, bootstrap, first_readyz, fleet, fleet_env, free_port, publish_example,
+    subscribed_endpoint, FreshDatabase, FreshVhost, Process, Sandbox, REDIS_URL,
 };
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -152,21 +152,12 @@ impl Source {
     /// The event `event_ref` of `EVENT_TYPE` in `environment_ref`, handed
     /// to the source.
     async fn publish(&self, environment_ref: &str, event_ref: &str) {
-        let data = domain::webhook::catalogue::example(EVENT_TYPE, 1).unwrap();
         match self {
             Source::Broker(vhost) => {
-                let envelope = serde_json::json!({
-                    "event_ref": event_ref,
-                    "public_event_type": EVENT_TYPE,
-                    "environment_ref": environment_ref,
-                    "occurred_at": domain::Timestamp::now().to_rfc3339(),
-                    "data": data,
-                });
-                dispatcher::amqp::publish(vhost, envelope.to_string().as_bytes(), EVENT_TYPE)
-                    .await
-                    .expect("the event is published");
+                publish_example(vhost, environment_ref, event_ref, EVENT_TYPE).await;
             }
             Source::Outbox(url) => {
+                let data = domain::webhook::catalogue::example(EVENT_TYPE, 1).unwrap();
                 use store::dispatch::outbox::Emit;
                 let store = store::Store::connect(url).await.unwrap();
                 let event = store::EventRecord {

@@ -591,3 +591,24 @@ pub async fn enqueue_orders(
         assert!(queue.enqueue(&event).await.unwrap());
     }
 }
+
+/// Publishes the event `event_ref` of `event_type` (its catalogue example
+/// data, dto 1) in `environment_ref` to `billing.events` on `vhost`, as
+/// another system would.
+pub async fn publish_example(
+    vhost: &str,
+    environment_ref: &str,
+    event_ref: &str,
+    event_type: &str,
+) {
+    let envelope = serde_json::json!({
+        "event_ref": event_ref,
+        "public_event_type": event_type,
+        "environment_ref": environment_ref,
+        "occurred_at": domain::Timestamp::now().to_rfc3339(),
+        "data": domain::webhook::catalogue::example(event_type, 1).unwrap(),
+    });
+    dispatcher::amqp::publish(vhost, envelope.to_string().as_bytes(), event_type)
+        .await
+        .expect("the event is published");
+}
