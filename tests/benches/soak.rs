@@ -272,6 +272,21 @@ const STORE_PARTS: [(&str, &[&str]); 6] = [
     ("idempotency records", &["idempotency_keys"]),
 ];
 
+/// `webhook_deliveries`' own relations, whose growth the end of the run
+/// gives apart (`pg_relation_size`: the heap's main fork, each index); any
+/// other index of the table, and its TOAST, count as the last part. A
+/// B-tree's size after the table has levelled tells whether its pages are
+/// reused (a step that stays is pages split and left part empty).
+const DELIVERY_RELATIONS: [&str; 7] = [
+    "webhook_deliveries",
+    "webhook_deliveries_pkey",
+    "webhook_deliveries_event_ref_endpoint_ref_dto_version_key",
+    "webhook_deliveries_by_endpoint",
+    "webhook_deliveries_by_env",
+    "webhook_deliveries_successes_by_endpoint",
+    "other indexes and TOAST",
+];
+
 // ------------------------------------------------------------------ config
 
 struct Config {
@@ -1114,6 +1129,8 @@ struct StoreCounts {
     /// `pg_total_relation_size` (heap, indexes, TOAST) of each of
     /// `STORE_PARTS`, in bytes.
     part_bytes: [i64; STORE_PARTS.len()],
+    /// `pg_relation_size` of each of `DELIVERY_RELATIONS`, in bytes.
+    delivery_bytes: [i64; DELIVERY_RELATIONS.len()],
     /// Cumulative `n_tup_ins` and `n_tup_del` (`pg_stat_user_tables`) of
     /// `ROW_TABLES`, in that order.
     inserted: [i64; 3],
@@ -1400,6 +1417,25 @@ impl Monitor {
                 part_bytes[i] += size;
             }
         }
+        let relations: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT c.relname::text, pg_relation_size(c.oid)::bigint FROM pg_class c \
+             WHERE c.oid = 'webhook_deliveries'::regclass \
+                OR c.oid = (SELECT reltoastrelid FROM pg_class \
+                            WHERE oid = 'webhook_deliveries'::regclass) \
+                OR c.oid IN (SELECT indexrelid FROM pg_index \
+                             WHERE indrelid = 'webhook_deliveries'::regclass)",
+        )
+        .fetch_all(&mut self.db)
+        .await
+        .ok()?;
+        let mut delivery_bytes = [0i64; DELIVERY_RELATIONS.len()];
+        for (name, size) in relations {
+            let i = DELIVERY_RELATIONS
+                .iter()
+                .position(|r| *r == name)
+                .unwrap_or(DELIVERY_RELATIONS.len() - 1);
+            delivery_bytes[i] += size;
+        }
         let names: Vec<&str> = ROW_TABLES.iter().map(|t| t.0).collect();
         let tables: Vec<(String, i64, i64)> = sqlx::query_as(
             "SELECT relname::text, n_tup_ins, n_tup_del FROM pg_stat_user_tables \
@@ -1425,6 +1461,7 @@ impl Monitor {
             updated: row.5,
             db_bytes: row.6,
             part_bytes,
+            delivery_bytes,
             inserted,
             deleted,
         })
@@ -2634,6 +2671,21 @@ async fn soak(
                 mib_of(p.first),
                 mib_of(p.second),
                 mib_of(p.last),
+            );
+        }
+        let last_bytes = last
+            .store
+            .map_or([0; DELIVERY_RELATIONS.len()], |c| c.delivery_bytes);
+        for (i, relation) in DELIVERY_RELATIONS.iter().enumerate() {
+            let Some(p) = store_growth(&sized, |c| c.delivery_bytes[i]) else {
+                continue;
+            };
+            println!(
+                "      {relation}: {:+.1}, {:+.1}, {:+.1} MiB ({} at the end of the load)",
+                mib_of(p.first),
+                mib_of(p.second),
+                mib_of(p.last),
+                bytes_mib(last_bytes[i]),
             );
         }
         println!(
