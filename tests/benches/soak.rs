@@ -147,7 +147,8 @@
 //! event. Before the checks, the end of the run prints the database's size
 //! and growth by thirds (and, apart, that of the tables the deliveries'
 //! retention sweeps, `SWEPT_TABLES`, of the request logs, of the
-//! idempotency records, and of the rest), the rows left, and
+//! idempotency records, and of the rest; and that of `webhook_deliveries`'
+//! heap and each of its indexes, `DELIVERY_RELATIONS`), the rows left, and
 //! rows written against rows deleted per second per table (and the sweep's
 //! counters) over the last third of the load and the whole load.
 //!
