@@ -157,8 +157,8 @@ impl Source {
                 publish_example(vhost, environment_ref, event_ref, EVENT_TYPE).await;
             }
             Source::Outbox(url) => {
-                let data = domain::webhook::catalogue::example(EVENT_TYPE, 1).unwrap();
                 use store::dispatch::outbox::Emit;
+                let data = domain::webhook::catalogue::example(EVENT_TYPE, 1).unwrap();
                 let store = store::Store::connect(url).await.unwrap();
                 let event = store::EventRecord {
                     event_ref: domain::Ref::parse(domain::Prefix::Event, event_ref).unwrap(),
