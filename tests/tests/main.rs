@@ -32,6 +32,7 @@ mod fuzz_regressions;
 mod hostile_clients;
 mod hostile_receivers;
 mod import_circles;
+mod kept_responses;
 mod kept_successes;
 mod operational_events;
 mod ordering;
