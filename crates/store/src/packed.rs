@@ -1,8 +1,10 @@
 //! How the store keeps our own JSON packed: an event's one copy of its
 //! data (`webhook_event_data.data` and `events.copy_data`, migrations 0032
-//! and 0037), a resource as the API shows it, whose keys and shapes repeat
-//! from row to row, so it is compressed against a preset dictionary of
-//! those shapes and written as a mark followed by the compressed bytes in
+//! and 0037) and, on PostgreSQL, an idempotency record's response
+//! (`idempotency_keys.response_body`, `admin::idempotency`). Both are
+//! resources as the API shows them, whose keys and shapes repeat from row
+//! to row, so they are compressed against a preset dictionary of those
+//! shapes and written as a mark followed by the compressed bytes in
 //! base64:
 //!
 //! - `~2` (written now): a zstd frame (level 6, content size, no checksum)
