@@ -13,8 +13,8 @@
 //! transaction, so it ends with them, however they end.
 //!
 //! On PostgreSQL the stored response is kept packed (`crate::packed`), as
-//! an event's copy is: records are kept at least a day, and their
-//! responses were half of what a fleet's billing writes leave behind. On
+//! an event's copy is: records are kept at least a day, and plain they
+//! were about half of what a fleet's billing writes keep. On
 //! SQLite it is kept as it is: there the unit of work holds the file's one
 //! write lock, so the packing's CPU would be spent by every writer in turn
 //! (it cost pay about 8 %, `docs/performance.md`). A replay reads either.
