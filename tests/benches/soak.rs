@@ -21,8 +21,9 @@
 //! `payment.succeeded` (dto 2), the last `BENCH_SOAK_FAILING_ENDPOINTS` of
 //! them (default 5 % of them, at least 1) answering 500 to everything; and a
 //! published product, price and checkout config of one one-time item. The
-//! database is `ANALYZE`d every `BENCH_SOAK_ANALYZE_SECONDS` (default 30):
-//! this machine's PostgreSQL runs with autovacuum off. Everything is
+//! database is `ANALYZE`d then, and during the run by autovacuum's rounds
+//! (below), or every `BENCH_SOAK_ANALYZE_SECONDS` (default 30) when they
+//! are off: this machine's PostgreSQL runs with autovacuum off. Everything is
 //! released at the end, passed or failed (a drop guard); leftovers of runs
 //! whose process is gone are removed at start.
 //!
@@ -43,13 +44,18 @@
 //! as production would, the benchmark itself does autovacuum's work in
 //! both (`vacuumer`; `BENCH_SOAK_AUTOVACUUM=off` leaves it out), a round
 //! every `BENCH_SOAK_VACUUM_SECONDS` (default 60, as `autovacuum_naptime`;
-//! at once after a longer one): a plain `VACUUM` (not `FULL`) of each table
-//! autovacuum would find due, by PostgreSQL 15's rule with the server's
-//! settings and the table's own storage parameters (`DUE_FOR_AUTOVACUUM`),
-//! paced as autovacuum paces it (the table's `autovacuum_vacuum_cost_limit`
-//! and `_cost_delay`, else the server's: 200 every 2 ms), from a connection
-//! of its own; the reports and the summary say how many rounds ran, how
-//! many tables they vacuumed and how long they took.
+//! at once after a longer one), which takes the tables one after another
+//! as an autovacuum worker does: a plain `VACUUM` (not `FULL`, no parallel
+//! workers) of each table autovacuum would find due, and an `ANALYZE` of
+//! each it would find due for one, by PostgreSQL 15's rules with the
+//! server's settings and the table's own storage parameters
+//! (`DUE_FOR_AUTOVACUUM`), paced as autovacuum paces it (the table's
+//! `autovacuum_vacuum_cost_limit` and `_cost_delay`, else the server's: 200
+//! every 2 ms), from a connection of its own; the reports and the summary
+//! say how many rounds ran, how many tables they vacuumed and analyzed,
+//! and how long they took. `BENCH_SOAK_VACUUM_VERBOSE` (set to anything)
+//! makes each `VERBOSE`, its report in the server's log: per index of a
+//! table, the pages a round deleted and those it left reusable.
 //!
 //! Load, for `BENCH_SOAK_SECONDS` (default 1,800), each stream paced by a
 //! tokio interval, each request its own task, at most
@@ -99,7 +105,8 @@
 //! Each report also gives the store: the database's size
 //! (`pg_database_size(current_database())`) and its change in the window,
 //! the rows of `webhook_deliveries`, `webhook_attempts` and `events`
-//! (`count(*)`, at report time), the rows of those tables written and
+//! (PostgreSQL's running count, `n_live_tup`, at report time; `count(*)`
+//! before and after the load), the rows of those tables written and
 //! deleted per second (`n_tup_ins`, `n_tup_del` of `pg_stat_user_tables`),
 //! the retention sweep's deletions per second of each kind (deltas of the
 //! counter `billing_retention_deleted_total{kind}`: deliveries, events,
@@ -1280,6 +1287,8 @@ struct VacuumStats {
     runs: u64,
     /// Tables vacuumed over all rounds.
     tables: u64,
+    /// Tables analyzed over all rounds.
+    analyzed: u64,
     errors: u64,
     total: Duration,
     last: Option<Duration>,
@@ -1297,7 +1306,7 @@ struct Sample {
     gauge: Option<f64>,
     /// The whole scrape (`None` when it failed).
     metrics: Option<Metrics>,
-    /// Rows of `ROW_TABLES` (count(*)), taken for reports only.
+    /// Rows of `ROW_TABLES` (`Monitor::rows`), taken for reports only.
     rows: Option<[i64; 3]>,
     /// The rounds of `VACUUM` so far, when the run makes them.
     vacuum: Option<VacuumStats>,
@@ -1334,16 +1343,22 @@ impl Monitor {
         Some(parse_metrics(&text))
     }
 
-    /// Rows of `ROW_TABLES`.
-    async fn rows(&mut self) -> Option<[i64; 3]> {
-        let row: (i64, i64, i64) = sqlx::query_as(
+    /// Rows of `ROW_TABLES`: counted when `exact`, else PostgreSQL's
+    /// running count of live rows (`n_live_tup`). Reports during the load
+    /// take the running count: a `count(*)` of the deliveries holds a
+    /// snapshot for as long as it reads them, and the index pages that a
+    /// vacuum frees meanwhile wait a round to be reused (`vacuumer`).
+    async fn rows(&mut self, exact: bool) -> Option<[i64; 3]> {
+        let sql = if exact {
             "SELECT (SELECT count(*) FROM webhook_deliveries), \
                     (SELECT count(*) FROM webhook_attempts), \
-                    (SELECT count(*) FROM events)",
-        )
-        .fetch_one(&mut self.db)
-        .await
-        .ok()?;
+                    (SELECT count(*) FROM events)"
+        } else {
+            "SELECT (SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'webhook_deliveries'), \
+                    (SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'webhook_attempts'), \
+                    (SELECT n_live_tup FROM pg_stat_user_tables WHERE relname = 'events')"
+        };
+        let row: (i64, i64, i64) = sqlx::query_as(sql).fetch_one(&mut self.db).await.ok()?;
         Some([row.0, row.1, row.2])
     }
 
@@ -1492,16 +1507,21 @@ impl Monitor {
     }
 }
 
-/// The tables autovacuum would vacuum now, with the pacing it would give
-/// each: PostgreSQL 15's rule, from the server's settings and each table's
-/// storage parameters (which override them): dead rows above
+/// The tables autovacuum would vacuum or analyze now, whether it would
+/// vacuum each and whether analyze it, with the pacing it would give it:
+/// PostgreSQL 15's rules, from the server's settings and each table's
+/// storage parameters (which override them). Vacuum: dead rows above
 /// `autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor × rows`,
 /// or rows inserted since its last vacuum above the insert threshold and
-/// scale factor; paced by `autovacuum_vacuum_cost_limit` (`-1`: the
-/// server's `vacuum_cost_limit`) every `autovacuum_vacuum_cost_delay` ms.
+/// scale factor. Analyze: rows changed since its last analyze above
+/// `autovacuum_analyze_threshold + autovacuum_analyze_scale_factor × rows`.
+/// Paced by `autovacuum_vacuum_cost_limit` (`-1`: the server's
+/// `vacuum_cost_limit`) every `autovacuum_vacuum_cost_delay` ms.
 const DUE_FOR_AUTOVACUUM: &str = "\
     WITH s AS ( \
         SELECT max(setting::float8) FILTER (WHERE name = 'autovacuum_vacuum_threshold') AS threshold, \
+            max(setting::float8) FILTER (WHERE name = 'autovacuum_analyze_threshold') AS analyze_threshold, \
+            max(setting::float8) FILTER (WHERE name = 'autovacuum_analyze_scale_factor') AS analyze_scale, \
             max(setting::float8) FILTER (WHERE name = 'autovacuum_vacuum_scale_factor') AS scale, \
             max(setting::float8) FILTER (WHERE name = 'autovacuum_vacuum_insert_threshold') AS insert_threshold, \
             max(setting::float8) FILTER (WHERE name = 'autovacuum_vacuum_insert_scale_factor') AS insert_scale, \
@@ -1509,33 +1529,51 @@ const DUE_FOR_AUTOVACUUM: &str = "\
                 max(setting::int) FILTER (WHERE name = 'vacuum_cost_limit')) AS cost_limit, \
             max(setting::float8) FILTER (WHERE name = 'autovacuum_vacuum_cost_delay') AS cost_delay \
         FROM pg_settings WHERE name IN ('autovacuum_vacuum_threshold', 'autovacuum_vacuum_scale_factor', \
+            'autovacuum_analyze_threshold', 'autovacuum_analyze_scale_factor', \
             'autovacuum_vacuum_insert_threshold', 'autovacuum_vacuum_insert_scale_factor', \
             'autovacuum_vacuum_cost_limit', 'vacuum_cost_limit', 'autovacuum_vacuum_cost_delay')) \
+    SELECT relname, vacuum_due, analyze_due, cost_limit, cost_delay_ms FROM ( \
     SELECT c.relname::text AS relname, \
+        (t.n_dead_tup > s.threshold + coalesce(o.scale, s.scale) * greatest(c.reltuples, 0) \
+            OR t.n_ins_since_vacuum > s.insert_threshold \
+                + coalesce(o.insert_scale, s.insert_scale) * greatest(c.reltuples, 0)) AS vacuum_due, \
+        t.n_mod_since_analyze > coalesce(o.analyze_threshold, s.analyze_threshold) \
+            + coalesce(o.analyze_scale, s.analyze_scale) * greatest(c.reltuples, 0) AS analyze_due, \
         coalesce(o.cost_limit, s.cost_limit) AS cost_limit, \
         coalesce(o.cost_delay, s.cost_delay) AS cost_delay_ms \
     FROM pg_class c JOIN pg_stat_user_tables t ON t.relid = c.oid CROSS JOIN s \
     CROSS JOIN LATERAL ( \
         SELECT max(option_value::float8) FILTER (WHERE option_name = 'autovacuum_vacuum_scale_factor') AS scale, \
+            max(option_value::float8) FILTER (WHERE option_name = 'autovacuum_analyze_threshold') AS analyze_threshold, \
+            max(option_value::float8) FILTER (WHERE option_name = 'autovacuum_analyze_scale_factor') AS analyze_scale, \
             max(option_value::float8) FILTER (WHERE option_name = 'autovacuum_vacuum_insert_scale_factor') AS insert_scale, \
             max(option_value::int) FILTER (WHERE option_name = 'autovacuum_vacuum_cost_limit') AS cost_limit, \
             max(option_value::float8) FILTER (WHERE option_name = 'autovacuum_vacuum_cost_delay') AS cost_delay \
         FROM pg_options_to_table(c.reloptions)) AS o \
-    WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace \
-        AND (t.n_dead_tup > s.threshold + coalesce(o.scale, s.scale) * greatest(c.reltuples, 0) \
-            OR t.n_ins_since_vacuum > s.insert_threshold \
-                + coalesce(o.insert_scale, s.insert_scale) * greatest(c.reltuples, 0)) \
-    ORDER BY c.relname";
+    WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace) AS due \
+    WHERE vacuum_due OR analyze_due \
+    ORDER BY relname";
 
 /// Autovacuum's work, done by the benchmark because autovacuum is off on
 /// this machine: a round every `every` (as autovacuum's launcher visits a
 /// database every `autovacuum_naptime`, 60 s), or as soon as the last one
-/// ended if it took longer, of a plain `VACUUM` of each table that
-/// `DUE_FOR_AUTOVACUUM` names, paced as it says (a manual `VACUUM` is
-/// not paced at all, and would take the disk from the live traffic as
-/// production's vacuum never does), from a connection of its own (a
-/// simple statement: `VACUUM` cannot run in a transaction), until `stop`;
+/// ended if it took longer, in which one process takes the tables that
+/// `DUE_FOR_AUTOVACUUM` names one after another, as an autovacuum worker
+/// does: a plain `VACUUM` of each due for one, then an `ANALYZE` of each
+/// due for one, paced as it says (a manual `VACUUM` is not paced at all,
+/// and would take the disk from the live traffic as production's vacuum
+/// never does), without parallel workers (`PARALLEL 0`: autovacuum never
+/// vacuums indexes in parallel), from a connection of its own (simple
+/// statements: `VACUUM` cannot run in a transaction), until `stop`;
 /// counts and times the rounds in `stats`.
+///
+/// The analyzes are part of the round, not a loop beside it, because that
+/// is where autovacuum makes them: an `ANALYZE` holds a snapshot while it
+/// reads a table, and a B-tree page that a `VACUUM` deletes meanwhile
+/// cannot be reused until the next round (PostgreSQL recycles a deleted
+/// index page only once no snapshot older than its deletion remains). An
+/// `ANALYZE` beside each round would delay that round's freed index pages
+/// by a round, as production's autovacuum does not.
 async fn vacuumer(
     db: String,
     every: Duration,
@@ -1560,9 +1598,10 @@ async fn vacuumer(
         let took = started.elapsed();
         let mut s = lock(&stats);
         match outcome {
-            Ok(tables) => {
+            Ok((vacuumed, analyzed)) => {
                 s.runs += 1;
-                s.tables += tables;
+                s.tables += vacuumed;
+                s.analyzed += analyzed;
                 s.total += took;
                 s.last = Some(took);
                 s.longest = s.longest.max(took);
@@ -1577,19 +1616,37 @@ async fn vacuumer(
     last_error
 }
 
-/// One round of `vacuumer`: the tables vacuumed.
-async fn vacuum_round(conn: &mut PgConnection) -> Result<u64, sqlx::Error> {
-    let due: Vec<(String, i32, f64)> = sqlx::query_as(DUE_FOR_AUTOVACUUM)
+/// One round of `vacuumer`: the tables vacuumed, and those analyzed.
+/// With `BENCH_SOAK_VACUUM_VERBOSE` set, each `VACUUM` and `ANALYZE` is
+/// `VERBOSE` and its report goes to the server's log as well (per index:
+/// pages newly deleted, and those reusable).
+async fn vacuum_round(conn: &mut PgConnection) -> Result<(u64, u64), sqlx::Error> {
+    let due: Vec<(String, bool, bool, i32, f64)> = sqlx::query_as(DUE_FOR_AUTOVACUUM)
         .fetch_all(&mut *conn)
         .await?;
-    for (table, cost_limit, cost_delay_ms) in &due {
+    let verbose = std::env::var_os("BENCH_SOAK_VACUUM_VERBOSE").is_some();
+    if verbose {
+        conn.execute("SET log_min_messages = info").await?;
+    }
+    let (mut vacuumed, mut analyzed) = (0, 0);
+    for (table, vacuum, analyze, cost_limit, cost_delay_ms) in &due {
         conn.execute(format!("SET vacuum_cost_limit = {cost_limit}").as_str())
             .await?;
         conn.execute(format!("SET vacuum_cost_delay = '{cost_delay_ms}ms'").as_str())
             .await?;
-        conn.execute(format!("VACUUM \"{table}\"").as_str()).await?;
+        let verbose = if verbose { ", VERBOSE" } else { "" };
+        if *vacuum {
+            conn.execute(format!("VACUUM (PARALLEL 0{verbose}) \"{table}\"").as_str())
+                .await?;
+            vacuumed += 1;
+        }
+        if *analyze {
+            conn.execute(format!("ANALYZE (SKIP_LOCKED{verbose}) \"{table}\"").as_str())
+                .await?;
+            analyzed += 1;
+        }
     }
-    Ok(due.len() as u64)
+    Ok((vacuumed, analyzed))
 }
 
 // --------------------------------------------------------------- printing
@@ -1769,9 +1826,10 @@ fn store_lines(s: &Sample, prev: &Sample, received: u64, ok: u64) -> Vec<String>
     }
     if let Some(v) = s.vacuum {
         oldest.push_str(&format!(
-            " | autovacuum's rounds (ours; it is off): {} so far, {} tables vacuumed{}{}",
+            " | autovacuum's rounds (ours; it is off): {} so far, {} tables vacuumed, {} analyzed{}{}",
             v.runs,
             v.tables,
+            v.analyzed,
             v.last.map_or_else(String::new, |l| format!(
                 ", last round {:.1} s, longest {:.1} s",
                 l.as_secs_f64(),
@@ -2324,12 +2382,17 @@ async fn soak(
     db.execute("ANALYZE")
         .await
         .map_err(|e| format!("ANALYZE: {e}"))?;
+    // With autovacuum's work made by the benchmark, its rounds analyze
+    // as well (`vacuumer`); without, a periodic `ANALYZE` keeps the
+    // planner's statistics.
     let stop_analyzer = CancellationToken::new();
-    let analyzer_task = tokio::spawn(analyzer(
-        name.clone(),
-        cfg.analyze_every,
-        stop_analyzer.clone(),
-    ));
+    let analyzer_task = cfg.vacuum_every.is_none().then(|| {
+        tokio::spawn(analyzer(
+            name.clone(),
+            cfg.analyze_every,
+            stop_analyzer.clone(),
+        ))
+    });
     // What production's autovacuum would do: dead row versions, the
     // updates' and the sweep's, are reusable space only once vacuumed.
     let vacuum_stats = cfg
@@ -2397,8 +2460,9 @@ async fn soak(
     }
     match cfg.vacuum_every {
         Some(every) => println!(
-            "autovacuum's rounds made by the benchmark every {} s, each VACUUM of a table due \
-             paced as autovacuum paces it (autovacuum is off on this machine)",
+            "autovacuum's rounds made by the benchmark every {} s, each VACUUM and ANALYZE of a \
+             table due paced as autovacuum paces it, one after another (autovacuum is off on this \
+             machine)",
             every.as_secs()
         ),
         None => println!("no VACUUM (BENCH_SOAK_AUTOVACUUM=off)"),
@@ -2450,7 +2514,7 @@ async fn soak(
     let mut next_report = cfg.report as f64;
     let mut last_totals = Totals::default();
     let mut first = monitor.sample(true).await;
-    first.rows = monitor.rows().await;
+    first.rows = monitor.rows(true).await;
     let mut last_reported = first.clone();
     samples.push(first);
     loop {
@@ -2472,7 +2536,7 @@ async fn soak(
         }
         let mut s = monitor.sample(true).await;
         if s.at + 0.5 >= next_report {
-            s.rows = monitor.rows().await;
+            s.rows = monitor.rows(false).await;
             let now = totals(&load, &sink);
             report(&s, &last_reported, ticks, now, last_totals, &api, &sink);
             last_totals = now;
@@ -2544,7 +2608,10 @@ async fn soak(
     };
     let drain_secs = drain_start.elapsed().as_secs_f64();
     stop_analyzer.cancel();
-    let analyzes = analyzer_task.await.unwrap_or(0);
+    let analyzes = match analyzer_task {
+        Some(task) => task.await.unwrap_or(0),
+        None => 0,
+    };
     if let Some(task) = vacuum_task {
         if let Some(e) = task.await.ok().flatten() {
             errors.push(e);
@@ -2558,7 +2625,7 @@ async fn soak(
     let statuses = delivery_statuses(&mut monitor.db, &failing_refs).await?;
     let failing_rows = failing_deliveries(&mut monitor.db, &failing_refs).await?;
     let gaps = retry_gaps(&mut monitor.db, &failing_refs).await?;
-    let final_rows = monitor.rows().await;
+    let final_rows = monitor.rows(true).await;
     let _ = monitor.db.close().await;
     let _ = db.close().await;
 
@@ -2568,9 +2635,10 @@ async fn soak(
         analyzes,
         vacuums.map_or_else(String::new, |v| format!(
             ", {} rounds of autovacuum's work by the benchmark (it is off; {} tables \
-             vacuumed, {:.1} s in all, longest round {:.1} s{})",
+             vacuumed, {} analyzed, {:.1} s in all, longest round {:.1} s{})",
             v.runs,
             v.tables,
+            v.analyzed,
             v.total.as_secs_f64(),
             v.longest.as_secs_f64(),
             if v.errors > 0 {
