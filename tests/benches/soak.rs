@@ -327,6 +327,10 @@ struct Config {
     /// autovacuum's work (`vacuumer`), or `None` when
     /// `BENCH_SOAK_AUTOVACUUM=off`.
     vacuum_every: Option<Duration>,
+    /// `BENCH_SOAK_VACUUM_VERBOSE` (set to anything): each round's
+    /// `VACUUM` and `ANALYZE` are `VERBOSE`, their reports in the server's
+    /// log.
+    vacuum_verbose: bool,
 }
 
 /// A count that may be zero: the variable `name`, or `default`.
@@ -426,6 +430,7 @@ fn config() -> Result<Config, String> {
         request_log_retention,
         sweep_every,
         vacuum_every,
+        vacuum_verbose: std::env::var_os("BENCH_SOAK_VACUUM_VERBOSE").is_some(),
     })
 }
 
@@ -1577,6 +1582,7 @@ const DUE_FOR_AUTOVACUUM: &str = "\
 async fn vacuumer(
     db: String,
     every: Duration,
+    verbose: bool,
     stop: CancellationToken,
     stats: Arc<Mutex<VacuumStats>>,
 ) -> Option<String> {
@@ -1584,6 +1590,11 @@ async fn vacuumer(
         Ok(c) => c,
         Err(e) => return Some(format!("VACUUM connection: {e}")),
     };
+    if verbose {
+        if let Err(e) = conn.execute("SET log_min_messages = info").await {
+            return Some(format!("VACUUM connection: {e}"));
+        }
+    }
     let mut last_error = None;
     let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -1594,7 +1605,7 @@ async fn vacuumer(
         }
         let started = Instant::now();
         // Not cancelled by `stop`: a round under way finishes.
-        let outcome = vacuum_round(&mut conn).await;
+        let outcome = vacuum_round(&mut conn, verbose).await;
         let took = started.elapsed();
         let mut s = lock(&stats);
         match outcome {
@@ -1617,24 +1628,19 @@ async fn vacuumer(
 }
 
 /// One round of `vacuumer`: the tables vacuumed, and those analyzed.
-/// With `BENCH_SOAK_VACUUM_VERBOSE` set, each `VACUUM` and `ANALYZE` is
-/// `VERBOSE` and its report goes to the server's log as well (per index:
-/// pages newly deleted, and those reusable).
-async fn vacuum_round(conn: &mut PgConnection) -> Result<(u64, u64), sqlx::Error> {
+/// When `verbose`, each `VACUUM` and `ANALYZE` is `VERBOSE` (per index:
+/// pages newly deleted, and those reusable), for the server's log.
+async fn vacuum_round(conn: &mut PgConnection, verbose: bool) -> Result<(u64, u64), sqlx::Error> {
     let due: Vec<(String, bool, bool, i32, f64)> = sqlx::query_as(DUE_FOR_AUTOVACUUM)
         .fetch_all(&mut *conn)
         .await?;
-    let verbose = std::env::var_os("BENCH_SOAK_VACUUM_VERBOSE").is_some();
-    if verbose {
-        conn.execute("SET log_min_messages = info").await?;
-    }
+    let verbose = if verbose { ", VERBOSE" } else { "" };
     let (mut vacuumed, mut analyzed) = (0, 0);
     for (table, vacuum, analyze, cost_limit, cost_delay_ms) in &due {
         conn.execute(format!("SET vacuum_cost_limit = {cost_limit}").as_str())
             .await?;
         conn.execute(format!("SET vacuum_cost_delay = '{cost_delay_ms}ms'").as_str())
             .await?;
-        let verbose = if verbose { ", VERBOSE" } else { "" };
         if *vacuum {
             conn.execute(format!("VACUUM (PARALLEL 0{verbose}) \"{table}\"").as_str())
                 .await?;
@@ -2405,6 +2411,7 @@ async fn soak(
             tokio::spawn(vacuumer(
                 name.clone(),
                 every,
+                cfg.vacuum_verbose,
                 stop_analyzer.clone(),
                 stats.clone(),
             ))
