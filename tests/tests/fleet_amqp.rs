@@ -173,6 +173,25 @@ fn payment() -> Value {
     domain::webhook::catalogue::example("payment.succeeded", 2).expect("example")
 }
 
+/// The intake says when its queue is bound, which `/readyz` waits for: an
+/// event published before then reaches no queue of the store's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_intake_says_once_its_queue_is_bound() {
+    let Some(fleet) = fleet().await else { return };
+    let bound = fleet.queues.settings.bound.clone();
+    assert!(!bound.is_bound(), "bound before any intake ran");
+    let intake = fleet.start_intake();
+    tokio::time::timeout(Duration::from_secs(10), bound.wait())
+        .await
+        .expect("the intake binds its queue within 10 s");
+    assert!(bound.is_bound());
+    intake.shutdown().await;
+    assert!(
+        bound.is_bound(),
+        "a bound queue stays bound when its consumer stops"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_published_event_is_delivered_signed() {
     let Some(fleet) = fleet().await else { return };

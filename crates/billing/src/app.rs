@@ -24,6 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 /// How long shutdown may take before the process gives up waiting.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(25);
+/// How long the API waits at start for the AMQP intake to bind its queue.
+const BIND_WAIT: Duration = Duration::from_secs(5);
 
 /// Which parts a process runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,6 +160,16 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
         // again under its keyed reference (`dispatcher::queue`).
         queue.await_dispatcher();
     }
+    // This process's AMQP intake, if it has one.
+    let intake = match config.amqp_url() {
+        Some(url) if matches!(role, Role::All | Role::Dispatcher) => {
+            Some(dispatcher::amqp::AmqpSettings {
+                queue: config.queue_name(&identity),
+                ..dispatcher::amqp::AmqpSettings::new(url)
+            })
+        }
+        _ => None,
+    };
     let mut tasks = tokio::task::JoinSet::new();
     // `billing_dependency_up`: what `/readyz` asks, asked every few seconds.
     let dependencies = dispatcher::dependencies::Dependencies::new(
@@ -170,7 +182,19 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
         dependencies.watch(token).await;
         Ok("dependency gauge")
     });
+    if let Some(settings) = intake.clone() {
+        let (queue, token) = (queue.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            dispatcher::amqp::consume(queue, settings, token).await;
+            Ok("amqp intake")
+        });
+    }
     if matches!(role, Role::All | Role::Api) {
+        // The API answers once the intake's queue is bound, unless the
+        // broker keeps it waiting: then `/readyz` says so meanwhile.
+        if let Some(intake) = &intake {
+            let _ = tokio::time::timeout(BIND_WAIT, intake.bound.wait()).await;
+        }
         let listener = TcpListener::bind(&config.api.listen)
             .await
             .with_context(|| format!("failed to listen on {}", config.api.listen))?;
@@ -181,9 +205,15 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
         let mut state = AppState::new(store.clone(), api_settings(&config)?);
         if let Some(url) = config.amqp_url() {
             let url = url.to_owned();
+            // Events published before this process's own intake has bound
+            // its queue never reach the store, so it is not ready before.
+            let bound = intake.as_ref().map(|i| i.bound.clone());
             let probe: Probe = Arc::new(move || {
-                let url = url.clone();
+                let (url, bound) = (url.clone(), bound.clone());
                 Box::pin(async move {
+                    if bound.is_some_and(|b| !b.is_bound()) {
+                        return Err("the event queue is not bound yet".to_owned());
+                    }
                     dispatcher::amqp::reachable(&url)
                         .await
                         .map_err(|e| e.to_string())
@@ -257,17 +287,6 @@ pub async fn run(config: Config, role: Role, shutdown: CancellationToken) -> any
         let mut dispatcher = Dispatcher::new(queue.clone(), dispatch_settings(&config)?);
         if let Some(schedule) = &redis {
             dispatcher = dispatcher.with_redis(schedule.clone());
-        }
-        if let Some(url) = config.amqp_url() {
-            let settings = dispatcher::amqp::AmqpSettings {
-                queue: config.queue_name(&identity),
-                ..dispatcher::amqp::AmqpSettings::new(url)
-            };
-            let token = shutdown.clone();
-            tasks.spawn(async move {
-                dispatcher::amqp::consume(queue, settings, token).await;
-                Ok("amqp intake")
-            });
         }
         let token = shutdown.clone();
         tasks.spawn(async move {

@@ -102,6 +102,38 @@ pub struct AmqpSettings {
     pub queue_expires: Option<Duration>,
     /// Names the connection (visible in the broker's management tools).
     pub connection_name: String,
+    /// Set once the queue is declared and bound.
+    pub bound: Bound,
+}
+
+/// Whether a consumer has declared and bound its queue. From then on the
+/// broker keeps every event for the store, also while the consumer
+/// reconnects, so a process is ready (`/readyz`) only once this is set:
+/// an event published earlier routes to no queue of the store's and is
+/// never seen by it.
+#[derive(Clone, Debug)]
+pub struct Bound(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Default for Bound {
+    fn default() -> Bound {
+        Bound(Arc::new(tokio::sync::watch::Sender::new(false)))
+    }
+}
+
+impl Bound {
+    /// Whether the queue has been declared and bound.
+    pub fn is_bound(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// Returns once the queue has been declared and bound.
+    pub async fn wait(&self) {
+        let _ = self.0.subscribe().wait_for(|bound| *bound).await;
+    }
+
+    fn set(&self) {
+        self.0.send_replace(true);
+    }
 }
 
 impl AmqpSettings {
@@ -116,6 +148,7 @@ impl AmqpSettings {
             prefetch: 256,
             queue_expires: None,
             connection_name: format!("billing-dispatcher-{}", std::process::id()),
+            bound: Bound::default(),
         }
     }
 }
@@ -129,6 +162,7 @@ impl std::fmt::Debug for AmqpSettings {
             .field("prefetch", &self.prefetch)
             .field("queue_expires", &self.queue_expires)
             .field("connection_name", &self.connection_name)
+            .field("bound", &self.bound.is_bound())
             .finish()
     }
 }
@@ -403,6 +437,7 @@ async fn run_session(
 ) -> Result<(), AmqpError> {
     let channel = connection.create_channel().await?;
     declare(&channel, settings).await?;
+    settings.bound.set();
     channel
         .basic_qos(settings.prefetch, BasicQosOptions::default())
         .await?;
