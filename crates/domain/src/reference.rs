@@ -20,10 +20,8 @@
 //! one, new keys land left of the kept ones, in the middle of the index,
 //! where PostgreSQL splits a page in half and fills only one half, so an
 //! index keyed by references grows by about half again of what it holds
-//! until every key older than the wrap is gone (issue 48's soak saw its
-//! deliveries' primary and unique keys grow 43 MiB in 6 minutes at a
-//! 10 µs tick's 2.5-hour wrap). Two
-//! references repeat only with the same tick and the same 7 random
+//! until every key older than the wrap is gone (`docs/performance.md`).
+//! Two references repeat only with the same tick and the same 7 random
 //! characters (one chance in 3.5 * 10^12), and a store refuses a repeat as
 //! a duplicate key, never overwrites. References are identifiers, not
 //! secrets: nothing is authorised by knowing one (the contract answers
