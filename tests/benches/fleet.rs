@@ -61,6 +61,13 @@
 //!   attempts all failed (status `failed` in the store) are counted apart
 //!   and left out of the latencies.
 //!
+//! - `backlog`: 5 endpoints, `BENCH_BACKLOG_EVENTS` events (default
+//!   4,000): the receiver holds every request until all of them are
+//!   written, so what the dispatcher has no room for is left due in the
+//!   schedule (Redis), as when a fleet falls behind. Then it answers, and
+//!   the window, the latencies and the CPU run from that moment: the rate
+//!   is that of the due path, which drains a backlog.
+//!
 //! Figures of each case, over the measured window (from the first publish
 //! to the last successful receipt needed):
 //!
@@ -201,6 +208,8 @@ const EVENT_TYPE: &str = "order.created";
 const FAULT_RATE: f64 = 0.2;
 const FAULT_SCHEDULE: &str = "0s,1s,1s,2s";
 const FANOUT_ENDPOINTS: usize = 10;
+/// The soak's endpoints (`soak.rs`), whose backlog `backlog` drains.
+const BACKLOG_ENDPOINTS: usize = 5;
 /// How often the benchmark runs `ANALYZE` during a case by default: often
 /// enough that even the shortest saturated case (about 3 s) is planned with
 /// statistics of its backlog, as autovacuum's analyze would plan a growing
@@ -235,6 +244,7 @@ struct Config {
     paced_rate: u64,
     paced_seconds: u64,
     fault_events: usize,
+    backlog_events: usize,
     window: usize,
     limit: Duration,
     retention: Option<Retention>,
@@ -273,7 +283,7 @@ fn retention_setting() -> Option<Retention> {
     })
 }
 
-const ALL_CASES: [&str; 5] = ["one", "fanout", "latency", "paced", "faults"];
+const ALL_CASES: [&str; 6] = ["one", "fanout", "latency", "paced", "faults", "backlog"];
 
 fn config() -> Result<Config, String> {
     let cases: Vec<String> = std::env::var("BENCH_CASES")
@@ -296,6 +306,7 @@ fn config() -> Result<Config, String> {
         paced_rate: env_num("BENCH_PACED_RATE", 100)?,
         paced_seconds: env_num("BENCH_PACED_SECONDS", 20)?,
         fault_events: env_num("BENCH_FAULT_EVENTS", 2_000)?,
+        backlog_events: env_num("BENCH_BACKLOG_EVENTS", 4_000)?,
         window: env_num("BENCH_CONFIRM_WINDOW", 1_000)?,
         limit: Duration::from_secs(env_num("BENCH_CASE_LIMIT", 120)?),
         retention: retention_setting(),
@@ -322,6 +333,9 @@ struct Case {
     /// Probability that the receiver answers 500.
     fail_p: f64,
     retry_schedule: Option<&'static str>,
+    /// The receiver holds every request until the store has all of the
+    /// case's deliveries; the window starts when it lets them go.
+    held: bool,
 }
 
 fn cases(cfg: &Config) -> Vec<Case> {
@@ -333,6 +347,7 @@ fn cases(cfg: &Config) -> Vec<Case> {
             pace: Pace::Window(cfg.window),
             fail_p: 0.0,
             retry_schedule: None,
+            held: false,
         },
         Case {
             name: "fanout",
@@ -341,6 +356,7 @@ fn cases(cfg: &Config) -> Vec<Case> {
             pace: Pace::Window(cfg.window),
             fail_p: 0.0,
             retry_schedule: None,
+            held: false,
         },
         Case {
             name: "latency",
@@ -349,6 +365,7 @@ fn cases(cfg: &Config) -> Vec<Case> {
             pace: Pace::OneInFlight,
             fail_p: 0.0,
             retry_schedule: None,
+            held: false,
         },
         Case {
             name: "paced",
@@ -357,6 +374,7 @@ fn cases(cfg: &Config) -> Vec<Case> {
             pace: Pace::Rate(cfg.paced_rate),
             fail_p: 0.0,
             retry_schedule: None,
+            held: false,
         },
         Case {
             name: "faults",
@@ -365,6 +383,16 @@ fn cases(cfg: &Config) -> Vec<Case> {
             pace: Pace::Window(cfg.window),
             fail_p: FAULT_RATE,
             retry_schedule: Some(FAULT_SCHEDULE),
+            held: false,
+        },
+        Case {
+            name: "backlog",
+            endpoints: BACKLOG_ENDPOINTS,
+            events: cfg.backlog_events,
+            pace: Pace::Window(cfg.window),
+            fail_p: 0.0,
+            retry_schedule: None,
+            held: true,
         },
     ];
     all.into_iter()
@@ -377,6 +405,8 @@ fn cases(cfg: &Config) -> Vec<Case> {
 /// The receiver of every endpoint of a case (`/hook/{i}`).
 struct Sink {
     fail_p: f64,
+    /// Whether counted requests are answered; until then they wait.
+    open: watch::Sender<bool>,
     /// First successful receipt of each (event, endpoint).
     first_ok: Mutex<HashMap<(String, u16), Instant>>,
     /// Distinct successful receipts so far.
@@ -409,6 +439,7 @@ async fn hook(State(sink): State<Arc<Sink>>, Path(i): Path<u16>, body: Bytes) ->
     {
         return StatusCode::NO_CONTENT;
     }
+    let _ = sink.open.subscribe().wait_for(|open| *open).await;
     if sink.fail_p > 0.0 && rand::random::<f64>() < sink.fail_p {
         sink.refused.fetch_add(1, Ordering::Relaxed);
         return StatusCode::INTERNAL_SERVER_ERROR;
@@ -437,9 +468,10 @@ async fn hook(State(sink): State<Arc<Sink>>, Path(i): Path<u16>, body: Bytes) ->
 }
 
 impl Sink {
-    async fn start(fail_p: f64) -> Result<(Arc<Sink>, String), String> {
+    async fn start(fail_p: f64, held: bool) -> Result<(Arc<Sink>, String), String> {
         let sink = Arc::new(Sink {
             fail_p,
+            open: watch::Sender::new(!held),
             first_ok: Mutex::default(),
             ok: watch::Sender::new(0),
             ignored: Mutex::default(),
@@ -749,6 +781,39 @@ async fn settled_table_rows(
 }
 
 /// Deliveries not yet settled in the store (`pending` or `held`).
+/// Waits until the store holds every delivery of a `held` case (and the
+/// warm-up's), at most `limit`; how long that took, and how many requests
+/// the receiver holds by then.
+async fn hold_until_written(
+    conn: &mut PgConnection,
+    sink: &Sink,
+    case: &Case,
+    limit: Duration,
+) -> Result<(Duration, u64), String> {
+    let started = Instant::now();
+    let all = ((case.events + 1) * case.endpoints) as i64;
+    loop {
+        let written: i64 = sqlx::query_scalar("SELECT count(*) FROM webhook_deliveries")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| format!("written deliveries: {e}"))?;
+        if written >= all {
+            break;
+        }
+        if started.elapsed() > limit {
+            return Err(format!(
+                "{written} of {all} deliveries written {} s after the last publish",
+                limit.as_secs()
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // What found no room is indexed in the schedule just after its write.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = sink.requests.load(Ordering::Relaxed) - case.endpoints as u64;
+    Ok((started.elapsed(), held))
+}
+
 async fn unsettled_deliveries(conn: &mut PgConnection) -> Result<i64, String> {
     sqlx::query_scalar(
         "SELECT count(*) FROM webhook_deliveries WHERE status NOT IN ('succeeded', 'failed')",
@@ -1113,7 +1178,7 @@ async fn run_case(
     // Isolation: database, virtual host, Redis database.
     let redis_db = fleet.provision(&mut admin).await?;
 
-    let (sink, hook_base) = Sink::start(case.fail_p).await?;
+    let (sink, hook_base) = Sink::start(case.fail_p, case.held).await?;
 
     // The service.
     let amqp_url = format!("{AMQP_BASE}/{}", url_encode(&name));
@@ -1308,7 +1373,7 @@ async fn run_case(
         warm_up.as_secs_f64() * 1000.0,
         thousands(case.events as u64)
     );
-    let cpu_before = cpu_sample(pid, &mut admin, &name).await;
+    let cpu_start = cpu_sample(pid, &mut admin, &name).await;
     let published = publish_load(&publisher, case, env_ref, &sink, &sent).await;
     let published = match published {
         Ok(p) => p,
@@ -1318,9 +1383,27 @@ async fn run_case(
             return Err(e);
         }
     };
+    let (cpu_before, released) = if case.held {
+        let (written, held) = hold_until_written(&mut case_conn, &sink, case, cfg.limit).await?;
+        println!(
+            "   all {} deliveries written {:.2} s after the last publish; {} requests held; \
+             the receiver answers now",
+            thousands(expected as u64),
+            written.as_secs_f64(),
+            thousands(held)
+        );
+        let sample = cpu_sample(pid, &mut admin, &name).await;
+        let released = Instant::now();
+        sink.open.send_replace(true);
+        (sample, Some(released))
+    } else {
+        (cpu_start.clone(), None)
+    };
+    // The window's start: the first publish, or the receiver's release.
+    let start = released.unwrap_or(published.first);
 
     // Until every delivery succeeded or failed for good.
-    let deadline = published.done + cfg.limit;
+    let deadline = released.unwrap_or(published.done) + cfg.limit;
     let mut failed = 0usize;
     let mut last_ok = (sink.ok(), Instant::now());
     let complete = loop {
@@ -1380,16 +1463,16 @@ async fn run_case(
     // Figures.
     let first_ok = std::mem::take(&mut *sink.first_ok.lock().expect("lock"));
     let mut latencies: Vec<Duration> = Vec::with_capacity(first_ok.len());
-    let mut last_receipt = published.first;
+    let mut last_receipt = start;
     for ((event_ref, _), at) in &first_ok {
         if let Some(t0) = published.at.get(event_ref) {
-            latencies.push(at.saturating_duration_since(*t0));
+            latencies.push(at.saturating_duration_since((*t0).max(start)));
             last_receipt = last_receipt.max(*at);
         }
     }
     latencies.sort_unstable();
     let delivered = latencies.len();
-    let window = last_receipt.saturating_duration_since(published.first);
+    let window = last_receipt.saturating_duration_since(start);
     let rate = delivered as f64 / window.as_secs_f64().max(1e-9);
     let cpu_wall = cpu_after.at - cpu_before.at;
     let per = delivered.max(1) as f64;
@@ -1431,7 +1514,11 @@ async fn run_case(
         ),
     ));
     l.push(row(
-        "window (first publish to last)",
+        if case.held {
+            "window (release to last receipt)"
+        } else {
+            "window (first publish to last)"
+        },
         format!("{:.2} s", window.as_secs_f64()),
     ));
     l.push(row("delivered/s", format!("{rate:.0}")));
@@ -1460,7 +1547,7 @@ async fn run_case(
         "cores",
         "idle"
     ));
-    let idle_wall = (cpu_before.at - cpu_idle.at).as_secs_f64().max(1e-9);
+    let idle_wall = (cpu_start.at - cpu_idle.at).as_secs_f64().max(1e-9);
     let mut cpu_row = |label: &str, t: u64, idle: u64| {
         l.push(format!(
             "     {label:<32} {:>10.1} {:>8.2} {:>8.3}",
@@ -1472,7 +1559,7 @@ async fn run_case(
     let (mut total, mut total_idle) = (0u64, 0u64);
     for (g, label) in GROUPS.iter().enumerate() {
         let t = cpu_after.groups[g].saturating_sub(cpu_before.groups[g]);
-        let idle = cpu_before.groups[g].saturating_sub(cpu_idle.groups[g]);
+        let idle = cpu_start.groups[g].saturating_sub(cpu_idle.groups[g]);
         total += t;
         total_idle += idle;
         cpu_row(label, t, idle);
@@ -1481,12 +1568,12 @@ async fn run_case(
     cpu_row(
         "(postgres: this database only)",
         cpu_after.pg_ours_since(&cpu_before),
-        cpu_before.pg_ours_since(&cpu_idle),
+        cpu_start.pg_ours_since(&cpu_idle),
     );
     cpu_row(
         "(this benchmark: publisher+sink)",
         cpu_after.bench.saturating_sub(cpu_before.bench),
-        cpu_before.bench.saturating_sub(cpu_idle.bench),
+        cpu_start.bench.saturating_sub(cpu_idle.bench),
     );
     let others = cpu_before.pg_others.max(cpu_after.pg_others);
     if others > 0 {
