@@ -129,6 +129,8 @@
 //! - failing endpoints: each of their deliveries is `failed` in the store
 //!   after every attempt of the schedule, there is one per expected event,
 //!   and no retry came earlier than its delay allows (delay − 20 % jitter);
+//! - latency: the whole run's p99, publish to first receipt at a healthy
+//!   endpoint, is under 1 s above the receiver's delay (`P99_LIMIT`);
 //! - attempts at once: no delivery was ever received twice at the same time;
 //! - RSS flat: the mean of the last third of the load's samples is less than
 //!   10 % above the mean of the second third;
@@ -236,6 +238,9 @@ const BACKLOG_SLACK: f64 = 50.0;
 /// With retention on: the database's growth over the last third of the
 /// load, as a share of its growth over the first third.
 const STORE_GROWTH: f64 = 0.05;
+/// Issue 48: the whole run's p99, publish to first receipt, stays under a
+/// second (above the receiver's own delay).
+const P99_LIMIT: Duration = Duration::from_secs(1);
 /// The retention sweep's counter and gauge, by `kind`
 /// (`crates/dispatcher/src/metrics.rs`).
 const RETENTION_DELETED: &str = "billing_retention_deleted_total";
@@ -2799,9 +2804,10 @@ async fn soak(
             m.lag.text()
         );
     }
+    let latencies = sink.all_latencies();
     println!(
         "  delivery, publish -> first receipt at a healthy endpoint: {} over the whole run",
-        latency_text(&sink.all_latencies())
+        latency_text(&latencies)
     );
     println!(
         "  receiver: {} requests, {} answered 2xx, {} answered 500; {} repeats at healthy \
@@ -2850,6 +2856,20 @@ async fn soak(
             } else {
                 format!("; e.g. {}", a.examples.join(", "))
             }
+        ),
+    });
+
+    // Issue 48's bound, above what the receiver itself takes to answer.
+    let p99_limit = P99_LIMIT + cfg.receiver_delay;
+    let p99 = percentile_ms(&latencies, 99.0);
+    checks.push(Check {
+        name: "whole-run p99 latency under its bound",
+        pass: p99.is_some_and(|p| p < p99_limit.as_secs_f64() * 1000.0),
+        detail: format!(
+            "publish -> first receipt at a healthy endpoint: {}; the bound is {} ms (1 s and \
+             the receiver's delay)",
+            latency_text(&latencies),
+            p99_limit.as_millis()
         ),
     });
 
