@@ -9,7 +9,7 @@ pub use super::payload::Payload;
 use super::Webhooks;
 use crate::db::codec::to_json;
 use crate::db::codec::{opt_ts, state};
-use crate::db::page::{fetch_page, Order, Page, PageRequest};
+use crate::db::page::{fetch_page_in_index_order, Order, Page, PageRequest};
 use crate::db::read;
 use crate::db::tx::{int, text, Arg, CellRow, Columns, WriteTx};
 use crate::dispatch::signals::signal_due;
@@ -349,7 +349,10 @@ impl Webhooks<'_> {
     /// text, so that a planner may use the partial indexes of failed
     /// deliveries (`DeliveryFilter::conditions`),
     /// and `created_after`/`created_before` are ranges. Its order and
-    /// paging are still `db::page`'s, as every list's.
+    /// paging are still `db::page`'s, as every list's. Every filter has an
+    /// index in the list's order that starts with the endpoint, so the
+    /// page is read in it whatever the statistics say
+    /// (`fetch_page_in_index_order`).
     pub async fn list_deliveries(
         &self,
         environment_ref: &Ref,
@@ -362,11 +365,12 @@ impl Webhooks<'_> {
             endpoint_ref.as_str().into(),
         ];
         let conditions = filter.conditions(&mut args);
-        fetch_page(
+        fetch_page_in_index_order(
             self.pool(),
+            self.0.backend(),
             "webhook_deliveries",
             DELIVERY_ORDER,
-            &format!("environment_ref = $1 AND endpoint_ref = $2{conditions}"),
+            &endpoint_deliveries(&conditions),
             &args,
             page,
             delivery_from_row,
@@ -456,6 +460,18 @@ pub(crate) async fn mark_url_immutable(
     Ok(())
 }
 
+/// The deliveries of endpoint `$2` of environment `$1` that meet
+/// `conditions`. The environment is checked on the endpoint, once, not
+/// on each delivery: a condition on the deliveries' `environment_ref` would
+/// let a planner read the environment's index (`webhook_deliveries_by_env`)
+/// and pass over every other endpoint's deliveries to fill a page.
+fn endpoint_deliveries(conditions: &str) -> String {
+    format!(
+        "endpoint_ref = (SELECT endpoint_ref FROM webhook_endpoints \
+         WHERE environment_ref = $1 AND endpoint_ref = $2){conditions}"
+    )
+}
+
 /// The newest-first order of an endpoint's deliveries.
 const DELIVERY_ORDER: Order<'static> = Order {
     at: "created_at",
@@ -476,7 +492,7 @@ pub fn list_deliveries_sql(
     let sql = crate::db::page::page_sql(
         "webhook_deliveries",
         DELIVERY_ORDER,
-        &format!("environment_ref = $1 AND endpoint_ref = $2{conditions}"),
+        &endpoint_deliveries(&conditions),
         args.len(),
         page,
     );
