@@ -38,6 +38,24 @@ const TIME_LEN: usize = 5;
 const TICK_MICROS: u64 = 100;
 /// Ticks of the time part in one millisecond.
 const TICKS_PER_MILLI: u64 = 1_000 / TICK_MICROS;
+/// Microseconds between two wraps of a generated reference's time part
+/// (62^5 ticks, about 25.4 hours).
+const WRAP_MICROS: i128 = TICK_MICROS as i128 * 62i128.pow(TIME_LEN as u32);
+
+/// The instants (Unix milliseconds, rounded down) in `from_millis..=to_millis`
+/// at which a generated reference's time part wraps to zero: keys made after
+/// one sort before those made just before it (see the module's
+/// documentation). For a measurement to say that it met one.
+pub fn time_part_wraps(from_millis: i64, to_millis: i64) -> Vec<i64> {
+    let from = i128::from(from_millis) * 1_000;
+    let to = i128::from(to_millis) * 1_000;
+    let first = (from + WRAP_MICROS - 1).div_euclid(WRAP_MICROS) * WRAP_MICROS;
+    std::iter::successors(Some(first), |at| Some(at + WRAP_MICROS))
+        .take_while(|at| *at <= to)
+        .map(|at| (at.div_euclid(1_000)) as i64)
+        .collect()
+}
+
 /// Base-62 digits in ASCII order.
 const DIGITS: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 
@@ -204,6 +222,29 @@ impl fmt::Debug for Ref {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_time_part_wraps_where_a_generated_reference_sorts_first() {
+        // 2026-12-02T00:07:10.4192Z, a multiple of 62^5 ticks of 100 µs.
+        let wrap = 1_796_170_030_419;
+        assert_eq!(time_part_wraps(wrap - 60_000, wrap + 60_000), vec![wrap]);
+        assert!(time_part_wraps(wrap + 1, wrap + 90_000_000).is_empty());
+        assert_eq!(time_part_wraps(wrap - 1, wrap + 91_613_284).len(), 2);
+        let mut before = [0u8; TIME_LEN];
+        let mut after = [0u8; TIME_LEN];
+        base62(
+            ((wrap - 1) * 1_000 / TICK_MICROS as i64) as u64,
+            &mut before,
+        );
+        base62(((wrap + 1) * 1_000 / TICK_MICROS as i64) as u64, &mut after);
+        assert_eq!(&before[..4], b"zzzz");
+        assert_eq!(&after, b"00008");
+        assert!(
+            after < before,
+            "a reference made after the wrap sorts first"
+        );
+    }
+
     use proptest::prelude::*;
 
     #[test]
