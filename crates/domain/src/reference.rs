@@ -52,7 +52,7 @@ pub fn time_part_wraps(from_millis: i64, to_millis: i64) -> Vec<i64> {
     let first = (from + WRAP_MICROS - 1).div_euclid(WRAP_MICROS) * WRAP_MICROS;
     std::iter::successors(Some(first), |at| Some(at + WRAP_MICROS))
         .take_while(|at| *at <= to)
-        .map(|at| (at.div_euclid(1_000)) as i64)
+        .map(|at| at.div_euclid(1_000) as i64)
         .collect()
 }
 
@@ -223,6 +223,8 @@ impl fmt::Debug for Ref {
 mod tests {
     use super::*;
 
+    use proptest::prelude::*;
+
     #[test]
     fn the_time_part_wraps_where_a_generated_reference_sorts_first() {
         // 2026-12-02T00:07:10.4192Z, a multiple of 62^5 ticks of 100 µs.
@@ -230,22 +232,17 @@ mod tests {
         assert_eq!(time_part_wraps(wrap - 60_000, wrap + 60_000), vec![wrap]);
         assert!(time_part_wraps(wrap + 1, wrap + 90_000_000).is_empty());
         assert_eq!(time_part_wraps(wrap - 1, wrap + 91_613_284).len(), 2);
-        let mut before = [0u8; TIME_LEN];
-        let mut after = [0u8; TIME_LEN];
-        base62(
-            ((wrap - 1) * 1_000 / TICK_MICROS as i64) as u64,
-            &mut before,
-        );
-        base62(((wrap + 1) * 1_000 / TICK_MICROS as i64) as u64, &mut after);
-        assert_eq!(&before[..4], b"zzzz");
-        assert_eq!(&after, b"00008");
+        // A derived reference's time part is a generated one's, at `at`.
+        let time_part =
+            |at| Ref::derived(Prefix::Event, at, "seed").as_str()[4..4 + TIME_LEN].to_owned();
+        let (before, after) = (time_part(wrap - 1), time_part(wrap + 1));
+        assert!(before.starts_with("zzzz"), "{before}");
+        assert_eq!(after, "00008");
         assert!(
             after < before,
             "a reference made after the wrap sorts first"
         );
     }
-
-    use proptest::prelude::*;
 
     #[test]
     fn generated_refs_parse_back() {
@@ -321,8 +318,12 @@ mod tests {
 
     #[test]
     fn the_time_part_wraps_no_sooner_than_a_day() {
-        let wrap_micros = 62u64.pow(TIME_LEN as u32) * TICK_MICROS;
-        assert!(wrap_micros >= 24 * 3_600 * 1_000_000, "{wrap_micros} µs");
+        const {
+            assert!(
+                WRAP_MICROS >= 24 * 3_600 * 1_000_000,
+                "the time part wraps within a day"
+            )
+        };
     }
 
     #[test]
